@@ -1,0 +1,79 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+/// One set of Swift settings for every target: Swift 6 language mode with strict concurrency comes from the
+/// tools version; `ExistentialAny` makes every existential spelled `any`.
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny")
+]
+
+let package = Package(
+    name: "Baton",
+    platforms: [.macOS(.v14), .iOS(.v17)],
+    products: [
+        .library(name: "BatonOData", targets: ["BatonOData"]),
+        .library(name: "BatonSQL", targets: ["BatonSQL"]),
+        .executable(name: "baton", targets: ["baton"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
+        .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
+    ],
+    targets: [
+        // OData 4.01 protocol core: model, $metadata, URLs, $filter, payloads, batch, headers. No I/O.
+        .target(
+            name: "BatonOData",
+            resources: [.copy("Resources/AircraftChecks.csdl.json")],
+            swiftSettings: swiftSettings
+        ),
+        // OData query AST -> parameterised SQL (SQLite and PostgreSQL dialects).
+        .target(
+            name: "BatonSQL",
+            dependencies: ["BatonOData", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: swiftSettings
+        ),
+        // The ground-crew app. Today: `baton demo` shows the protocol core against a real SQLite file.
+        .executableTarget(
+            name: "baton",
+            dependencies: [
+                "BatonOData",
+                "BatonSQL",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Replays inputs through every parser; built with `-sanitize=fuzzer` it is a libFuzzer target.
+        .executableTarget(
+            name: "baton-fuzz",
+            dependencies: ["BatonOData"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BatonODataTests",
+            dependencies: [
+                "BatonOData",
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ],
+            resources: [.copy("Corpus")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BatonSQLTests",
+            dependencies: [
+                "BatonSQL",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "PropertyBased", package: "swift-property-based"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "batonTests",
+            dependencies: ["baton"],
+            swiftSettings: swiftSettings
+        ),
+    ]
+)

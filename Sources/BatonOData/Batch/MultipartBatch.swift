@@ -1,0 +1,275 @@
+/// Multipart batch bodies (OData 4.0 Part 1 §11.7.7): `multipart/mixed` parts of `application/http`, with
+/// changesets as nested `multipart/mixed` parts. Changesets map to atomicity groups, `Content-ID` to ids.
+public enum MultipartBatch {
+    /// The `boundary` parameter of a `multipart/mixed` content type.
+    ///
+    /// - Throws: ``ODataError`` (`invalidBatch`) when the content type is not multipart/mixed with a boundary.
+    public static func boundary(fromContentType contentType: String) throws(ODataError) -> String {
+        let parts = contentType.split(separator: ";").map { String($0).trimmingSpaces }
+        guard let type = parts.first, type.lowercased() == "multipart/mixed" else {
+            throw ODataError(
+                .invalidBatch, "A multipart batch needs Content-Type multipart/mixed, not '\(contentType)'",
+                target: "Content-Type")
+        }
+        for parameter in parts.dropFirst() {
+            let pair = parameter.split(separator: "=", maxSplits: 1).map(String.init)
+            if pair.count == 2, pair[0].trimmingSpaces.lowercased() == "boundary" {
+                var value = pair[1].trimmingSpaces
+                if value.hasPrefix("\""), value.hasSuffix("\""), value.count >= 2 { value = String(value.dropFirst().dropLast()) }
+                guard !value.isEmpty, value.count <= 70 else { break }
+                return value
+            }
+        }
+        throw ODataError(
+            .invalidBatch, "Content-Type '\(contentType)' has no valid boundary parameter", target: "Content-Type")
+    }
+
+    // MARK: Requests
+
+    /// Decodes a multipart batch request body.
+    ///
+    /// - Throws: ``ODataError`` (`invalidBatch`) naming the part that is malformed.
+    public static func decodeRequests(_ body: [UInt8], boundary: String) throws(ODataError) -> [BatchRequest] {
+        var requests: [BatchRequest] = []
+        for (index, part) in try splitParts(body, boundary: boundary, depth: 0).enumerated() {
+            if let nested = part.contentType, nested.lowercased().hasPrefix("multipart/mixed") {
+                let changeset = try self.boundary(fromContentType: nested)
+                for inner in try splitParts(part.body, boundary: changeset, depth: 1) {
+                    guard let id = inner.header("Content-ID") else {
+                        throw ODataError(
+                            .invalidBatch, "Every request in changeset '\(changeset)' needs a Content-ID header")
+                    }
+                    var request = try parseRequest(inner, id: id)
+                    request.atomicityGroup = changeset
+                    requests.append(request)
+                }
+            } else {
+                requests.append(try parseRequest(part, id: part.header("Content-ID") ?? "part-\(index + 1)"))
+            }
+        }
+        try BatchValidation.validate(requests)
+        return requests
+    }
+
+    /// Encodes requests as a multipart batch body; consecutive requests of one atomicity group become a
+    /// changeset whose boundary is `changeset_<group>`.
+    public static func encodeRequests(_ requests: [BatchRequest], boundary: String) -> [UInt8] {
+        encode(
+            requests, boundary: boundary, group: \.atomicityGroup,
+            part: { request in
+                var text = "\(request.method) \(request.url) HTTP/1.1\r\n"
+                for (name, value) in request.headers { text += "\(name): \(value)\r\n" }
+                if let body = request.body {
+                    if request.header("Content-Type") == nil { text += "Content-Type: application/json\r\n" }
+                    text += "\r\n" + body.serialized
+                } else {
+                    text += "\r\n"
+                }
+                return (request.id, text)
+            })
+    }
+
+    // MARK: Responses
+
+    /// Encodes responses as a multipart batch response body.
+    public static func encodeResponses(_ responses: [BatchResponse], boundary: String) -> [UInt8] {
+        encode(
+            responses, boundary: boundary, group: \.atomicityGroup,
+            part: { response in
+                var text = "HTTP/1.1 \(response.status) \(reasonPhrase(response.status))\r\n"
+                for (name, value) in response.headers { text += "\(name): \(value)\r\n" }
+                if let body = response.body {
+                    if response.header("Content-Type") == nil { text += "Content-Type: application/json\r\n" }
+                    text += "\r\n" + body.serialized
+                } else {
+                    text += "\r\n"
+                }
+                return (response.id, text)
+            })
+    }
+
+    /// Decodes a multipart batch response body.
+    ///
+    /// - Throws: ``ODataError`` (`invalidBatch`) naming the part that is malformed.
+    public static func decodeResponses(_ body: [UInt8], boundary: String) throws(ODataError) -> [BatchResponse] {
+        var responses: [BatchResponse] = []
+        for (index, part) in try splitParts(body, boundary: boundary, depth: 0).enumerated() {
+            if let nested = part.contentType, nested.lowercased().hasPrefix("multipart/mixed") {
+                let changeset = try self.boundary(fromContentType: nested)
+                for (innerIndex, inner) in try splitParts(part.body, boundary: changeset, depth: 1).enumerated() {
+                    var response = try parseResponse(inner, id: inner.header("Content-ID") ?? "\(index + 1).\(innerIndex + 1)")
+                    response.atomicityGroup = changeset
+                    responses.append(response)
+                }
+            } else {
+                responses.append(try parseResponse(part, id: part.header("Content-ID") ?? "part-\(index + 1)"))
+            }
+        }
+        return responses
+    }
+
+    // MARK: Parts
+
+    struct Part {
+        var headers: [(String, String)]
+        var body: [UInt8]
+
+        func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
+        var contentType: String? { header("Content-Type") }
+    }
+
+    static func encode<Item>(
+        _ items: [Item], boundary: String, group: KeyPath<Item, String?>, part: (Item) -> (String, String)
+    ) -> [UInt8] {
+        var text = ""
+        var index = 0
+        func application(_ item: Item) -> String {
+            let (id, message) = part(item)
+            return "Content-Type: application/http\r\nContent-Transfer-Encoding: binary\r\nContent-ID: \(id)\r\n\r\n"
+                + message + "\r\n"
+        }
+        while index < items.count {
+            text += "--\(boundary)\r\n"
+            if let name = items[index][keyPath: group] {
+                let changeset = "changeset_\(name)"
+                text += "Content-Type: multipart/mixed; boundary=\(changeset)\r\n\r\n"
+                while index < items.count, items[index][keyPath: group] == name {
+                    text += "--\(changeset)\r\n" + application(items[index])
+                    index += 1
+                }
+                text += "--\(changeset)--\r\n"
+            } else {
+                text += application(items[index])
+                index += 1
+            }
+        }
+        text += "--\(boundary)--\r\n"
+        return Array(text.utf8)
+    }
+
+    /// Splits a multipart body at its boundary delimiters; the preamble and epilogue are ignored.
+    static func splitParts(_ body: [UInt8], boundary: String, depth: Int) throws(ODataError) -> [Part] {
+        let delimiter = Array("--\(boundary)".utf8)
+        var positions: [Int] = []
+        var index = 0
+        while index + delimiter.count <= body.count {
+            let atLineStart = index == 0 || body[index - 1] == 0x0A
+            if atLineStart, body[index] == 0x2D, Array(body[index..<index + delimiter.count]) == delimiter {
+                positions.append(index)
+                index += delimiter.count
+            } else {
+                index += 1
+            }
+        }
+        guard let last = positions.last,
+            last + delimiter.count + 2 <= body.count,
+            body[last + delimiter.count] == 0x2D, body[last + delimiter.count + 1] == 0x2D
+        else {
+            throw ODataError(
+                .invalidBatch, "The multipart body does not end with the closing delimiter '--\(boundary)--'")
+        }
+        var parts: [Part] = []
+        for (start, end) in zip(positions, positions.dropFirst()) {
+            var partStart = start + delimiter.count
+            while partStart < end, body[partStart] == 0x20 || body[partStart] == 0x09 { partStart += 1 }
+            guard partStart < end, body[partStart] == 0x0A || body[partStart] == 0x0D else {
+                throw ODataError(.invalidBatch, "A boundary delimiter line has extra text after '--\(boundary)'")
+            }
+            partStart += body[partStart] == 0x0D ? 2 : 1
+            var partEnd = end
+            if partEnd > partStart, body[partEnd - 1] == 0x0A { partEnd -= 1 }
+            if partEnd > partStart, body[partEnd - 1] == 0x0D { partEnd -= 1 }
+            parts.append(try parsePart(Array(body[min(partStart, partEnd)..<partEnd])))
+        }
+        return parts
+    }
+
+    /// Reads header lines up to the first empty line; the rest is the body.
+    static func splitHeaders(_ bytes: [UInt8]) throws(ODataError) -> ([(String, String)], [UInt8]) {
+        var headers: [(String, String)] = []
+        var index = 0
+        while true {
+            guard let newline = bytes[index...].firstIndex(of: 0x0A) else {
+                if index == bytes.count { return (headers, []) }
+                throw ODataError(.invalidBatch, "A batch part's headers are not followed by an empty line")
+            }
+            var line = bytes[index..<newline]
+            if line.last == 0x0D { line = line.dropLast() }
+            index = newline + 1
+            if line.isEmpty { return (headers, Array(bytes[index...])) }
+            let text = String(decoding: line, as: UTF8.self)
+            guard let colon = text.firstIndex(of: ":") else {
+                throw ODataError(.invalidBatch, "Malformed header line in a batch part: '\(text.prefix(80))'")
+            }
+            headers.append((String(text[..<colon]).trimmingSpaces, String(text[text.index(after: colon)...]).trimmingSpaces))
+        }
+    }
+
+    static func parsePart(_ bytes: [UInt8]) throws(ODataError) -> Part {
+        let (headers, body) = try splitHeaders(bytes)
+        return Part(headers: headers, body: body)
+    }
+
+    static func firstLine(_ part: Part) throws(ODataError) -> (String, [(String, String)], JSONValue?) {
+        if let type = part.contentType, type.lowercased() != "application/http" {
+            throw ODataError(.invalidBatch, "A batch part must have Content-Type application/http, not '\(type)'")
+        }
+        guard let newline = part.body.firstIndex(of: 0x0A) else {
+            throw ODataError(.invalidBatch, "A batch part has no HTTP start line")
+        }
+        var line = part.body[..<newline]
+        if line.last == 0x0D { line = line.dropLast() }
+        let (headers, body) = try splitHeaders(Array(part.body[(newline + 1)...]))
+        var json: JSONValue?
+        let trimmed = body.drop { $0 == 0x20 || $0 == 0x0D || $0 == 0x0A }
+        if !trimmed.isEmpty {
+            let type = headers.first { $0.0.lowercased() == "content-type" }?.1.lowercased() ?? "application/json"
+            guard type.hasPrefix("application/json") else {
+                throw ODataError(.notImplemented, "Batch parts with body type '\(type)' are not implemented; use JSON")
+            }
+            json = try JSONValue(parsing: Array(trimmed))
+        }
+        return (String(decoding: line, as: UTF8.self), headers, json)
+    }
+
+    static func parseRequest(_ part: Part, id: String) throws(ODataError) -> BatchRequest {
+        let (line, headers, body) = try firstLine(part)
+        let pieces = line.split(separator: " ")
+        guard pieces.count == 3, pieces[2].hasPrefix("HTTP/") else {
+            throw ODataError(
+                .invalidBatch, "Batch request '\(id)' has a malformed request line; expected 'METHOD URL HTTP/1.1'",
+                target: id)
+        }
+        return BatchRequest(id: id, method: String(pieces[0]).uppercased(), url: String(pieces[1]), headers: headers, body: body)
+    }
+
+    static func parseResponse(_ part: Part, id: String) throws(ODataError) -> BatchResponse {
+        let (line, headers, body) = try firstLine(part)
+        let pieces = line.split(separator: " ", maxSplits: 2)
+        guard pieces.count >= 2, pieces[0].hasPrefix("HTTP/"), let status = Int(pieces[1]), (100...599).contains(status)
+        else {
+            throw ODataError(
+                .invalidBatch, "Batch response '\(id)' has a malformed status line; expected 'HTTP/1.1 200 OK'",
+                target: id)
+        }
+        return BatchResponse(id: id, status: status, headers: headers, body: body)
+    }
+
+    static func reasonPhrase(_ status: Int) -> String {
+        switch status {
+        case 200: "OK"
+        case 201: "Created"
+        case 204: "No Content"
+        case 400: "Bad Request"
+        case 401: "Unauthorized"
+        case 403: "Forbidden"
+        case 404: "Not Found"
+        case 409: "Conflict"
+        case 412: "Precondition Failed"
+        case 428: "Precondition Required"
+        case 500: "Internal Server Error"
+        case 501: "Not Implemented"
+        default: "Status"
+        }
+    }
+}

@@ -1,0 +1,85 @@
+extension ServiceModel {
+    /// The model as a CSDL XML `$metadata` document (OData CSDL XML 4.01).
+    public var csdlXML: String {
+        var xml = #"<?xml version="1.0" encoding="utf-8"?>"# + "\n"
+        xml += #"<edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/ns/edmx" Version="4.01">"# + "\n"
+        xml += #"  <edmx:Reference Uri="https://oasis-tcs.github.io/odata-vocabularies/vocabularies/Org.OData.Core.V1.xml">"#
+        xml += "\n" + #"    <edmx:Include Namespace="Org.OData.Core.V1" Alias="Core"/>"# + "\n  </edmx:Reference>\n"
+        xml += "  <edmx:DataServices>\n"
+        xml += "    <Schema xmlns=\"http://docs.oasis-open.org/odata/ns/edm\" Namespace=\"\(escapeXML(namespace))\""
+        if let alias { xml += " Alias=\"\(escapeXML(alias))\"" }
+        xml += ">\n"
+        for type in entityTypes {
+            xml += "      <EntityType Name=\"\(escapeXML(type.name))\">\n        <Key>\n"
+            for key in type.key { xml += "          <PropertyRef Name=\"\(escapeXML(key))\"/>\n" }
+            xml += "        </Key>\n"
+            for property in type.properties {
+                xml += "        <Property Name=\"\(escapeXML(property.name))\" Type=\"\(property.type.rawValue)\""
+                xml += " Nullable=\"\(property.isNullable)\""
+                if let maxLength = property.maxLength { xml += " MaxLength=\"\(maxLength)\"" }
+                if let precision = property.precision { xml += " Precision=\"\(precision)\"" }
+                if let scale = property.scale { xml += " Scale=\"\(scale)\"" }
+                if property.isComputed {
+                    xml += ">\n          <Annotation Term=\"Org.OData.Core.V1.Computed\" Bool=\"true\"/>\n"
+                    xml += "        </Property>\n"
+                } else {
+                    xml += "/>\n"
+                }
+            }
+            for navigation in type.navigationProperties {
+                let typeName = navigation.isCollection ? "Collection(\(navigation.targetType))" : navigation.targetType
+                xml += "        <NavigationProperty Name=\"\(escapeXML(navigation.name))\" Type=\"\(escapeXML(typeName))\""
+                if !navigation.isCollection { xml += " Nullable=\"\(navigation.isNullable)\"" }
+                if let partner = navigation.partner { xml += " Partner=\"\(escapeXML(partner))\"" }
+                if navigation.referentialConstraints.isEmpty {
+                    xml += "/>\n"
+                } else {
+                    xml += ">\n"
+                    for constraint in navigation.referentialConstraints {
+                        xml += "          <ReferentialConstraint Property=\"\(escapeXML(constraint.property))\""
+                        xml += " ReferencedProperty=\"\(escapeXML(constraint.referencedProperty))\"/>\n"
+                    }
+                    xml += "        </NavigationProperty>\n"
+                }
+            }
+            xml += "      </EntityType>\n"
+        }
+        xml += "      <EntityContainer Name=\"\(escapeXML(containerName))\">\n"
+        for set in entitySets {
+            xml += "        <EntitySet Name=\"\(escapeXML(set.name))\" EntityType=\"\(escapeXML(set.entityType))\">\n"
+            for (path, target) in set.navigationBindings.sorted(by: { $0.key < $1.key }) {
+                xml += "          <NavigationPropertyBinding Path=\"\(escapeXML(path))\" Target=\"\(escapeXML(target))\"/>\n"
+            }
+            if !set.optimisticConcurrency.isEmpty {
+                xml += "          <Annotation Term=\"Org.OData.Core.V1.OptimisticConcurrency\">\n            <Collection>\n"
+                for path in set.optimisticConcurrency {
+                    xml += "              <PropertyPath>\(escapeXML(path))</PropertyPath>\n"
+                }
+                xml += "            </Collection>\n          </Annotation>\n"
+            }
+            xml += "        </EntitySet>\n"
+        }
+        if supportsRepeatableRequests {
+            xml += "        <Annotation Term=\"Org.OData.Repeatability.V1.Supported\" Bool=\"true\"/>\n"
+        }
+        xml += "      </EntityContainer>\n    </Schema>\n  </edmx:DataServices>\n</edmx:Edmx>\n"
+        return xml
+    }
+}
+
+/// Escapes the five XML special characters for use in text and attribute values.
+func escapeXML(_ text: String) -> String {
+    var escaped = ""
+    escaped.reserveCapacity(text.utf8.count)
+    for character in text {
+        switch character {
+        case "&": escaped += "&amp;"
+        case "<": escaped += "&lt;"
+        case ">": escaped += "&gt;"
+        case "\"": escaped += "&quot;"
+        case "'": escaped += "&apos;"
+        default: escaped.append(character)
+        }
+    }
+    return escaped
+}

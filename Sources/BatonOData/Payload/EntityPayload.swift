@@ -1,0 +1,95 @@
+/// The property values of one entity, decoded from or encoded to an OData JSON body.
+public struct EntityPayload: Sendable, Hashable {
+    /// How a request body is checked.
+    public enum Mode: Sendable, Hashable {
+        /// `POST`: every non-nullable, non-computed property must be present.
+        case create
+        /// `PATCH`: any subset of properties.
+        case merge
+        /// `PUT`: every non-nullable, non-computed, non-key property must be present.
+        case replace
+    }
+
+    /// The values by property name.
+    public var values: [String: PrimitiveValue]
+    /// Computed properties the client sent; services ignore them (Core.Computed), and report them here.
+    public var ignoredComputed: [String]
+
+    /// Creates a payload from values.
+    public init(values: [String: PrimitiveValue], ignoredComputed: [String] = []) {
+        self.values = values
+        self.ignoredComputed = ignoredComputed
+    }
+
+    /// Decodes a request body for an entity of `type`.
+    ///
+    /// Instance annotations (`@odata.type`, `@odata.etag`, …) are skipped. Unknown properties, wrong JSON
+    /// kinds, nulls for non-nullable properties, strings over MaxLength and decimals beyond Precision/Scale
+    /// are errors naming the property.
+    ///
+    /// - Throws: ``ODataError`` (`syntax` for malformed JSON, `invalidPayload` otherwise, `notImplemented`
+    ///   for navigation properties in the body).
+    public init(decoding body: [UInt8], as type: EntityType, mode: Mode) throws(ODataError) {
+        let json = try JSONValue(parsing: body)
+        guard let members = json.objectMembers else {
+            throw ODataError(.invalidPayload, "An entity body must be a JSON object, but this one is \(json.kindName)")
+        }
+        var values: [String: PrimitiveValue] = [:]
+        var ignored: [String] = []
+        for (name, value) in members {
+            if name.hasPrefix("@") || name.contains("@") {
+                if name.hasSuffix("@odata.bind") {
+                    throw ODataError(
+                        .notImplemented, "Binding navigation properties ('\(name)') is not implemented", target: name)
+                }
+                continue
+            }
+            guard let property = type.property(named: name) else {
+                if type.navigationProperty(named: name) != nil {
+                    throw ODataError(
+                        .notImplemented, "Deep insert or update through '\(name)' is not implemented", target: name)
+                }
+                throw ODataError(
+                    .invalidPayload,
+                    "'\(type.name)' has no property '\(name)'.\(suggest(name, type.properties.map(\.name)))",
+                    target: name)
+            }
+            if property.isComputed {
+                ignored.append(name)
+                continue
+            }
+            values[name] = try PrimitiveValue(json: value, for: property)
+        }
+        if mode != .merge {
+            for property in type.properties
+            where !property.isNullable && !property.isComputed && values[property.name] == nil
+                && !(mode == .replace && type.key.contains(property.name))
+            {
+                throw ODataError(
+                    .invalidPayload, "Property '\(property.name)' is required; add it to the body",
+                    target: property.name)
+            }
+        }
+        self.init(values: values, ignoredComputed: ignored)
+    }
+
+    /// The entity as a JSON object with `odata.metadata=minimal` control information.
+    ///
+    /// - Parameters:
+    ///   - type: the entity type; properties are written in declaration order.
+    ///   - select: the properties to write, or `nil` for all.
+    ///   - context: the `@odata.context` URL, for a top-level entity.
+    ///   - etag: the entity's ETag, written as `@odata.etag`.
+    public func json(
+        as type: EntityType, select: [String]? = nil, context: String? = nil, etag: ETag? = nil
+    ) -> JSONValue {
+        var members: [(String, JSONValue)] = []
+        if let context { members.append(("@odata.context", .string(context))) }
+        if let etag { members.append(("@odata.etag", .string(etag.headerValue))) }
+        for property in type.properties where select?.contains(property.name) ?? true {
+            guard let value = values[property.name] else { continue }
+            members.append((property.name, value.json(as: property.type)))
+        }
+        return .object(members)
+    }
+}

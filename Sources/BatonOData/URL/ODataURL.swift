@@ -1,0 +1,282 @@
+/// A request URL parsed relative to the service root: the addressed resource and its query options.
+///
+/// ```swift
+/// let url = try ODataURL(parsing: "PreflightChecks?$filter=FuelKg gt 5000&$top=5", model: .aircraftChecks)
+/// ```
+public struct ODataURL: Sendable, Hashable {
+    /// The addressed resource.
+    public var path: ResourcePath
+    /// The entity set and type the path ends in, for resource paths.
+    public var target: ResourceTarget?
+    /// The system and custom query options.
+    public var query: QueryOptions
+
+    /// Parses `relative` (path and optional query, still percent-encoded) against `model`.
+    ///
+    /// - Throws: ``ODataError`` with the position of the first problem in `relative`: `syntax`, `unknownName`
+    ///   (naming the unknown element and suggesting the closest known one), `typeMismatch`, or
+    ///   `notImplemented` for valid OData that Baton does not support.
+    public init(parsing relative: String, model: ServiceModel) throws(ODataError) {
+        guard relative.utf8.count <= 64 * 1024 else {
+            throw ODataError(.limitExceeded, "The URL is longer than 65536 bytes")
+        }
+        var text = Substring(relative)
+        var offset = 0
+        if text.hasPrefix("/") {
+            text = text.dropFirst()
+            offset = 1
+        }
+        if let hash = text.firstIndex(of: "#") { text = text[..<hash] }
+        let rawPath: Substring
+        let rawQuery: Substring?
+        if let question = text.firstIndex(of: "?") {
+            rawPath = text[..<question]
+            rawQuery = text[text.index(after: question)...]
+        } else {
+            rawPath = text
+            rawQuery = nil
+        }
+        let queryOffset = offset + rawPath.count + 1
+        let (path, target) = try Self.parsePath(rawPath, baseOffset: offset, model: model)
+        self.path = path
+        self.target = target
+        guard let rawQuery else {
+            self.query = QueryOptions()
+            return
+        }
+        if let target {
+            self.query = try QueryOptionsParser(model: model, entityType: target.entityType)
+                .parse(rawQuery, baseOffset: queryOffset)
+        } else {
+            self.query = try Self.parseServiceLevelQuery(rawQuery, baseOffset: queryOffset, model: model)
+        }
+    }
+
+    /// Parses the query options of `$metadata`, `$batch` or the service document: only `$format` and
+    /// custom options apply there.
+    static func parseServiceLevelQuery(_ raw: Substring, baseOffset: Int, model: ServiceModel) throws(ODataError)
+        -> QueryOptions
+    {
+        var options = QueryOptions()
+        var offset = baseOffset
+        for part in raw.split(separator: "&", omittingEmptySubsequences: false) {
+            defer { offset += part.count + 1 }
+            guard !part.isEmpty else { continue }
+            let pieces = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let name = try SourceText(raw: pieces[0], baseOffset: offset).string
+            let value = try SourceText(raw: pieces.count > 1 ? pieces[1] : "", baseOffset: offset + pieces[0].count + 1)
+            let bare = (name.hasPrefix("$") ? String(name.dropFirst()) : name).lowercased()
+            if bare == "format" {
+                options.format = value.string
+            } else if name.hasPrefix("$") || QueryOptionsParser.systemOptions.contains(bare) {
+                throw ODataError(
+                    .syntax, "Query option '\(name)' does not apply to this resource", position: offset, target: name)
+            } else {
+                options.customOptions.append(CustomOption(name: name, value: value.string))
+            }
+        }
+        return options
+    }
+
+    static func parsePath(_ raw: Substring, baseOffset: Int, model: ServiceModel) throws(ODataError)
+        -> (ResourcePath, ResourceTarget?)
+    {
+        if raw.isEmpty { return (.serviceDocument, nil) }
+        var segments: [PathSegment] = []
+        var offset = baseOffset
+        var set: EntitySet?
+        var type: EntityType?
+        var isCollection = false
+        var lastWasPrimitive = false
+        var rawSegments = raw.split(separator: "/", omittingEmptySubsequences: false)
+        if rawSegments.count > 1, rawSegments.last?.isEmpty == true { rawSegments.removeLast() }
+        for (position, rawSegment) in rawSegments.enumerated() {
+            defer { offset += rawSegment.count + 1 }
+            let source = try SourceText(raw: rawSegment, baseOffset: offset)
+            var name = source.string
+            var keyText: SourceText?
+            if let open = source.scalars.firstIndex(of: "(") {
+                name = source.text(0..<open)
+                keyText = SourceText(slicing: source, open..<source.scalars.count)
+            }
+            if name.isEmpty && keyText == nil {
+                throw ODataError(.syntax, "Empty path segment; remove the extra '/'", position: offset)
+            }
+            if position == 0 {
+                switch name {
+                case "$metadata" where rawSegments.count == 1 && keyText == nil: return (.metadata, nil)
+                case "$batch" where rawSegments.count == 1 && keyText == nil: return (.batch, nil)
+                case "$metadata", "$batch":
+                    throw ODataError(.syntax, "'\(name)' cannot be followed by more path segments", position: offset)
+                case "$entity", "$all", "$crossjoin", "$root":
+                    throw ODataError(
+                        .notImplemented, "The '\(name)' resource is not implemented", position: offset, target: name)
+                default: break
+                }
+                guard let entitySet = model.entitySet(named: name) else {
+                    throw ODataError(
+                        .unknownName,
+                        "Unknown entity set '\(name)'.\(suggest(name, model.entitySets.map(\.name)))", position: offset,
+                        target: name)
+                }
+                set = entitySet
+                type = model.entityType(of: entitySet)
+                isCollection = true
+                segments.append(.entitySet(name))
+            } else {
+                guard let currentType = type, let currentSet = set else { break }
+                if lastWasPrimitive {
+                    guard name == "$value", keyText == nil, position == rawSegments.count - 1 else {
+                        throw ODataError(
+                            .syntax, "Only '/$value' may follow a primitive property, not '\(name)'", position: offset)
+                    }
+                    segments.append(.value)
+                    continue
+                }
+                if name == "$count" {
+                    guard isCollection, keyText == nil, position == rawSegments.count - 1 else {
+                        throw ODataError(
+                            .syntax, "'$count' must be the last segment and follow a collection", position: offset)
+                    }
+                    segments.append(.count)
+                    continue
+                }
+                if isCollection {
+                    // Key-as-segment (OData 4.01): `Aircraft/D-AIBL`.
+                    guard keyText == nil else {
+                        throw ODataError(
+                            .syntax, "Expected a key after the collection, not '\(source.string)'", position: offset)
+                    }
+                    segments.append(
+                        .key(try parseKeyAsSegment(source, type: currentType, set: currentSet, model: model)))
+                    isCollection = false
+                    continue
+                }
+                if let navigation = currentType.navigationProperty(named: name) {
+                    guard let targetType = model.entityType(named: navigation.targetType),
+                        let targetSet = model.targetSet(of: navigation, from: currentSet)
+                    else {
+                        throw ODataError(
+                            .invalidModel, "Navigation property '\(name)' has no entity set bound", position: offset)
+                    }
+                    segments.append(.navigation(name))
+                    type = targetType
+                    set = targetSet
+                    isCollection = navigation.isCollection
+                } else if let property = currentType.property(named: name), keyText == nil {
+                    segments.append(.property(property.name))
+                    lastWasPrimitive = true
+                    isCollection = false
+                    continue
+                } else if name.hasPrefix("$") {
+                    throw ODataError(
+                        .notImplemented, "Path segment '\(name)' is not implemented", position: offset, target: name)
+                } else {
+                    throw ODataError(
+                        .unknownName,
+                        "Unknown property '\(name)' on '\(currentType.name)'.\(suggest(name, currentType.memberNames))",
+                        position: offset, target: name)
+                }
+            }
+            if let keyText, let currentType = type {
+                guard isCollection else {
+                    throw ODataError(
+                        .syntax, "A key predicate can only follow a collection", position: keyText.rawOffsets[0])
+                }
+                segments.append(.key(try parseKeyPredicate(keyText, type: currentType, model: model)))
+                isCollection = false
+            }
+        }
+        guard let set, let type else { return (.resource(segments), nil) }
+        return (.resource(segments), ResourceTarget(entitySet: set, entityType: type, isCollection: isCollection))
+    }
+
+    /// Parses `(value)` or `(Name=value,…)`.
+    static func parseKeyPredicate(_ text: SourceText, type: EntityType, model: ServiceModel) throws(ODataError)
+        -> [KeyValue]
+    {
+        var parser = ExpressionParser(source: text, model: model, entityType: type)
+        try parser.expect("(", "'('")
+        var values: [KeyValue] = []
+        let keys = type.keyProperties
+        if let word = parser.peekWord(), parser.wordEnd(from: parser.index) < text.scalars.count,
+            text.scalars[parser.wordEnd(from: parser.index)] == "=", !["true", "false", "null"].contains(word)
+        {
+            repeat {
+                let start = parser.index
+                guard let name = parser.peekWord() else {
+                    throw parser.error(.syntax, "Expected a key property name \(parser.foundDescription)")
+                }
+                parser.index = parser.wordEnd(from: parser.index)
+                guard let property = keys.first(where: { $0.name == name }) else {
+                    throw parser.error(
+                        .unknownName,
+                        "'\(name)' is not a key property of '\(type.name)'; its key is (\(type.key.joined(separator: ",")))",
+                        at: start, target: name)
+                }
+                guard !values.contains(where: { $0.name == name }) else {
+                    throw parser.error(.syntax, "Key property '\(name)' is given twice", at: start, target: name)
+                }
+                try parser.expect("=", "'=' after '\(name)'")
+                values.append(KeyValue(name: name, value: try keyLiteral(&parser, for: property)))
+            } while parser.take(",")
+            guard values.count == keys.count else {
+                throw parser.error(
+                    .syntax, "The key of '\(type.name)' has \(keys.count) parts (\(type.key.joined(separator: ","))), "
+                        + "but \(values.count) were given")
+            }
+            values.sort { a, b in
+                (type.key.firstIndex(of: a.name) ?? 0) < (type.key.firstIndex(of: b.name) ?? 0)
+            }
+        } else {
+            guard keys.count == 1, let property = keys.first else {
+                throw parser.error(
+                    .syntax,
+                    "'\(type.name)' has a composite key; name its parts: (\(type.key.map { "\($0)=…" }.joined(separator: ",")))")
+            }
+            values.append(KeyValue(name: property.name, value: try keyLiteral(&parser, for: property)))
+        }
+        try parser.expect(")", "')' to close the key")
+        try parser.expectEnd()
+        return values
+    }
+
+    static func keyLiteral(_ parser: inout ExpressionParser, for property: Property) throws(ODataError) -> PrimitiveValue {
+        let start = parser.index
+        let literal: PrimitiveValue
+        if parser.peek() == "'" {
+            literal = .string(try parser.parseQuotedString())
+        } else if let value = try parser.parseBareLiteral() {
+            literal = value
+        } else {
+            throw parser.error(.syntax, "Expected a key value for '\(property.name)' \(parser.foundDescription)")
+        }
+        guard literal != .null, let converted = literal.converted(to: property.type) else {
+            throw parser.error(
+                .typeMismatch,
+                "Key '\(property.name)' is \(property.type.rawValue), but the value given is "
+                    + "\(literal.literalType?.rawValue ?? "null")", at: start, target: property.name)
+        }
+        return converted
+    }
+
+    static func parseKeyAsSegment(_ text: SourceText, type: EntityType, set: EntitySet, model: ServiceModel)
+        throws(ODataError) -> [KeyValue]
+    {
+        guard type.key.count == 1, let property = type.keyProperties.first else {
+            throw ODataError(
+                .syntax, "'\(set.name)' has a composite key; address an entity with (\(type.key.map { "\($0)=…" }.joined(separator: ",")))",
+                position: text.rawOffsets[0])
+        }
+        let raw = text.string
+        let value: PrimitiveValue
+        if property.type == .string {
+            value = .string(raw)
+        } else {
+            var parser = ExpressionParser(source: text, model: model, entityType: type)
+            value = try keyLiteral(&parser, for: property)
+            try parser.expectEnd()
+        }
+        return [KeyValue(name: property.name, value: value)]
+    }
+}

@@ -1,0 +1,292 @@
+/// Parses a query string (`$filter=…&$top=5`) against an entity type.
+struct QueryOptionsParser {
+    let model: ServiceModel
+    let entityType: EntityType
+
+    static let systemOptions: Set<String> = [
+        "filter", "select", "expand", "orderby", "top", "skip", "count", "search", "skiptoken", "deltatoken",
+        "format", "compute", "apply", "levels", "index", "schemaversion", "id",
+    ]
+    static let unsupportedOptions: Set<String> = ["compute", "apply", "levels", "index", "schemaversion", "id"]
+
+    /// Parses the raw (still percent-encoded) query, which starts at `baseOffset` in the whole input.
+    func parse(_ raw: Substring, baseOffset: Int) throws(ODataError) -> QueryOptions {
+        var options = QueryOptions()
+        var seen: Set<String> = []
+        var offset = baseOffset
+        for part in raw.split(separator: "&", omittingEmptySubsequences: false) {
+            defer { offset += part.count + 1 }
+            if part.isEmpty { continue }
+            let equals = part.firstIndex(of: "=")
+            let rawName = equals.map { part[part.startIndex..<$0] } ?? part[...]
+            let name = try SourceText(raw: rawName, baseOffset: offset).string
+            let valueOffset = offset + rawName.count + 1
+            let rawValue = equals.map { part[part.index(after: $0)...] } ?? ""
+            if name.hasPrefix("@") {
+                throw ODataError(
+                    .notImplemented, "Parameter aliases ('\(name)') are not implemented", position: offset, target: name)
+            }
+            let bare = name.hasPrefix("$") ? String(name.dropFirst()) : name
+            let lowered = bare.lowercased()
+            guard Self.systemOptions.contains(lowered) else {
+                if name.hasPrefix("$") {
+                    throw ODataError(
+                        .unknownName,
+                        "Unknown system query option '\(name)'.\(suggest(name, Self.systemOptions.sorted().map { "$" + $0 }))",
+                        position: offset, target: name)
+                }
+                options.customOptions.append(
+                    CustomOption(name: name, value: try SourceText(raw: rawValue, baseOffset: valueOffset).string))
+                continue
+            }
+            guard equals != nil else {
+                throw ODataError(
+                    .syntax, "System query option '\(name)' needs a value: '\(name)=…'", position: offset + part.count,
+                    target: name)
+            }
+            guard seen.insert(lowered).inserted else {
+                throw ODataError(
+                    .syntax, "System query option '$\(lowered)' is given twice; give it once", position: offset,
+                    target: "$\(lowered)")
+            }
+            if Self.unsupportedOptions.contains(lowered) {
+                throw ODataError(
+                    .notImplemented, "System query option '$\(lowered)' is not implemented", position: offset,
+                    target: "$\(lowered)")
+            }
+            let value = try SourceText(raw: rawValue, baseOffset: valueOffset)
+            try apply(lowered, value, to: &options)
+        }
+        return options
+    }
+
+    /// Parses one option's decoded value into `options`.
+    func apply(_ name: String, _ value: SourceText, to options: inout QueryOptions) throws(ODataError) {
+        switch name {
+        case "filter":
+            var parser = ExpressionParser(source: value, model: model, entityType: entityType)
+            options.filter = try parser.parseFilter()
+        case "select":
+            options.select = try parseSelect(value)
+        case "expand":
+            var parser = ExpressionParser(source: value, model: model, entityType: entityType)
+            options.expand = try parseExpand(&parser, until: nil)
+        case "orderby":
+            var parser = ExpressionParser(source: value, model: model, entityType: entityType)
+            options.orderBy = try parseOrderBy(&parser, until: nil)
+        case "top", "skip":
+            let text = value.string
+            guard let number = Int(text), number >= 0, text.allSatisfy(\.isASCII), !text.hasPrefix("+") else {
+                throw ODataError(
+                    .syntax, "$\(name) must be a non-negative integer, but is '\(text)'",
+                    position: value.rawOffsets.first, target: "$\(name)")
+            }
+            if name == "top" { options.top = number } else { options.skip = number }
+        case "count":
+            switch value.string.lowercased() {
+            case "true": options.count = true
+            case "false": options.count = false
+            default:
+                throw ODataError(
+                    .syntax, "$count must be 'true' or 'false', but is '\(value.string)'",
+                    position: value.rawOffsets.first, target: "$count")
+            }
+        case "search":
+            var parser = SearchParser(source: value)
+            options.search = try parser.parse()
+        case "skiptoken":
+            options.skipToken = try nonEmpty(value, "$skiptoken")
+        case "deltatoken":
+            options.deltaToken = try nonEmpty(value, "$deltatoken")
+        case "format":
+            options.format = try nonEmpty(value, "$format")
+        default:
+            break
+        }
+    }
+
+    func nonEmpty(_ value: SourceText, _ name: String) throws(ODataError) -> String {
+        let text = value.string
+        guard !text.isEmpty else {
+            throw ODataError(.syntax, "\(name) must not be empty", position: value.rawOffsets.first, target: name)
+        }
+        return text
+    }
+
+    func parseSelect(_ value: SourceText) throws(ODataError) -> [String]? {
+        var parser = ExpressionParser(source: value, model: model, entityType: entityType)
+        var names: [String] = []
+        var all = false
+        repeat {
+            let start = parser.index
+            if parser.take("*") {
+                all = true
+            } else {
+                guard let name = parser.peekWord() else {
+                    throw parser.error(.syntax, "Expected a property name in $select \(parser.foundDescription)")
+                }
+                parser.index = parser.wordEnd(from: parser.index)
+                if name.hasSuffix(".*") || name.contains(".") {
+                    throw parser.error(
+                        .notImplemented, "Qualified names in $select ('\(name)') are not implemented", at: start,
+                        target: name)
+                }
+                guard entityType.property(named: name) != nil || entityType.navigationProperty(named: name) != nil else {
+                    throw parser.error(
+                        .unknownName,
+                        "Unknown property '\(name)' in $select on '\(entityType.name)'.\(suggest(name, entityType.memberNames))",
+                        at: start, target: name)
+                }
+                if parser.peek() == "/" || parser.peek() == "(" {
+                    throw parser.error(
+                        .notImplemented, "Paths and nested options in $select are not implemented", target: name)
+                }
+                if !names.contains(name) { names.append(name) }
+            }
+        } while parser.take(",")
+        try parser.expectEnd()
+        return all ? nil : names
+    }
+
+    func parseOrderBy(_ parser: inout ExpressionParser, until terminator: Unicode.Scalar?) throws(ODataError)
+        -> [OrderByItem]
+    {
+        var items: [OrderByItem] = []
+        repeat {
+            let expression = try parser.parseCommonExpression()
+            var descending = false
+            let before = parser.index
+            if parser.skipSpaces() > 0, let word = parser.peekWord()?.lowercased(), word == "asc" || word == "desc" {
+                parser.index += word.count
+                descending = word == "desc"
+            } else {
+                parser.index = before
+            }
+            items.append(OrderByItem(expression, descending: descending))
+        } while parser.take(",")
+        if terminator == nil { try parser.expectEnd() }
+        return items
+    }
+
+    func parseExpand(_ parser: inout ExpressionParser, until terminator: Unicode.Scalar?) throws(ODataError)
+        -> [ExpandItem]
+    {
+        var items: [ExpandItem] = []
+        repeat {
+            let start = parser.index
+            if parser.take("*") {
+                for navigation in entityType.navigationProperties where !items.contains(where: {
+                    $0.navigationProperty == navigation.name
+                }) {
+                    items.append(
+                        ExpandItem(
+                            navigationProperty: navigation.name, targetType: navigation.targetType,
+                            isCollection: navigation.isCollection, options: QueryOptions()))
+                }
+                continue
+            }
+            guard let name = parser.peekWord() else {
+                throw parser.error(.syntax, "Expected a navigation property in $expand \(parser.foundDescription)")
+            }
+            parser.index = parser.wordEnd(from: parser.index)
+            guard let navigation = entityType.navigationProperty(named: name) else {
+                if entityType.property(named: name) != nil {
+                    throw parser.error(
+                        .syntax, "'\(name)' is a structural property; $expand takes navigation properties", at: start,
+                        target: name)
+                }
+                throw parser.error(
+                    .unknownName,
+                    "Unknown navigation property '\(name)' in $expand on '\(entityType.name)'."
+                        + suggest(name, entityType.navigationProperties.map(\.name)), at: start, target: name)
+            }
+            guard let target = model.entityType(named: navigation.targetType) else {
+                throw parser.error(.invalidModel, "Navigation target of '\(name)' is missing", target: name)
+            }
+            if parser.peek() == "/" {
+                throw parser.error(.notImplemented, "$ref, casts and paths in $expand are not implemented", target: name)
+            }
+            var nested = QueryOptions()
+            if parser.take("(") {
+                let nestedParser = QueryOptionsParser(model: model, entityType: target)
+                nested = try nestedParser.parseNested(&parser)
+            }
+            items.append(
+                ExpandItem(
+                    navigationProperty: name, targetType: navigation.targetType, isCollection: navigation.isCollection,
+                    options: nested))
+        } while parser.take(",")
+        if terminator == nil { try parser.expectEnd() }
+        return items
+    }
+
+    /// Parses `opt=value;opt=value)` inside `$expand`, consuming the closing parenthesis.
+    func parseNested(_ outer: inout ExpressionParser) throws(ODataError) -> QueryOptions {
+        var options = QueryOptions()
+        var parser = ExpressionParser(source: outer.source, model: model, entityType: entityType, index: outer.index)
+        parser.depth = outer.depth + 1
+        guard parser.depth < ExpressionParser.maximumDepth else {
+            throw parser.error(.limitExceeded, "$expand nests too deeply")
+        }
+        var seen: Set<String> = []
+        repeat {
+            let start = parser.index
+            guard var name = parser.peekWord() else {
+                throw parser.error(.syntax, "Expected a query option inside $expand(…) \(parser.foundDescription)")
+            }
+            parser.index = parser.wordEnd(from: parser.index)
+            if name.hasPrefix("$") { name.removeFirst() }
+            let lowered = name.lowercased()
+            guard ["filter", "select", "expand", "orderby", "top", "skip", "count", "search", "levels"].contains(lowered)
+            else {
+                throw parser.error(
+                    .unknownName, "Unknown option '\(name)' inside $expand(…)", at: start, target: name)
+            }
+            guard lowered != "levels" else {
+                throw parser.error(.notImplemented, "$levels is not implemented", at: start, target: "$levels")
+            }
+            guard seen.insert(lowered).inserted else {
+                throw parser.error(.syntax, "Option '$\(lowered)' is given twice inside $expand(…)", at: start)
+            }
+            try parser.expect("=", "'=' after '\(name)'")
+            switch lowered {
+            case "filter":
+                let expression = try parser.parseCommonExpression()
+                guard expression.type == .boolean || expression.type == nil else {
+                    throw parser.error(.typeMismatch, "$filter inside $expand must be boolean", at: start)
+                }
+                options.filter = expression
+            case "orderby":
+                options.orderBy = try parseOrderBy(&parser, until: ")")
+            case "expand":
+                options.expand = try parseExpand(&parser, until: ")")
+            default:
+                let valueStart = parser.index
+                var depth = 0
+                while let scalar = parser.peek() {
+                    if scalar == "(" { depth += 1 }
+                    if scalar == ")" {
+                        if depth == 0 { break }
+                        depth -= 1
+                    }
+                    if scalar == ";" && depth == 0 { break }
+                    parser.index += 1
+                }
+                let slice = SourceText(
+                    slicing: parser.source, valueStart..<parser.index)
+                try apply(lowered, slice, to: &options)
+            }
+        } while parser.take(";")
+        try parser.expect(")", "')' to close the nested options of $expand")
+        outer.index = parser.index
+        return options
+    }
+}
+
+extension SourceText {
+    /// A sub-range of already decoded text, keeping its raw offsets.
+    init(slicing other: SourceText, _ range: Range<Int>) {
+        self.scalars = Array(other.scalars[range])
+        self.rawOffsets = Array(other.rawOffsets[range.lowerBound...range.upperBound])
+    }
+}

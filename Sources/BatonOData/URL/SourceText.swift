@@ -1,0 +1,79 @@
+/// Percent-decoded URL text that remembers, for every decoded character, where it stood in the raw input,
+/// so errors point at the character the user wrote.
+struct SourceText: Sendable {
+    /// The decoded characters (Unicode scalars).
+    var scalars: [Unicode.Scalar]
+    /// `rawOffsets[i]` is the raw offset of scalar `i`; the last entry is the raw end offset.
+    var rawOffsets: [Int]
+
+    /// Decodes `raw`, whose first character stands at `baseOffset` in the whole input.
+    ///
+    /// - Throws: ``ODataError`` (`syntax`) for a malformed `%` escape or bytes that are not UTF-8.
+    init(raw: some StringProtocol, baseOffset: Int = 0) throws(ODataError) {
+        var bytes: [UInt8] = []
+        var byteOffsets: [Int] = []
+        let rawBytes = Array(raw.utf8)
+        // Raw offsets count Unicode scalars of the raw text; map each raw byte to its scalar offset.
+        var scalarIndexOfByte: [Int] = []
+        scalarIndexOfByte.reserveCapacity(rawBytes.count + 1)
+        var scalarCount = 0
+        for byte in rawBytes {
+            if byte & 0xC0 != 0x80 && !scalarIndexOfByte.isEmpty { scalarCount += 1 }
+            scalarIndexOfByte.append(scalarCount)
+        }
+        let rawScalarTotal = rawBytes.isEmpty ? 0 : scalarCount + 1
+        var index = 0
+        while index < rawBytes.count {
+            let byte = rawBytes[index]
+            if byte == UInt8(ascii: "%") {
+                guard index + 2 < rawBytes.count, let high = hexDigitValue(rawBytes[index + 1]),
+                    let low = hexDigitValue(rawBytes[index + 2])
+                else {
+                    throw ODataError(
+                        .syntax, "Malformed percent-encoding: '%' must be followed by two hex digits",
+                        position: baseOffset + scalarIndexOfByte[index])
+                }
+                bytes.append(high * 16 + low)
+                byteOffsets.append(baseOffset + scalarIndexOfByte[index])
+                index += 3
+            } else {
+                bytes.append(byte)
+                byteOffsets.append(baseOffset + scalarIndexOfByte[index])
+                index += 1
+            }
+        }
+        var scalars: [Unicode.Scalar] = []
+        var offsets: [Int] = []
+        var decoder = UTF8()
+        var iterator = bytes.makeIterator()
+        var byteIndex = 0
+        loop: while true {
+            let start = byteIndex
+            switch decoder.decode(&iterator) {
+            case .scalarValue(let scalar):
+                scalars.append(scalar)
+                offsets.append(byteOffsets[start])
+                byteIndex += UTF8.width(scalar)
+            case .emptyInput:
+                break loop
+            case .error:
+                throw ODataError(
+                    .syntax, "The URL contains bytes that are not valid UTF-8 after percent-decoding",
+                    position: start < byteOffsets.count ? byteOffsets[start] : baseOffset)
+            }
+        }
+        offsets.append(baseOffset + rawScalarTotal)
+        self.scalars = scalars
+        self.rawOffsets = offsets
+    }
+
+    /// The decoded text between two scalar indexes.
+    func text(_ range: Range<Int>) -> String {
+        var result = String.UnicodeScalarView()
+        result.append(contentsOf: scalars[range])
+        return String(result)
+    }
+
+    /// The whole decoded text.
+    var string: String { text(0..<scalars.count) }
+}

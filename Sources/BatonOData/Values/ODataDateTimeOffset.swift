@@ -1,0 +1,98 @@
+import Foundation
+
+/// An `Edm.DateTimeOffset`: a date and time with a UTC offset. Two values are equal when they denote the same
+/// instant, whatever their offsets.
+public struct ODataDateTimeOffset: Sendable, Hashable, Comparable, CustomStringConvertible {
+    /// The local date.
+    public let date: ODataDate
+    /// The local time.
+    public let time: ODataTimeOfDay
+    /// The offset from UTC in minutes (`+01:00` is 60).
+    public let offsetMinutes: Int
+
+    /// Creates a value, or `nil` when the offset is 24 hours or more.
+    public init?(date: ODataDate, time: ODataTimeOfDay, offsetMinutes: Int = 0) {
+        guard abs(offsetMinutes) < 24 * 60 else { return nil }
+        self.date = date
+        self.time = time
+        self.offsetMinutes = offsetMinutes
+    }
+
+    /// Parses `YYYY-MM-DDTHH:MM[:SS[.f…]](Z|±HH:MM)`; `t` and `z` are accepted in lower case.
+    public init?(parsing text: some StringProtocol) {
+        var scanner = TemporalScanner(text)
+        guard let value = scanner.dateTimeOffset(), scanner.isAtEnd else { return nil }
+        self = value
+    }
+
+    /// Creates the UTC value for a `Date`, to millisecond precision.
+    public init(_ instant: Date) {
+        let millis = Int64((instant.timeIntervalSince1970 * 1000).rounded(.down))
+        self.init(utcSeconds: Int(millis.quotientFloor(1000)), picoseconds: millis.moduloFloor(1000) * 1_000_000_000)
+    }
+
+    /// The UTC value `seconds` seconds (plus `picoseconds`) after 1970-01-01T00:00:00Z.
+    init(utcSeconds seconds: Int, picoseconds: Int64) {
+        let days = Int(Int64(seconds).quotientFloor(86_400))
+        let secondOfDay = Int(Int64(seconds).moduloFloor(86_400))
+        self.date = ODataDate(daysSinceEpoch: days)
+        self.time = ODataTimeOfDay(
+            validHour: secondOfDay / 3600, minute: secondOfDay / 60 % 60, second: secondOfDay % 60,
+            picoseconds: picoseconds)
+        self.offsetMinutes = 0
+    }
+
+    /// Seconds since 1970-01-01T00:00:00Z, ignoring the fraction.
+    public var utcSecondsSinceEpoch: Int {
+        date.daysSinceEpoch * 86_400 + time.secondsSinceMidnight - offsetMinutes * 60
+    }
+
+    /// The same instant with offset zero.
+    public var utc: ODataDateTimeOffset {
+        offsetMinutes == 0 ? self : ODataDateTimeOffset(utcSeconds: utcSecondsSinceEpoch, picoseconds: time.picoseconds)
+    }
+
+    /// Fixed-width UTC text (`2026-11-21T08:00:00.000000000000Z`) whose lexicographic order is chronological
+    /// for years 0000–9999. This is how SQL storage keeps the value.
+    public var sortableUTCText: String {
+        let value = utc
+        return "\(value.date)T\(twoDigits(value.time.hour)):\(twoDigits(value.time.minute)):"
+            + "\(twoDigits(value.time.second)).\(value.time.fixedFractionText)Z"
+    }
+
+    public static func == (lhs: ODataDateTimeOffset, rhs: ODataDateTimeOffset) -> Bool {
+        lhs.utcSecondsSinceEpoch == rhs.utcSecondsSinceEpoch && lhs.time.picoseconds == rhs.time.picoseconds
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(utcSecondsSinceEpoch)
+        hasher.combine(time.picoseconds)
+    }
+
+    public static func < (lhs: ODataDateTimeOffset, rhs: ODataDateTimeOffset) -> Bool {
+        (lhs.utcSecondsSinceEpoch, lhs.time.picoseconds) < (rhs.utcSecondsSinceEpoch, rhs.time.picoseconds)
+    }
+
+    public var description: String {
+        var text = "\(date)T\(time)"
+        if offsetMinutes == 0 {
+            text += "Z"
+        } else {
+            let minutes = abs(offsetMinutes)
+            text += (offsetMinutes < 0 ? "-" : "+") + twoDigits(minutes / 60) + ":" + twoDigits(minutes % 60)
+        }
+        return text
+    }
+}
+
+extension Int64 {
+    func quotientFloor(_ divisor: Int64) -> Int64 {
+        let q = self / divisor
+        return (self % divisor != 0 && (self < 0) != (divisor < 0)) ? q - 1 : q
+    }
+
+    func moduloFloor(_ divisor: Int64) -> Int64 {
+        let r = self % divisor
+        return r < 0 ? r + divisor : r
+    }
+}

@@ -1,0 +1,62 @@
+import Foundation
+
+extension PrimitiveValue {
+    /// The value written as an OData URL literal (`'O''Neil'`, `2026-11-21`, `12.5`, `null`), not
+    /// percent-encoded.
+    public var urlLiteral: String {
+        switch self {
+        case .null: "null"
+        case .boolean(let value): value ? "true" : "false"
+        case .integer(let value): String(value)
+        case .decimal(let value): Self.decimalText(value)
+        case .double(let value): Self.doubleText(value)
+        case .string(let value): "'" + value.replacingOccurrences(of: "'", with: "''") + "'"
+        case .guid(let value): value.uuidString.lowercased()
+        case .date(let value): value.description
+        case .dateTimeOffset(let value): value.description
+        case .timeOfDay(let value): value.description
+        case .duration(let value): "duration'\(value)'"
+        case .binary(let bytes): "binary'\(Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_"))'"
+        }
+    }
+
+    static func decimalText(_ value: Decimal) -> String {
+        var text = value.description
+        if text.contains("e") || text.contains("E") { text = NSDecimalNumber(decimal: value).stringValue }
+        return text
+    }
+
+    static func doubleText(_ value: Double) -> String {
+        if value.isNaN { return "NaN" }
+        if value.isInfinite { return value < 0 ? "-INF" : "INF" }
+        if value == value.rounded(), abs(value) < 1e15 { return String(Int64(value)) + ".0" }
+        return "\(value)"
+    }
+
+    /// Converts this value to one a property of `type` can hold, if the conversion is exact: an integer
+    /// literal to `Edm.Decimal` or `Edm.Double`, a decimal literal to `Edm.Double`, a string to an enum-like
+    /// text, and integers within the range of the target integer type.
+    ///
+    /// - Returns: `nil` when the value does not fit `type`.
+    public func converted(to type: EdmPrimitiveType) -> PrimitiveValue? {
+        switch (self, type) {
+        case (.null, _): return .null
+        case (.integer(let value), _) where type.isIntegral:
+            return type.integerRange?.contains(value) == true ? self : nil
+        case (.integer(let value), .decimal): return .decimal(Decimal(value))
+        case (.integer(let value), .double), (.integer(let value), .single): return .double(Double(value))
+        case (.decimal, .decimal): return self
+        case (.decimal(let value), .double), (.decimal(let value), .single):
+            return .double(NSDecimalNumber(decimal: value).doubleValue)
+        case (.double(let value), .decimal):
+            guard value.isFinite, let decimal = Decimal(string: "\(value)") else { return nil }
+            return .decimal(decimal)
+        case (.double, .double), (.double, .single): return self
+        case (.boolean, .boolean), (.string, .string), (.guid, .guid), (.date, .date),
+            (.dateTimeOffset, .dateTimeOffset), (.timeOfDay, .timeOfDay), (.duration, .duration),
+            (.binary, .binary):
+            return self
+        default: return nil
+        }
+    }
+}

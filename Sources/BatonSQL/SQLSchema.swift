@@ -1,0 +1,29 @@
+import BatonOData
+
+/// DDL for storing a model's entity sets: one table per entity set, one column per primitive property.
+public struct SQLSchema: Sendable {
+    /// The model to store.
+    public var model: ServiceModel
+    /// The dialect to write.
+    public var dialect: SQLDialect
+
+    /// Creates a schema writer.
+    public init(model: ServiceModel, dialect: SQLDialect) {
+        self.model = model
+        self.dialect = dialect
+    }
+
+    /// `CREATE TABLE IF NOT EXISTS` statements, one per entity set, with primary keys and `NOT NULL`
+    /// where the model says so.
+    public func createStatements() -> [String] {
+        model.entitySets.compactMap { set in
+            guard let type = model.entityType(of: set) else { return nil }
+            var columns = type.properties.map { property in
+                "\(dialect.quote(property.name)) \(dialect.columnType(for: property.type))"
+                    + (property.isNullable ? "" : " NOT NULL")
+            }
+            columns.append("PRIMARY KEY (\(type.key.map(dialect.quote).joined(separator: ", ")))")
+            return "CREATE TABLE IF NOT EXISTS \(dialect.quote(set.name)) (\(columns.joined(separator: ", ")))"
+        }
+    }
+}
