@@ -297,21 +297,37 @@ struct ExpressionParser {
         } else {
             throw error(.syntax, "Expected '(' or '[' to start the list after 'in' \(foundDescription)")
         }
+        let listStart = index - 1
         skipSpaces()
         var elements: [ODataExpression] = []
+        var firstNonLiteral: (Range<Int>)?
         if take(close) { return elements }
         while true {
             skipSpaces()
             if close == "]", peek() == "\"" {
                 elements.append(.literal(.string(try parseJSONString())))
             } else {
-                elements.append(try parseCommonExpressionInList())
+                let elementStart = index
+                let element = try parseCommonExpressionInList()
+                if case .literal = element {} else if firstNonLiteral == nil { firstNonLiteral = elementStart..<index }
+                elements.append(element)
             }
             skipSpaces()
             if take(",") { continue }
             try expect(close, "',' or '\(close)' in the list")
-            return elements
+            break
         }
+        if let range = firstNonLiteral {
+            if elements.count == 1 {
+                throw error(
+                    .notImplemented, "'in' with an expression operand instead of a list of literals is not implemented",
+                    at: listStart)
+            }
+            throw error(
+                .syntax, "'\(source.text(range))' is not a literal; the list after 'in' holds literals only",
+                at: range.upperBound)
+        }
+        return elements
     }
 
     mutating func parseCommonExpressionInList() throws(ODataError) -> ODataExpression {
@@ -419,18 +435,24 @@ struct ExpressionParser {
             }
             text.append(scalar)
         }
-        throw error(.syntax, "Unterminated string literal; close it with a single quote (write '' for a quote)", at: start)
+        _ = start
+        throw error(.syntax, "Unterminated string literal; close it with a single quote (write '' for a quote)")
     }
 
     /// GUIDs, dates, times, date-times and numbers, which start without a keyword.
     mutating func parseBareLiteral() throws(ODataError) -> PrimitiveValue? {
         let start = index
-        if let guid = scanGUID() { return .guid(guid) }
+        if let guid = try scanGUID() { return .guid(guid) }
         let rest = source.text(index..<min(source.scalars.count, index + 64))
         var scanner = TemporalScanner(rest)
         if let value = scanner.dateTimeOffset(), !continuesWord(at: index + scanner.index) {
             index += scanner.index
             return .dateTimeOffset(value)
+        }
+        var dateOnly = TemporalScanner(rest)
+        if dateOnly.date() != nil, let next = dateOnly.peek(), next == "T" || next == "t" {
+            throw error(
+                .syntax, "Malformed date-time; write it like 2026-11-21T08:30:00Z", at: index + max(scanner.furthest, 11))
         }
         scanner = TemporalScanner(rest)
         if let value = scanner.date(), !continuesWord(at: index + scanner.index), peek(scanner.index) != "T" {
@@ -453,15 +475,32 @@ struct ExpressionParser {
         return Self.isWordPart(scalar) || scalar == "." || scalar == ":" || scalar == "-"
     }
 
-    mutating func scanGUID() -> UUID? {
-        guard index + 36 <= source.scalars.count else { return nil }
-        let text = source.text(index..<index + 36)
-        guard !continuesWord(at: index + 36) else { return nil }
-        let groups = text.split(separator: "-", omittingEmptySubsequences: false)
-        guard groups.map(\.count) == [8, 4, 4, 4, 12], groups.allSatisfy({ $0.allSatisfy(\.isHexDigit) }),
-            let uuid = UUID(uuidString: text)
+    /// A GUID (8-4-4-4-12 hex digits). Text that starts like one (8 hex digits and '-') but breaks off is
+    /// an error at the character where it breaks.
+    mutating func scanGUID() throws(ODataError) -> UUID? {
+        func isHex(_ position: Int) -> Bool {
+            position < source.scalars.count && source.scalars[position].properties.isASCIIHexDigit
+        }
+        guard (0..<8).allSatisfy({ isHex(index + $0) }), index + 8 < source.scalars.count,
+            source.scalars[index + 8] == "-", (index + 9 >= source.scalars.count || isHex(index + 9))
         else { return nil }
-        index += 36
+        var cursor = index
+        for (group, length) in [8, 4, 4, 4, 12].enumerated() {
+            if group > 0 {
+                guard cursor < source.scalars.count, source.scalars[cursor] == "-" else {
+                    throw error(.syntax, "Malformed GUID: expected '-'", at: cursor)
+                }
+                cursor += 1
+            }
+            for _ in 0..<length {
+                guard isHex(cursor) else { throw error(.syntax, "Malformed GUID: expected a hex digit", at: cursor) }
+                cursor += 1
+            }
+        }
+        guard !continuesWord(at: cursor), let uuid = UUID(uuidString: source.text(index..<cursor)) else {
+            throw error(.syntax, "Malformed GUID", at: cursor)
+        }
+        index = cursor
         return uuid
     }
 
@@ -507,9 +546,12 @@ struct ExpressionParser {
                 isDouble = true
             }
         }
+        if cursor < source.scalars.count, source.scalars[cursor] == ".", !isDecimal {
+            throw error(.syntax, "Expected digits after the decimal point in '\(source.text(start..<cursor + 1))'", at: cursor + 1)
+        }
         if cursor < source.scalars.count, Self.isWordPart(source.scalars[cursor]) {
             let end = max(cursor + 1, wordEnd(from: cursor))
-            throw error(.syntax, "Malformed number '\(source.text(start..<end))'", at: start)
+            throw error(.syntax, "Malformed number '\(source.text(start..<end))'", at: cursor)
         }
         let text = source.text(index..<cursor).replacingOccurrences(of: "+", with: "")
         index = cursor

@@ -88,6 +88,7 @@ public struct ODataURL: Sendable, Hashable {
         var type: EntityType?
         var isCollection = false
         var lastWasPrimitive = false
+        var terminal: String?
         var rawSegments = raw.split(separator: "/", omittingEmptySubsequences: false)
         if rawSegments.count > 1, rawSegments.last?.isEmpty == true { rawSegments.removeLast() }
         for (position, rawSegment) in rawSegments.enumerated() {
@@ -102,6 +103,9 @@ public struct ODataURL: Sendable, Hashable {
             if name.isEmpty && keyText == nil {
                 throw ODataError(.syntax, "Empty path segment; remove the extra '/'", position: offset)
             }
+            if let terminal {
+                throw ODataError(.syntax, "Nothing may follow '\(terminal)' in a resource path", position: offset)
+            }
             if position == 0 {
                 switch name {
                 case "$metadata" where rawSegments.count == 1 && keyText == nil: return (.metadata, nil)
@@ -114,6 +118,11 @@ public struct ODataURL: Sendable, Hashable {
                 default: break
                 }
                 guard let entitySet = model.entitySet(named: name) else {
+                    if keyText != nil, model.entitySet(named: name) == nil {
+                        throw ODataError(
+                            .notImplemented, "Function and action imports ('\(name)') are not implemented",
+                            position: offset, target: name)
+                    }
                     throw ODataError(
                         .unknownName,
                         "Unknown entity set '\(name)'.\(suggest(name, model.entitySets.map(\.name)))", position: offset,
@@ -125,21 +134,35 @@ public struct ODataURL: Sendable, Hashable {
                 segments.append(.entitySet(name))
             } else {
                 guard let currentType = type, let currentSet = set else { break }
+                if ["$ref", "$query", "$each", "$filter", "$entity"].contains(name) || name.contains(".")
+                    || (isCollection && keyText != nil && !name.isEmpty)
+                {
+                    throw ODataError(
+                        .notImplemented,
+                        "Path segment '\(source.string)' (references, casts, bound operations, \(name.hasPrefix("$") ? name : "functions")) "
+                            + "is not implemented", position: offset, target: name)
+                }
                 if lastWasPrimitive {
-                    guard name == "$value", keyText == nil, position == rawSegments.count - 1 else {
+                    guard name == "$value", keyText == nil else {
                         throw ODataError(
                             .syntax, "Only '/$value' may follow a primitive property, not '\(name)'", position: offset)
                     }
                     segments.append(.value)
+                    terminal = "$value"
                     continue
                 }
                 if name == "$count" {
-                    guard isCollection, keyText == nil, position == rawSegments.count - 1 else {
-                        throw ODataError(
-                            .syntax, "'$count' must be the last segment and follow a collection", position: offset)
+                    guard isCollection, keyText == nil else {
+                        throw ODataError(.syntax, "'$count' must follow a collection", position: offset)
                     }
                     segments.append(.count)
+                    terminal = "$count"
                     continue
+                }
+                if name == "$value" {
+                    throw ODataError(
+                        .notImplemented, "Media entities ('$value' of an entity) are not implemented", position: offset,
+                        target: name)
                 }
                 if isCollection {
                     // Key-as-segment (OData 4.01): `Aircraft/D-AIBL`.
@@ -244,6 +267,16 @@ public struct ODataURL: Sendable, Hashable {
     static func keyLiteral(_ parser: inout ExpressionParser, for property: Property) throws(ODataError) -> PrimitiveValue {
         let start = parser.index
         let literal: PrimitiveValue
+        if parser.peek() == "@" {
+            throw parser.error(.notImplemented, "Parameter aliases in keys are not implemented", target: property.name)
+        }
+        if let word = parser.peekWord(), !["true", "false", "null", "INF", "NaN"].contains(word),
+            { var probe = parser; return (try? probe.scanGUID()) == nil }()
+        {
+            throw parser.error(
+                .unknownName, "'\(word)' is not a value for key '\(property.name)'; quote strings: '\(word)'",
+                target: word)
+        }
         if parser.peek() == "'" {
             literal = .string(try parser.parseQuotedString())
         } else if let value = try parser.parseBareLiteral() {
@@ -265,7 +298,7 @@ public struct ODataURL: Sendable, Hashable {
     {
         guard type.key.count == 1, let property = type.keyProperties.first else {
             throw ODataError(
-                .syntax, "'\(set.name)' has a composite key; address an entity with (\(type.key.map { "\($0)=…" }.joined(separator: ",")))",
+                .notImplemented, "'\(set.name)' has a composite key; address an entity with (\(type.key.map { "\($0)=…" }.joined(separator: ",")))",
                 position: text.rawOffsets[0])
         }
         let raw = text.string
@@ -273,9 +306,15 @@ public struct ODataURL: Sendable, Hashable {
         if property.type == .string {
             value = .string(raw)
         } else {
-            var parser = ExpressionParser(source: text, model: model, entityType: type)
-            value = try keyLiteral(&parser, for: property)
-            try parser.expectEnd()
+            do throws(ODataError) {
+                var parser = ExpressionParser(source: text, model: model, entityType: type)
+                value = try keyLiteral(&parser, for: property)
+                try parser.expectEnd()
+            } catch {
+                throw ODataError(
+                    .typeMismatch, "Key '\(property.name)' is \(property.type.rawValue), but '\(raw)' is not",
+                    position: text.rawOffsets[0], target: property.name)
+            }
         }
         return [KeyValue(name: property.name, value: value)]
     }

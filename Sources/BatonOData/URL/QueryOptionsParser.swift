@@ -22,6 +22,10 @@ struct QueryOptionsParser {
             let name = try SourceText(raw: rawName, baseOffset: offset).string
             let valueOffset = offset + rawName.count + 1
             let rawValue = equals.map { part[part.index(after: $0)...] } ?? ""
+            if let hash = part.firstIndex(of: "#") {
+                throw ODataError(
+                    .syntax, "'#' must be percent-encoded (%23) in a query option", position: offset + part.distance(from: part.startIndex, to: hash))
+            }
             if name.hasPrefix("@") {
                 throw ODataError(
                     .notImplemented, "Parameter aliases ('\(name)') are not implemented", position: offset, target: name)
@@ -119,6 +123,9 @@ struct QueryOptionsParser {
         var all = false
         repeat {
             let start = parser.index
+            if parser.peek() == "@" {
+                throw parser.error(.notImplemented, "Annotations in $select are not implemented", target: "$select")
+            }
             if parser.take("*") {
                 all = true
             } else {
@@ -174,7 +181,14 @@ struct QueryOptionsParser {
         var items: [ExpandItem] = []
         repeat {
             let start = parser.index
+            if parser.peek() == "@" || parser.peek() == "$" {
+                throw parser.error(
+                    .notImplemented, "Annotations, $value and $ref in $expand are not implemented", target: "$expand")
+            }
             if parser.take("*") {
+                if parser.peek() == "/" || parser.peek() == "(" {
+                    throw parser.error(.notImplemented, "'*/$ref' and '*(…)' in $expand are not implemented", target: "$expand")
+                }
                 for navigation in entityType.navigationProperties where !items.contains(where: {
                     $0.navigationProperty == navigation.name
                 }) {
@@ -190,6 +204,10 @@ struct QueryOptionsParser {
             }
             parser.index = parser.wordEnd(from: parser.index)
             guard let navigation = entityType.navigationProperty(named: name) else {
+                if name.contains(".") {
+                    throw parser.error(
+                        .notImplemented, "Type casts in $expand ('\(name)') are not implemented", at: start, target: name)
+                }
                 if entityType.property(named: name) != nil {
                     throw parser.error(
                         .syntax, "'\(name)' is a structural property; $expand takes navigation properties", at: start,
@@ -231,19 +249,23 @@ struct QueryOptionsParser {
         var seen: Set<String> = []
         repeat {
             let start = parser.index
+            if parser.peek() == "@" {
+                throw parser.error(.notImplemented, "Parameter aliases inside $expand(…) are not implemented")
+            }
             guard var name = parser.peekWord() else {
                 throw parser.error(.syntax, "Expected a query option inside $expand(…) \(parser.foundDescription)")
             }
             parser.index = parser.wordEnd(from: parser.index)
             if name.hasPrefix("$") { name.removeFirst() }
             let lowered = name.lowercased()
-            guard ["filter", "select", "expand", "orderby", "top", "skip", "count", "search", "levels"].contains(lowered)
+            if Self.unsupportedOptions.contains(lowered) {
+                throw parser.error(
+                    .notImplemented, "$\(lowered) is not implemented", at: start, target: "$\(lowered)")
+            }
+            guard ["filter", "select", "expand", "orderby", "top", "skip", "count", "search"].contains(lowered)
             else {
                 throw parser.error(
                     .unknownName, "Unknown option '\(name)' inside $expand(…)", at: start, target: name)
-            }
-            guard lowered != "levels" else {
-                throw parser.error(.notImplemented, "$levels is not implemented", at: start, target: "$levels")
             }
             guard seen.insert(lowered).inserted else {
                 throw parser.error(.syntax, "Option '$\(lowered)' is given twice inside $expand(…)", at: start)
@@ -263,13 +285,20 @@ struct QueryOptionsParser {
             default:
                 let valueStart = parser.index
                 var depth = 0
+                var quoted = false
                 while let scalar = parser.peek() {
-                    if scalar == "(" { depth += 1 }
-                    if scalar == ")" {
-                        if depth == 0 { break }
-                        depth -= 1
+                    // A percent-encoded character is data, never a separator.
+                    let literal =
+                        parser.source.rawOffsets[parser.index + 1] - parser.source.rawOffsets[parser.index] == 1
+                    if scalar == "'" { quoted.toggle() }
+                    if !quoted && literal {
+                        if scalar == "(" { depth += 1 }
+                        if scalar == ")" {
+                            if depth == 0 { break }
+                            depth -= 1
+                        }
+                        if scalar == ";" && depth == 0 { break }
                     }
-                    if scalar == ";" && depth == 0 { break }
                     parser.index += 1
                 }
                 let slice = SourceText(

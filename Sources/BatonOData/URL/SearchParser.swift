@@ -11,6 +11,13 @@ struct SearchParser {
     }
 
     mutating func parse() throws(ODataError) -> SearchExpression {
+        let text = source.string
+        if text.count >= 2, text.hasPrefix("'"), text.hasSuffix("'") {
+            // 4.01: a single-quoted search value is one phrase, with '' for a quote.
+            let phrase = String(text.dropFirst().dropLast()).replacingOccurrences(of: "''", with: "'")
+            guard !phrase.isEmpty else { throw error("Empty $search phrase") }
+            return .term(phrase)
+        }
         skipSpaces()
         let expression = try parseOr(depth: 0)
         skipSpaces()
@@ -22,13 +29,17 @@ struct SearchParser {
         while index < source.scalars.count, source.scalars[index] == " " { index += 1 }
     }
 
+    /// Consumes the operator `word` when it stands as an operator: followed by a space and then by
+    /// something that can start an operand. Otherwise (`$search=AND`, `$search=NOT`) it is a search word.
     mutating func keyword(_ word: String) -> Bool {
         let end = index + word.count
-        guard end <= source.scalars.count, source.text(index..<end) == word,
-            end == source.scalars.count || source.scalars[end] == " " || source.scalars[end] == "("
-        else { return false }
-        index = end
-        skipSpaces()
+        guard end < source.scalars.count, source.text(index..<end) == word, source.scalars[end] == " " else {
+            return false
+        }
+        var next = end
+        while next < source.scalars.count, source.scalars[next] == " " { next += 1 }
+        guard next < source.scalars.count, source.scalars[next] != ")" else { return false }
+        index = next
         return true
     }
 
@@ -77,21 +88,21 @@ struct SearchParser {
                 index += 1
             }
             guard index < source.scalars.count else {
-                index = start
-                throw error("Unterminated phrase in $search")
+                _ = start
+                throw error("Unterminated phrase in $search; close it with '\"'")
             }
             index += 1
             guard !text.isEmpty else { throw error("Empty phrase in $search") }
             return .term(String(text))
         }
         let start = index
-        while index < source.scalars.count, !" ()\"".unicodeScalars.contains(source.scalars[index]) { index += 1 }
-        guard index > start else { throw error("$search expected a word or phrase") }
-        let word = source.text(start..<index)
-        if word == "AND" || word == "OR" {
-            index = start
-            throw error("$search expected a word before '\(word)'")
+        while index < source.scalars.count, !" ()\"".unicodeScalars.contains(source.scalars[index]) {
+            if source.scalars[index] == ";", source.rawOffsets[index + 1] - source.rawOffsets[index] == 1 {
+                throw error("';' must be percent-encoded (%3B) in a $search word")
+            }
+            index += 1
         }
-        return .term(word)
+        guard index > start else { throw error("$search expected a word or phrase") }
+        return .term(source.text(start..<index))
     }
 }

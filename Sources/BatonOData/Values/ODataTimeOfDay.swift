@@ -6,14 +6,14 @@ public struct ODataTimeOfDay: Sendable, Hashable, Comparable, CustomStringConver
     public let hour: Int
     /// The minute, 0 through 59.
     public let minute: Int
-    /// The second, 0 through 59.
+    /// The second, 0 through 59, or 60 for a leap second.
     public let second: Int
     /// The fractional second, in picoseconds (0 ..< 10¹²).
     public let picoseconds: Int64
 
     /// Creates a time, or `nil` when a component is out of range.
     public init?(hour: Int, minute: Int, second: Int = 0, picoseconds: Int64 = 0) {
-        guard (0...23).contains(hour), (0...59).contains(minute), (0...59).contains(second),
+        guard (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second),
             (0..<1_000_000_000_000).contains(picoseconds)
         else { return nil }
         self.hour = hour

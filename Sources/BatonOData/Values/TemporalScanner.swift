@@ -3,7 +3,11 @@ import Foundation
 /// Scans the ISO 8601 / XML Schema forms of OData's temporal literals.
 struct TemporalScanner {
     let characters: [Character]
-    var index = 0
+    var index = 0 {
+        didSet { furthest = max(furthest, index) }
+    }
+    /// The furthest position any attempt reached: where a malformed value stops making sense.
+    var furthest = 0
 
     init(_ text: some StringProtocol) { characters = Array(text) }
 
@@ -23,7 +27,10 @@ struct TemporalScanner {
     mutating func digits(_ count: Int) -> Int? {
         var value = 0
         for offset in 0..<count {
-            guard let character = peek(offset), let digit = character.asciiDigit else { return nil }
+            guard let character = peek(offset), let digit = character.asciiDigit else {
+                furthest = max(furthest, index + offset)
+                return nil
+            }
             value = value * 10 + digit
         }
         index += count
