@@ -35,6 +35,12 @@ public struct CustomOption: Sendable, Hashable {
     public var name: String
     /// The option's (decoded) value.
     public var value: String
+
+    /// Creates a custom option.
+    public init(name: String, value: String) {
+        self.name = name
+        self.value = value
+    }
 }
 
 /// One `$orderby` item.

@@ -1,0 +1,142 @@
+import BatonOData
+import Testing
+
+@Suite struct BatchTests {
+    static let jsonBatch = """
+        {"requests":[
+          {"id":"1","atomicityGroup":"g1","method":"post","url":"PreflightChecks",
+           "headers":{"content-type":"application/json","Repeatability-Request-ID":"r-1"},"body":{"FuelKg":5200.50}},
+          {"id":"2","atomicityGroup":"g1","dependsOn":["1"],"method":"PATCH","url":"$1","headers":{"If-Match":"*"},
+           "body":{"Remarks":"ok"}},
+          {"id":"3","dependsOn":["g1"],"method":"GET","url":"PreflightChecks?$top=1"}
+        ]}
+        """
+
+    @Test func jsonBatchRequestsDecodeAndRoundTrip() throws {
+        let requests = try JSONBatch.decodeRequests(Array(Self.jsonBatch.utf8))
+        #expect(requests.map(\.id) == ["1", "2", "3"])
+        #expect(requests[0].method == "POST")
+        #expect(requests[0].atomicityGroup == "g1")
+        #expect(requests[0].header("repeatability-request-id") == "r-1")
+        #expect(requests[0].body?["FuelKg"] == .number("5200.50"))
+        #expect(requests[2].dependsOn == ["g1"])
+        let again = try JSONBatch.decodeRequests(JSONBatch.encodeRequests(requests).serializedBytes)
+        #expect(again == requests)
+    }
+
+    @Test func referencesResolveToEarlierLocations() throws {
+        let requests = try JSONBatch.decodeRequests(Array(Self.jsonBatch.utf8))
+        #expect(try requests[1].resolvedURL(locations: ["1": "PreflightChecks(42)"]) == "PreflightChecks(42)")
+        var navigation = requests[1]
+        navigation.url = "$1/Aircraft"
+        #expect(try navigation.resolvedURL(locations: ["1": "PreflightChecks(42)"]) == "PreflightChecks(42)/Aircraft")
+        #expect(throws: ODataError.self) { try requests[1].resolvedURL(locations: [:]) }
+    }
+
+    @Test(arguments: [
+        (#"{"requests":[{"id":"1","method":"GET","url":"A"},{"id":"1","method":"GET","url":"B"}]}"#,
+         "Request id '1' is empty or used twice; ids must be unique"),
+        (#"{"requests":[{"id":"1","method":"FETCH","url":"A"}]}"#,
+         "Request '1' has method 'FETCH'; use GET, POST, PATCH, PUT or DELETE"),
+        (#"{"requests":[{"id":"1","method":"GET","url":"A","dependsOn":["9"]}]}"#,
+         "Request '1' depends on '9', which is not an earlier request or group"),
+        (#"{"requests":[{"id":"1","method":"GET","url":"A","atomicityGroup":"g"}]}"#,
+         "Request '1' is a GET inside atomicity group 'g'; only changes belong in a group"),
+        (#"{"requests":[{"id":"1","method":"POST","url":"A","atomicityGroup":"g"},{"id":"2","method":"GET","url":"A"},{"id":"3","method":"POST","url":"A","atomicityGroup":"g"}]}"#,
+         "Requests of atomicity group 'g' must be adjacent, and the group name must differ from request ids"),
+        (#"{"requests":[{"method":"GET","url":"A"}]}"#, "Batch request #1: needs a string \"id\""),
+        (#"{"reqs":[]}"#, "A JSON batch body must be an object with a \"requests\" array"),
+    ])
+    func malformedJSONBatchesAreRejected(body: String, message: String) {
+        #expect {
+            try JSONBatch.decodeRequests(Array(body.utf8))
+        } throws: { ($0 as? ODataError)?.message == message }
+    }
+
+    @Test func jsonBatchResponsesRoundTrip() throws {
+        let responses = [
+            BatchResponse(id: "1", atomicityGroup: "g1", status: 201, headers: [("Location", "PreflightChecks(1)")], body: .object([("FuelKg", .number("5200.50"))])),
+            BatchResponse(id: "3", status: 412, body: ODataPayload.error(ODataError(.invalidHeader, "ETag mismatch"))),
+        ]
+        #expect(try JSONBatch.decodeResponses(JSONBatch.encodeResponses(responses).serializedBytes) == responses)
+    }
+
+    static let multipart = """
+        --batch_1\r
+        Content-Type: application/http\r
+        Content-Transfer-Encoding: binary\r
+        \r
+        GET Aircraft('D-AIBL') HTTP/1.1\r
+        Accept: application/json\r
+        \r
+        \r
+        --batch_1\r
+        Content-Type: multipart/mixed; boundary=changeset_a\r
+        \r
+        --changeset_a\r
+        Content-Type: application/http\r
+        Content-Transfer-Encoding: binary\r
+        Content-ID: 1\r
+        \r
+        POST PreflightChecks HTTP/1.1\r
+        Content-Type: application/json\r
+        \r
+        {"FuelKg":5200.50}\r
+        --changeset_a\r
+        Content-Type: application/http\r
+        Content-ID: 2\r
+        \r
+        PATCH $1 HTTP/1.1\r
+        If-Match: *\r
+        \r
+        {"Remarks":"ok"}\r
+        --changeset_a--\r
+        \r
+        --batch_1--\r
+
+        """
+
+    @Test func multipartRequestsWithChangesetsDecode() throws {
+        let boundary = try MultipartBatch.boundary(fromContentType: "multipart/mixed; boundary=\"batch_1\"")
+        #expect(boundary == "batch_1")
+        let requests = try MultipartBatch.decodeRequests(Array(Self.multipart.utf8), boundary: boundary)
+        #expect(requests.map(\.method) == ["GET", "POST", "PATCH"])
+        #expect(requests.map(\.url) == ["Aircraft('D-AIBL')", "PreflightChecks", "$1"])
+        #expect(requests.map(\.atomicityGroup) == [nil, "changeset_a", "changeset_a"])
+        #expect(requests[1].id == "1")
+        #expect(requests[1].body?["FuelKg"] == .number("5200.50"))
+        #expect(requests[2].header("If-Match") == "*")
+    }
+
+    @Test func multipartRoundTripsBothDirections() throws {
+        let requests = try MultipartBatch.decodeRequests(Array(Self.multipart.utf8), boundary: "batch_1")
+        let encoded = MultipartBatch.encodeRequests(requests, boundary: "b2")
+        let decoded = try MultipartBatch.decodeRequests(encoded, boundary: "b2")
+        #expect(decoded.map(\.url) == requests.map(\.url))
+        #expect(decoded.map(\.body) == requests.map(\.body))
+        #expect(decoded.map(\.atomicityGroup) == [nil, "changeset_changeset_a", "changeset_changeset_a"])
+        let responses = [
+            BatchResponse(id: "0", status: 200, body: .object([("TailNumber", .string("D-AIBL"))])),
+            BatchResponse(id: "1", atomicityGroup: "c", status: 201, headers: [("Location", "PreflightChecks(1)")]),
+            BatchResponse(id: "2", atomicityGroup: "c", status: 204),
+        ]
+        let text = MultipartBatch.encodeResponses(responses, boundary: "r")
+        #expect(String(decoding: text, as: UTF8.self).contains("HTTP/1.1 201 Created\r\nLocation: PreflightChecks(1)"))
+        let back = try MultipartBatch.decodeResponses(text, boundary: "r")
+        #expect(back.map(\.status) == [200, 201, 204])
+        #expect(back.map(\.id) == ["0", "1", "2"])
+        #expect(back[0].body == responses[0].body)
+        #expect(back[1].header("location") == "PreflightChecks(1)")
+    }
+
+    @Test(arguments: [
+        ("--b\r\nContent-Type: application/http\r\n\r\nGET A HTTP/1.1\r\n\r\n", "The multipart body does not end with the closing delimiter '--b--'"),
+        ("--b\r\nContent-Type: application/http\r\n\r\nGET\r\n\r\n--b--\r\n", "Batch request 'part-1' has a malformed request line; expected 'METHOD URL HTTP/1.1'"),
+        ("--b\r\nContent-Type: multipart/mixed; boundary=c\r\n\r\n--c\r\nContent-Type: application/http\r\n\r\nPOST A HTTP/1.1\r\n\r\n--c--\r\n--b--\r\n", "Every request in changeset 'c' needs a Content-ID header"),
+    ])
+    func malformedMultipartBatchesAreRejected(body: String, message: String) {
+        #expect {
+            try MultipartBatch.decodeRequests(Array(body.utf8), boundary: "b")
+        } throws: { ($0 as? ODataError)?.message == message }
+    }
+}

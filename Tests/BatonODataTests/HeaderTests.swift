@@ -1,0 +1,69 @@
+import BatonOData
+import Foundation
+import Testing
+
+@Suite struct HeaderTests {
+    @Test func etagsParseAndFormat() throws {
+        #expect(try ETag(parsing: "W/\"abc\"") == ETag("abc", isWeak: true))
+        #expect(try ETag(parsing: " \"abc\" ") == ETag("abc", isWeak: false))
+        #expect(ETag("v1").headerValue == "W/\"v1\"")
+        #expect { try ETag(parsing: "abc") } throws: {
+            ($0 as? ODataError)?.message == "Malformed entity tag 'abc'; expected \"…\" or W/\"…\""
+        }
+    }
+
+    @Test func ifMatchListsAndStar() throws {
+        let condition = try ETagCondition(parsing: "\"a\", W/\"b\"")
+        #expect(condition == .tags([ETag("a", isWeak: false), ETag("b")]))
+        #expect(condition.matches(ETag("b", isWeak: false)))
+        #expect(!condition.matches(ETag("c")))
+        #expect(!condition.matches(nil))
+        #expect(try ETagCondition(parsing: "*").matches(ETag("anything")))
+        #expect(throws: ODataError.self) { try ETagCondition(parsing: "\"a\" \"b\"") }
+    }
+
+    @Test func preferencesParse() throws {
+        let preferences = try Preferences(parsing: [
+            "odata.maxpagesize=50, odata.track-changes", "return=minimal, odata.include-annotations=\"*\"",
+            "odata.maxpagesize=10",
+        ])
+        #expect(preferences.maxPageSize == 50)
+        #expect(preferences.trackChanges)
+        #expect(preferences.returnPreference == "minimal")
+        #expect(preferences["odata.include-annotations"]?.value == "*")
+        #expect(Preferences.applied([Preference(name: "odata.maxpagesize", value: "50"), Preference(name: "odata.track-changes")])
+            == "odata.maxpagesize=50, odata.track-changes")
+        #expect { try Preferences(parsing: ["odata.maxpagesize=0"]) } throws: {
+            ($0 as? ODataError)?.message == "odata.maxpagesize must be a positive integer, but is '0'"
+        }
+    }
+
+    @Test func versionNegotiation() throws {
+        #expect(try ODataVersion.negotiate(version: nil, maxVersion: nil) == .v4_01)
+        #expect(try ODataVersion.negotiate(version: nil, maxVersion: "4.0") == .v4_0)
+        #expect(try ODataVersion.negotiate(version: "4.01", maxVersion: "4.0") == .v4_0)
+        #expect(try ODataVersion.negotiate(version: nil, maxVersion: "5.2") == .v4_01)
+        #expect { try ODataVersion.negotiate(version: "3.0", maxVersion: nil) } throws: {
+            ($0 as? ODataError)?.message == "OData-Version 3.0 is not supported; this service speaks OData 4.0 and 4.01"
+        }
+        #expect(throws: ODataError.self) { try ODataVersion(parsing: "four") }
+    }
+
+    @Test func repeatabilityHeaders() throws {
+        let date = Date(timeIntervalSince1970: 784_111_777)
+        #expect(Repeatability.formatIMFFixdate(date) == "Sun, 06 Nov 1994 08:49:37 GMT")
+        #expect(Repeatability.parseIMFFixdate("Sun, 06 Nov 1994 08:49:37 GMT") == date)
+        #expect(Repeatability.parseIMFFixdate("Mon, 06 Nov 1994 08:49:37 GMT") == nil)
+        let headers = try #require(try Repeatability(requestID: "r-1", firstSent: "Sun, 06 Nov 1994 08:49:37 GMT"))
+        #expect(headers.firstSent == date)
+        #expect(headers.firstSentHeader == "Sun, 06 Nov 1994 08:49:37 GMT")
+        #expect(try Repeatability(requestID: nil, firstSent: nil) == nil)
+        #expect { try Repeatability(requestID: "r-1", firstSent: nil) } throws: {
+            ($0 as? ODataError)?.target == "Repeatability-First-Sent"
+        }
+        #expect(throws: ODataError.self) { try Repeatability(requestID: "has space", firstSent: "Sun, 06 Nov 1994 08:49:37 GMT") }
+        #expect(throws: ODataError.self) {
+            try Repeatability(requestID: String(repeating: "x", count: 129), firstSent: "Sun, 06 Nov 1994 08:49:37 GMT")
+        }
+    }
+}

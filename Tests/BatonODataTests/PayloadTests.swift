@@ -1,0 +1,129 @@
+import BatonOData
+import Foundation
+import Testing
+
+@Suite struct PayloadTests {
+    let checks: EntityType
+
+    init() throws {
+        checks = try #require(try ServiceModel.aircraftChecks.entityType(named: "PreflightCheck"))
+    }
+
+    static let valid = """
+        {"@odata.type":"#Baton.PreflightCheck","ID":"0f8fad5b-d9cb-469f-a165-70867728950e","TailNumber":"D-AIBL",
+        "FuelKg":5200.5,"TyrePressureMainPsi":200.5,"TyrePressureNosePsi":58,"OilQuarts":12.25,"Remarks":null,
+        "Status":"final","CheckedBy":"mallory"}
+        """
+
+    func decode(_ body: String, mode: EntityPayload.Mode = .create) throws -> EntityPayload {
+        try EntityPayload(decoding: Array(body.utf8), as: checks, mode: mode)
+    }
+
+    func failure(_ body: String, mode: EntityPayload.Mode = .create) -> ODataError? {
+        do {
+            _ = try decode(body, mode: mode)
+            return nil
+        } catch { return error as? ODataError }
+    }
+
+    @Test func validBodyDecodesAndComputedPropertiesAreIgnored() throws {
+        let payload = try decode(Self.valid)
+        #expect(payload.values["FuelKg"] == .decimal(Decimal(string: "5200.5") ?? 0))
+        #expect(payload.values["Remarks"] == .null)
+        #expect(payload.values["CheckedBy"] == nil)
+        #expect(payload.ignoredComputed == ["CheckedBy"])
+    }
+
+    @Test func decimalsRoundTripExactlyNeverThroughDouble() throws {
+        let property = Property(name: "Big", type: .decimal)
+        // 0.1 + 0.2 style values and 20+ digit numbers that Double cannot hold.
+        for text in ["0.1", "12345678901234567890.12345678", "-0.000000000000000001", "99999999999999999999999999999999999999"] {
+            let value = try PrimitiveValue(json: .number(text), for: property)
+            #expect(value.json(as: .decimal) == .number(text), "\(text)")
+        }
+        let parsed = try JSONValue(parsing: #"{"v":12345678901234567890.12345678}"#)
+        #expect(parsed.serialized == #"{"v":12345678901234567890.12345678}"#)
+    }
+
+    @Test func decimalsBeyondFoundationPrecisionAreRefusedNotRounded() {
+        let property = Property(name: "Big", type: .decimal)
+        #expect(throws: ODataError.self) {
+            try PrimitiveValue(json: .number("1234567890123456789012345678901234567890.5"), for: property)
+        }
+    }
+
+    @Test(arguments: [
+        (#""FuelKg":"lots""#, "Property 'FuelKg' expects a decimal number written without an exponent, but the payload has a string"),
+        (#""TailNumber":42"#, "Property 'TailNumber' expects a string, but the payload has a number"),
+        (#""TailNumber":"D-AIBL-TOO-LONG""#, "Property 'TailNumber' allows at most 10 characters, but the value has 15"),
+        (#""FuelKg":5200.55"#, "Property 'FuelKg' allows 1 digit(s) after the decimal point, but the value has 2"),
+        (#""FuelKg":123456789"#, "Property 'FuelKg' allows 8 digit(s) before the decimal point (Precision 9, Scale 1)"),
+        (#""Status":null"#, "Property 'Status' is not nullable; give it a value"),
+        (#""ID":"not-a-guid""#, "Property 'ID' expects a GUID string like \"01234567-89ab-cdef-0123-456789abcdef\", but the payload has a string"),
+        (#""FuelKgs":1"#, "'PreflightCheck' has no property 'FuelKgs'. Did you mean 'FuelKg'?"),
+    ])
+    func badValuesNameThePropertyAndNeverEchoTheValue(member: String, message: String) throws {
+        // A valid body with one member replaced by the bad one.
+        let replacement = try JSONValue(parsing: "{\(member)}").objectMembers ?? []
+        var members = try JSONValue(parsing: Self.valid).objectMembers ?? []
+        members.removeAll { member in replacement.contains { $0.0 == member.0 } }
+        members += replacement
+        let error = failure(JSONValue.object(members).serialized)
+        #expect(error?.message == message)
+        #expect(error?.target == replacement.first?.0)
+    }
+
+    @Test func createRequiresEveryNonNullablePropertyMergeDoesNot() throws {
+        #expect(failure(#"{"TailNumber":"D-AIBL"}"#)?.message == "Property 'ID' is required; add it to the body")
+        #expect(try decode(#"{"Remarks":"ok"}"#, mode: .merge).values == ["Remarks": .string("ok")])
+    }
+
+    @Test func malformedJSONIsASyntaxErrorWithPosition() {
+        let error = failure(#"{"TailNumber": "D-AIBL",}"#)
+        #expect(error?.code == .syntax)
+        #expect(error?.position == 24)
+        #expect(failure(#"{"Status":"a","Status":"b"}"#)?.message == "Duplicate JSON member 'Status'")
+        #expect(failure("[1,2]")?.message == "An entity body must be a JSON object, but this one is an array")
+    }
+
+    @Test func entityAndCollectionPayloadsCarryMinimalMetadata() throws {
+        let payload = try decode(Self.valid)
+        let entity = payload.json(as: checks, select: ["TailNumber", "FuelKg"], etag: ETag("v1"))
+        #expect(entity.serialized == #"{"@odata.etag":"W/\"v1\"","TailNumber":"D-AIBL","FuelKg":5200.5}"#)
+        let collection = ODataPayload.collection(
+            context: "$metadata#PreflightChecks", entities: [entity], count: 7, nextLink: "PreflightChecks?$skiptoken=2")
+        #expect(collection["@odata.count"] == .number("7"))
+        #expect(collection["@odata.nextLink"]?.stringValue == "PreflightChecks?$skiptoken=2")
+        #expect(collection.objectMembers?.map(\.0) == ["@odata.context", "@odata.count", "value", "@odata.nextLink"])
+    }
+
+    @Test func deltaRemovedEntriesInBothShapes() {
+        let v401 = ODataPayload.removed(id: "PreflightChecks(1)", format: .v401, contextBase: "$metadata", entitySet: "PreflightChecks")
+        #expect(v401.serialized == #"{"@removed":{"reason":"deleted"},"@id":"PreflightChecks(1)"}"#)
+        let v40 = ODataPayload.removed(id: "PreflightChecks(1)", format: .v40, contextBase: "$metadata", entitySet: "PreflightChecks")
+        #expect(v40["@odata.context"]?.stringValue == "$metadata#PreflightChecks/$deletedEntity")
+        #expect(v40["reason"]?.stringValue == "deleted")
+    }
+
+    @Test func errorBodiesRoundTrip() throws {
+        let error = ODataError(.unknownName, "Unknown property 'X'", target: "X")
+        let body = ODataPayload.error(error, details: [ODataError(.syntax, "detail")])
+        let decoded = try ODataPayload.decodeError(try JSONValue(parsing: body.serialized))
+        #expect(decoded.code == "UnknownName")
+        #expect(decoded.message == "Unknown property 'X'")
+        #expect(decoded.target == "X")
+        #expect(body["error"]?["details"]?.arrayValue?.count == 1)
+    }
+
+    @Test func jsonNestingIsBounded() {
+        let deep = String(repeating: "[", count: 10_000) + String(repeating: "]", count: 10_000)
+        #expect { try JSONValue(parsing: deep) } throws: { ($0 as? ODataError)?.code == .limitExceeded }
+    }
+
+    @Test func jsonStringsEscapeAndUnescape() throws {
+        let text = #"{"s":"quote \" backslash \\ tab \t nl \n \u00e9 \ud83d\ude00 \u0001"}"#
+        let value = try JSONValue(parsing: text)
+        #expect(value["s"]?.stringValue == "quote \" backslash \\ tab \t nl \n é 😀 \u{01}")
+        #expect(try JSONValue(parsing: value.serialized) == value)
+    }
+}

@@ -1,0 +1,107 @@
+import BatonOData
+import Testing
+
+@Suite struct ServiceModelTests {
+    @Test func bundledModelHasTheAircraftChecksSets() throws {
+        let model = try ServiceModel.aircraftChecks
+        #expect(model.entitySets.map(\.name) == ["Aircraft", "Flights", "PreflightChecks"])
+        let checks = try #require(model.entityType(named: "Baton.PreflightCheck"))
+        #expect(checks.key == ["ID"])
+        #expect(checks.property(named: "ID")?.type == .guid)
+        #expect(checks.property(named: "FuelKg")?.type == .decimal)
+        #expect(checks.property(named: "FuelKg")?.scale == 1)
+        #expect(checks.property(named: "CheckedBy")?.isComputed == true)
+        #expect(checks.property(named: "Remarks")?.isNullable == true)
+        #expect(checks.property(named: "TailNumber")?.isNullable == false)
+        #expect(checks.navigationProperty(named: "Aircraft")?.referentialConstraints.first?.property == "TailNumber")
+        #expect(model.entitySet(named: "PreflightChecks")?.optimisticConcurrency == ["ChangedAt"])
+        #expect(model.supportsRepeatableRequests)
+    }
+
+    @Test func csdlJSONRoundTripsToAnEqualModel() throws {
+        let model = try ServiceModel.aircraftChecks
+        let text = model.csdlJSONDocument.serialized
+        #expect(try ServiceModel(csdlJSON: text) == model)
+    }
+
+    @Test func csdlXMLDescribesKeysFacetsAnnotationsAndBindings() throws {
+        let xml = try ServiceModel.aircraftChecks.csdlXML
+        #expect(xml.hasPrefix("<?xml version=\"1.0\" encoding=\"utf-8\"?>"))
+        #expect(xml.contains("<PropertyRef Name=\"TailNumber\"/>"))
+        #expect(xml.contains(
+            "<Property Name=\"FuelKg\" Type=\"Edm.Decimal\" Nullable=\"false\" Precision=\"9\" Scale=\"1\"/>"))
+        #expect(xml.contains("<Annotation Term=\"Org.OData.Core.V1.Computed\" Bool=\"true\"/>"))
+        #expect(xml.contains("<ReferentialConstraint Property=\"TailNumber\" ReferencedProperty=\"TailNumber\"/>"))
+        #expect(xml.contains("<NavigationPropertyBinding Path=\"Checks\" Target=\"PreflightChecks\"/>"))
+        #expect(xml.contains("<PropertyPath>ChangedAt</PropertyPath>"))
+        #expect(xml.contains("Org.OData.Repeatability.V1.Supported"))
+    }
+
+    @Test func compositeKeysLoad() throws {
+        let model = try ServiceModel(csdlJSON: Self.document(
+            """
+            "Leg": {"$Kind": "EntityType", "$Key": ["Flight", "Day"], "Flight": {}, "Day": {"$Type": "Edm.Date"}},
+            "C": {"$Kind": "EntityContainer", "Legs": {"$Collection": true, "$Type": "M.Leg"}}
+            """))
+        #expect(model.entityType(named: "Leg")?.key == ["Flight", "Day"])
+        let url = try ODataURL(parsing: "Legs(Day=2026-11-21,Flight='LH400')", model: model)
+        #expect(url.path == .resource([
+            .entitySet("Legs"),
+            .key([
+                KeyValue(name: "Flight", value: .string("LH400")),
+                KeyValue(name: "Day", value: .date(try #require(ODataDate(year: 2026, month: 11, day: 21)))),
+            ]),
+        ]))
+    }
+
+    static func document(_ members: String) -> String {
+        "{\"$Version\": \"4.01\", \"M\": {\(members)}}"
+    }
+
+    @Test(arguments: [
+        (
+            #""T": {"$Kind": "EntityType", "$Key": ["ID"], "ID": {"$Type": "Edm.Strin"}}, "C": {"$Kind": "EntityContainer"}"#,
+            "Property 'T/ID' has unknown type 'Edm.Strin'. Use an Edm primitive type such as Edm.String, Edm.Int32, Edm.Decimal or Edm.DateTimeOffset."
+        ),
+        (
+            #""T": {"$Kind": "EntityType", "ID": {}}, "C": {"$Kind": "EntityContainer"}"#,
+            "Entity type 'T' has no key. Add \"$Key\": [\"<property>\"] to its declaration."
+        ),
+        (
+            #""T": {"$Kind": "EntityType", "$Key": ["ID"], "ID": {}, "N": {"$Kind": "NavigationProperty", "$Type": "M.Nope"}}, "C": {"$Kind": "EntityContainer"}"#,
+            "Navigation property 'T/N' points at unknown type 'M.Nope'. Declare that entity type or fix the name."
+        ),
+        (
+            #""T": {"$Kind": "EntityType", "$Key": ["ID"], "ID": {}, "N": {"$Kind": "NavigationProperty", "$Type": "M.T", "$Partner": "Back"}}, "C": {"$Kind": "EntityContainer"}"#,
+            "Navigation property 'T/N' names partner 'Back', which 'T' does not declare."
+        ),
+        (
+            #""T": {"$Kind": "EntityType", "$Key": ["ID"], "ID": {}}, "C": {"$Kind": "EntityContainer", "Ts": {"$Collection": true, "$Type": "M.T", "$NavigationPropertyBinding": {"N": "Ts"}}}"#,
+            "Entity set 'Ts' binds unknown navigation property 'N' of 'T'."
+        ),
+        (
+            #""T": {"$Kind": "EntityType", "$Key": ["ID"], "ID": {"$Nullable": true}}, "C": {"$Kind": "EntityContainer"}"#,
+            "Key property 'T/ID' is nullable. Keys must be \"$Nullable\": false."
+        ),
+        (
+            #""T": {"$Kind": "EntityType", "$Key": ["ID"], "ID": {}}, "C": {"$Kind": "EntityContainer", "Ts": {"$Collection": true, "$Type": "M.U"}}"#,
+            "Entity set 'Ts' has unknown type 'M.U'. Declare that entity type."
+        ),
+    ])
+    func invalidModelsAreRejectedWithAClearMessage(members: String, message: String) {
+        #expect {
+            try ServiceModel(csdlJSON: Self.document(members))
+        } throws: { error in
+            (error as? ODataError)?.message == message
+        }
+    }
+
+    @Test func malformedJSONNamesItsPosition() {
+        #expect {
+            try ServiceModel(csdlJSON: "{\"M\": {\"T\": }")
+        } throws: { error in
+            let error = error as? ODataError
+            return error?.code == .syntax && error?.position == 12
+        }
+    }
+}
