@@ -162,16 +162,15 @@ public struct SQLTranslator: Sendable {
             return try arithmetic(op, lhs, rhs, set: set, builder: &builder)
         case .in(let lhs, let elements):
             guard !elements.isEmpty else { return falseLiteral }
-            let left = try value(lhs, set: set, builder: &builder)
             if canBeNull(lhs) || elements.contains(where: canBeNull) {
+                // Null-safe: `x in (a, b)` is `x eq a or x eq b`, with OData's null-aware `eq`.
                 var terms: [String] = []
                 for element in elements {
-                    terms.append(
-                        try value(.comparison(.eq, lhs, element), set: set, builder: &builder))
+                    terms.append(try value(.comparison(.eq, lhs, element), set: set, builder: &builder))
                 }
-                _ = left
                 return "(" + terms.joined(separator: " OR ") + ")"
             }
+            let left = try value(lhs, set: set, builder: &builder)
             var list: [String] = []
             for element in elements { list.append(try value(element, set: set, builder: &builder)) }
             return "(\(left) IN (\(list.joined(separator: ", "))))"
@@ -330,8 +329,10 @@ struct SQLBuilder {
 
     mutating func bind(_ value: SQLValue, cast: String) -> String {
         arguments.append(value)
+        // Numbered placeholders: a fragment that appears twice in the SQL (e.g. an argument of `endswith`)
+        // refers to the same parameter both times.
         switch dialect {
-        case .sqlite: return "?"
+        case .sqlite: return "?\(arguments.count)"
         case .postgres: return cast.isEmpty ? "$\(arguments.count)" : "$\(arguments.count)::\(cast)"
         }
     }

@@ -9,7 +9,8 @@ public enum SQLValue: Sendable, Hashable {
 
 /// A parameterised SQL statement: text with placeholders, and the values for them in order.
 public struct SQLQuery: Sendable, Hashable, CustomStringConvertible {
-    /// The statement text; placeholders are `?` (SQLite) or `$1, $2, …` (PostgreSQL).
+    /// The statement text; placeholders are numbered, `?1, ?2, …` (SQLite) or `$1, $2, …` (PostgreSQL), and
+    /// a placeholder may appear more than once.
     public var sql: String
     /// The values for the placeholders, in order.
     public var arguments: [SQLValue]

@@ -61,7 +61,7 @@ enum DemoData {
                     let columns = type.properties.filter { entity[$0.name] != nil }
                     let sql = "INSERT INTO \(SQLDialect.sqlite.quote(setName)) ("
                         + columns.map { SQLDialect.sqlite.quote($0.name) }.joined(separator: ", ") + ") VALUES ("
-                        + columns.map { _ in "?" }.joined(separator: ", ") + ")"
+                        + columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ") + ")"
                     let values = columns.map { SQLDialect.sqlite.encode(entity[$0.name] ?? .null, as: $0.type) }
                     try db.execute(sql: sql, arguments: SQLQuery(sql: sql, arguments: values).statementArguments)
                 }
