@@ -70,6 +70,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Runs the built `baton` executable, as a user would.
         .testTarget(
             name: "batonTests",
             dependencies: ["baton"],

@@ -76,7 +76,9 @@ public enum SQLDialect: Sendable, Hashable {
     /// Reads a stored SQL value back as a value of `type`.
     ///
     /// - Throws: ``BatonSQLError`` when the stored value does not decode as `type` (a corrupt or foreign row).
-    public func decode(_ value: SQLValue, as type: EdmPrimitiveType, column: String) throws(BatonSQLError) -> PrimitiveValue {
+    public func decode(_ value: SQLValue, as type: EdmPrimitiveType, column: String) throws(BatonSQLError)
+        -> PrimitiveValue
+    {
         func fail() -> BatonSQLError {
             BatonSQLError(.corruptValue, "Column '\(column)' holds a value that is not a valid \(type.rawValue)")
         }

@@ -1,4 +1,5 @@
 import BatonOData
+import Foundation
 
 /// Translates parsed OData queries into parameterised SQL for one dialect.
 ///
@@ -38,7 +39,9 @@ public struct SQLTranslator: Sendable {
         var builder = SQLBuilder(dialect: dialect)
         var columns = type.properties.map(\.name)
         if let select = options.select {
-            columns = type.properties.map(\.name).filter { select.contains($0) || type.key.contains($0) || extraColumns.contains($0) }
+            columns = type.properties.map(\.name).filter {
+                select.contains($0) || type.key.contains($0) || extraColumns.contains($0)
+            }
         }
         var sql = "SELECT " + columns.map { "t0.\(dialect.quote($0))" }.joined(separator: ", ")
         sql += " FROM \(dialect.quote(set.name)) AS t0"
@@ -104,9 +107,11 @@ public struct SQLTranslator: Sendable {
             return "COALESCE((\(matches.joined(separator: " OR "))), \(falseLiteral))"
         case .not(let inner): return "(NOT \(searchCondition(inner, type: type, builder: &builder)))"
         case .and(let lhs, let rhs):
-            return "(\(searchCondition(lhs, type: type, builder: &builder)) AND \(searchCondition(rhs, type: type, builder: &builder)))"
+            return
+                "(\(searchCondition(lhs, type: type, builder: &builder)) AND \(searchCondition(rhs, type: type, builder: &builder)))"
         case .or(let lhs, let rhs):
-            return "(\(searchCondition(lhs, type: type, builder: &builder)) OR \(searchCondition(rhs, type: type, builder: &builder)))"
+            return
+                "(\(searchCondition(lhs, type: type, builder: &builder)) OR \(searchCondition(rhs, type: type, builder: &builder)))"
         }
     }
 
@@ -122,13 +127,15 @@ public struct SQLTranslator: Sendable {
         case .not(let operand), .negate(let operand): canBeNull(operand)
         case .comparison, .in: false
         case .logical(_, let lhs, let rhs): canBeNull(lhs) || canBeNull(rhs)
-        case .arithmetic(let op, let lhs, let rhs): canBeNull(lhs) || canBeNull(rhs) || [.div, .divby, .mod].contains(op)
+        case .arithmetic(let op, let lhs, let rhs):
+            canBeNull(lhs) || canBeNull(rhs) || [.div, .divby, .mod].contains(op)
         case .function(let function, let arguments): function != .now && arguments.contains(where: canBeNull)
         }
     }
 
     /// The SQL for an expression's value. In SQLite, decimal values are compared and computed as `REAL`.
-    func value(_ expression: ODataExpression, set: EntitySet, builder: inout SQLBuilder) throws(BatonSQLError) -> String {
+    func value(_ expression: ODataExpression, set: EntitySet, builder: inout SQLBuilder) throws(BatonSQLError) -> String
+    {
         switch expression {
         case .literal(let literal):
             return literal.isNull ? "NULL" : bindLiteral(literal, builder: &builder)
@@ -182,7 +189,8 @@ public struct SQLTranslator: Sendable {
     }
 
     func arithmetic(
-        _ op: ArithmeticOperator, _ lhs: ODataExpression, _ rhs: ODataExpression, set: EntitySet, builder: inout SQLBuilder
+        _ op: ArithmeticOperator, _ lhs: ODataExpression, _ rhs: ODataExpression, set: EntitySet,
+        builder: inout SQLBuilder
     ) throws(BatonSQLError) -> String {
         let left = try value(lhs, set: set, builder: &builder)
         let right = try value(rhs, set: set, builder: &builder)
@@ -199,7 +207,8 @@ public struct SQLTranslator: Sendable {
         case .mod where integral: return "(\(left) % \(divisor))"
         case .mod:
             // a - b * trunc(a / b), which keeps the sign of the dividend as OData's mod does.
-            let quotient = dialect == .sqlite
+            let quotient =
+                dialect == .sqlite
                 ? "CAST(\(left) / \(divisor) AS INTEGER)" : "trunc(\(left) / \(divisor))"
             return "(\(left) - \(right) * \(quotient))"
         }
@@ -212,7 +221,8 @@ public struct SQLTranslator: Sendable {
         let first = argumentTypes.first ?? nil
         switch function {
         case .contains: return sqlite ? "(instr(\(a[0]), \(a[1])) > 0)" : "(strpos(\(a[0]), \(a[1])) > 0)"
-        case .startswith: return sqlite ? "(substr(\(a[0]), 1, length(\(a[1]))) = \(a[1]))" : "starts_with(\(a[0]), \(a[1]))"
+        case .startswith:
+            return sqlite ? "(substr(\(a[0]), 1, length(\(a[1]))) = \(a[1]))" : "starts_with(\(a[0]), \(a[1]))"
         case .endswith:
             return sqlite
                 ? "(CASE WHEN \(a[0]) IS NULL OR \(a[1]) IS NULL THEN NULL WHEN length(\(a[1])) = 0 THEN 1 "
@@ -241,7 +251,8 @@ public struct SQLTranslator: Sendable {
                     ? [.hour: (1, 2), .minute: (4, 2), .second: (7, 2)]
                     : [.year: (1, 4), .month: (6, 2), .day: (9, 2), .hour: (12, 2), .minute: (15, 2), .second: (18, 2)]
                 guard let (start, length) = offsets[function] else {
-                    throw BatonSQLError(.unsupported, "\(function.rawValue)() is not defined for \(first?.rawValue ?? "null")")
+                    throw BatonSQLError(
+                        .unsupported, "\(function.rawValue)() is not defined for \(first?.rawValue ?? "null")")
                 }
                 return "CAST(substr(\(a[0]), \(start), \(length)) AS INTEGER)"
             }
@@ -295,7 +306,9 @@ public struct SQLTranslator: Sendable {
                 let targetType = model.entityType(of: target), let previous = reference
             else { throw BatonSQLError(.unknownName, "Cannot resolve navigation '\(name)'") }
             let alias = builder.nextAlias()
-            var pairs: [(String, String)] = navigation.referentialConstraints.map { ($0.referencedProperty, $0.property) }
+            var pairs: [(String, String)] = navigation.referentialConstraints.map {
+                ($0.referencedProperty, $0.property)
+            }
             if pairs.isEmpty, let partner = navigation.partner.flatMap(targetType.navigationProperty(named:)) {
                 pairs = partner.referentialConstraints.map { ($0.property, $0.referencedProperty) }
             }
@@ -342,5 +355,3 @@ struct SQLBuilder {
         return "n\(aliasCount)"
     }
 }
-
-import Foundation

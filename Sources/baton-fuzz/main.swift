@@ -29,13 +29,13 @@ public func fuzzOneInput(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
 }
 
 #if !BATON_LIBFUZZER
-// Without libFuzzer: replay the files named on the command line (crash reproducers, corpus files).
-for path in CommandLine.arguments.dropFirst() {
-    guard let data = FileManager.default.contents(atPath: path) else {
-        FileHandle.standardError.write(Data("baton-fuzz: cannot read \(path)\n".utf8))
-        exit(1)
+    // Without libFuzzer: replay the files named on the command line (crash reproducers, corpus files).
+    for path in CommandLine.arguments.dropFirst() {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            FileHandle.standardError.write(Data("baton-fuzz: cannot read \(path)\n".utf8))
+            exit(1)
+        }
+        exercise(Array(data))
+        print("ok \(path)")
     }
-    exercise(Array(data))
-    print("ok \(path)")
-}
 #endif

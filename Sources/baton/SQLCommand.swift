@@ -25,7 +25,7 @@ struct SQLCommand: ParsableCommand {
         do {
             parsed = try ODataURL(parsing: url, model: model)
         } catch {
-            throw ValidationError(ErrorReport.describe(error, in: url))
+            throw CommandError(ErrorReport.describe(error, in: url))
         }
         guard let target = parsed.target, case .resource = parsed.path else {
             print("'\(url)' addresses \(parsed.path); it has no SQL.")
@@ -36,6 +36,14 @@ struct SQLCommand: ParsableCommand {
         print(query.sql)
         print("-- \(query.arguments.count) bound argument(s)")
     }
+}
+
+/// A failure to report as `Error: <message>` with exit code 1, without usage text (the command was used
+/// correctly; its input was wrong).
+struct CommandError: Error, CustomStringConvertible {
+    var description: String
+
+    init(_ description: String) { self.description = description }
 }
 
 /// Renders errors for the terminal: the message, and for positioned errors a caret under the input.

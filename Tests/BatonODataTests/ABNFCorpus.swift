@@ -25,7 +25,9 @@ struct ABNFCorpus: Sendable {
     }()
 
     static func load() throws -> ABNFCorpus {
-        guard let url = Bundle.module.url(forResource: "odata-abnf-testcases", withExtension: "yaml", subdirectory: "Corpus")
+        guard
+            let url = Bundle.module.url(
+                forResource: "odata-abnf-testcases", withExtension: "yaml", subdirectory: "Corpus")
         else { throw CocoaError(.fileNoSuchFile) }
         var text = try String(contentsOf: url, encoding: .utf8)
         // One Input holds a raw tab in a plain scalar, which YAML forbids; quote such lines so libyaml reads them.

@@ -163,7 +163,9 @@ import Testing
     @Test func corpusCasesOfImplementedRulesPass() throws {
         let tally = try Self.tally()
         print("ABNF corpus: \(tally)")
-        #expect(tally.failures.isEmpty, "\(tally.failures.count) corpus failures:\n\(tally.failures.joined(separator: "\n"))")
+        #expect(
+            tally.failures.isEmpty,
+            "\(tally.failures.count) corpus failures:\n\(tally.failures.joined(separator: "\n"))")
         // Regression floors, measured 2026-11-21: 270 cases parse and 61 negative cases are rejected. Most
         // refusals are lambdas and collection paths (47), function and action calls (60+), and `$ref`/casts.
         #expect(tally.parsed >= 270)

@@ -34,16 +34,26 @@ import Testing
     }
 
     @Test(arguments: [
-        (#"{"requests":[{"id":"1","method":"GET","url":"A"},{"id":"1","method":"GET","url":"B"}]}"#,
-         "Request id '1' is empty or used twice; ids must be unique"),
-        (#"{"requests":[{"id":"1","method":"FETCH","url":"A"}]}"#,
-         "Request '1' has method 'FETCH'; use GET, POST, PATCH, PUT or DELETE"),
-        (#"{"requests":[{"id":"1","method":"GET","url":"A","dependsOn":["9"]}]}"#,
-         "Request '1' depends on '9', which is not an earlier request or group"),
-        (#"{"requests":[{"id":"1","method":"GET","url":"A","atomicityGroup":"g"}]}"#,
-         "Request '1' is a GET inside atomicity group 'g'; only changes belong in a group"),
-        (#"{"requests":[{"id":"1","method":"POST","url":"A","atomicityGroup":"g"},{"id":"2","method":"GET","url":"A"},{"id":"3","method":"POST","url":"A","atomicityGroup":"g"}]}"#,
-         "Requests of atomicity group 'g' must be adjacent, and the group name must differ from request ids"),
+        (
+            #"{"requests":[{"id":"1","method":"GET","url":"A"},{"id":"1","method":"GET","url":"B"}]}"#,
+            "Request id '1' is empty or used twice; ids must be unique"
+        ),
+        (
+            #"{"requests":[{"id":"1","method":"FETCH","url":"A"}]}"#,
+            "Request '1' has method 'FETCH'; use GET, POST, PATCH, PUT or DELETE"
+        ),
+        (
+            #"{"requests":[{"id":"1","method":"GET","url":"A","dependsOn":["9"]}]}"#,
+            "Request '1' depends on '9', which is not an earlier request or group"
+        ),
+        (
+            #"{"requests":[{"id":"1","method":"GET","url":"A","atomicityGroup":"g"}]}"#,
+            "Request '1' is a GET inside atomicity group 'g'; only changes belong in a group"
+        ),
+        (
+            #"{"requests":[{"id":"1","method":"POST","url":"A","atomicityGroup":"g"},{"id":"2","method":"GET","url":"A"},{"id":"3","method":"POST","url":"A","atomicityGroup":"g"}]}"#,
+            "Requests of atomicity group 'g' must be adjacent, and the group name must differ from request ids"
+        ),
         (#"{"requests":[{"method":"GET","url":"A"}]}"#, "Batch request #1: needs a string \"id\""),
         (#"{"reqs":[]}"#, "A JSON batch body must be an object with a \"requests\" array"),
     ])
@@ -55,7 +65,9 @@ import Testing
 
     @Test func jsonBatchResponsesRoundTrip() throws {
         let responses = [
-            BatchResponse(id: "1", atomicityGroup: "g1", status: 201, headers: [("Location", "PreflightChecks(1)")], body: .object([("FuelKg", .number("5200.50"))])),
+            BatchResponse(
+                id: "1", atomicityGroup: "g1", status: 201, headers: [("Location", "PreflightChecks(1)")],
+                body: .object([("FuelKg", .number("5200.50"))])),
             BatchResponse(id: "3", status: 412, body: ODataPayload.error(ODataError(.invalidHeader, "ETag mismatch"))),
         ]
         #expect(try JSONBatch.decodeResponses(JSONBatch.encodeResponses(responses).serializedBytes) == responses)
@@ -130,9 +142,18 @@ import Testing
     }
 
     @Test(arguments: [
-        ("--b\r\nContent-Type: application/http\r\n\r\nGET A HTTP/1.1\r\n\r\n", "The multipart body does not end with the closing delimiter '--b--'"),
-        ("--b\r\nContent-Type: application/http\r\n\r\nGET\r\n\r\n--b--\r\n", "Batch request 'part-1' has a malformed request line; expected 'METHOD URL HTTP/1.1'"),
-        ("--b\r\nContent-Type: multipart/mixed; boundary=c\r\n\r\n--c\r\nContent-Type: application/http\r\n\r\nPOST A HTTP/1.1\r\n\r\n--c--\r\n--b--\r\n", "Every request in changeset 'c' needs a Content-ID header"),
+        (
+            "--b\r\nContent-Type: application/http\r\n\r\nGET A HTTP/1.1\r\n\r\n",
+            "The multipart body does not end with the closing delimiter '--b--'"
+        ),
+        (
+            "--b\r\nContent-Type: application/http\r\n\r\nGET\r\n\r\n--b--\r\n",
+            "Batch request 'part-1' has a malformed request line; expected 'METHOD URL HTTP/1.1'"
+        ),
+        (
+            "--b\r\nContent-Type: multipart/mixed; boundary=c\r\n\r\n--c\r\nContent-Type: application/http\r\n\r\nPOST A HTTP/1.1\r\n\r\n--c--\r\n--b--\r\n",
+            "Every request in changeset 'c' needs a Content-ID header"
+        ),
     ])
     func malformedMultipartBatchesAreRejected(body: String, message: String) {
         #expect {

@@ -31,18 +31,21 @@ import Testing
         #expect(preferences.trackChanges)
         #expect(preferences.returnPreference == "minimal")
         #expect(preferences["odata.include-annotations"]?.value == "*")
-        #expect(Preferences.applied([Preference(name: "odata.maxpagesize", value: "50"), Preference(name: "odata.track-changes")])
-            == "odata.maxpagesize=50, odata.track-changes")
+        #expect(
+            Preferences.applied([
+                Preference(name: "odata.maxpagesize", value: "50"), Preference(name: "odata.track-changes"),
+            ])
+                == "odata.maxpagesize=50, odata.track-changes")
         #expect { try Preferences(parsing: ["odata.maxpagesize=0"]) } throws: {
             ($0 as? ODataError)?.message == "odata.maxpagesize must be a positive integer, but is '0'"
         }
     }
 
     @Test func versionNegotiation() throws {
-        #expect(try ODataVersion.negotiate(version: nil, maxVersion: nil) == .v4_01)
-        #expect(try ODataVersion.negotiate(version: nil, maxVersion: "4.0") == .v4_0)
-        #expect(try ODataVersion.negotiate(version: "4.01", maxVersion: "4.0") == .v4_0)
-        #expect(try ODataVersion.negotiate(version: nil, maxVersion: "5.2") == .v4_01)
+        #expect(try ODataVersion.negotiate(version: nil, maxVersion: nil) == .v401)
+        #expect(try ODataVersion.negotiate(version: nil, maxVersion: "4.0") == .v40)
+        #expect(try ODataVersion.negotiate(version: "4.01", maxVersion: "4.0") == .v40)
+        #expect(try ODataVersion.negotiate(version: nil, maxVersion: "5.2") == .v401)
         #expect { try ODataVersion.negotiate(version: "3.0", maxVersion: nil) } throws: {
             ($0 as? ODataError)?.message == "OData-Version 3.0 is not supported; this service speaks OData 4.0 and 4.01"
         }
@@ -54,16 +57,20 @@ import Testing
         #expect(Repeatability.formatIMFFixdate(date) == "Sun, 06 Nov 1994 08:49:37 GMT")
         #expect(Repeatability.parseIMFFixdate("Sun, 06 Nov 1994 08:49:37 GMT") == date)
         #expect(Repeatability.parseIMFFixdate("Mon, 06 Nov 1994 08:49:37 GMT") == nil)
-        let headers = try #require(try Repeatability(requestID: "r-1", firstSent: "Sun, 06 Nov 1994 08:49:37 GMT"))
+        let headers = try #require(
+            try Repeatability(requestIDHeader: "r-1", firstSentHeader: "Sun, 06 Nov 1994 08:49:37 GMT"))
         #expect(headers.firstSent == date)
         #expect(headers.firstSentHeader == "Sun, 06 Nov 1994 08:49:37 GMT")
-        #expect(try Repeatability(requestID: nil, firstSent: nil) == nil)
-        #expect { try Repeatability(requestID: "r-1", firstSent: nil) } throws: {
+        #expect(try Repeatability(requestIDHeader: nil, firstSentHeader: nil) == nil)
+        #expect { try Repeatability(requestIDHeader: "r-1", firstSentHeader: nil) } throws: {
             ($0 as? ODataError)?.target == "Repeatability-First-Sent"
         }
-        #expect(throws: ODataError.self) { try Repeatability(requestID: "has space", firstSent: "Sun, 06 Nov 1994 08:49:37 GMT") }
         #expect(throws: ODataError.self) {
-            try Repeatability(requestID: String(repeating: "x", count: 129), firstSent: "Sun, 06 Nov 1994 08:49:37 GMT")
+            try Repeatability(requestIDHeader: "has space", firstSentHeader: "Sun, 06 Nov 1994 08:49:37 GMT")
+        }
+        #expect(throws: ODataError.self) {
+            try Repeatability(
+                requestIDHeader: String(repeating: "x", count: 129), firstSentHeader: "Sun, 06 Nov 1994 08:49:37 GMT")
         }
     }
 }

@@ -26,13 +26,18 @@ import Testing
 
     @Test func keysQuotedStringsAndEscapedQuotes() throws {
         let url = try parse("Aircraft('D-''AIBL')")
-        #expect(url.path == .resource([.entitySet("Aircraft"), .key([KeyValue(name: "TailNumber", value: .string("D-'AIBL"))])]))
+        #expect(
+            url.path
+                == .resource([.entitySet("Aircraft"), .key([KeyValue(name: "TailNumber", value: .string("D-'AIBL"))])]))
         #expect(url.target?.isCollection == false)
         let encoded = try parse("Aircraft(%27D-AIBL%27)/Checks/$count")
-        #expect(encoded.path == .resource([
-            .entitySet("Aircraft"), .key([KeyValue(name: "TailNumber", value: .string("D-AIBL"))]), .navigation("Checks"),
-            .count,
-        ]))
+        #expect(
+            encoded.path
+                == .resource([
+                    .entitySet("Aircraft"), .key([KeyValue(name: "TailNumber", value: .string("D-AIBL"))]),
+                    .navigation("Checks"),
+                    .count,
+                ]))
         #expect(encoded.target?.entitySet.name == "PreflightChecks")
     }
 
@@ -41,24 +46,31 @@ import Testing
         let expected = PathSegment.key([KeyValue(name: "ID", value: .guid(try #require(UUID(uuidString: id))))])
         #expect(try parse("PreflightChecks(\(id))").path == .resource([.entitySet("PreflightChecks"), expected]))
         #expect(try parse("PreflightChecks(ID=\(id))").path == .resource([.entitySet("PreflightChecks"), expected]))
-        #expect(try parse("PreflightChecks/\(id)/FuelKg/$value").path == .resource([
-            .entitySet("PreflightChecks"), expected, .property("FuelKg"), .value,
-        ]))
+        #expect(
+            try parse("PreflightChecks/\(id)/FuelKg/$value").path
+                == .resource([
+                    .entitySet("PreflightChecks"), expected, .property("FuelKg"), .value,
+                ]))
     }
 
     @Test func queryOptionNamesAreCaseInsensitiveAndDollarIsOptional() throws {
-        let url = try parse("PreflightChecks?FILTER=FuelKg GT 5&$TOP=3&skip=1&$Count=TRUE&orderBy=FuelKg DESC&select=FuelKg")
+        let url = try parse(
+            "PreflightChecks?FILTER=FuelKg GT 5&$TOP=3&skip=1&$Count=TRUE&orderBy=FuelKg DESC&select=FuelKg")
         #expect(url.query.top == 3)
         #expect(url.query.skip == 1)
         #expect(url.query.count)
         #expect(url.query.select == ["FuelKg"])
         #expect(url.query.orderBy.first?.descending == true)
-        #expect(url.query.filter == .comparison(
-            .gt, .property(PropertyPath(property: "FuelKg", type: .decimal, isNullable: false)), .literal(.integer(5))))
+        #expect(
+            url.query.filter
+                == .comparison(
+                    .gt, .property(PropertyPath(property: "FuelKg", type: .decimal, isNullable: false)),
+                    .literal(.integer(5))))
     }
 
     @Test func expandWithNestedOptions() throws {
-        let url = try parse("Aircraft?$expand=Checks($filter=FuelKg gt 1000;$orderby=FuelKg desc;$top=2;$select=FuelKg),Flights")
+        let url = try parse(
+            "Aircraft?$expand=Checks($filter=FuelKg gt 1000;$orderby=FuelKg desc;$top=2;$select=FuelKg),Flights")
         #expect(url.query.expand.map(\.navigationProperty) == ["Checks", "Flights"])
         let checks = try #require(url.query.expand.first)
         #expect(checks.isCollection)
@@ -70,7 +82,8 @@ import Testing
     }
 
     @Test func searchTokensAndCustomOptions() throws {
-        let url = try parse("PreflightChecks?$search=tyre OR \"oil leak\" NOT brake&$skiptoken=abc&$deltatoken=42&sap-client=100")
+        let url = try parse(
+            "PreflightChecks?$search=tyre OR \"oil leak\" NOT brake&$skiptoken=abc&$deltatoken=42&sap-client=100")
         #expect(url.query.search == .or(.term("tyre"), .and(.term("oil leak"), .not(.term("brake")))))
         #expect(url.query.skipToken == "abc")
         #expect(url.query.deltaToken == "42")
@@ -79,18 +92,37 @@ import Testing
 
     @Test(arguments: [
         ("Aircrafts", "Unknown entity set 'Aircrafts'. Did you mean 'Aircraft'?", 0),
-        ("PreflightChecks?$filter=FuelKgs gt 5", "Unknown property 'FuelKgs' on 'PreflightCheck'. Did you mean 'FuelKg'?", 24),
+        (
+            "PreflightChecks?$filter=FuelKgs gt 5",
+            "Unknown property 'FuelKgs' on 'PreflightCheck'. Did you mean 'FuelKg'?", 24
+        ),
         ("PreflightChecks?$fitler=FuelKg gt 5", "Unknown system query option '$fitler'. Did you mean '$filter'?", 16),
         ("PreflightChecks?$top=-1", "$top must be a non-negative integer, but is '-1'", 21),
         ("PreflightChecks?$top=1&$TOP=2", "System query option '$top' is given twice; give it once", 23),
-        ("PreflightChecks?$select=Fuel", "Unknown property 'Fuel' in $select on 'PreflightCheck'. Did you mean 'FuelKg'?", 24),
-        ("Aircraft?$expand=Check", "Unknown navigation property 'Check' in $expand on 'Aircraft'. Did you mean 'Checks'?", 17),
+        (
+            "PreflightChecks?$select=Fuel",
+            "Unknown property 'Fuel' in $select on 'PreflightCheck'. Did you mean 'FuelKg'?", 24
+        ),
+        (
+            "Aircraft?$expand=Check",
+            "Unknown navigation property 'Check' in $expand on 'Aircraft'. Did you mean 'Checks'?", 17
+        ),
         ("Aircraft(42)", "Key 'TailNumber' is Edm.String, but the value given is Edm.Int32", 9),
         ("Aircraft('D-AIBL'", "Expected ')' to close the key but the expression ended", 17),
-        ("PreflightChecks?$filter=FuelKg gt 5 and", "Expected an operator or the end of the expression but found 'and'", 36),
-        ("PreflightChecks?$filter=contains(Remarks)", "'contains' takes 2 argument(s), but 1 were given: contains(Edm.String, Edm.String)", 24),
+        (
+            "PreflightChecks?$filter=FuelKg gt 5 and",
+            "Expected an operator or the end of the expression but found 'and'", 36
+        ),
+        (
+            "PreflightChecks?$filter=contains(Remarks)",
+            "'contains' takes 2 argument(s), but 1 were given: contains(Edm.String, Edm.String)", 24
+        ),
         ("PreflightChecks?$filter=%ZZ", "Malformed percent-encoding: '%' must be followed by two hex digits", 24),
-        ("PreflightChecks?$filter=Aircraft/Flights/any(f:true)", "'Flights' is a collection; lambda operators (any/all), $count and key access on collections are not implemented in expressions", 33),
+        (
+            "PreflightChecks?$filter=Aircraft/Flights/any(f:true)",
+            "'Flights' is a collection; lambda operators (any/all), $count and key access on collections are not implemented in expressions",
+            33
+        ),
     ])
     func errorsSayWhatAndWhere(url: String, message: String, position: Int) {
         let error = failure(url)

@@ -37,7 +37,9 @@ import Testing
     @Test func decimalsRoundTripExactlyNeverThroughDouble() throws {
         let property = Property(name: "Big", type: .decimal)
         // 0.1 + 0.2 style values and 20+ digit numbers that Double cannot hold.
-        for text in ["0.1", "12345678901234567890.12345678", "-0.000000000000000001", "99999999999999999999999999999999999999"] {
+        for text in [
+            "0.1", "12345678901234567890.12345678", "-0.000000000000000001", "99999999999999999999999999999999999999",
+        ] {
             let value = try PrimitiveValue(json: .number(text), for: property)
             #expect(value.json(as: .decimal) == .number(text), "\(text)")
         }
@@ -53,13 +55,22 @@ import Testing
     }
 
     @Test(arguments: [
-        (#""FuelKg":"lots""#, "Property 'FuelKg' expects a decimal number written without an exponent, but the payload has a string"),
+        (
+            #""FuelKg":"lots""#,
+            "Property 'FuelKg' expects a decimal number written without an exponent, but the payload has a string"
+        ),
         (#""TailNumber":42"#, "Property 'TailNumber' expects a string, but the payload has a number"),
-        (#""TailNumber":"D-AIBL-TOO-LONG""#, "Property 'TailNumber' allows at most 10 characters, but the value has 15"),
+        (
+            #""TailNumber":"D-AIBL-TOO-LONG""#,
+            "Property 'TailNumber' allows at most 10 characters, but the value has 15"
+        ),
         (#""FuelKg":5200.55"#, "Property 'FuelKg' allows 1 digit(s) after the decimal point, but the value has 2"),
         (#""FuelKg":123456789"#, "Property 'FuelKg' allows 8 digit(s) before the decimal point (Precision 9, Scale 1)"),
         (#""Status":null"#, "Property 'Status' is not nullable; give it a value"),
-        (#""ID":"not-a-guid""#, "Property 'ID' expects a GUID string like \"01234567-89ab-cdef-0123-456789abcdef\", but the payload has a string"),
+        (
+            #""ID":"not-a-guid""#,
+            "Property 'ID' expects a GUID string like \"01234567-89ab-cdef-0123-456789abcdef\", but the payload has a string"
+        ),
         (#""FuelKgs":1"#, "'PreflightCheck' has no property 'FuelKgs'. Did you mean 'FuelKg'?"),
     ])
     func badValuesNameThePropertyAndNeverEchoTheValue(member: String, message: String) throws {
@@ -91,16 +102,19 @@ import Testing
         let entity = payload.json(as: checks, select: ["TailNumber", "FuelKg"], etag: ETag("v1"))
         #expect(entity.serialized == #"{"@odata.etag":"W/\"v1\"","TailNumber":"D-AIBL","FuelKg":5200.5}"#)
         let collection = ODataPayload.collection(
-            context: "$metadata#PreflightChecks", entities: [entity], count: 7, nextLink: "PreflightChecks?$skiptoken=2")
+            context: "$metadata#PreflightChecks", entities: [entity], count: 7, nextLink: "PreflightChecks?$skiptoken=2"
+        )
         #expect(collection["@odata.count"] == .number("7"))
         #expect(collection["@odata.nextLink"]?.stringValue == "PreflightChecks?$skiptoken=2")
         #expect(collection.objectMembers?.map(\.0) == ["@odata.context", "@odata.count", "value", "@odata.nextLink"])
     }
 
     @Test func deltaRemovedEntriesInBothShapes() {
-        let v401 = ODataPayload.removed(id: "PreflightChecks(1)", format: .v401, contextBase: "$metadata", entitySet: "PreflightChecks")
+        let v401 = ODataPayload.removed(
+            id: "PreflightChecks(1)", format: .v401, contextBase: "$metadata", entitySet: "PreflightChecks")
         #expect(v401.serialized == #"{"@removed":{"reason":"deleted"},"@id":"PreflightChecks(1)"}"#)
-        let v40 = ODataPayload.removed(id: "PreflightChecks(1)", format: .v40, contextBase: "$metadata", entitySet: "PreflightChecks")
+        let v40 = ODataPayload.removed(
+            id: "PreflightChecks(1)", format: .v40, contextBase: "$metadata", entitySet: "PreflightChecks")
         #expect(v40["@odata.context"]?.stringValue == "$metadata#PreflightChecks/$deletedEntity")
         #expect(v40["reason"]?.stringValue == "deleted")
     }

@@ -28,8 +28,9 @@ import Testing
         let xml = try ServiceModel.aircraftChecks.csdlXML
         #expect(xml.hasPrefix("<?xml version=\"1.0\" encoding=\"utf-8\"?>"))
         #expect(xml.contains("<PropertyRef Name=\"TailNumber\"/>"))
-        #expect(xml.contains(
-            "<Property Name=\"FuelKg\" Type=\"Edm.Decimal\" Nullable=\"false\" Precision=\"9\" Scale=\"1\"/>"))
+        #expect(
+            xml.contains(
+                "<Property Name=\"FuelKg\" Type=\"Edm.Decimal\" Nullable=\"false\" Precision=\"9\" Scale=\"1\"/>"))
         #expect(xml.contains("<Annotation Term=\"Org.OData.Core.V1.Computed\" Bool=\"true\"/>"))
         #expect(xml.contains("<ReferentialConstraint Property=\"TailNumber\" ReferencedProperty=\"TailNumber\"/>"))
         #expect(xml.contains("<NavigationPropertyBinding Path=\"Checks\" Target=\"PreflightChecks\"/>"))
@@ -38,20 +39,23 @@ import Testing
     }
 
     @Test func compositeKeysLoad() throws {
-        let model = try ServiceModel(csdlJSON: Self.document(
-            """
-            "Leg": {"$Kind": "EntityType", "$Key": ["Flight", "Day"], "Flight": {}, "Day": {"$Type": "Edm.Date"}},
-            "C": {"$Kind": "EntityContainer", "Legs": {"$Collection": true, "$Type": "M.Leg"}}
-            """))
+        let model = try ServiceModel(
+            csdlJSON: Self.document(
+                """
+                "Leg": {"$Kind": "EntityType", "$Key": ["Flight", "Day"], "Flight": {}, "Day": {"$Type": "Edm.Date"}},
+                "C": {"$Kind": "EntityContainer", "Legs": {"$Collection": true, "$Type": "M.Leg"}}
+                """))
         #expect(model.entityType(named: "Leg")?.key == ["Flight", "Day"])
         let url = try ODataURL(parsing: "Legs(Day=2026-11-21,Flight='LH400')", model: model)
-        #expect(url.path == .resource([
-            .entitySet("Legs"),
-            .key([
-                KeyValue(name: "Flight", value: .string("LH400")),
-                KeyValue(name: "Day", value: .date(try #require(ODataDate(year: 2026, month: 11, day: 21)))),
-            ]),
-        ]))
+        #expect(
+            url.path
+                == .resource([
+                    .entitySet("Legs"),
+                    .key([
+                        KeyValue(name: "Flight", value: .string("LH400")),
+                        KeyValue(name: "Day", value: .date(try #require(ODataDate(year: 2026, month: 11, day: 21)))),
+                    ]),
+                ]))
     }
 
     static func document(_ members: String) -> String {

@@ -114,7 +114,8 @@ struct Choices {
     mutating func double() -> Double { Double(next(81) - 40) / 8 }
     mutating func date() -> ODataDate { ODataDate(daysSinceEpoch: 20_400 + next(800)) }
     mutating func instant() -> ODataDateTimeOffset {
-        let text = "\(date())T\(pick(["00", "07", "23"])):\(pick(["00", "30", "59"])):\(pick(["00", "15.5", "59.25"]))"
+        let text =
+            "\(date())T\(pick(["00", "07", "23"])):\(pick(["00", "30", "59"])):\(pick(["00", "15.5", "59.25"]))"
             + pick(["Z", "+01:00", "-05:30", "+14:00"])
         return ODataDateTimeOffset(parsing: text) ?? ODataDateTimeOffset(Date())
     }
@@ -170,14 +171,18 @@ struct Choices {
         switch next(8) {
         case 0: return .function(.length, [string(depth: depth + 1)])
         case 1: return .function(.indexof, [string(depth: depth + 1), string(depth: depth + 1)])
-        case 2: return .function(pick([.year, .month, .day]), [pick([Self.property("Day", .date), Self.property("At", .dateTimeOffset)])])
+        case 2:
+            return .function(
+                pick([.year, .month, .day]),
+                [pick([Self.property("Day", .date), Self.property("At", .dateTimeOffset)])])
         case 3: return .function(pick([.hour, .minute, .second]), [Self.property("At", .dateTimeOffset)])
         case 4:
             let divisor = Int64(next(9) + 1) * (next(2) == 0 ? 1 : -1)
             return .arithmetic(pick([.div, .mod]), integerExpression(depth: depth + 1), .literal(.integer(divisor)))
         case 5: return .negate(integerExpression(depth: depth + 1))
         default:
-            return .arithmetic(pick([.add, .sub, .mul]), integerExpression(depth: depth + 1), integerExpression(depth: depth + 1))
+            return .arithmetic(
+                pick([.add, .sub, .mul]), integerExpression(depth: depth + 1), integerExpression(depth: depth + 1))
         }
     }
 
@@ -189,7 +194,9 @@ struct Choices {
         guard depth < 3, next(3) == 0 else { return maybeNull(pick(leaf)) }
         switch next(4) {
         case 0: return .function(pick([.round, .floor, .ceiling]), [numberExpression(depth: depth + 1)])
-        case 1: return .arithmetic(pick([.add, .sub]), numberExpression(depth: depth + 1), numberExpression(depth: depth + 1))
+        case 1:
+            return .arithmetic(
+                pick([.add, .sub]), numberExpression(depth: depth + 1), numberExpression(depth: depth + 1))
         default: return pick(leaf)
         }
     }
@@ -201,9 +208,15 @@ struct Choices {
         case 1: return .comparison(op, integerExpression(depth: depth), integerExpression(depth: depth))
         case 2: return .comparison(op, numberExpression(depth: depth), numberExpression(depth: depth))
         case 3:
-            return .comparison(op, Self.property("Day", .date), maybeNull(pick([.literal(.date(date())), .function(.date, [Self.property("At", .dateTimeOffset)])])))
-        case 4: return .comparison(op, Self.property("At", .dateTimeOffset), maybeNull(.literal(.dateTimeOffset(instant()))))
-        default: return .comparison(pick([.eq, .ne]), Self.property("Flag", .boolean), maybeNull(.literal(.boolean(next(2) == 0))))
+            return .comparison(
+                op, Self.property("Day", .date),
+                maybeNull(pick([.literal(.date(date())), .function(.date, [Self.property("At", .dateTimeOffset)])])))
+        case 4:
+            return .comparison(
+                op, Self.property("At", .dateTimeOffset), maybeNull(.literal(.dateTimeOffset(instant()))))
+        default:
+            return .comparison(
+                pick([.eq, .ne]), Self.property("Flag", .boolean), maybeNull(.literal(.boolean(next(2) == 0))))
         }
     }
 
@@ -212,10 +225,14 @@ struct Choices {
         switch next(9) {
         case 0: return .logical(pick([.and, .or]), boolean(depth: depth + 1), boolean(depth: depth + 1))
         case 1: return .not(boolean(depth: depth + 1))
-        case 2: return .function(pick([.contains, .startswith, .endswith]), [string(depth: depth + 1), string(depth: depth + 1)])
+        case 2:
+            return .function(
+                pick([.contains, .startswith, .endswith]), [string(depth: depth + 1), string(depth: depth + 1)])
         case 3: return Self.property("Flag", .boolean)
         case 4:
-            return .in(integerExpression(depth: depth + 1), (0..<next(4)).map { _ in maybeNull(.literal(.integer(integer()))) })
+            return .in(
+                integerExpression(depth: depth + 1), (0..<next(4)).map { _ in maybeNull(.literal(.integer(integer()))) }
+            )
         case 5: return .in(string(depth: depth + 1), (0..<next(3)).map { _ in .literal(.string(text())) })
         default: return comparison(depth: depth + 1)
         }

@@ -17,43 +17,53 @@ import Testing
 
     @Test func valuesAreBoundNeverSpliced() throws {
         let hostile = "x'); DROP TABLE \"PreflightChecks\"; --"
-        let encoded = hostile.replacingOccurrences(of: "'", with: "''").addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        let encoded =
+            hostile.replacingOccurrences(of: "'", with: "''").addingPercentEncoding(
+                withAllowedCharacters: .alphanumerics) ?? ""
         for dialect in [SQLDialect.sqlite, .postgres] {
-            let query = try sql("PreflightChecks?$filter=Remarks eq '\(encoded)' or contains(Status,'\(encoded)')", dialect)
+            let query = try sql(
+                "PreflightChecks?$filter=Remarks eq '\(encoded)' or contains(Status,'\(encoded)')", dialect)
             #expect(!query.sql.contains("DROP"))
             #expect(query.arguments.filter { $0 == .text(hostile) }.count == 2)
         }
     }
 
     @Test func sqliteStatementShape() throws {
-        let query = try sql("PreflightChecks?$filter=FuelKg gt 5000 and Remarks eq null&$orderby=FuelKg desc&$top=5&$skip=10&$select=FuelKg")
-        #expect(query.sql == """
-            SELECT t0."ID", t0."FuelKg" FROM "PreflightChecks" AS t0 WHERE ((CAST(t0."FuelKg" AS REAL) > ?1) AND \
-            (t0."Remarks" IS NULL)) ORDER BY CAST(t0."FuelKg" AS REAL) DESC, t0."ID" ASC LIMIT ?2 OFFSET ?3
-            """)
+        let query = try sql(
+            "PreflightChecks?$filter=FuelKg gt 5000 and Remarks eq null&$orderby=FuelKg desc&$top=5&$skip=10&$select=FuelKg"
+        )
+        #expect(
+            query.sql == """
+                SELECT t0."ID", t0."FuelKg" FROM "PreflightChecks" AS t0 WHERE ((CAST(t0."FuelKg" AS REAL) > ?1) AND \
+                (t0."Remarks" IS NULL)) ORDER BY CAST(t0."FuelKg" AS REAL) DESC, t0."ID" ASC LIMIT ?2 OFFSET ?3
+                """)
         #expect(query.arguments == [.integer(5000), .integer(5), .integer(10)])
     }
 
     @Test func postgresStatementShape() throws {
-        let query = try sql("PreflightChecks?$filter=Remarks ne 'x' and year(ChangedAt) eq 2026&$orderby=Remarks&$skip=3", .postgres)
-        #expect(query.sql == """
-            SELECT t0."ID", t0."TailNumber", t0."FlightNumber", t0."FuelKg", t0."TyrePressureMainPsi", \
-            t0."TyrePressureNosePsi", t0."OilQuarts", t0."Remarks", t0."Status", t0."CheckedBy", t0."UploadedBy", \
-            t0."ChangedAt" FROM "PreflightChecks" AS t0 WHERE ((t0."Remarks" IS DISTINCT FROM $1::text) AND \
-            (CAST(floor(EXTRACT(YEAR FROM (t0."ChangedAt" AT TIME ZONE 'UTC'))) AS integer) IS NOT DISTINCT FROM $2::integer)) \
-            ORDER BY t0."Remarks" ASC NULLS FIRST, t0."ID" ASC OFFSET $3::bigint
-            """)
+        let query = try sql(
+            "PreflightChecks?$filter=Remarks ne 'x' and year(ChangedAt) eq 2026&$orderby=Remarks&$skip=3", .postgres)
+        #expect(
+            query.sql == """
+                SELECT t0."ID", t0."TailNumber", t0."FlightNumber", t0."FuelKg", t0."TyrePressureMainPsi", \
+                t0."TyrePressureNosePsi", t0."OilQuarts", t0."Remarks", t0."Status", t0."CheckedBy", t0."UploadedBy", \
+                t0."ChangedAt" FROM "PreflightChecks" AS t0 WHERE ((t0."Remarks" IS DISTINCT FROM $1::text) AND \
+                (CAST(floor(EXTRACT(YEAR FROM (t0."ChangedAt" AT TIME ZONE 'UTC'))) AS integer) IS NOT DISTINCT FROM $2::integer)) \
+                ORDER BY t0."Remarks" ASC NULLS FIRST, t0."ID" ASC OFFSET $3::bigint
+                """)
     }
 
     @Test func navigationBecomesACorrelatedSubquery() throws {
         let query = try sql("PreflightChecks?$filter=Aircraft/Station eq 'FRA'")
-        #expect(query.sql.contains(
-            #"((SELECT n1."Station" FROM "Aircraft" AS n1 WHERE n1."TailNumber" = t0."TailNumber") = ?1)"#))
+        #expect(
+            query.sql.contains(
+                #"((SELECT n1."Station" FROM "Aircraft" AS n1 WHERE n1."TailNumber" = t0."TailNumber") = ?1)"#))
     }
 
     @Test func countIgnoresPaging() throws {
         let parsed = try ODataURL(parsing: "PreflightChecks?$filter=FuelKg gt 1&$top=1", model: model)
-        let query = try SQLTranslator(model: model, dialect: .sqlite).count(from: "PreflightChecks", options: parsed.query)
+        let query = try SQLTranslator(model: model, dialect: .sqlite).count(
+            from: "PreflightChecks", options: parsed.query)
         #expect(query.sql == #"SELECT count(*) FROM "PreflightChecks" AS t0 WHERE (CAST(t0."FuelKg" AS REAL) > ?1)"#)
     }
 
@@ -74,10 +84,12 @@ import Testing
         let type = try #require(model.entityType(named: "PreflightCheck"))
         let check: [String: PrimitiveValue] = [
             "ID": .guid(UUID()), "TailNumber": .string("D-AIBL"), "FlightNumber": .null,
-            "FuelKg": .decimal(Decimal(string: "12345678.9") ?? 0), "TyrePressureMainPsi": .decimal(Decimal(string: "200.5") ?? 0),
+            "FuelKg": .decimal(Decimal(string: "12345678.9") ?? 0),
+            "TyrePressureMainPsi": .decimal(Decimal(string: "200.5") ?? 0),
             "TyrePressureNosePsi": .decimal(58), "OilQuarts": .decimal(Decimal(string: "12.25") ?? 0),
             "Remarks": .string("Ölstand geprüft — ok"), "Status": .string("final"), "CheckedBy": .string("alice"),
-            "UploadedBy": .null, "ChangedAt": .dateTimeOffset(ODataDateTimeOffset(parsing: "2026-11-21T08:30:00.125+01:00")!),
+            "UploadedBy": .null,
+            "ChangedAt": .dateTimeOffset(try #require(ODataDateTimeOffset(parsing: "2026-11-21T08:30:00.125+01:00"))),
         ]
         try database.insert([check], into: "PreflightChecks")
         let rows = try database.fetch(try sql("PreflightChecks"), as: type)

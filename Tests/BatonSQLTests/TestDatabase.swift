@@ -15,7 +15,9 @@ struct TestDatabase {
         queue = try DatabaseQueue(path: directory.appendingPathComponent("test.sqlite").path)
         self.model = model
         try queue.write { db in
-            for statement in SQLSchema(model: model, dialect: .sqlite).createStatements() { try db.execute(sql: statement) }
+            for statement in SQLSchema(model: model, dialect: .sqlite).createStatements() {
+                try db.execute(sql: statement)
+            }
         }
     }
 
@@ -27,7 +29,8 @@ struct TestDatabase {
         try queue.write { db in
             for entity in entities {
                 let columns = type.properties
-                let sql = "INSERT INTO \(SQLDialect.sqlite.quote(setName)) ("
+                let sql =
+                    "INSERT INTO \(SQLDialect.sqlite.quote(setName)) ("
                     + columns.map { SQLDialect.sqlite.quote($0.name) }.joined(separator: ", ") + ") VALUES ("
                     + columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ") + ")"
                 let values = columns.map { SQLDialect.sqlite.encode(entity[$0.name] ?? .null, as: $0.type) }

@@ -120,7 +120,8 @@ enum BatchValidation {
         for request in requests {
             guard !request.id.isEmpty, ids.insert(request.id).inserted else {
                 throw ODataError(
-                    .invalidBatch, "Request id '\(request.id)' is empty or used twice; ids must be unique", target: request.id)
+                    .invalidBatch, "Request id '\(request.id)' is empty or used twice; ids must be unique",
+                    target: request.id)
             }
             guard methods.contains(request.method) else {
                 throw ODataError(
@@ -137,7 +138,8 @@ enum BatchValidation {
                 }
                 if request.method == "GET" {
                     throw ODataError(
-                        .invalidBatch, "Request '\(request.id)' is a GET inside atomicity group '\(group)'; "
+                        .invalidBatch,
+                        "Request '\(request.id)' is a GET inside atomicity group '\(group)'; "
                             + "only changes belong in a group", target: request.id)
                 }
                 if currentGroup != group, let previous = currentGroup { closedGroups.insert(previous) }

@@ -15,7 +15,9 @@ public enum MultipartBatch {
             let pair = parameter.split(separator: "=", maxSplits: 1).map(String.init)
             if pair.count == 2, pair[0].trimmingSpaces.lowercased() == "boundary" {
                 var value = pair[1].trimmingSpaces
-                if value.hasPrefix("\""), value.hasSuffix("\""), value.count >= 2 { value = String(value.dropFirst().dropLast()) }
+                if value.hasPrefix("\""), value.hasSuffix("\""), value.count >= 2 {
+                    value = String(value.dropFirst().dropLast())
+                }
                 guard !value.isEmpty, value.count <= 70 else { break }
                 return value
             }
@@ -97,7 +99,8 @@ public enum MultipartBatch {
             if let nested = part.contentType, nested.lowercased().hasPrefix("multipart/mixed") {
                 let changeset = try self.boundary(fromContentType: nested)
                 for (innerIndex, inner) in try splitParts(part.body, boundary: changeset, depth: 1).enumerated() {
-                    var response = try parseResponse(inner, id: inner.header("Content-ID") ?? "\(index + 1).\(innerIndex + 1)")
+                    var response = try parseResponse(
+                        inner, id: inner.header("Content-ID") ?? "\(index + 1).\(innerIndex + 1)")
                     response.atomicityGroup = changeset
                     responses.append(response)
                 }
@@ -201,7 +204,8 @@ public enum MultipartBatch {
             guard let colon = text.firstIndex(of: ":") else {
                 throw ODataError(.invalidBatch, "Malformed header line in a batch part: '\(text.prefix(80))'")
             }
-            headers.append((String(text[..<colon]).trimmingSpaces, String(text[text.index(after: colon)...]).trimmingSpaces))
+            headers.append(
+                (String(text[..<colon]).trimmingSpaces, String(text[text.index(after: colon)...]).trimmingSpaces))
         }
     }
 
@@ -240,7 +244,8 @@ public enum MultipartBatch {
                 .invalidBatch, "Batch request '\(id)' has a malformed request line; expected 'METHOD URL HTTP/1.1'",
                 target: id)
         }
-        return BatchRequest(id: id, method: String(pieces[0]).uppercased(), url: String(pieces[1]), headers: headers, body: body)
+        return BatchRequest(
+            id: id, method: String(pieces[0]).uppercased(), url: String(pieces[1]), headers: headers, body: body)
     }
 
     static func parseResponse(_ part: Part, id: String) throws(ODataError) -> BatchResponse {

@@ -148,7 +148,8 @@ struct ExpressionParser {
         if let scalar = peek(), scalar == " " || scalar == "\t" {
             let start = index
             skipSpaces()
-            throw error(.syntax, "Unexpected whitespace before an expression \(foundDescription)", at: max(start, index))
+            throw error(
+                .syntax, "Unexpected whitespace before an expression \(foundDescription)", at: max(start, index))
         }
         return try parseOr()
     }
@@ -452,7 +453,8 @@ struct ExpressionParser {
         var dateOnly = TemporalScanner(rest)
         if dateOnly.date() != nil, let next = dateOnly.peek(), next == "T" || next == "t" {
             throw error(
-                .syntax, "Malformed date-time; write it like 2026-11-21T08:30:00Z", at: index + max(scanner.furthest, 11))
+                .syntax, "Malformed date-time; write it like 2026-11-21T08:30:00Z",
+                at: index + max(scanner.furthest, 11))
         }
         scanner = TemporalScanner(rest)
         if let value = scanner.date(), !continuesWord(at: index + scanner.index), peek(scanner.index) != "T" {
@@ -547,7 +549,9 @@ struct ExpressionParser {
             }
         }
         if cursor < source.scalars.count, source.scalars[cursor] == ".", !isDecimal {
-            throw error(.syntax, "Expected digits after the decimal point in '\(source.text(start..<cursor + 1))'", at: cursor + 1)
+            throw error(
+                .syntax, "Expected digits after the decimal point in '\(source.text(start..<cursor + 1))'",
+                at: cursor + 1)
         }
         if cursor < source.scalars.count, Self.isWordPart(source.scalars[cursor]) {
             let end = max(cursor + 1, wordEnd(from: cursor))
@@ -603,7 +607,8 @@ struct ExpressionParser {
                 throw error(.notImplemented, "The function '\(name)' is not implemented", target: name)
             }
             if name.contains(".") {
-                throw error(.notImplemented, "Bound and unbound function calls ('\(name)') are not implemented", target: name)
+                throw error(
+                    .notImplemented, "Bound and unbound function calls ('\(name)') are not implemented", target: name)
             }
             if entityType.property(named: name) != nil {
                 throw error(.syntax, "'\(name)' is a property, not a function; remove the parentheses", target: name)
@@ -658,11 +663,13 @@ struct ExpressionParser {
             if let property = type.property(named: name) {
                 if peek() == "/" {
                     throw error(
-                        .notImplemented, "'\(name)' is a primitive property; paths into it (annotations, casts) are "
+                        .notImplemented,
+                        "'\(name)' is a primitive property; paths into it (annotations, casts) are "
                             + "not implemented", at: index, target: name)
                 }
                 if peek() == "(" {
-                    throw error(.syntax, "'\(name)' is a property, not a function; remove the parentheses", target: name)
+                    throw error(
+                        .syntax, "'\(name)' is a property, not a function; remove the parentheses", target: name)
                 }
                 return .property(
                     PropertyPath(
@@ -678,7 +685,8 @@ struct ExpressionParser {
                 }
                 guard take("/") else {
                     throw error(
-                        .notImplemented, "'\(name)' is an entity; comparing entities is not implemented. "
+                        .notImplemented,
+                        "'\(name)' is an entity; comparing entities is not implemented. "
                             + "Name one of its properties, e.g. '\(name)/\(targetType(navigationProperty)?.key.first ?? "Key")'",
                         at: start, target: name)
                 }
@@ -716,7 +724,9 @@ struct ExpressionParser {
         }
     }
 
-    func checkComparable(_ lhs: ODataExpression, _ rhs: ODataExpression, _ op: String, at position: Int) throws(ODataError) {
+    func checkComparable(_ lhs: ODataExpression, _ rhs: ODataExpression, _ op: String, at position: Int)
+        throws(ODataError)
+    {
         guard let left = lhs.type, let right = rhs.type else { return }
         let compatible =
             left == right || (left.isNumeric && right.isNumeric)
@@ -727,7 +737,9 @@ struct ExpressionParser {
         }
     }
 
-    func checkArithmetic(_ lhs: ODataExpression, _ rhs: ODataExpression, _ op: String, at position: Int) throws(ODataError) {
+    func checkArithmetic(_ lhs: ODataExpression, _ rhs: ODataExpression, _ op: String, at position: Int)
+        throws(ODataError)
+    {
         for operand in [lhs, rhs] {
             if let type = operand.type, !type.isNumeric {
                 let temporal: Set<EdmPrimitiveType> = [.date, .dateTimeOffset, .duration, .timeOfDay]
@@ -768,7 +780,8 @@ func editDistance(_ a: String, _ b: String) -> Int {
     for i in 1...a.count {
         var current = [i] + Array(repeating: 0, count: b.count)
         for j in 1...b.count {
-            current[j] = Swift.min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            current[j] = Swift.min(
+                previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
         }
         previous = current
     }

@@ -58,7 +58,8 @@ public enum FilterFunction: String, Sendable, Hashable, CaseIterable {
 
     /// Functions of the OData standard that Baton recognises but does not implement.
     static let notImplemented: Set<String> = [
-        "matchespattern", "hassubset", "hassubsequence", "hassequence", "totaloffsetminutes", "totalseconds", "maxdatetime",
+        "matchespattern", "hassubset", "hassubsequence", "hassequence", "totaloffsetminutes", "totalseconds",
+        "maxdatetime",
         "mindatetime", "cast", "isof", "case", "geo.distance", "geo.intersects", "geo.length",
     ]
 }

@@ -11,8 +11,9 @@ extension ODataExpression {
     /// - Integer and decimal division or modulo by zero yields null.
     ///
     /// - Parameters:
-    ///   - resolve: the value of a property path for the entity being tested.
     ///   - now: the value of `now()`.
+    ///   - resolve: the value of a property path for the entity being tested.
+    /// - Returns: the expression's value; `.null` when it is unknown.
     /// - Throws: ``ODataError`` (`limitExceeded`) on integer overflow.
     public func evaluate(
         now: ODataDateTimeOffset = ODataDateTimeOffset(Date()),
@@ -220,8 +221,10 @@ extension ODataExpression {
             }
             return text(scalars[start..<max(start, end)])
         case .concat: return text(string(0) + string(1))
-        case .tolower: return text(string(0).map { ("A"..."Z").contains($0) ? Unicode.Scalar(UInt8($0.value + 32)) : $0 })
-        case .toupper: return text(string(0).map { ("a"..."z").contains($0) ? Unicode.Scalar(UInt8($0.value - 32)) : $0 })
+        case .tolower:
+            return text(string(0).map { ("A"..."Z").contains($0) ? Unicode.Scalar(UInt8($0.value + 32)) : $0 })
+        case .toupper:
+            return text(string(0).map { ("a"..."z").contains($0) ? Unicode.Scalar(UInt8($0.value - 32)) : $0 })
         case .trim:
             let scalars = string(0)
             guard let first = scalars.firstIndex(where: { !trimmed.contains($0) }),
@@ -275,7 +278,8 @@ extension ODataExpression {
     static func indexOf(_ needle: [Unicode.Scalar], in haystack: [Unicode.Scalar]) -> Int? {
         guard !needle.isEmpty else { return 0 }
         guard needle.count <= haystack.count else { return nil }
-        for start in 0...(haystack.count - needle.count) where haystack[start..<start + needle.count].elementsEqual(needle) {
+        for start in 0...(haystack.count - needle.count)
+        where haystack[start..<start + needle.count].elementsEqual(needle) {
             return start
         }
         return nil

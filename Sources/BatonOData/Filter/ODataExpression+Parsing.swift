@@ -1,7 +1,11 @@
 extension ODataExpression {
     /// Parses a common expression (`commonExpr`), still percent-encoded, against an entity type.
     ///
-    /// - Parameter boolean: require a boolean expression, as `$filter` does.
+    /// - Parameters:
+    ///   - text: the expression, as it appears in the URL.
+    ///   - entityType: the type whose properties the expression names.
+    ///   - model: the model the type belongs to.
+    ///   - boolean: require a boolean expression, as `$filter` does.
     /// - Throws: ``ODataError`` with the position of the first problem.
     public init(parsing text: String, for entityType: EntityType, in model: ServiceModel, boolean: Bool = false)
         throws(ODataError)
@@ -32,7 +36,8 @@ extension PrimitiveValue {
     /// - Throws: ``ODataError`` (`syntax`) with the position where the literal stops making sense.
     public init(parsingLiteral text: String) throws(ODataError) {
         let source = try SourceText(raw: text)
-        let empty = EntityType(name: "Literal", key: ["K"], properties: [Property(name: "K", type: .int32, isNullable: false)])
+        let empty = EntityType(
+            name: "Literal", key: ["K"], properties: [Property(name: "K", type: .int32, isNullable: false)])
         let model = try ServiceModel(namespace: "Literal", entityTypes: [empty], entitySets: [])
         var parser = ExpressionParser(source: source, model: model, entityType: empty)
         guard case .literal(let value) = try parser.parsePrimaryLiteral() else {

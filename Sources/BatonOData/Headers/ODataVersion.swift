@@ -1,7 +1,7 @@
 /// An OData protocol version a request asks for or a response declares.
 public enum ODataVersion: String, Sendable, Hashable, Comparable, CaseIterable {
-    case v4_0 = "4.0"
-    case v4_01 = "4.01"
+    case v40 = "4.0"
+    case v401 = "4.01"
 
     /// Parses `OData-Version` / `OData-MaxVersion` values (`4.0`, `4.01`; `4` means 4.0).
     ///
@@ -9,8 +9,8 @@ public enum ODataVersion: String, Sendable, Hashable, Comparable, CaseIterable {
     public init(parsing text: some StringProtocol, header: String = "OData-Version") throws(ODataError) {
         let value = String(text).trimmingSpaces
         switch value {
-        case "4.0", "4": self = .v4_0
-        case "4.01": self = .v4_01
+        case "4.0", "4": self = .v40
+        case "4.01": self = .v401
         default:
             let parts = value.split(separator: ".")
             guard parts.count == 2, let major = Int(parts[0]), let minor = Int(parts[1]) else {
@@ -24,7 +24,7 @@ public enum ODataVersion: String, Sendable, Hashable, Comparable, CaseIterable {
             }
             // A later minor or major version: answer with the highest we speak.
             _ = minor
-            self = .v4_01
+            self = .v401
         }
     }
 
@@ -44,6 +44,6 @@ public enum ODataVersion: String, Sendable, Hashable, Comparable, CaseIterable {
             return max
         }
         if let version { return try ODataVersion(parsing: version) }
-        return .v4_01
+        return .v401
     }
 }

@@ -58,7 +58,8 @@ public struct Preferences: Sendable, Hashable {
                 while scanner.take(";") {
                     scanner.skipSpaces()
                     guard let parameter = scanner.token() else {
-                        throw ODataError(.invalidHeader, "Malformed parameter in Prefer header '\(value)'", target: "Prefer")
+                        throw ODataError(
+                            .invalidHeader, "Malformed parameter in Prefer header '\(value)'", target: "Prefer")
                     }
                     scanner.skipSpaces()
                     var parameterValue = ""

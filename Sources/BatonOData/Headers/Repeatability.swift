@@ -21,7 +21,7 @@ public struct Repeatability: Sendable, Hashable {
     ///
     /// - Throws: ``ODataError`` (`invalidHeader`) when only one is present, the id is empty, too long or
     ///   not visible ASCII, or the date is not an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`).
-    public init?(requestID: String?, firstSent: String?) throws(ODataError) {
+    public init?(requestIDHeader requestID: String?, firstSentHeader firstSent: String?) throws(ODataError) {
         guard requestID != nil || firstSent != nil else { return nil }
         guard let requestID, let firstSent else {
             throw ODataError(
@@ -70,10 +70,12 @@ public struct Repeatability: Sendable, Hashable {
         let parts = text.split(separator: " ", omittingEmptySubsequences: false)
         guard parts.count == 6, parts[0].count == 4, parts[0].hasSuffix(","), parts[5] == "GMT",
             parts[1].count == 2, let day = Int(parts[1]), let monthIndex = months.firstIndex(of: String(parts[2])),
-            parts[3].count == 4, let year = Int(parts[3]), let date = ODataDate(year: year, month: monthIndex + 1, day: day)
+            parts[3].count == 4, let year = Int(parts[3]),
+            let date = ODataDate(year: year, month: monthIndex + 1, day: day)
         else { return nil }
         let clock = parts[4].split(separator: ":", omittingEmptySubsequences: false)
-        guard clock.count == 3, clock.allSatisfy({ $0.count == 2 }), let hour = Int(clock[0]), let minute = Int(clock[1]),
+        guard clock.count == 3, clock.allSatisfy({ $0.count == 2 }), let hour = Int(clock[0]),
+            let minute = Int(clock[1]),
             let second = Int(clock[2]), hour < 24, minute < 60, second < 61
         else { return nil }
         let days = date.daysSinceEpoch

@@ -28,7 +28,8 @@ extension ServiceModel {
                     facets.append(
                         (
                             "$ReferentialConstraint",
-                            .object(navigation.referentialConstraints.map { ($0.property, .string($0.referencedProperty)) })
+                            .object(
+                                navigation.referentialConstraints.map { ($0.property, .string($0.referencedProperty)) })
                         ))
                 }
                 members.append((navigation.name, .object(facets)))
@@ -48,7 +49,10 @@ extension ServiceModel {
             }
             if !set.optimisticConcurrency.isEmpty {
                 members.append(
-                    ("@Org.OData.Core.V1.OptimisticConcurrency", .array(set.optimisticConcurrency.map(JSONValue.string))))
+                    (
+                        "@Org.OData.Core.V1.OptimisticConcurrency",
+                        .array(set.optimisticConcurrency.map(JSONValue.string))
+                    ))
             }
             container.append((set.name, .object(members)))
         }

@@ -3,7 +3,8 @@ extension ServiceModel {
     public var csdlXML: String {
         var xml = #"<?xml version="1.0" encoding="utf-8"?>"# + "\n"
         xml += #"<edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/ns/edmx" Version="4.01">"# + "\n"
-        xml += #"  <edmx:Reference Uri="https://oasis-tcs.github.io/odata-vocabularies/vocabularies/Org.OData.Core.V1.xml">"#
+        xml +=
+            #"  <edmx:Reference Uri="https://oasis-tcs.github.io/odata-vocabularies/vocabularies/Org.OData.Core.V1.xml">"#
         xml += "\n" + #"    <edmx:Include Namespace="Org.OData.Core.V1" Alias="Core"/>"# + "\n  </edmx:Reference>\n"
         xml += "  <edmx:DataServices>\n"
         xml += "    <Schema xmlns=\"http://docs.oasis-open.org/odata/ns/edm\" Namespace=\"\(escapeXML(namespace))\""
@@ -28,7 +29,8 @@ extension ServiceModel {
             }
             for navigation in type.navigationProperties {
                 let typeName = navigation.isCollection ? "Collection(\(navigation.targetType))" : navigation.targetType
-                xml += "        <NavigationProperty Name=\"\(escapeXML(navigation.name))\" Type=\"\(escapeXML(typeName))\""
+                xml +=
+                    "        <NavigationProperty Name=\"\(escapeXML(navigation.name))\" Type=\"\(escapeXML(typeName))\""
                 if !navigation.isCollection { xml += " Nullable=\"\(navigation.isNullable)\"" }
                 if let partner = navigation.partner { xml += " Partner=\"\(escapeXML(partner))\"" }
                 if navigation.referentialConstraints.isEmpty {
@@ -48,10 +50,12 @@ extension ServiceModel {
         for set in entitySets {
             xml += "        <EntitySet Name=\"\(escapeXML(set.name))\" EntityType=\"\(escapeXML(set.entityType))\">\n"
             for (path, target) in set.navigationBindings.sorted(by: { $0.key < $1.key }) {
-                xml += "          <NavigationPropertyBinding Path=\"\(escapeXML(path))\" Target=\"\(escapeXML(target))\"/>\n"
+                xml +=
+                    "          <NavigationPropertyBinding Path=\"\(escapeXML(path))\" Target=\"\(escapeXML(target))\"/>\n"
             }
             if !set.optimisticConcurrency.isEmpty {
-                xml += "          <Annotation Term=\"Org.OData.Core.V1.OptimisticConcurrency\">\n            <Collection>\n"
+                xml +=
+                    "          <Annotation Term=\"Org.OData.Core.V1.OptimisticConcurrency\">\n            <Collection>\n"
                 for path in set.optimisticConcurrency {
                     xml += "              <PropertyPath>\(escapeXML(path))</PropertyPath>\n"
                 }

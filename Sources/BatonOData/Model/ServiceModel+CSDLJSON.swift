@@ -36,8 +36,8 @@ extension ServiceModel {
                 repeatable =
                     Self.annotation("Repeatability.Supported", in: element, vocabulary: "Org.OData.Repeatability.V1")?
                     .boolValue ?? false
-                for (setName, set) in element.objectMembers ?? [] where !setName.hasPrefix("$") && !setName.hasPrefix("@")
-                {
+                for (setName, set) in element.objectMembers ?? []
+                where !setName.hasPrefix("$") && !setName.hasPrefix("@") {
                     entitySets.append(try Self.entitySet(named: setName, from: set))
                 }
             case let kind?:

@@ -80,6 +80,7 @@ public struct EntityPayload: Sendable, Hashable {
     ///   - select: the properties to write, or `nil` for all.
     ///   - context: the `@odata.context` URL, for a top-level entity.
     ///   - etag: the entity's ETag, written as `@odata.etag`.
+    /// - Returns: the JSON object.
     public func json(
         as type: EntityType, select: [String]? = nil, context: String? = nil, etag: ETag? = nil
     ) -> JSONValue {

@@ -25,8 +25,10 @@ public enum ODataPayload {
     ///
     /// - Parameters:
     ///   - id: the entity id (its canonical URL, e.g. `PreflightChecks(guid)`).
+    ///   - format: the OData version's shape.
     ///   - contextBase: the metadata URL of the service, for 4.0's `$deletedEntity` context.
     ///   - entitySet: the entity set name, for 4.0's context.
+    /// - Returns: the JSON object for the removed entry.
     public static func removed(id: String, format: DeltaFormat, contextBase: String, entitySet: String) -> JSONValue {
         switch format {
         case .v401:
@@ -56,7 +58,9 @@ public enum ODataPayload {
     /// Reads an error body back: code, message and target.
     ///
     /// - Throws: ``ODataError`` (`invalidPayload`) when the JSON is not an OData error body.
-    public static func decodeError(_ json: JSONValue) throws(ODataError) -> (code: String, message: String, target: String?) {
+    public static func decodeError(_ json: JSONValue) throws(ODataError) -> (
+        code: String, message: String, target: String?
+    ) {
         guard let error = json["error"], let code = error["code"]?.stringValue,
             let message = error["message"]?.stringValue
         else {

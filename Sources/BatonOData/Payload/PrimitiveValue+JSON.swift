@@ -51,7 +51,8 @@ extension PrimitiveValue {
             }
             guard !text.contains("e") && !text.contains("E"), text.first != "+",
                 let value = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX")),
-                Decimal(string: text, locale: Locale(identifier: "en_US_POSIX"))?.description == Self.canonicalDecimal(text)
+                Decimal(string: text, locale: Locale(identifier: "en_US_POSIX"))?.description
+                    == Self.canonicalDecimal(text)
             else { throw fail("a decimal number written without an exponent") }
             try Self.checkDecimalFacets(text, property)
             self = .decimal(value)

@@ -245,7 +245,8 @@ public struct ODataURL: Sendable, Hashable {
             } while parser.take(",")
             guard values.count == keys.count else {
                 throw parser.error(
-                    .syntax, "The key of '\(type.name)' has \(keys.count) parts (\(type.key.joined(separator: ","))), "
+                    .syntax,
+                    "The key of '\(type.name)' has \(keys.count) parts (\(type.key.joined(separator: ","))), "
                         + "but \(values.count) were given")
             }
             values.sort { a, b in
@@ -255,7 +256,8 @@ public struct ODataURL: Sendable, Hashable {
             guard keys.count == 1, let property = keys.first else {
                 throw parser.error(
                     .syntax,
-                    "'\(type.name)' has a composite key; name its parts: (\(type.key.map { "\($0)=…" }.joined(separator: ",")))")
+                    "'\(type.name)' has a composite key; name its parts: (\(type.key.map { "\($0)=…" }.joined(separator: ",")))"
+                )
             }
             values.append(KeyValue(name: property.name, value: try keyLiteral(&parser, for: property)))
         }
@@ -264,14 +266,18 @@ public struct ODataURL: Sendable, Hashable {
         return values
     }
 
-    static func keyLiteral(_ parser: inout ExpressionParser, for property: Property) throws(ODataError) -> PrimitiveValue {
+    static func keyLiteral(_ parser: inout ExpressionParser, for property: Property) throws(ODataError)
+        -> PrimitiveValue
+    {
         let start = parser.index
         let literal: PrimitiveValue
         if parser.peek() == "@" {
             throw parser.error(.notImplemented, "Parameter aliases in keys are not implemented", target: property.name)
         }
         if let word = parser.peekWord(), !["true", "false", "null", "INF", "NaN"].contains(word),
-            { var probe = parser; return (try? probe.scanGUID()) == nil }()
+            {
+                var probe = parser; return (try? probe.scanGUID()) == nil
+            }()
         {
             throw parser.error(
                 .unknownName, "'\(word)' is not a value for key '\(property.name)'; quote strings: '\(word)'",
@@ -298,7 +304,8 @@ public struct ODataURL: Sendable, Hashable {
     {
         guard type.key.count == 1, let property = type.keyProperties.first else {
             throw ODataError(
-                .notImplemented, "'\(set.name)' has a composite key; address an entity with (\(type.key.map { "\($0)=…" }.joined(separator: ",")))",
+                .notImplemented,
+                "'\(set.name)' has a composite key; address an entity with (\(type.key.map { "\($0)=…" }.joined(separator: ",")))",
                 position: text.rawOffsets[0])
         }
         let raw = text.string

@@ -24,11 +24,13 @@ struct QueryOptionsParser {
             let rawValue = equals.map { part[part.index(after: $0)...] } ?? ""
             if let hash = part.firstIndex(of: "#") {
                 throw ODataError(
-                    .syntax, "'#' must be percent-encoded (%23) in a query option", position: offset + part.distance(from: part.startIndex, to: hash))
+                    .syntax, "'#' must be percent-encoded (%23) in a query option",
+                    position: offset + part.distance(from: part.startIndex, to: hash))
             }
             if name.hasPrefix("@") {
                 throw ODataError(
-                    .notImplemented, "Parameter aliases ('\(name)') are not implemented", position: offset, target: name)
+                    .notImplemented, "Parameter aliases ('\(name)') are not implemented", position: offset, target: name
+                )
             }
             let bare = name.hasPrefix("$") ? String(name.dropFirst()) : name
             let lowered = bare.lowercased()
@@ -138,7 +140,8 @@ struct QueryOptionsParser {
                         .notImplemented, "Qualified names in $select ('\(name)') are not implemented", at: start,
                         target: name)
                 }
-                guard entityType.property(named: name) != nil || entityType.navigationProperty(named: name) != nil else {
+                guard entityType.property(named: name) != nil || entityType.navigationProperty(named: name) != nil
+                else {
                     throw parser.error(
                         .unknownName,
                         "Unknown property '\(name)' in $select on '\(entityType.name)'.\(suggest(name, entityType.memberNames))",
@@ -187,9 +190,11 @@ struct QueryOptionsParser {
             }
             if parser.take("*") {
                 if parser.peek() == "/" || parser.peek() == "(" {
-                    throw parser.error(.notImplemented, "'*/$ref' and '*(…)' in $expand are not implemented", target: "$expand")
+                    throw parser.error(
+                        .notImplemented, "'*/$ref' and '*(…)' in $expand are not implemented", target: "$expand")
                 }
-                for navigation in entityType.navigationProperties where !items.contains(where: {
+                for navigation in entityType.navigationProperties
+                where !items.contains(where: {
                     $0.navigationProperty == navigation.name
                 }) {
                     items.append(
@@ -206,7 +211,8 @@ struct QueryOptionsParser {
             guard let navigation = entityType.navigationProperty(named: name) else {
                 if name.contains(".") {
                     throw parser.error(
-                        .notImplemented, "Type casts in $expand ('\(name)') are not implemented", at: start, target: name)
+                        .notImplemented, "Type casts in $expand ('\(name)') are not implemented", at: start,
+                        target: name)
                 }
                 if entityType.property(named: name) != nil {
                     throw parser.error(
@@ -222,7 +228,8 @@ struct QueryOptionsParser {
                 throw parser.error(.invalidModel, "Navigation target of '\(name)' is missing", target: name)
             }
             if parser.peek() == "/" {
-                throw parser.error(.notImplemented, "$ref, casts and paths in $expand are not implemented", target: name)
+                throw parser.error(
+                    .notImplemented, "$ref, casts and paths in $expand are not implemented", target: name)
             }
             var nested = QueryOptions()
             if parser.take("(") {

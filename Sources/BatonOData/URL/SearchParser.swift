@@ -7,7 +7,8 @@ struct SearchParser {
     init(source: SourceText) { self.source = source }
 
     func error(_ message: String) -> ODataError {
-        ODataError(.syntax, message, position: source.rawOffsets[min(index, source.rawOffsets.count - 1)], target: "$search")
+        ODataError(
+            .syntax, message, position: source.rawOffsets[min(index, source.rawOffsets.count - 1)], target: "$search")
     }
 
     mutating func parse() throws(ODataError) -> SearchExpression {
@@ -74,7 +75,9 @@ struct SearchParser {
             skipSpaces()
             let inner = try parseOr(depth: depth + 1)
             skipSpaces()
-            guard index < source.scalars.count, source.scalars[index] == ")" else { throw error("Expected ')' in $search") }
+            guard index < source.scalars.count, source.scalars[index] == ")" else {
+                throw error("Expected ')' in $search")
+            }
             index += 1
             return inner
         }

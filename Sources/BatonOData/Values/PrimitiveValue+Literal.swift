@@ -16,7 +16,8 @@ extension PrimitiveValue {
         case .dateTimeOffset(let value): value.description
         case .timeOfDay(let value): value.description
         case .duration(let value): "duration'\(value)'"
-        case .binary(let bytes): "binary'\(Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_"))'"
+        case .binary(let bytes):
+            "binary'\(Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_"))'"
         }
     }
 

@@ -133,7 +133,8 @@ struct TemporalScanner {
             for (unit, factor) in [("H", 3600), ("M", 60)] {
                 let mark = index
                 if let number = digitRun() {
-                    if take(Character(unit)) || take(Character(unit.lowercased())), let value = Decimal(string: number) {
+                    if take(Character(unit)) || take(Character(unit.lowercased())), let value = Decimal(string: number)
+                    {
                         total += value * Decimal(factor)
                         timeComponents += 1
                     } else {
@@ -150,7 +151,8 @@ struct TemporalScanner {
                     }
                     text += "." + fraction
                 }
-                guard take("S") || take("s"), let value = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX"))
+                guard take("S") || take("s"),
+                    let value = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX"))
                 else {
                     index = start
                     return nil

@@ -40,11 +40,14 @@ struct Demo {
         print("1. The bundled aircraft-checks model")
         for set in model.entitySets {
             let type = model.entityType(of: set)
-            print("   \(set.name): key \(type?.key.joined(separator: ",") ?? "?"), \(type?.properties.count ?? 0) properties")
+            print(
+                "   \(set.name): key \(type?.key.joined(separator: ",") ?? "?"), \(type?.properties.count ?? 0) properties"
+            )
         }
         let roundTrip = try ServiceModel(csdlJSON: model.csdlJSONDocument.serialized)
         expect(roundTrip == model, "CSDL JSON $metadata reads back to the same model")
-        expect(model.csdlXML.contains("<EntitySet Name=\"PreflightChecks\""), "CSDL XML $metadata lists PreflightChecks")
+        expect(
+            model.csdlXML.contains("<EntitySet Name=\"PreflightChecks\""), "CSDL XML $metadata lists PreflightChecks")
 
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-demo-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -93,7 +96,9 @@ struct Demo {
                 expect(false, "'\(text)' is rejected")
             } catch {
                 print("   GET \(text)")
-                print("     \(error.code): \(ErrorReport.describe(error, in: text).replacingOccurrences(of: "\n", with: "\n     "))")
+                print(
+                    "     \(error.code): \(ErrorReport.describe(error, in: text).replacingOccurrences(of: "\n", with: "\n     "))"
+                )
                 expect(error.position != nil, "the error names its position")
             }
         }

@@ -28,9 +28,18 @@ enum DemoData {
 
     static func load(into database: DatabaseQueue, model: ServiceModel) throws -> Rows {
         let aircraft: [Entity] = [
-            ["TailNumber": .string("D-AIBL"), "Type": .string("A320"), "Station": .string("FRA"), "Status": .string("ready")],
-            ["TailNumber": .string("D-AINA"), "Type": .string("A320neo"), "Station": .string("MUC"), "Status": .string("ready")],
-            ["TailNumber": .string("D-ABYA"), "Type": .string("B747-8"), "Station": .string("FRA"), "Status": .string("maintenance")],
+            [
+                "TailNumber": .string("D-AIBL"), "Type": .string("A320"), "Station": .string("FRA"),
+                "Status": .string("ready"),
+            ],
+            [
+                "TailNumber": .string("D-AINA"), "Type": .string("A320neo"), "Station": .string("MUC"),
+                "Status": .string("ready"),
+            ],
+            [
+                "TailNumber": .string("D-ABYA"), "Type": .string("B747-8"), "Station": .string("FRA"),
+                "Status": .string("maintenance"),
+            ],
         ]
         var checks: [Entity] = []
         let samples: [(String, String, String, String, String?, String)] = [
@@ -54,12 +63,15 @@ enum DemoData {
             ])
         }
         try database.write { db in
-            for statement in SQLSchema(model: model, dialect: .sqlite).createStatements() { try db.execute(sql: statement) }
+            for statement in SQLSchema(model: model, dialect: .sqlite).createStatements() {
+                try db.execute(sql: statement)
+            }
             for (setName, entities) in [("Aircraft", aircraft), ("PreflightChecks", checks)] {
                 guard let set = model.entitySet(named: setName), let type = model.entityType(of: set) else { continue }
                 for entity in entities {
                     let columns = type.properties.filter { entity[$0.name] != nil }
-                    let sql = "INSERT INTO \(SQLDialect.sqlite.quote(setName)) ("
+                    let sql =
+                        "INSERT INTO \(SQLDialect.sqlite.quote(setName)) ("
                         + columns.map { SQLDialect.sqlite.quote($0.name) }.joined(separator: ", ") + ") VALUES ("
                         + columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ") + ")"
                     let values = columns.map { SQLDialect.sqlite.encode(entity[$0.name] ?? .null, as: $0.type) }

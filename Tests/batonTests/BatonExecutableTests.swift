@@ -1,0 +1,72 @@
+import Foundation
+import Testing
+
+/// Runs the built `baton` binary and checks what a user sees.
+@Suite struct BatonExecutableTests {
+    struct Result {
+        var status: Int32
+        var output: String
+        var error: String
+    }
+
+    /// The `baton` executable in the build directory that holds this test binary.
+    static var executable: URL {
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for _ in 0..<4
+        where !FileManager.default.isExecutableFile(atPath: directory.appendingPathComponent("baton").path) {
+            directory.deleteLastPathComponent()
+        }
+        return directory.appendingPathComponent("baton")
+    }
+
+    static func run(_ arguments: [String]) throws -> Result {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        let output = Pipe()
+        let error = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        try process.run()
+        let outputData = output.fileHandleForReading.readDataToEndOfFile()
+        let errorData = error.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Result(
+            status: process.terminationStatus, output: String(decoding: outputData, as: UTF8.self),
+            error: String(decoding: errorData, as: UTF8.self))
+    }
+
+    @Test func demoPassesEveryExpectation() throws {
+        let result = try Self.run(["demo"])
+        #expect(result.status == 0, "\(result.output)\(result.error)")
+        #expect(result.output.contains("All expectations met."))
+        #expect(!result.output.contains("✗"))
+        #expect(result.output.contains("Unknown property 'FuelKgs' on 'PreflightCheck'. Did you mean 'FuelKg'?"))
+    }
+
+    @Test func sqlPrintsParameterisedSQL() throws {
+        let result = try Self.run(["sql", "PreflightChecks?$filter=Remarks eq 'secret'&$top=2"])
+        #expect(result.status == 0)
+        #expect(result.output.contains(#"WHERE (t0."Remarks" IS ?1) ORDER BY t0."ID" ASC LIMIT ?2"#))
+        #expect(!result.output.contains("secret"))
+        #expect(result.output.contains("-- 2 bound argument(s)"))
+    }
+
+    @Test func badURLIsAnErrorWithACaret() throws {
+        let result = try Self.run(["sql", "PreflightChecks?$filter=FuelKgs gt 5"])
+        #expect(result.status != 0)
+        #expect(
+            result.error == """
+                Error: Unknown property 'FuelKgs' on 'PreflightCheck'. Did you mean 'FuelKg'?
+                  PreflightChecks?$filter=FuelKgs gt 5
+                                          ^
+
+                """)
+    }
+
+    @Test func unknownDialectIsNamed() throws {
+        let result = try Self.run(["sql", "Aircraft", "--dialect", "oracle"])
+        #expect(result.status != 0)
+        #expect(result.error.contains("Unknown dialect 'oracle'. Use 'sqlite' or 'postgres'."))
+    }
+}
