@@ -96,6 +96,44 @@ import Testing
         #expect(rows == [check])
     }
 
+    @Test func insertUpdateAndDeleteChangeExactlyTheKeyedRow() throws {
+        let database = try TestDatabase(model: model)
+        defer { database.remove() }
+        let translator = SQLTranslator(model: model, dialect: .sqlite)
+        let type = try #require(model.entityType(named: "Aircraft"))
+        try database.insert(
+            [
+                [
+                    "TailNumber": .string("D-AIBL"), "Type": .string("A320"), "Station": .string("FRA"),
+                    "Status": .string("ready"),
+                ],
+                [
+                    "TailNumber": .string("D-AINA"), "Type": .string("A320neo"), "Station": .string("MUC"),
+                    "Status": .string("ready"),
+                ],
+            ], into: "Aircraft")
+        let key = [KeyValue(name: "TailNumber", value: .string("D-AIBL"))]
+        let update = try translator.update("Aircraft", key: key, values: ["Status": .string("maintenance")])
+        #expect(update.sql == #"UPDATE "Aircraft" SET "Status" = ?1 WHERE "TailNumber" = ?2"#)
+        try database.queue.write { try $0.execute(sql: update.sql, arguments: update.statementArguments) }
+        var rows = try database.fetch(try sql("Aircraft"), as: type)
+        #expect(rows.map { $0["Status"] } == [.string("maintenance"), .string("ready")])
+        let delete = try translator.delete(from: "Aircraft", key: key)
+        try database.queue.write { try $0.execute(sql: delete.sql, arguments: delete.statementArguments) }
+        rows = try database.fetch(try sql("Aircraft"), as: type)
+        #expect(rows.map { $0["TailNumber"] } == [.string("D-AINA")])
+    }
+
+    @Test func changesRefuseIncompleteKeysAndUnknownProperties() {
+        let translator = SQLTranslator(model: model, dialect: .sqlite)
+        #expect {
+            try translator.delete(from: "Aircraft", key: [])
+        } throws: { ($0 as? BatonSQLError)?.message == "A key of 'Aircraft' names exactly (TailNumber)" }
+        #expect {
+            try translator.insert(into: "Aircraft", values: ["Colour": .string("red")])
+        } throws: { ($0 as? BatonSQLError)?.message == "'Aircraft' has no property 'Colour'" }
+    }
+
     @Test func corruptStoredValuesAreReportedNotMisread() {
         #expect {
             try SQLDialect.sqlite.decode(.text("not a date"), as: .date, column: "Day")

@@ -25,16 +25,11 @@ struct TestDatabase {
 
     /// Inserts entities into an entity set's table, every value bound.
     func insert(_ entities: [[String: PrimitiveValue]], into setName: String) throws {
-        guard let set = model.entitySet(named: setName), let type = model.entityType(of: set) else { return }
+        let translator = SQLTranslator(model: model, dialect: .sqlite)
         try queue.write { db in
             for entity in entities {
-                let columns = type.properties
-                let sql =
-                    "INSERT INTO \(SQLDialect.sqlite.quote(setName)) ("
-                    + columns.map { SQLDialect.sqlite.quote($0.name) }.joined(separator: ", ") + ") VALUES ("
-                    + columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ") + ")"
-                let values = columns.map { SQLDialect.sqlite.encode(entity[$0.name] ?? .null, as: $0.type) }
-                try db.execute(sql: sql, arguments: SQLQuery(sql: sql, arguments: values).statementArguments)
+                let query = try translator.insert(into: setName, values: entity)
+                try db.execute(sql: query.sql, arguments: query.statementArguments)
             }
         }
     }

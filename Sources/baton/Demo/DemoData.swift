@@ -66,16 +66,11 @@ enum DemoData {
             for statement in SQLSchema(model: model, dialect: .sqlite).createStatements() {
                 try db.execute(sql: statement)
             }
+            let translator = SQLTranslator(model: model, dialect: .sqlite)
             for (setName, entities) in [("Aircraft", aircraft), ("PreflightChecks", checks)] {
-                guard let set = model.entitySet(named: setName), let type = model.entityType(of: set) else { continue }
                 for entity in entities {
-                    let columns = type.properties.filter { entity[$0.name] != nil }
-                    let sql =
-                        "INSERT INTO \(SQLDialect.sqlite.quote(setName)) ("
-                        + columns.map { SQLDialect.sqlite.quote($0.name) }.joined(separator: ", ") + ") VALUES ("
-                        + columns.indices.map { "?\($0 + 1)" }.joined(separator: ", ") + ")"
-                    let values = columns.map { SQLDialect.sqlite.encode(entity[$0.name] ?? .null, as: $0.type) }
-                    try db.execute(sql: sql, arguments: SQLQuery(sql: sql, arguments: values).statementArguments)
+                    let insert = try translator.insert(into: setName, values: entity)
+                    try db.execute(sql: insert.sql, arguments: insert.statementArguments)
                 }
             }
         }

@@ -1,0 +1,73 @@
+import BatonOData
+
+extension SQLTranslator {
+    /// `INSERT` one entity: every property of the entity type gets a column value (absent values are NULL).
+    ///
+    /// - Throws: ``BatonSQLError`` for an unknown entity set, or a value name the type does not have.
+    public func insert(into entitySet: String, values: [String: PrimitiveValue]) throws(BatonSQLError) -> SQLQuery {
+        let (set, type) = try resolve(entitySet)
+        try checkNames(values.keys, in: type)
+        var builder = SQLBuilder(dialect: dialect)
+        let columns = type.properties.map { dialect.quote($0.name) }.joined(separator: ", ")
+        let placeholders = type.properties.map { property in
+            builder.bind(
+                dialect.encode(values[property.name] ?? .null, as: property.type),
+                cast: dialect.columnType(for: property.type))
+        }
+        return SQLQuery(
+            sql: "INSERT INTO \(dialect.quote(set.name)) (\(columns)) VALUES (\(placeholders.joined(separator: ", ")))",
+            arguments: builder.arguments)
+    }
+
+    /// `UPDATE` the entity with `key`, setting the given properties.
+    ///
+    /// - Throws: ``BatonSQLError`` for an unknown entity set or property, an incomplete key, or no values.
+    public func update(_ entitySet: String, key: [KeyValue], values: [String: PrimitiveValue]) throws(BatonSQLError)
+        -> SQLQuery
+    {
+        let (set, type) = try resolve(entitySet)
+        try checkNames(values.keys, in: type)
+        guard !values.isEmpty else { throw BatonSQLError(.unsupported, "An update needs at least one property value") }
+        var builder = SQLBuilder(dialect: dialect)
+        let assignments = type.properties.filter { values[$0.name] != nil }.map { property in
+            "\(dialect.quote(property.name)) = "
+                + builder.bind(
+                    dialect.encode(values[property.name] ?? .null, as: property.type),
+                    cast: dialect.columnType(for: property.type))
+        }
+        let condition = try keyCondition(key, type: type, builder: &builder)
+        return SQLQuery(
+            sql: "UPDATE \(dialect.quote(set.name)) SET \(assignments.joined(separator: ", ")) WHERE \(condition)",
+            arguments: builder.arguments)
+    }
+
+    /// `DELETE` the entity with `key`.
+    ///
+    /// - Throws: ``BatonSQLError`` for an unknown entity set or an incomplete key.
+    public func delete(from entitySet: String, key: [KeyValue]) throws(BatonSQLError) -> SQLQuery {
+        let (set, type) = try resolve(entitySet)
+        var builder = SQLBuilder(dialect: dialect)
+        let condition = try keyCondition(key, type: type, builder: &builder)
+        return SQLQuery(sql: "DELETE FROM \(dialect.quote(set.name)) WHERE \(condition)", arguments: builder.arguments)
+    }
+
+    func checkNames(_ names: some Sequence<String>, in type: EntityType) throws(BatonSQLError) {
+        for name in names where type.property(named: name) == nil {
+            throw BatonSQLError(.unknownName, "'\(type.name)' has no property '\(name)'")
+        }
+    }
+
+    func keyCondition(_ key: [KeyValue], type: EntityType, builder: inout SQLBuilder) throws(BatonSQLError) -> String {
+        guard Set(key.map(\.name)) == Set(type.key), key.count == type.key.count else {
+            throw BatonSQLError(
+                .unknownName, "A key of '\(type.name)' names exactly (\(type.key.joined(separator: ", ")))")
+        }
+        return type.keyProperties.compactMap { property in
+            key.first { $0.name == property.name }.map { part in
+                "\(dialect.quote(property.name)) = "
+                    + builder.bind(
+                        dialect.encode(part.value, as: property.type), cast: dialect.columnType(for: property.type))
+            }
+        }.joined(separator: " AND ")
+    }
+}
