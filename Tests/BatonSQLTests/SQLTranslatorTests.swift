@@ -134,6 +134,36 @@ import Testing
         } throws: { ($0 as? BatonSQLError)?.message == "'Aircraft' has no property 'Colour'" }
     }
 
+    @Test(arguments: ["tyre", "TYRE OR oil", "NOT tyre", "\"left main\" AND worn", "(oil OR brake) NOT topped", "zzz"])
+    func searchAgreesWithTheEvaluator(search: String) throws {
+        let database = try TestDatabase(model: model)
+        defer { database.remove() }
+        let type = try #require(model.entityType(named: "PreflightCheck"))
+        let remarks: [PrimitiveValue] = [
+            .string("Left main tyre worn"), .string("Oil topped up"), .null, .string("brake check"), .string("TYRE ok"),
+        ]
+        let checks = remarks.enumerated().map { index, remark -> [String: PrimitiveValue] in
+            [
+                "ID": .guid(UUID(uuidString: "00000000-0000-4000-8000-00000000000\(index)") ?? UUID()),
+                "TailNumber": .string("D-AIBL"), "FuelKg": .decimal(1), "TyrePressureMainPsi": .decimal(1),
+                "TyrePressureNosePsi": .decimal(1), "OilQuarts": .decimal(1), "Remarks": remark,
+                "Status": .string("final"),
+            ]
+        }
+        try database.insert(checks, into: "PreflightChecks")
+        let encoded = search.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? search
+        let url = try ODataURL(parsing: "PreflightChecks?$search=\(encoded)", model: model)
+        let expression = try #require(url.query.search)
+        let fromSQL = try database.fetch(try sql("PreflightChecks?$search=\(encoded)"), as: type).compactMap {
+            $0["ID"]
+        }
+        let fromEvaluator = checks.filter { check in expression.matches(type) { check[$0] ?? .null } }.compactMap {
+            $0["ID"]
+        }
+        #expect(fromSQL == fromEvaluator)
+        #expect(fromSQL.isEmpty == (search == "zzz"), "every search but 'zzz' matches some check")
+    }
+
     @Test func corruptStoredValuesAreReportedNotMisread() {
         #expect {
             try SQLDialect.sqlite.decode(.text("not a date"), as: .date, column: "Day")

@@ -221,8 +221,7 @@ extension ODataExpression {
             }
             return text(scalars[start..<max(start, end)])
         case .concat: return text(string(0) + string(1))
-        case .tolower:
-            return text(string(0).map { ("A"..."Z").contains($0) ? Unicode.Scalar(UInt8($0.value + 32)) : $0 })
+        case .tolower: return text(SearchExpression.asciiLowercased(string(0)))
         case .toupper:
             return text(string(0).map { ("a"..."z").contains($0) ? Unicode.Scalar(UInt8($0.value - 32)) : $0 })
         case .trim:
