@@ -13,11 +13,19 @@ let package = Package(
     products: [
         .library(name: "BatonOData", targets: ["BatonOData"]),
         .library(name: "BatonSQL", targets: ["BatonSQL"]),
+        .library(name: "BatonServer", targets: ["BatonServer"]),
         .executable(name: "baton", targets: ["baton"]),
+        .executable(name: "baton-server", targets: ["baton-server"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "4.5.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/groue/GRDB.swift.git", from: "7.10.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-auth.git", from: "2.5.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
     ],
@@ -32,6 +40,31 @@ let package = Package(
         .target(
             name: "BatonSQL",
             dependencies: ["BatonOData", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: swiftSettings
+        ),
+        // The server library: identity (OAuth 2.0), settings exchange, devices, audit, storage.
+        .target(
+            name: "BatonServer",
+            dependencies: [
+                "BatonOData",
+                "BatonSQL",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdBcrypt", package: "hummingbird-auth"),
+                .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The server executable: serve, user, settings.
+        .executableTarget(
+            name: "baton-server",
+            dependencies: [
+                "BatonServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The ground-crew app. Today: `baton demo` shows the protocol core against a real SQLite file.
@@ -59,6 +92,15 @@ let package = Package(
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ],
             resources: [.copy("Corpus")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BatonServerTests",
+            dependencies: [
+                "BatonServer",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
+            resources: [.copy("Interop")],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -1,0 +1,50 @@
+import Foundation
+import GRDB
+
+/// One audit record: who did what, to what, when and from where. Never a secret.
+public struct AuditEntry: Sendable, Hashable, Codable, FetchableRecord, PersistableRecord {
+    public static let databaseTableName = "audit"
+    /// When it happened.
+    public var at: Date
+    /// The user (or `admin` for the command line) who acted, if known.
+    public var actor: String?
+    /// What happened: `sign-in`, `sign-in-failed`, `token-revoked`, `device-registered`, `settings-changed`, …
+    public var action: String
+    /// What it happened to (a user, a device, a setting key).
+    public var subject: String?
+    /// The client address, for requests.
+    public var address: String?
+    /// More detail; never a secret.
+    public var detail: String?
+
+    /// Creates an entry.
+    public init(at: Date, actor: String?, action: String, subject: String?, address: String?, detail: String?) {
+        self.at = at
+        self.actor = actor
+        self.action = action
+        self.subject = subject
+        self.address = address
+        self.detail = detail
+    }
+}
+
+/// Appends to and reads the audit log.
+public struct AuditLog: Sendable {
+    let database: ServerDatabase
+
+    /// Records an entry.
+    ///
+    /// - Throws: the database error, if the write fails.
+    public func record(_ entry: AuditEntry) async throws {
+        try await database.pool.write { db in try entry.insert(db) }
+    }
+
+    /// The newest entries first.
+    ///
+    /// - Throws: the database error, if the read fails.
+    public func entries(limit: Int = 100) async throws -> [AuditEntry] {
+        try await database.pool.read { db in
+            try AuditEntry.order(Column("id").desc).limit(limit).fetchAll(db)
+        }
+    }
+}

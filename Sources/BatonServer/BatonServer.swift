@@ -1,0 +1,128 @@
+import Crypto
+import Foundation
+import Hummingbird
+import JWTKit
+import Logging
+import NIOCore
+import Synchronization
+
+/// Everything `baton-server` needs, with every default stated.
+public struct BatonServerConfiguration: Sendable {
+    /// Where the database and key files live. Default: `./baton-data`.
+    public var dataDirectory = URL(fileURLWithPath: "baton-data")
+    /// The address to listen on. Default: `127.0.0.1`.
+    public var host = "127.0.0.1"
+    /// The port; 0 picks a free one. Default: 8080.
+    public var port = 8080
+    /// Token issuing. Its `issuer` defaults to `http://HOST:PORT` of the listening socket.
+    public var oauth = OAuthConfiguration()
+    /// Whether `oauth.issuer` was set explicitly (otherwise it follows the listening address). Default: `false`.
+    public var fixedIssuer = false
+    /// The clock. Default: the system clock.
+    public var clock = ServerClock.system
+    /// The bcrypt cost for new passwords. Default: 12.
+    public var bcryptCost: UInt8 = 12
+    /// The account password policy.
+    public var passwordPolicy = PasswordPolicy()
+
+    /// The defaults.
+    public init() {}
+}
+
+/// The Baton server: identity, settings exchange, devices and audit over one data directory.
+///
+/// ```swift
+/// let server = try await BatonServer(configuration: configuration, logger: logger)
+/// try await server.application { host, port in print("listening on http://\(host):\(port)") }.runService()
+/// ```
+public struct BatonServer: Sendable {
+    /// The configuration it was built with.
+    public let configuration: BatonServerConfiguration
+    /// The users.
+    public let users: UserDirectory
+    /// The settings document.
+    public let settings: SettingsStore
+    /// Devices, registrations, signing keys and store keys.
+    public let devices: DeviceRegistry
+    /// The audit log.
+    public let audit: AuditLog
+    let tokens: TokenService
+    let issuer: IssuerBox
+    let logger: Logger
+
+    /// Opens (creating on first use) the data directory, database and keys.
+    ///
+    /// - Throws: ``ServerSetupError`` when the data directory, database or key files cannot be used.
+    public init(configuration: BatonServerConfiguration, logger: Logger) async throws {
+        self.configuration = configuration
+        self.logger = logger
+        let directory = try DataDirectory(configuration.dataDirectory)
+        let database = try ServerDatabase(directory)
+        let clock = configuration.clock
+        users = UserDirectory(
+            database: database, clock: clock, bcryptCost: configuration.bcryptCost, policy: configuration.passwordPolicy
+        )
+        settings = SettingsStore(database: database)
+        devices = DeviceRegistry(database: database, clock: clock, masterKey: try directory.masterKey())
+        audit = AuditLog(database: database)
+        let pem = try directory.signingKeyPEM()
+        let signingKey: ES256PrivateKey
+        let keyID: String
+        do {
+            let cryptoKey = try P256.Signing.PrivateKey(pemRepresentation: pem)
+            signingKey = try ES256PrivateKey(backing: cryptoKey)
+            keyID = DeviceRegistry.keyID(cryptoKey.publicKey)
+        } catch {
+            throw ServerSetupError(
+                "The signing key file in '\(directory.url.path)/keys' is damaged; move it away to create a new one.")
+        }
+        let keys = JWTKeyCollection()
+        await keys.add(ecdsa: signingKey, kid: JWKIdentifier(string: keyID))
+        issuer = IssuerBox(configuration.oauth.issuer)
+        tokens = TokenService(
+            configuration: configuration.oauth, issuer: issuer, database: database, clock: clock, keys: keys,
+            keyID: keyID,
+            publicJWK: TokenService.publicJWK(of: signingKey, keyID: keyID), users: users,
+            throttle: LoginThrottle(limits: configuration.oauth.throttle, clock: clock), audit: audit)
+    }
+
+    /// The HTTP application. `onListening` is called with the bound host and port once the server accepts
+    /// connections.
+    public func application(onListening: @escaping @Sendable (String, Int) -> Void = { _, _ in })
+        -> some ApplicationProtocol
+    {
+        let router = Router(context: BatonRequestContext.self)
+        router.add(middleware: RequestLogMiddleware())
+        router.add(middleware: ErrorMiddleware())
+        OAuthRoutes(tokens: tokens, configuration: configuration.oauth).add(to: router)
+        let routes = ServiceRoutes(
+            settings: settings, devices: devices, users: users, audit: audit, clock: configuration.clock,
+            issuerBox: issuer)
+        routes.addPublic(to: router)
+        routes.addProtected(
+            to: router.group().add(middleware: BearerAuthenticationMiddleware(tokens: tokens, settings: settings)))
+        let issuer = self.issuer
+        let fixedIssuer = configuration.fixedIssuer
+        let host = configuration.host
+        return Application(
+            router: router,
+            configuration: .init(address: .hostname(host, port: configuration.port), serverName: "baton-server"),
+            onServerRunning: { channel in
+                let port = channel.localAddress?.port ?? 0
+                if !fixedIssuer { issuer.set("http://\(host):\(port)") }
+                onListening(host, port)
+            },
+            logger: logger)
+    }
+}
+
+/// The issuer URL, fixed before the first request: with `--port 0` it is known only once the socket is bound.
+final class IssuerBox: Sendable {
+    let storage: Mutex<String>
+
+    init(_ value: String) { storage = Mutex(value) }
+
+    var value: String { storage.withLock { $0 } }
+
+    func set(_ value: String) { storage.withLock { $0 = value } }
+}

@@ -1,0 +1,30 @@
+import Hummingbird
+import Logging
+import NIOCore
+
+/// The per-request context: Hummingbird's core storage, the client address, and the signed-in user once
+/// authenticated.
+public struct BatonRequestContext: RequestContext, RemoteAddressRequestContext {
+    public var coreContext: CoreRequestContextStorage
+    /// The client's address, when the request came over a socket.
+    public let remoteAddress: SocketAddress?
+    /// The authenticated user's claims, set by ``BearerAuthenticationMiddleware``.
+    var claims: AccessTokenClaims?
+
+    public init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        remoteAddress = source.channel.remoteAddress
+    }
+
+    /// Request bodies are small JSON or form documents: 64 KiB is plenty. Larger bodies get 413.
+    public var maxUploadSize: Int { 64 * 1024 }
+
+    /// The client address as text, for throttling and the audit log.
+    var clientAddress: String { remoteAddress?.ipAddress ?? "local" }
+
+    /// The signed-in user's name.
+    func userName() throws(ServerError) -> String {
+        guard let claims else { throw ServerError.unauthorized("Sign in first.", error: nil) }
+        return claims.sub.value
+    }
+}

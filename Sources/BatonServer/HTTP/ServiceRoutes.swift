@@ -1,0 +1,108 @@
+import BatonOData
+import Foundation
+import Hummingbird
+
+/// The device-facing routes: discovery, health, settings exchange, the signed-in user, device registration and
+/// the device store key.
+struct ServiceRoutes {
+    let settings: SettingsStore
+    let devices: DeviceRegistry
+    let users: UserDirectory
+    let audit: AuditLog
+    let clock: ServerClock
+    let issuerBox: IssuerBox
+
+    func addPublic(to router: Router<BatonRequestContext>) {
+        router.get("/health") { _, _ in json(.object([("status", .string("ok"))])) }
+        router.get("/.well-known/baton-configuration") { _, _ in
+            let issuer = issuerBox.value
+            return json(
+                .object([
+                    ("issuer", .string(issuer)),
+                    ("oauth_authorization_server", .string("\(issuer)/.well-known/oauth-authorization-server")),
+                    ("settings_endpoint", .string("\(issuer)/settings")),
+                    ("user_endpoint", .string("\(issuer)/me")),
+                    ("device_registration_endpoint", .string("\(issuer)/devices/{deviceID}/registration")),
+                    ("device_store_key_endpoint", .string("\(issuer)/devices/{deviceID}/store-key")),
+                    ("odata_service_root", .string("\(issuer)/odata/")),
+                    ("client_id", .string(OAuthClient.device.id)),
+                ]))
+        }
+    }
+
+    func addProtected(to group: RouterGroup<BatonRequestContext>) {
+        group.get("/settings") { _, _ in
+            let data = try JSONEncoder.sorted.encode(try await settings.current().effective)
+            return Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        }
+        group.get("/me") { _, context in
+            let name = try context.userName()
+            guard let user = try await users.user(named: name) else {
+                throw ServerError.unauthorized("The user no longer exists.")
+            }
+            return json(
+                .object([
+                    ("name", .string(user.name)), ("displayName", .string(user.displayName)),
+                    ("role", .string(user.role.rawValue)),
+                ]))
+        }
+        group.put("/devices/{device}/registration") { request, context in
+            let name = try context.userName()
+            let device = try context.parameters.require("device")
+            var request = request
+            let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
+            guard let text = body["publicKey"]?.stringValue else {
+                throw ServerError.badRequest(
+                    "The body must be {\"publicKey\": \"<base64 P-256 public key>\"}.", target: "publicKey")
+            }
+            let key = try DeviceRegistry.parsePublicKey(text)
+            let registration = try await devices.register(device: device, user: name, publicKey: key)
+            try await audit.record(
+                AuditEntry(
+                    at: clock.now(), actor: name, action: "device-registered", subject: device,
+                    address: context.clientAddress, detail: "key \(registration.keyID)"))
+            let data = try JSONEncoder.sorted.encode(registration)
+            return Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        }
+        group.delete("/devices/{device}/registration") { _, context in
+            let name = try context.userName()
+            let device = try context.parameters.require("device")
+            try await devices.unregister(device: device, user: name)
+            try await audit.record(
+                AuditEntry(
+                    at: clock.now(), actor: name, action: "device-unregistered", subject: device,
+                    address: context.clientAddress, detail: nil))
+            return Response(status: .noContent)
+        }
+        group.get("/devices/{device}/store-key") { _, context in
+            let name = try context.userName()
+            let device = try context.parameters.require("device")
+            let key = try await devices.storeKey(device: device, user: name)
+            try await audit.record(
+                AuditEntry(
+                    at: clock.now(), actor: name, action: "store-key-fetched", subject: device,
+                    address: context.clientAddress, detail: nil))
+            var response = json(
+                .object([
+                    ("device", .string(device)),
+                    ("key", .string(key.withUnsafeBytes { Data($0) }.base64EncodedString())),
+                ]))
+            response.headers[.cacheControl] = "no-store"
+            return response
+        }
+    }
+}
+
+extension JSONEncoder {
+    /// An encoder with sorted keys and ISO 8601 dates.
+    static var sorted: JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        encoder.dateEncodingStrategy = .iso8601
+        return encoder
+    }
+}

@@ -1,0 +1,94 @@
+import Foundation
+import GRDB
+import HummingbirdBcrypt
+import NIOPosix
+
+/// The users: add, list, disable, delete, and check a password.
+public struct UserDirectory: Sendable {
+    let database: ServerDatabase
+    let clock: ServerClock
+    /// The bcrypt cost. Default 12; tests use the minimum, 4.
+    let bcryptCost: UInt8
+    let policy: PasswordPolicy
+
+    /// Adds a user.
+    ///
+    /// - Throws: ``ServerError``: 400 for a bad name or a password that breaks the policy, 409 if the name is
+    ///   taken.
+    public func add(name: String, displayName: String?, role: User.Role, password: String) async throws -> User {
+        guard User.isValidName(name) else {
+            throw ServerError.badRequest(
+                "User name '\(name.prefix(64))' is not valid: use 1 to 64 letters, digits, '.', '_' or '-'.",
+                target: "name")
+        }
+        try policy.check(password, for: name)
+        let cost = bcryptCost
+        let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
+        let user = User(
+            name: name, displayName: displayName ?? name, role: role, passwordHash: hash, disabled: false,
+            createdAt: clock.now())
+        do {
+            try await database.pool.write { db in try user.insert(db) }
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
+            throw ServerError.conflict("A user named '\(name)' already exists.", target: "name")
+        }
+        return user
+    }
+
+    /// All users, by name.
+    public func list() async throws -> [User] {
+        try await database.pool.read { db in try User.order(Column("name")).fetchAll(db) }
+    }
+
+    /// The user named `name`, if any.
+    public func user(named name: String) async throws -> User? {
+        try await database.pool.read { db in try User.fetchOne(db, key: name) }
+    }
+
+    /// Disables a user: sign-in, refresh and access tokens stop working at once, refresh tokens are revoked.
+    ///
+    /// - Throws: ``ServerError`` (404) for an unknown user.
+    public func disable(_ name: String) async throws {
+        let now = clock.now()
+        let found = try await database.pool.write { db -> Bool in
+            try db.execute(sql: "UPDATE users SET disabled = 1 WHERE name = ?", arguments: [name])
+            let changed = db.changesCount > 0
+            try db.execute(
+                sql: "UPDATE refreshTokens SET revokedAt = ? WHERE user = ? AND revokedAt IS NULL",
+                arguments: [now.timeIntervalSince1970, name])
+            return changed
+        }
+        guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
+    }
+
+    /// Deletes a user and their tokens and device registrations. Their signing-key history stays, so changes
+    /// they signed before can still be verified.
+    ///
+    /// - Throws: ``ServerError`` (404) for an unknown user.
+    public func delete(_ name: String) async throws {
+        let found = try await database.pool.write { db -> Bool in
+            try db.execute(sql: "DELETE FROM users WHERE name = ?", arguments: [name])
+            let changed = db.changesCount > 0
+            try db.execute(sql: "DELETE FROM refreshTokens WHERE user = ?", arguments: [name])
+            try db.execute(sql: "DELETE FROM authorizationCodes WHERE user = ?", arguments: [name])
+            try db.execute(sql: "UPDATE deviceRegistrations SET active = 0 WHERE user = ?", arguments: [name])
+            return changed
+        }
+        guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
+    }
+
+    /// The active user whose password is `password`, or `nil`. Runs bcrypt even for unknown users, so timing
+    /// does not tell which names exist.
+    func authenticate(name: String, password: String) async throws -> User? {
+        let user = try await self.user(named: name)
+        let hash = user?.passwordHash ?? Self.decoyHash
+        let matches = try await NIOThreadPool.singleton.runIfActive {
+            Bcrypt.verify(password, hash: hash)
+        }
+        guard matches, let user, !user.disabled else { return nil }
+        return user
+    }
+
+    /// A valid bcrypt hash of a random string, verified against when the user does not exist.
+    static let decoyHash = Bcrypt.hash(UUID().uuidString, cost: 4)
+}

@@ -1,0 +1,146 @@
+import BatonOData
+import Foundation
+import HTTPTypes
+import Hummingbird
+
+/// The authorization server's endpoints: RFC 8414 metadata, JWKS, token, authorization (with its sign-in
+/// page), revocation.
+struct OAuthRoutes {
+    let tokens: TokenService
+    let configuration: OAuthConfiguration
+
+    func add(to router: Router<BatonRequestContext>) {
+        router.get("/.well-known/oauth-authorization-server") { _, _ in
+            json(metadata)
+        }
+        router.get("/oauth/jwks") { _, _ in
+            let data = try JSONEncoder().encode(tokens.jwks)
+            return Response(
+                status: .ok, headers: [.contentType: "application/json", .cacheControl: "public, max-age=300"],
+                body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        }
+        router.post("/oauth/token") { request, context in
+            let form = try await FormBody.read(request, context: context)
+            let response = try await tokens.grant(form.values, caller: .init(address: context.clientAddress))
+            let data = try JSONEncoder().encode(response)
+            return Response(
+                status: .ok, headers: [.contentType: "application/json", .cacheControl: "no-store"],
+                body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        }
+        router.post("/oauth/revoke") { request, context in
+            let form = try await FormBody.read(request, context: context)
+            guard let token = form["token"], !token.isEmpty else {
+                throw OAuthError.invalidRequest("The token parameter is missing.")
+            }
+            guard let client = configuration.client(form["client_id"]) else {
+                throw OAuthError.invalidClient("Unknown client_id.")
+            }
+            try await tokens.revoke(token, clientID: client.id, caller: .init(address: context.clientAddress))
+            return Response(status: .ok, headers: [.cacheControl: "no-store"])
+        }
+        router.get("/oauth/authorize") { request, _ in
+            let parameters = Dictionary(request.uri.queryParameters.map { (String($0.key), String($0.value)) }) {
+                first, _ in first
+            }
+            _ = try authorizationRequest(parameters)
+            return html(LoginPage.html(parameters: parameters))
+        }
+        router.post("/oauth/authorize") { request, context in
+            let form = try await FormBody.read(request, context: context)
+            let authorization = try authorizationRequest(form.values)
+            let user: User
+            do {
+                user = try await tokens.signIn(
+                    name: form["username"] ?? "", password: form["password"] ?? "", clientID: authorization.client.id,
+                    caller: .init(address: context.clientAddress))
+            } catch let error as OAuthError where error.error == "invalid_grant" || error.error == "too_many_attempts" {
+                var response = html(LoginPage.html(parameters: form.values, error: error.description))
+                response.status = error.status == .tooManyRequests ? .tooManyRequests : .unauthorized
+                return response
+            }
+            let code = try await tokens.createAuthorizationCode(
+                user: user.name, client: authorization.client, redirectURI: authorization.redirectURI,
+                challenge: authorization.challenge, scope: authorization.scope)
+            var location = URLComponents(string: authorization.redirectURI)
+            var items = location?.queryItems ?? []
+            items.append(URLQueryItem(name: "code", value: code))
+            if let state = form["state"] { items.append(URLQueryItem(name: "state", value: state)) }
+            location?.queryItems = items
+            return Response(
+                status: .found,
+                headers: [.location: location?.string ?? authorization.redirectURI, .cacheControl: "no-store"])
+        }
+    }
+
+    struct AuthorizationRequest {
+        var client: OAuthClient
+        var redirectURI: String
+        var challenge: String
+        var scope: String
+    }
+
+    /// Validates an authorization request. Problems with the client or redirect URI are shown to the user,
+    /// never redirected (RFC 6749 §4.1.2.1).
+    func authorizationRequest(_ parameters: [String: String]) throws -> AuthorizationRequest {
+        guard let client = configuration.client(parameters["client_id"]), client.grants.contains("authorization_code")
+        else {
+            throw ServerError.badRequest(
+                "Unknown client_id, or the client may not use the authorization code flow.", target: "client_id")
+        }
+        guard let redirectURI = parameters["redirect_uri"], client.accepts(redirectURI: redirectURI) else {
+            throw ServerError.badRequest(
+                "redirect_uri is missing or not registered for this client.", target: "redirect_uri")
+        }
+        guard parameters["response_type"] == "code" else {
+            throw ServerError.badRequest("response_type must be 'code'.", target: "response_type")
+        }
+        guard parameters["code_challenge_method"] == "S256", let challenge = parameters["code_challenge"],
+            PKCE.isWellFormed(challenge)
+        else {
+            throw ServerError.badRequest(
+                "PKCE is required: send code_challenge with code_challenge_method=S256.", target: "code_challenge")
+        }
+        let scope: String
+        do { scope = try tokens.requestedScope(parameters["scope"]) } catch {
+            throw ServerError.badRequest(error.description, target: "scope")
+        }
+        return AuthorizationRequest(client: client, redirectURI: redirectURI, challenge: challenge, scope: scope)
+    }
+
+    var metadata: JSONValue {
+        let issuer = tokens.issuer.value
+        return .object([
+            ("issuer", .string(issuer)),
+            ("authorization_endpoint", .string("\(issuer)/oauth/authorize")),
+            ("token_endpoint", .string("\(issuer)/oauth/token")),
+            ("revocation_endpoint", .string("\(issuer)/oauth/revoke")),
+            ("jwks_uri", .string("\(issuer)/oauth/jwks")),
+            ("scopes_supported", .array(configuration.scopes.map(JSONValue.string))),
+            ("response_types_supported", .array([.string("code")])),
+            (
+                "grant_types_supported",
+                .array(["password", "refresh_token", "authorization_code"].map(JSONValue.string))
+            ),
+            ("token_endpoint_auth_methods_supported", .array([.string("none")])),
+            ("revocation_endpoint_auth_methods_supported", .array([.string("none")])),
+            ("code_challenge_methods_supported", .array([.string("S256")])),
+        ])
+    }
+}
+
+/// A JSON response.
+func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
+    Response(
+        status: status, headers: [.contentType: "application/json"],
+        body: .init(byteBuffer: ByteBuffer(string: value.serialized)))
+}
+
+/// An HTML response.
+func html(_ text: String) -> Response {
+    Response(
+        status: .ok,
+        headers: [
+            .contentType: "text/html; charset=utf-8", .cacheControl: "no-store",
+            .contentSecurityPolicy: "default-src 'none'; form-action 'self'; frame-ancestors 'none'",
+        ], body: .init(byteBuffer: ByteBuffer(string: text)))
+}

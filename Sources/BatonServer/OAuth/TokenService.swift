@@ -1,0 +1,352 @@
+import Foundation
+import GRDB
+import JWTKit
+import Logging
+
+/// Issues, rotates, verifies and revokes tokens.
+///
+/// Access tokens are ES256 JWTs of at most 15 minutes. Refresh tokens are random, stored as SHA-256 hashes,
+/// single use: each refresh rotates the token within its family, and presenting a used token revokes the
+/// whole family (RFC 6819 §5.2.2.3). Authorization codes are single use too; replaying one revokes the tokens
+/// issued from it.
+struct TokenService: Sendable {
+    let configuration: OAuthConfiguration
+    let issuer: IssuerBox
+    let database: ServerDatabase
+    let clock: ServerClock
+    let keys: JWTKeyCollection
+    let keyID: String
+    let publicJWK: JWK
+    let users: UserDirectory
+    let throttle: LoginThrottle
+    let audit: AuditLog
+
+    /// What the token endpoint returns.
+    struct TokenResponse: Codable, Sendable {
+        var accessToken: String
+        var tokenType = "Bearer"
+        var expiresIn: Int
+        var refreshToken: String
+        var scope: String
+
+        enum CodingKeys: String, CodingKey {
+            case accessToken = "access_token"
+            case tokenType = "token_type"
+            case expiresIn = "expires_in"
+            case refreshToken = "refresh_token"
+            case scope
+        }
+    }
+
+    /// The caller of the token endpoint, for throttling and the audit log.
+    struct Caller: Sendable {
+        var address: String
+    }
+
+    // MARK: Grants
+
+    func grant(_ form: [String: String], caller: Caller) async throws -> TokenResponse {
+        guard let grantType = form["grant_type"], !grantType.isEmpty else {
+            throw OAuthError.invalidRequest("The grant_type parameter is missing.")
+        }
+        guard let client = configuration.client(form["client_id"]) else {
+            throw OAuthError.invalidClient(
+                "Unknown client_id. This server's clients are: \(configuration.clients.map(\.id).joined(separator: ", "))."
+            )
+        }
+        guard ["password", "refresh_token", "authorization_code"].contains(grantType) else {
+            throw OAuthError("unsupported_grant_type", "Grant type '\(grantType.prefix(40))' is not supported.")
+        }
+        guard client.grants.contains(grantType) else {
+            throw OAuthError("unauthorized_client", "Client '\(client.id)' may not use the \(grantType) grant.")
+        }
+        switch grantType {
+        case "password": return try await passwordGrant(form, client: client, caller: caller)
+        case "refresh_token": return try await refreshGrant(form, client: client, caller: caller)
+        default: return try await codeGrant(form, client: client, caller: caller)
+        }
+    }
+
+    func requestedScope(_ text: String?) throws(OAuthError) -> String {
+        guard let text, !text.isEmpty else { return configuration.scopes.joined(separator: " ") }
+        let asked = text.split(separator: " ").map(String.init)
+        for scope in asked where !configuration.scopes.contains(scope) {
+            throw OAuthError(
+                "invalid_scope",
+                "Scope '\(scope.prefix(40))' is unknown. Known scopes: \(configuration.scopes.joined(separator: " ")).")
+        }
+        return asked.joined(separator: " ")
+    }
+
+    func passwordGrant(_ form: [String: String], client: OAuthClient, caller: Caller) async throws -> TokenResponse {
+        guard let name = form["username"], !name.isEmpty, let password = form["password"], !password.isEmpty else {
+            throw OAuthError.invalidRequest("The password grant needs username and password.")
+        }
+        let scope = try requestedScope(form["scope"])
+        let user = try await signIn(name: name, password: password, clientID: client.id, caller: caller)
+        return try await issue(user: user.name, client: client, scope: scope, family: UUID().uuidString)
+    }
+
+    /// Checks credentials under brute-force protection, and records the outcome in the audit log.
+    func signIn(name: String, password: String, clientID: String, caller: Caller) async throws -> User {
+        if let wait = await throttle.retryAfter(user: name, address: caller.address) {
+            throw OAuthError(
+                "too_many_attempts", "Too many failed sign-ins. Try again in \(wait) seconds.",
+                status: .tooManyRequests, retryAfter: wait)
+        }
+        guard let user = try await users.authenticate(name: name, password: password) else {
+            await throttle.recordFailure(user: name, address: caller.address)
+            try await audit.record(
+                AuditEntry(
+                    at: clock.now(), actor: nil, action: "sign-in-failed", subject: String(name.prefix(64)),
+                    address: caller.address, detail: "client \(clientID)"))
+            throw OAuthError.invalidGrant("The user name or password is wrong, or the user is disabled.")
+        }
+        await throttle.recordSuccess(user: name)
+        try await audit.record(
+            AuditEntry(
+                at: clock.now(), actor: user.name, action: "sign-in", subject: user.name, address: caller.address,
+                detail: "client \(clientID)"))
+        return user
+    }
+
+    func refreshGrant(_ form: [String: String], client: OAuthClient, caller: Caller) async throws -> TokenResponse {
+        guard let token = form["refresh_token"], !token.isEmpty else {
+            throw OAuthError.invalidRequest("The refresh_token grant needs refresh_token.")
+        }
+        let now = clock.now().timeIntervalSince1970
+        let hash = secretHash(token)
+        enum Outcome {
+            case ok(user: String, scope: String, family: String), reused(family: String, user: String), invalid(String)
+        }
+        let outcome = try await database.pool.write { db -> Outcome in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM refreshTokens WHERE hash = ?", arguments: [hash])
+            else {
+                return .invalid("The refresh token is unknown.")
+            }
+            let family: String = row["family"]
+            let user: String = row["user"]
+            if row["revokedAt"] as Double? != nil { return .invalid("The refresh token was revoked.") }
+            if row["usedAt"] as Double? != nil {
+                try db.execute(
+                    sql: "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL",
+                    arguments: [now, family])
+                return .reused(family: family, user: user)
+            }
+            if (row["expiresAt"] as Double) <= now { return .invalid("The refresh token has expired; sign in again.") }
+            if (row["clientID"] as String) != client.id {
+                return .invalid("The refresh token was issued to another client.")
+            }
+            let active =
+                try Bool.fetchOne(db, sql: "SELECT NOT disabled FROM users WHERE name = ?", arguments: [user]) ?? false
+            guard active else { return .invalid("The user is disabled or no longer exists.") }
+            try db.execute(sql: "UPDATE refreshTokens SET usedAt = ? WHERE hash = ?", arguments: [now, hash])
+            return .ok(user: user, scope: row["scope"], family: family)
+        }
+        switch outcome {
+        case .invalid(let reason): throw OAuthError.invalidGrant(reason)
+        case .reused(_, let user):
+            try await audit.record(
+                AuditEntry(
+                    at: clock.now(), actor: nil, action: "refresh-token-reuse", subject: user, address: caller.address,
+                    detail: "token family revoked"))
+            throw OAuthError.invalidGrant(
+                "The refresh token was already used; every token of this sign-in is now revoked. Sign in again.")
+        case .ok(let user, let grantedScope, let family):
+            var scope = grantedScope
+            if let asked = form["scope"], !asked.isEmpty {
+                let narrowed = try requestedScope(asked)
+                let granted = Set(grantedScope.split(separator: " "))
+                guard narrowed.split(separator: " ").allSatisfy(granted.contains) else {
+                    throw OAuthError("invalid_scope", "A refresh may not widen the granted scope.")
+                }
+                scope = narrowed
+            }
+            return try await issue(user: user, client: client, scope: scope, family: family)
+        }
+    }
+
+    func codeGrant(_ form: [String: String], client: OAuthClient, caller: Caller) async throws -> TokenResponse {
+        guard let code = form["code"], !code.isEmpty, let redirectURI = form["redirect_uri"] else {
+            throw OAuthError.invalidRequest("The authorization_code grant needs code and redirect_uri.")
+        }
+        guard let verifier = form["code_verifier"] else {
+            throw OAuthError.invalidRequest("The code_verifier parameter is missing; this server requires PKCE (S256).")
+        }
+        guard PKCE.isWellFormed(verifier) else {
+            throw OAuthError.invalidRequest("code_verifier must be 43 to 128 unreserved characters.")
+        }
+        let now = clock.now().timeIntervalSince1970
+        let hash = secretHash(code)
+        enum Outcome { case ok(user: String, scope: String, family: String), invalid(String) }
+        let outcome = try await database.pool.write { db -> Outcome in
+            guard
+                let row = try Row.fetchOne(
+                    db, sql: "SELECT * FROM authorizationCodes WHERE hash = ?", arguments: [hash])
+            else {
+                return .invalid("The authorization code is unknown.")
+            }
+            if row["usedAt"] as Double? != nil {
+                if let family = row["family"] as String? {
+                    try db.execute(
+                        sql: "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL",
+                        arguments: [now, family])
+                }
+                return .invalid("The authorization code was already used; tokens issued from it are revoked.")
+            }
+            try db.execute(sql: "UPDATE authorizationCodes SET usedAt = ? WHERE hash = ?", arguments: [now, hash])
+            if (row["expiresAt"] as Double) <= now { return .invalid("The authorization code has expired.") }
+            if (row["clientID"] as String) != client.id {
+                return .invalid("The authorization code was issued to another client.")
+            }
+            if (row["redirectURI"] as String) != redirectURI {
+                return .invalid("redirect_uri does not match the authorization request.")
+            }
+            if PKCE.challenge(for: verifier) != (row["codeChallenge"] as String) {
+                return .invalid("code_verifier does not match the code challenge.")
+            }
+            let user: String = row["user"]
+            let active =
+                try Bool.fetchOne(db, sql: "SELECT NOT disabled FROM users WHERE name = ?", arguments: [user]) ?? false
+            guard active else { return .invalid("The user is disabled or no longer exists.") }
+            let family = UUID().uuidString
+            try db.execute(sql: "UPDATE authorizationCodes SET family = ? WHERE hash = ?", arguments: [family, hash])
+            return .ok(user: user, scope: row["scope"], family: family)
+        }
+        switch outcome {
+        case .invalid(let reason): throw OAuthError.invalidGrant(reason)
+        case .ok(let user, let scope, let family):
+            return try await issue(user: user, client: client, scope: scope, family: family)
+        }
+    }
+
+    /// Stores a new authorization code for a signed-in user and returns it.
+    func createAuthorizationCode(
+        user: String, client: OAuthClient, redirectURI: String, challenge: String, scope: String
+    )
+        async throws -> String
+    {
+        let code = randomSecret()
+        let expires = clock.now().addingTimeInterval(configuration.authorizationCodeLifetime).timeIntervalSince1970
+        try await database.pool.write { db in
+            try db.execute(
+                sql:
+                    "INSERT INTO authorizationCodes (hash, user, clientID, redirectURI, codeChallenge, scope, expiresAt) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                arguments: [secretHash(code), user, client.id, redirectURI, challenge, scope, expires])
+        }
+        return code
+    }
+
+    // MARK: Issuing
+
+    func issue(user: String, client: OAuthClient, scope: String, family: String) async throws -> TokenResponse {
+        let now = clock.now()
+        let lifetime = min(configuration.accessTokenLifetime, 900)
+        let claims = AccessTokenClaims(
+            iss: IssuerClaim(value: issuer.value), sub: SubjectClaim(value: user),
+            aud: AudienceClaim(value: configuration.audience), scope: scope,
+            exp: ExpirationClaim(value: now.addingTimeInterval(lifetime)), iat: IssuedAtClaim(value: now),
+            jti: IDClaim(value: UUID().uuidString), clientID: client.id)
+        let accessToken = try await keys.sign(claims, kid: JWKIdentifier(string: keyID))
+        let refreshToken = randomSecret()
+        try await database.pool.write { db in
+            try db.execute(
+                sql:
+                    "INSERT INTO refreshTokens (hash, family, user, clientID, scope, createdAt, expiresAt) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                arguments: [
+                    secretHash(refreshToken), family, user, client.id, scope, now.timeIntervalSince1970,
+                    now.addingTimeInterval(configuration.refreshTokenLifetime).timeIntervalSince1970,
+                ])
+        }
+        return TokenResponse(
+            accessToken: accessToken, expiresIn: Int(lifetime), refreshToken: refreshToken, scope: scope)
+    }
+
+    // MARK: Verifying and revoking
+
+    /// The claims of a valid access token: signature, issuer, audience and expiry checked with the injected
+    /// clock, not revoked, and its user still active.
+    func verifyAccessToken(_ token: String) async throws(ServerError) -> AccessTokenClaims {
+        let claims: AccessTokenClaims
+        do {
+            claims = try await keys.verify(token, as: AccessTokenClaims.self)
+        } catch {
+            throw .unauthorized("The access token is malformed or its signature is invalid.")
+        }
+        let now = clock.now()
+        guard claims.exp.value > now else { throw .unauthorized("The access token has expired; refresh it.") }
+        guard claims.iat.value <= now.addingTimeInterval(60) else {
+            throw .unauthorized("The access token is not valid yet.")
+        }
+        guard claims.iss.value == issuer.value, claims.aud.value.contains(configuration.audience) else {
+            throw .unauthorized("The access token was issued for another server.")
+        }
+        let jti = claims.jti.value
+        let user = claims.sub.value
+        let state: (revoked: Bool, active: Bool)
+        do {
+            state = try await database.pool.read { db in
+                let revoked =
+                    try Bool.fetchOne(db, sql: "SELECT 1 FROM revokedAccessTokens WHERE jti = ?", arguments: [jti])
+                    ?? false
+                let active =
+                    try Bool.fetchOne(db, sql: "SELECT NOT disabled FROM users WHERE name = ?", arguments: [user])
+                    ?? false
+                return (revoked, active)
+            }
+        } catch {
+            throw ServerError(
+                .serviceUnavailable, "Unavailable", "The server cannot check the token right now; try again.")
+        }
+        guard !state.revoked else { throw .unauthorized("The access token was revoked.") }
+        guard state.active else { throw .unauthorized("The user is disabled or no longer exists.") }
+        return claims
+    }
+
+    /// Revokes a refresh token (its whole family) or an access token (RFC 7009). Unknown tokens are ignored,
+    /// as the RFC requires.
+    func revoke(_ token: String, clientID: String, caller: Caller) async throws {
+        let now = clock.now().timeIntervalSince1970
+        let hash = secretHash(token)
+        let refreshOwner = try await database.pool.write { db -> String? in
+            guard
+                let row = try Row.fetchOne(
+                    db, sql: "SELECT family, user, clientID FROM refreshTokens WHERE hash = ?", arguments: [hash]),
+                (row["clientID"] as String) == clientID
+            else { return nil }
+            try db.execute(
+                sql: "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL",
+                arguments: [now, row["family"] as String])
+            return row["user"]
+        }
+        if let refreshOwner {
+            try await audit.record(
+                AuditEntry(
+                    at: clock.now(), actor: refreshOwner, action: "token-revoked", subject: refreshOwner,
+                    address: caller.address, detail: "refresh token family"))
+            return
+        }
+        guard let claims = try? await keys.verify(token, as: AccessTokenClaims.self), claims.clientID == clientID
+        else { return }
+        try await database.pool.write { db in
+            try db.execute(
+                sql: "INSERT INTO revokedAccessTokens (jti, expiresAt) VALUES (?, ?) ON CONFLICT(jti) DO NOTHING",
+                arguments: [claims.jti.value, claims.exp.value.timeIntervalSince1970])
+            try db.execute(sql: "DELETE FROM revokedAccessTokens WHERE expiresAt < ?", arguments: [now])
+        }
+        try await audit.record(
+            AuditEntry(
+                at: clock.now(), actor: claims.sub.value, action: "token-revoked", subject: claims.sub.value,
+                address: caller.address, detail: "access token"))
+    }
+
+    /// The JSON Web Key Set with the public signing key.
+    var jwks: JWKS { JWKS(keys: [publicJWK]) }
+
+    /// The public signing key as a JWK.
+    static func publicJWK(of key: ES256PrivateKey, keyID: String) -> JWK {
+        let parameters = key.publicKey.parameters
+        return JWK.ecdsa(
+            .es256, identifier: JWKIdentifier(string: keyID), x: parameters?.x, y: parameters?.y, curve: .p256)
+    }
+}

@@ -1,0 +1,73 @@
+import Foundation
+
+extension ServerSettings {
+    /// The keys `baton-server settings set` accepts, with what each takes.
+    public static let keys: [(key: String, takes: String)] = [
+        ("shared-devices.multi-user", "true or false"),
+        ("shared-devices.upload-pending-changes-of-previous-user", "true or false"),
+        ("passcode.min-length", "an integer from 0 to 64 (below 4 means no passcode; multi-user mode then uses 8)"),
+        ("passcode.require-digit", "true or false"),
+        ("passcode.require-letter", "true or false"),
+        ("passcode.require-symbol", "true or false"),
+        ("passcode.retry-limit", "an integer from 1 to 100"),
+        ("passcode.lock-timeout-seconds", "an integer from 10 to 86400"),
+        ("app-versions.inactive", "a comma-separated list of versions, or an empty string"),
+    ]
+
+    /// Sets one setting from its command-line form.
+    ///
+    /// - Throws: ``ServerError`` (400) for an unknown key (listing the known ones) or a bad value (saying what
+    ///   the key takes).
+    public mutating func set(_ key: String, to value: String) throws(ServerError) {
+        func bool() throws(ServerError) -> Bool {
+            switch value.lowercased() {
+            case "true", "yes", "on", "1": return true
+            case "false", "no", "off", "0": return false
+            default: throw invalid(key, value)
+            }
+        }
+        func int(_ range: ClosedRange<Int>) throws(ServerError) -> Int {
+            guard let number = Int(value), range.contains(number) else { throw invalid(key, value) }
+            return number
+        }
+        switch key {
+        case "shared-devices.multi-user": sharedDevices.multiUser = try bool()
+        case "shared-devices.upload-pending-changes-of-previous-user":
+            sharedDevices.uploadPendingChangesOfPreviousUser = try bool()
+        case "passcode.min-length": passcode.minLength = try int(0...64)
+        case "passcode.require-digit": passcode.requireDigit = try bool()
+        case "passcode.require-letter": passcode.requireLetter = try bool()
+        case "passcode.require-symbol": passcode.requireSymbol = try bool()
+        case "passcode.retry-limit": passcode.retryLimit = try int(1...100)
+        case "passcode.lock-timeout-seconds": passcode.lockTimeoutSeconds = try int(10...86_400)
+        case "app-versions.inactive":
+            let versions = value.split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) }
+            guard versions.allSatisfy({ !$0.isEmpty && $0.count <= 32 }) else { throw invalid(key, value) }
+            appVersions.inactive = versions
+        default:
+            throw ServerError.badRequest(
+                "Unknown setting '\(key)'. Known settings: \(Self.keys.map(\.key).joined(separator: ", ")).",
+                target: key)
+        }
+    }
+
+    func invalid(_ key: String, _ value: String) -> ServerError {
+        let takes = Self.keys.first { $0.key == key }?.takes ?? "a valid value"
+        return .badRequest("Setting '\(key)' takes \(takes), not '\(value.prefix(40))'.", target: key)
+    }
+
+    /// Every setting as `key = value` lines, in the order of ``keys``.
+    public var lines: [String] {
+        [
+            "shared-devices.multi-user = \(sharedDevices.multiUser)",
+            "shared-devices.upload-pending-changes-of-previous-user = \(sharedDevices.uploadPendingChangesOfPreviousUser)",
+            "passcode.min-length = \(passcode.minLength)",
+            "passcode.require-digit = \(passcode.requireDigit)",
+            "passcode.require-letter = \(passcode.requireLetter)",
+            "passcode.require-symbol = \(passcode.requireSymbol)",
+            "passcode.retry-limit = \(passcode.retryLimit)",
+            "passcode.lock-timeout-seconds = \(passcode.lockTimeoutSeconds)",
+            "app-versions.inactive = \(appVersions.inactive.joined(separator: ","))",
+        ]
+    }
+}

@@ -1,0 +1,59 @@
+/// The policy devices fetch in the settings exchange: shared-device mode, the passcode policy and which app
+/// versions may still be used.
+public struct ServerSettings: Sendable, Hashable, Codable {
+    /// How devices are shared between users.
+    public struct SharedDevices: Sendable, Hashable, Codable {
+        /// Whether several users may onboard on one device. Default: `true`.
+        public var multiUser = true
+        /// Whether a user's session may upload the pending changes a previous user recorded on the device.
+        /// Default: `true`.
+        public var uploadPendingChangesOfPreviousUser = true
+        /// What happens to a previous user's changes when that is not allowed: they wait for their author.
+        public var whenUploadNotAllowed = "wait-for-author"
+    }
+
+    /// The device passcode every user sets at onboarding.
+    public struct Passcode: Sendable, Hashable, Codable {
+        /// The shortest passcode. Default: 8. Multi-user mode always requires a passcode: a value below 4
+        /// means "no passcode" and falls back to 8.
+        public var minLength = 8
+        /// Whether a digit is required. Default: `true`.
+        public var requireDigit = true
+        /// Whether a letter is required. Default: `false`.
+        public var requireLetter = false
+        /// Whether a character that is neither letter nor digit is required. Default: `false`.
+        public var requireSymbol = false
+        /// Failed attempts before the user's secure store is wiped. Default: 5.
+        public var retryLimit = 5
+        /// Seconds of inactivity before the app locks. Default: 300.
+        public var lockTimeoutSeconds = 300
+    }
+
+    /// Which app versions may connect.
+    public struct AppVersions: Sendable, Hashable, Codable {
+        /// Versions that are no longer allowed; clients that send one get a clear error. Default: none.
+        public var inactive: [String] = []
+    }
+
+    /// Shared-device mode.
+    public var sharedDevices = SharedDevices()
+    /// The passcode policy.
+    public var passcode = Passcode()
+    /// App version status.
+    public var appVersions = AppVersions()
+
+    /// The defaults.
+    public init() {}
+
+    /// The smallest passcode length multi-user mode falls back to when the policy asks for none.
+    public static let fallbackPasscodeLength = 8
+
+    /// The settings as devices must apply them: multi-user mode always requires a passcode.
+    public var effective: ServerSettings {
+        var settings = self
+        if settings.sharedDevices.multiUser, settings.passcode.minLength < 4 {
+            settings.passcode.minLength = Self.fallbackPasscodeLength
+        }
+        return settings
+    }
+}

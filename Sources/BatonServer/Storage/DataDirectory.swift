@@ -1,0 +1,82 @@
+import Crypto
+import Foundation
+
+/// The server's data directory: the SQLite database and the key files, created on first use.
+///
+/// Key files are written atomically with permissions 0600 in a 0700 `keys` folder. The directory is shared
+/// by `baton-server serve` and the admin commands (`user`, `settings`), which may run at the same time.
+public struct DataDirectory: Sendable {
+    /// The directory.
+    public let url: URL
+
+    /// Opens (and creates, if needed) a data directory.
+    ///
+    /// - Throws: ``ServerSetupError`` when the directory cannot be created or is not writable.
+    public init(_ url: URL) throws(ServerSetupError) {
+        self.url = url
+        do {
+            try FileManager.default.createDirectory(at: keysURL, withIntermediateDirectories: true)
+            try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: keysURL.path)
+        } catch {
+            throw ServerSetupError("Cannot create the data directory '\(url.path)': \(error.localizedDescription)")
+        }
+    }
+
+    /// The SQLite database file.
+    public var databaseURL: URL { url.appendingPathComponent("server.sqlite") }
+
+    var keysURL: URL { url.appendingPathComponent("keys") }
+
+    /// The token-signing key (P-256, PEM), created on first use.
+    func signingKeyPEM() throws(ServerSetupError) -> String {
+        let file = keysURL.appendingPathComponent("signing-key.pem")
+        if let data = try? Data(contentsOf: file) { return String(decoding: data, as: UTF8.self) }
+        let pem = P256.Signing.PrivateKey().pemRepresentation
+        try writeSecret(Data(pem.utf8), to: file)
+        return pem
+    }
+
+    /// The master key that encrypts device store keys at rest (256 bits), created on first use.
+    func masterKey() throws(ServerSetupError) -> SymmetricKey {
+        let file = keysURL.appendingPathComponent("master.key")
+        if let data = try? Data(contentsOf: file) {
+            guard data.count == 32 else {
+                throw ServerSetupError("The master key file '\(file.path)' is damaged (expected 32 bytes).")
+            }
+            return SymmetricKey(data: data)
+        }
+        let key = SymmetricKey(size: .bits256)
+        try writeSecret(key.withUnsafeBytes { Data($0) }, to: file)
+        return key
+    }
+
+    /// Writes a secret file atomically, readable only by its owner.
+    func writeSecret(_ data: Data, to file: URL) throws(ServerSetupError) {
+        let temporary = file.appendingPathExtension("tmp-\(UUID().uuidString)")
+        do {
+            guard
+                FileManager.default.createFile(
+                    atPath: temporary.path, contents: data, attributes: [.posixPermissions: 0o600])
+            else { throw CocoaError(.fileWriteNoPermission) }
+            if FileManager.default.fileExists(atPath: file.path) {
+                // Another process created it first: keep theirs.
+                try? FileManager.default.removeItem(at: temporary)
+                return
+            }
+            try FileManager.default.moveItem(at: temporary, to: file)
+        } catch {
+            try? FileManager.default.removeItem(at: temporary)
+            throw ServerSetupError(
+                "Cannot write the key file '\(file.lastPathComponent)': \(error.localizedDescription)")
+        }
+    }
+}
+
+/// The server cannot start or an admin command cannot run: a missing or unwritable data directory, a damaged
+/// key file, a failed migration.
+public struct ServerSetupError: Error, Sendable, CustomStringConvertible {
+    /// What failed and what to do.
+    public var description: String
+
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,54 @@
+import ArgumentParser
+import BatonServer
+import Foundation
+import Logging
+
+/// `baton-server`: serve, and the admin commands that work on the same data directory while it runs.
+@main
+struct BatonServerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "baton-server",
+        abstract: "The Baton server: identity (OAuth 2.0), settings exchange, device registration.",
+        subcommands: [ServeCommand.self, UserCommand.self, SettingsCommand.self]
+    )
+}
+
+/// Options every subcommand shares.
+struct DataOptions: ParsableArguments {
+    @Option(help: "The data directory (database and keys).")
+    var dataDir: String = "baton-data"
+
+    func open(bcryptCost: UInt8 = 12) async throws -> BatonServer {
+        keepFilesPrivate()
+        var configuration = BatonServerConfiguration()
+        configuration.dataDirectory = URL(fileURLWithPath: dataDir)
+        configuration.bcryptCost = bcryptCost
+        var logger = Logger(label: "baton-server")
+        logger.logLevel = .warning
+        do {
+            return try await BatonServer(configuration: configuration, logger: logger)
+        } catch let error as ServerSetupError {
+            throw CommandFailure(error.description)
+        }
+    }
+}
+
+/// A failure reported as `Error: <message>`, exit code 1.
+struct CommandFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Runs an admin action, turning server errors into one clear line.
+func adminAction<T>(_ body: () async throws -> T) async throws -> T {
+    do {
+        return try await body()
+    } catch let error as ServerError {
+        throw CommandFailure(error.message)
+    }
+}
+
+/// Files this process creates (database, WAL, keys) are readable by their owner only.
+func keepFilesPrivate() {
+    umask(0o077)
+}
