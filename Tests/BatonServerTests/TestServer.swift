@@ -1,6 +1,10 @@
 import BatonServer
 import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
 import Logging
+import NIOCore
 import Synchronization
 
 /// A clock tests move by hand.
@@ -36,4 +40,77 @@ struct TestServer {
     }
 
     func remove() { try? FileManager.default.removeItem(at: directory) }
+}
+
+extension TestServer {
+    /// Runs `body` against the server's application in process.
+    func test<Value: Sendable>(_ body: @Sendable (any TestClientProtocol) async throws -> Value) async throws -> Value {
+        try await server.application().test(.router, body)
+    }
+
+    /// Adds a user with a valid password.
+    @discardableResult
+    func addUser(_ name: String, password: String = "correct-horse-battery") async throws -> User {
+        try await server.users.add(name: name, displayName: nil, role: .groundStaff, password: password)
+    }
+}
+
+/// Form-encodes parameters.
+func formBody(_ parameters: [(String, String)]) -> ByteBuffer {
+    var allowed = CharacterSet.alphanumerics
+    allowed.insert(charactersIn: "-._~")
+    let text = parameters.map {
+        "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")"
+    }.joined(separator: "&")
+    return ByteBuffer(string: text)
+}
+
+let formHeaders: HTTPFields = [.contentType: "application/x-www-form-urlencoded"]
+
+extension TestClientProtocol {
+    /// POSTs a form to the token endpoint and returns the status and JSON body.
+    func token(_ parameters: [(String, String)]) async throws -> (HTTPResponse.Status, [String: Any]) {
+        try await execute(uri: "/oauth/token", method: .post, headers: formHeaders, body: formBody(parameters)) {
+            response in
+            (response.status, Self.object(response.body))
+        }
+    }
+
+    /// Signs in with the password grant as the device client.
+    func signIn(_ user: String, password: String = "correct-horse-battery") async throws -> (
+        access: String, refresh: String
+    ) {
+        let (status, body) = try await token([
+            ("grant_type", "password"), ("client_id", "baton-device"), ("username", user), ("password", password),
+        ])
+        guard status == .ok, let access = body["access_token"] as? String,
+            let refresh = body["refresh_token"] as? String
+        else {
+            throw TestFailure("sign-in failed: \(status) \(body)")
+        }
+        return (access, refresh)
+    }
+
+    /// GETs with a bearer token.
+    func get(_ uri: String, token: String?, headers: HTTPFields = [:]) async throws -> (
+        HTTPResponse.Status, [String: Any], HTTPFields
+    ) {
+        var headers = headers
+        if let token { headers[.authorization] = "Bearer \(token)" }
+        return try await execute(uri: uri, method: .get, headers: headers) { response in
+            (response.status, Self.object(response.body), response.headers)
+        }
+    }
+
+    static func object(_ body: ByteBuffer?) -> [String: Any] {
+        guard let body, let json = try? JSONSerialization.jsonObject(with: Data(buffer: body)) as? [String: Any] else {
+            return [:]
+        }
+        return json
+    }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
 }

@@ -51,6 +51,9 @@ public struct DeviceRegistry: Sendable {
             }
     }
 
+    static let invalidDeviceID = ServerError.badRequest(
+        "Device id is not valid: use 1 to 128 letters, digits, '.', '_', '-' or ':'.", target: "device")
+
     /// Reads a P-256 public key from base64 or base64url: X9.63 (65 bytes), raw (64 bytes) or DER
     /// SubjectPublicKeyInfo.
     ///
@@ -80,10 +83,7 @@ public struct DeviceRegistry: Sendable {
     ///
     /// - Throws: ``ServerError`` (400) for a bad device id or key.
     public func register(device: String, user: String, publicKey: P256.Signing.PublicKey) async throws -> Registration {
-        guard Self.isValidDeviceID(device) else {
-            throw ServerError.badRequest(
-                "Device id is not valid: use 1 to 128 letters, digits, '.', '_', '-' or ':'.", target: "device")
-        }
+        guard Self.isValidDeviceID(device) else { throw Self.invalidDeviceID }
         let now = clock.now()
         let keyID = Self.keyID(publicKey)
         var storeKey = SymmetricKey(size: .bits256)

@@ -51,6 +51,7 @@ struct ServiceRoutes {
         group.put("/devices/{device}/registration") { request, context in
             let name = try context.userName()
             let device = try context.parameters.require("device")
+            guard DeviceRegistry.isValidDeviceID(device) else { throw DeviceRegistry.invalidDeviceID }
             var request = request
             let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
             guard let text = body["publicKey"]?.stringValue else {

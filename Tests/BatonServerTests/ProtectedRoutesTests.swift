@@ -1,0 +1,263 @@
+import BatonServer
+import Crypto
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import NIOCore
+import Testing
+
+@Suite struct ProtectedRoutesTests {
+    @Test func missingOrBadTokensGet401WithAChallenge() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.test { client in
+            let (status, body, headers) = try await client.get("/settings", token: nil)
+            #expect(status == .unauthorized)
+            #expect(headers[.wwwAuthenticate] == "Bearer realm=\"baton\"")
+            #expect((body["error"] as? [String: Any])?["code"] as? String == "Unauthorized")
+            let tokens = try await client.signIn("alice")
+            var tampered = Array(tokens.access)
+            tampered[tampered.count - 5] = tampered[tampered.count - 5] == "A" ? "B" : "A"
+            let (tamperedStatus, _, tamperedHeaders) = try await client.get("/settings", token: String(tampered))
+            #expect(tamperedStatus == .unauthorized)
+            #expect(tamperedHeaders[.wwwAuthenticate]?.contains("error=\"invalid_token\"") == true)
+            let (basicStatus, _, _) = try await client.get(
+                "/settings", token: nil, headers: [.authorization: "Basic YWxpY2U6eA=="])
+            #expect(basicStatus == .unauthorized)
+        }
+    }
+
+    @Test func accessTokensExpireAfterFifteenMinutes() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.test { client in
+            let tokens = try await client.signIn("alice")
+            server.clock.advance(by: 899)
+            #expect(try await client.get("/me", token: tokens.access).0 == .ok)
+            server.clock.advance(by: 2)
+            let (status, body, _) = try await client.get("/me", token: tokens.access)
+            #expect(status == .unauthorized)
+            #expect(
+                (body["error"] as? [String: Any])?["message"] as? String == "The access token has expired; refresh it.")
+        }
+    }
+
+    @Test func disabledAndDeletedUsersLoseAccessAtOnce() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.addUser("bob")
+        try await server.test { client in
+            let alice = try await client.signIn("alice")
+            let bob = try await client.signIn("bob")
+            try await server.server.users.disable("alice")
+            try await server.server.users.delete("bob")
+            for tokens in [alice, bob] {
+                #expect(try await client.get("/me", token: tokens.access).0 == .unauthorized)
+                let (status, _) = try await client.token([
+                    ("grant_type", "refresh_token"), ("client_id", "baton-device"), ("refresh_token", tokens.refresh),
+                ])
+                #expect(status == .badRequest)
+            }
+            let (status, _) = try await client.token([
+                ("grant_type", "password"), ("client_id", "baton-device"), ("username", "alice"),
+                ("password", "correct-horse-battery"),
+            ])
+            #expect(status == .badRequest)
+        }
+    }
+
+    @Test func settingsExchangeAppliesThePolicyAndRefusesInactiveAppVersions() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        _ = try await server.server.settings.set("shared-devices.upload-pending-changes-of-previous-user", to: "false")
+        _ = try await server.server.settings.set("passcode.min-length", to: "0")
+        _ = try await server.server.settings.set("app-versions.inactive", to: "1.0.0, 1.1.0")
+        try await server.test { client in
+            let tokens = try await client.signIn("alice")
+            let (status, body, _) = try await client.get(
+                "/settings", token: tokens.access, headers: [.batonAppVersionForTests: "2.0.0"])
+            #expect(status == .ok)
+            let shared = body["sharedDevices"] as? [String: Any]
+            #expect(shared?["uploadPendingChangesOfPreviousUser"] as? Bool == false)
+            #expect(shared?["whenUploadNotAllowed"] as? String == "wait-for-author")
+            // "No passcode" is not allowed in multi-user mode: the fallback applies.
+            #expect((body["passcode"] as? [String: Any])?["minLength"] as? Int == 8)
+            let (oldStatus, old, _) = try await client.get(
+                "/settings", token: tokens.access, headers: [.batonAppVersionForTests: "1.1.0"])
+            #expect(oldStatus == .forbidden)
+            #expect(
+                (old["error"] as? [String: Any])?["message"] as? String
+                    == "App version 1.1.0 is no longer allowed on this server. Update the app.")
+        }
+    }
+
+    @Test(arguments: [
+        (
+            "passcode.colour", "blue",
+            "Unknown setting 'passcode.colour'. Known settings: shared-devices.multi-user, shared-devices.upload-pending-changes-of-previous-user, passcode.min-length, passcode.require-digit, passcode.require-letter, passcode.require-symbol, passcode.retry-limit, passcode.lock-timeout-seconds, app-versions.inactive."
+        ),
+        ("passcode.retry-limit", "0", "Setting 'passcode.retry-limit' takes an integer from 1 to 100, not '0'."),
+        ("shared-devices.multi-user", "maybe", "Setting 'shared-devices.multi-user' takes true or false, not 'maybe'."),
+    ])
+    func badSettingsAreRefusedAndNothingChanges(key: String, value: String, message: String) async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        let before = try await server.server.settings.current()
+        await #expect {
+            try await server.server.settings.set(key, to: value)
+        } throws: { ($0 as? ServerError)?.message == message }
+        #expect(try await server.server.settings.current() == before)
+    }
+
+    static func publicKey(_ key: P256.Signing.PrivateKey = .init()) -> String {
+        key.publicKey.x963Representation.base64EncodedString()
+    }
+
+    static func register(_ client: any TestClientProtocol, device: String, token: String, key: String) async throws
+        -> (HTTPResponse.Status, [String: Any])
+    {
+        try await client.execute(
+            uri: "/devices/\(device)/registration", method: .put,
+            headers: [.authorization: "Bearer \(token)", .contentType: "application/json"],
+            body: ByteBuffer(string: #"{"publicKey":"\#(key)"}"#)
+        ) { ($0.status, TestClient.Response.object($0.body)) }
+    }
+
+    @Test func storeKeysGoOnlyToUsersRegisteredOnTheDevice() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.addUser("bob")
+        let storeKey = try await server.test { client in
+            let alice = try await client.signIn("alice")
+            let bob = try await client.signIn("bob")
+            #expect(
+                try await Self.register(client, device: "tablet-7", token: alice.access, key: Self.publicKey()).0 == .ok
+            )
+            #expect(
+                try await Self.register(client, device: "tablet-9", token: bob.access, key: Self.publicKey()).0 == .ok)
+            let (status, body, headers) = try await client.get("/devices/tablet-7/store-key", token: alice.access)
+            #expect(status == .ok)
+            #expect(headers[.cacheControl] == "no-store")
+            let key = try #require(Data(base64Encoded: body["key"] as? String ?? ""))
+            #expect(key.count == 32)
+            // Bob is on another device: no key for tablet-7, nor for a device that does not exist.
+            #expect(try await client.get("/devices/tablet-7/store-key", token: bob.access).0 == .forbidden)
+            #expect(try await client.get("/devices/ghost/store-key", token: bob.access).0 == .forbidden)
+            // Once Bob registers on tablet-7 he gets the same key; after unregistering, none.
+            #expect(
+                try await Self.register(client, device: "tablet-7", token: bob.access, key: Self.publicKey()).0 == .ok)
+            let (_, bobs, _) = try await client.get("/devices/tablet-7/store-key", token: bob.access)
+            #expect(bobs["key"] as? String == body["key"] as? String)
+            let deleted = try await client.execute(
+                uri: "/devices/tablet-7/registration", method: .delete,
+                headers: [.authorization: "Bearer \(bob.access)"]
+            ) { $0.status }
+            #expect(deleted == .noContent)
+            #expect(try await client.get("/devices/tablet-7/store-key", token: bob.access).0 == .forbidden)
+            return key
+        }
+        // The key is sealed at rest: neither the database nor its WAL holds it in the clear.
+        for file in ["server.sqlite", "server.sqlite-wal"] {
+            let bytes = (try? Data(contentsOf: server.directory.appendingPathComponent(file))) ?? Data()
+            #expect(bytes.range(of: storeKey) == nil, "\(file) holds the store key in the clear")
+        }
+    }
+
+    @Test func reRegistrationKeepsTheKeyHistory() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        let first = P256.Signing.PrivateKey()
+        let second = P256.Signing.PrivateKey()
+        try await server.test { client in
+            let morning = try await client.signIn("alice")
+            #expect(
+                try await Self.register(client, device: "tablet-7", token: morning.access, key: Self.publicKey(first)).0
+                    == .ok)
+            server.clock.advance(by: 3600)
+            let later = try await client.signIn("alice")
+            #expect(
+                try await Self.register(client, device: "tablet-7", token: later.access, key: Self.publicKey(second)).0
+                    == .ok)
+        }
+        let history = try await server.server.devices.signingKeys(device: "tablet-7", user: "alice")
+        #expect(history.count == 2)
+        #expect(history[0].publicKey.rawRepresentation == first.publicKey.rawRepresentation)
+        #expect(history[0].replacedAt == history[1].registeredAt)
+        #expect(history[1].replacedAt == nil)
+        // A change Alice signed with her first key still verifies against the history.
+        let change = Data("PATCH PreflightChecks(1)".utf8)
+        let signature = try first.signature(for: change)
+        #expect(history.contains { $0.publicKey.isValidSignature(signature, for: change) })
+    }
+
+    @Test(arguments: [
+        (
+            "tablet 7", #"{"publicKey":"AAAA"}"#,
+            "Device id is not valid: use 1 to 128 letters, digits, '.', '_', '-' or ':'."
+        ),
+        (
+            "tablet-7", #"{"publicKey":"bm90IGEga2V5"}"#,
+            "publicKey is not a P-256 public key (X9.63, raw or DER SubjectPublicKeyInfo)."
+        ),
+        ("tablet-7", #"{"key":"x"}"#, "The body must be {\"publicKey\": \"<base64 P-256 public key>\"}."),
+    ])
+    func badRegistrationsAreRefused(device: String, body: String, message: String) async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.test { client in
+            let alice = try await client.signIn("alice")
+            let encoded = device.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed) ?? device
+            let (status, response) = try await client.execute(
+                uri: "/devices/\(encoded)/registration", method: .put,
+                headers: [.authorization: "Bearer \(alice.access)", .contentType: "application/json"],
+                body: ByteBuffer(string: body)
+            ) { ($0.status, TestClient.Response.object($0.body)) }
+            #expect(status == .badRequest)
+            #expect((response["error"] as? [String: Any])?["message"] as? String == message)
+        }
+    }
+
+    @Test func auditLogRecordsWhoWhenAndWhereButNoSecrets() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.test { client in
+            _ = try await client.token([
+                ("grant_type", "password"), ("client_id", "baton-device"), ("username", "alice"),
+                ("password", "wrong-wrong-wrong"),
+            ])
+            let tokens = try await client.signIn("alice")
+            _ = try await Self.register(client, device: "tablet-7", token: tokens.access, key: Self.publicKey())
+        }
+        let entries = try await server.server.audit.entries()
+        #expect(Set(entries.map(\.action)).isSuperset(of: ["sign-in-failed", "sign-in", "device-registered"]))
+        #expect(entries.allSatisfy { $0.address != nil })
+        let text = entries.map { "\($0)" }.joined()
+        #expect(!text.contains("correct-horse-battery"))
+        #expect(!text.contains("wrong-wrong-wrong"))
+    }
+
+    @Test func unknownRoutesAndMethodsAnswerODataErrors() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.test { client in
+            let (status, body, _) = try await client.get("/no/such/route", token: nil)
+            #expect(status == .notFound)
+            #expect((body["error"] as? [String: Any])?["code"] as? String == "NotFound")
+            let (health, healthBody, _) = try await client.get("/health", token: nil)
+            #expect(health == .ok)
+            #expect(healthBody["status"] as? String == "ok")
+        }
+    }
+}
+
+extension HTTPField.Name {
+    static let batonAppVersionForTests = HTTPField.Name("Baton-App-Version") ?? .accept
+}
