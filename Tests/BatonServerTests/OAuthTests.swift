@@ -224,6 +224,28 @@ import Testing
     }
 }
 
+@Suite struct AddressThrottleTests {
+    @Test func manyFailuresFromOneAddressAreThrottledAcrossUserNames() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.test { client in
+            for attempt in 0..<20 {
+                let (status, _) = try await client.token([
+                    ("grant_type", "password"), ("client_id", "baton-device"), ("username", "guess\(attempt)"),
+                    ("password", "guess-guess-1"),
+                ])
+                #expect(status == .badRequest)
+            }
+            let (status, body) = try await client.token([
+                ("grant_type", "password"), ("client_id", "baton-device"), ("username", "someone-new"),
+                ("password", "guess-guess-1"),
+            ])
+            #expect(status == .tooManyRequests)
+            #expect(body["error"] as? String == "too_many_attempts")
+        }
+    }
+}
+
 extension Data {
     init?(base64URL text: String) {
         var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")

@@ -240,7 +240,8 @@ struct TokenService: Sendable {
     // MARK: Issuing
 
     func issue(user: String, client: OAuthClient, scope: String, family: String) async throws -> TokenResponse {
-        let now = clock.now()
+        // Whole seconds: many JWT libraries reject a fractional NumericDate.
+        let now = Date(timeIntervalSince1970: clock.now().timeIntervalSince1970.rounded(.down))
         let lifetime = min(configuration.accessTokenLifetime, 900)
         let claims = AccessTokenClaims(
             iss: IssuerClaim(value: issuer.value), sub: SubjectClaim(value: user),

@@ -1,0 +1,147 @@
+import Foundation
+import Testing
+
+/// Runs the built `baton-server` binary as an admin would, and a third-party OAuth client against it.
+@Suite(.serialized) struct ServerExecutableTests {
+    static var buildDirectory: URL {
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for _ in 0..<4
+        where !FileManager.default.isExecutableFile(atPath: directory.appendingPathComponent("baton-server").path) {
+            directory.deleteLastPathComponent()
+        }
+        return directory
+    }
+
+    struct Result {
+        var status: Int32
+        var output: String
+        var error: String
+    }
+
+    static func run(_ executable: URL, _ arguments: [String], input: String? = nil) throws -> Result {
+        let process = Process()
+        process.executableURL = executable
+        process.arguments = arguments
+        let output = Pipe()
+        let error = Pipe()
+        let stdin = Pipe()
+        process.standardOutput = output
+        process.standardError = error
+        process.standardInput = stdin
+        try process.run()
+        if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
+        try stdin.fileHandleForWriting.close()
+        let out = output.fileHandleForReading.readDataToEndOfFile()
+        let err = error.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Result(
+            status: process.terminationStatus, output: String(decoding: out, as: UTF8.self),
+            error: String(decoding: err, as: UTF8.self))
+    }
+
+    static func server(_ arguments: [String], input: String? = nil) throws -> Result {
+        try run(buildDirectory.appendingPathComponent("baton-server"), arguments, input: input)
+    }
+
+    /// A `baton-server serve --port 0` process and its URL.
+    final class RunningServer {
+        let process = Process()
+        let url: String
+
+        init(dataDir: String) throws {
+            process.executableURL = ServerExecutableTests.buildDirectory.appendingPathComponent("baton-server")
+            process.arguments = ["serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warning"]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            var line = Data()
+            while !line.contains(UInt8(ascii: "\n")) {
+                let chunk = output.fileHandleForReading.availableData
+                guard !chunk.isEmpty else { break }
+                line.append(chunk)
+            }
+            let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            guard text.hasPrefix("listening on http://127.0.0.1:") else {
+                process.terminate()
+                throw TestFailure("serve printed '\(text)'")
+            }
+            url = String(text.dropFirst("listening on ".count))
+        }
+
+        /// Sends SIGTERM and returns the exit status.
+        func stop() -> Int32 {
+            process.terminate()
+            process.waitUntilExit()
+            return process.terminationStatus
+        }
+    }
+
+    static func temporaryDirectory() -> String {
+        FileManager.default.temporaryDirectory.appendingPathComponent("baton-cli-\(UUID().uuidString)").path
+    }
+
+    @Test func adminCommandsWorkWhileTheServerRunsAndShutdownIsGraceful() throws {
+        let dataDir = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDir) }
+        let running = try RunningServer(dataDir: dataDir)
+        let added = try Self.server(
+            [
+                "user", "add", "alice", "--display-name", "Alice A.", "--data-dir", dataDir, "--password-stdin",
+                "--bcrypt-cost", "4",
+            ],
+            input: "correct-horse-battery\n")
+        #expect(added.status == 0, "\(added.error)")
+        #expect(added.output == "Added alice (ground-staff).\n")
+        let list = try Self.server(["user", "list", "--data-dir", dataDir])
+        #expect(list.output.contains("alice  ground-staff  active    Alice A."))
+        let set = try Self.server(["settings", "set", "passcode.min-length", "6", "--data-dir", dataDir])
+        #expect(set.output == "passcode.min-length = 6\n")
+        let show = try Self.server(["settings", "show", "--data-dir", dataDir])
+        #expect(show.output.contains("passcode.min-length = 6\n"))
+        #expect(running.stop() == 0)
+        // Every file the server wrote is private to its owner.
+        for file in ["server.sqlite", "keys/signing-key.pem", "keys/master.key"] {
+            let attributes = try FileManager.default.attributesOfItem(atPath: dataDir + "/" + file)
+            #expect((attributes[.posixPermissions] as? Int) == 0o600, "\(file)")
+        }
+    }
+
+    @Test func adminErrorsAreClearAndPasswordsAreNeverArguments() throws {
+        let dataDir = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDir) }
+        let unknown = try Self.server(["settings", "set", "passcode.colour", "blue", "--data-dir", dataDir])
+        #expect(unknown.status == 1)
+        #expect(
+            unknown.error.hasPrefix(
+                "Error: Unknown setting 'passcode.colour'. Known settings: shared-devices.multi-user,"))
+        let weak = try Self.server(["user", "add", "bob", "--data-dir", dataDir, "--password-stdin"], input: "short\n")
+        #expect(weak.status == 1)
+        #expect(weak.error == "Error: The password must have at least 10 characters.\n")
+        let noStdin = try Self.server(["user", "add", "bob", "--data-dir", dataDir])
+        #expect(noStdin.status != 0)
+        #expect(
+            noStdin.error.contains(
+                "Pass --password-stdin and give the password on standard input; it is never an argument."))
+        let missing = try Self.server(["user", "disable", "nobody", "--data-dir", dataDir])
+        #expect(missing.error == "Error: There is no user named 'nobody'.\n")
+    }
+
+    @Test func aThirdPartyOAuthClientInteroperates() throws {
+        let dataDir = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDir) }
+        let added = try Self.server(
+            ["user", "add", "alice", "--data-dir", dataDir, "--password-stdin", "--bcrypt-cost", "4"],
+            input: "correct-horse-battery\n")
+        #expect(added.status == 0)
+        let running = try RunningServer(dataDir: dataDir)
+        defer { _ = running.stop() }
+        let script = try #require(
+            Bundle.module.url(forResource: "oauth_interop", withExtension: "py", subdirectory: "Interop"))
+        let python = try Self.run(
+            URL(fileURLWithPath: "/usr/bin/env"), ["python3", script.path, running.url, "alice"],
+            input: "correct-horse-battery\n")
+        #expect(python.status == 0, "\(python.output)\(python.error)")
+        #expect(python.output.contains("interop ok"), "\(python.output)\(python.error)")
+    }
+}
