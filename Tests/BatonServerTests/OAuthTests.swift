@@ -22,6 +22,15 @@ import Testing
                 #expect(body[key] as? String == TestServer.issuer + path)
             }
             #expect(body["code_challenge_methods_supported"] as? [String] == ["S256"])
+            let (_, discovery, _) = try await client.get("/.well-known/baton-configuration", token: nil)
+            #expect(discovery["settings_endpoint"] as? String == TestServer.issuer + "/settings")
+            #expect(
+                discovery["device_store_key_endpoint"] as? String == TestServer.issuer + "/devices/{deviceID}/store-key"
+            )
+            #expect(
+                discovery["oauth_authorization_server"] as? String == TestServer.issuer
+                    + "/.well-known/oauth-authorization-server")
+            #expect(discovery["client_id"] as? String == "baton-device")
         }
     }
 

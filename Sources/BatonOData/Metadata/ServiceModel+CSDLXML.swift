@@ -71,8 +71,8 @@ extension ServiceModel {
     }
 }
 
-/// Escapes the five XML special characters for use in text and attribute values.
-func escapeXML(_ text: String) -> String {
+/// Escapes `&`, `<`, `>`, `"` and `'` for use in XML or HTML text and attribute values.
+public func escapeXML(_ text: String) -> String {
     var escaped = ""
     escaped.reserveCapacity(text.utf8.count)
     for character in text {

@@ -1,3 +1,5 @@
+import BatonOData
+
 /// The minimal HTML sign-in page of the authorization endpoint, for browser clients.
 enum LoginPage {
     static func html(parameters: [String: String], error: String? = nil) -> String {
@@ -5,9 +7,9 @@ enum LoginPage {
             "response_type", "client_id", "redirect_uri", "state", "scope", "code_challenge", "code_challenge_method",
         ]
         .compactMap { name in
-            parameters[name].map { "<input type=\"hidden\" name=\"\(name)\" value=\"\(escape($0))\">" }
+            parameters[name].map { "<input type=\"hidden\" name=\"\(name)\" value=\"\(escapeXML($0))\">" }
         }.joined(separator: "\n    ")
-        let message = error.map { "<p role=\"alert\">\(escape($0))</p>" } ?? ""
+        let message = error.map { "<p role=\"alert\">\(escapeXML($0))</p>" } ?? ""
         return """
             <!doctype html>
             <html lang="en"><head><meta charset="utf-8"><title>Sign in to Baton</title>
@@ -23,18 +25,4 @@ enum LoginPage {
             """
     }
 
-    static func escape(_ text: String) -> String {
-        var escaped = ""
-        for character in text {
-            switch character {
-            case "&": escaped += "&amp;"
-            case "<": escaped += "&lt;"
-            case ">": escaped += "&gt;"
-            case "\"": escaped += "&quot;"
-            case "'": escaped += "&#39;"
-            default: escaped.append(character)
-            }
-        }
-        return escaped
-    }
 }
