@@ -102,6 +102,7 @@ struct Demo {
                 expect(error.position != nil, "the error names its position")
             }
         }
-        print("\nNot built yet: the server, the secure store, the offline store and the shift handover (issues 3–7).")
+        print("\nThe identity server runs on its own: swift run baton-server serve (see the README).")
+        print("Not built yet: the OData data service, the secure store, the offline store and the shift handover.")
     }
 }
