@@ -7,10 +7,15 @@ public struct SQLSchema: Sendable {
     /// The dialect to write.
     public var dialect: SQLDialect
 
+    /// Extra columns every table gets, as (name, SQL type), e.g. a change sequence for ETags and delta
+    /// tracking. Names starting with `$` cannot clash with OData property names. Default: none.
+    public var systemColumns: [(name: String, type: String)]
+
     /// Creates a schema writer.
-    public init(model: ServiceModel, dialect: SQLDialect) {
+    public init(model: ServiceModel, dialect: SQLDialect, systemColumns: [(name: String, type: String)] = []) {
         self.model = model
         self.dialect = dialect
+        self.systemColumns = systemColumns
     }
 
     /// `CREATE TABLE IF NOT EXISTS` statements, one per entity set, with primary keys and `NOT NULL`
@@ -22,6 +27,7 @@ public struct SQLSchema: Sendable {
                 "\(dialect.quote(property.name)) \(dialect.columnType(for: property.type))"
                     + (property.isNullable ? "" : " NOT NULL")
             }
+            columns += systemColumns.map { "\(dialect.quote($0.name)) \($0.type)" }
             columns.append("PRIMARY KEY (\(type.key.map(dialect.quote).joined(separator: ", ")))")
             return "CREATE TABLE IF NOT EXISTS \(dialect.quote(set.name)) (\(columns.joined(separator: ", ")))"
         }

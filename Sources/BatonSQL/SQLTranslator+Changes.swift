@@ -1,19 +1,23 @@
 import BatonOData
 
 extension SQLTranslator {
-    /// `INSERT` one entity: every property of the entity type gets a column value (absent values are NULL).
+    /// `INSERT` one entity: every property of the entity type gets a column value (absent values are NULL),
+    /// and each system column its value.
     ///
     /// - Throws: ``BatonSQLError`` for an unknown entity set, or a value name the type does not have.
-    public func insert(into entitySet: String, values: [String: PrimitiveValue]) throws(BatonSQLError) -> SQLQuery {
+    public func insert(
+        into entitySet: String, values: [String: PrimitiveValue], systemValues: [(String, SQLValue)] = []
+    ) throws(BatonSQLError) -> SQLQuery {
         let (set, type) = try resolve(entitySet)
         try checkNames(values.keys, in: type)
         var builder = SQLBuilder(dialect: dialect)
-        let columns = type.properties.map { dialect.quote($0.name) }.joined(separator: ", ")
-        let placeholders = type.properties.map { property in
-            builder.bind(
-                dialect.encode(values[property.name] ?? .null, as: property.type),
-                cast: dialect.columnType(for: property.type))
-        }
+        let columns = (type.properties.map(\.name) + systemValues.map(\.0)).map(dialect.quote).joined(separator: ", ")
+        let placeholders =
+            type.properties.map { property in
+                builder.bind(
+                    dialect.encode(values[property.name] ?? .null, as: property.type),
+                    cast: dialect.columnType(for: property.type))
+            } + systemValues.map { builder.bind($0.1, cast: "") }
         return SQLQuery(
             sql: "INSERT INTO \(dialect.quote(set.name)) (\(columns)) VALUES (\(placeholders.joined(separator: ", ")))",
             arguments: builder.arguments)
@@ -22,19 +26,20 @@ extension SQLTranslator {
     /// `UPDATE` the entity with `key`, setting the given properties.
     ///
     /// - Throws: ``BatonSQLError`` for an unknown entity set or property, an incomplete key, or no values.
-    public func update(_ entitySet: String, key: [KeyValue], values: [String: PrimitiveValue]) throws(BatonSQLError)
-        -> SQLQuery
-    {
+    public func update(
+        _ entitySet: String, key: [KeyValue], values: [String: PrimitiveValue], systemValues: [(String, SQLValue)] = []
+    ) throws(BatonSQLError) -> SQLQuery {
         let (set, type) = try resolve(entitySet)
         try checkNames(values.keys, in: type)
         guard !values.isEmpty else { throw BatonSQLError(.unsupported, "An update needs at least one property value") }
         var builder = SQLBuilder(dialect: dialect)
-        let assignments = type.properties.filter { values[$0.name] != nil }.map { property in
-            "\(dialect.quote(property.name)) = "
-                + builder.bind(
-                    dialect.encode(values[property.name] ?? .null, as: property.type),
-                    cast: dialect.columnType(for: property.type))
-        }
+        let assignments =
+            type.properties.filter { values[$0.name] != nil }.map { property in
+                "\(dialect.quote(property.name)) = "
+                    + builder.bind(
+                        dialect.encode(values[property.name] ?? .null, as: property.type),
+                        cast: dialect.columnType(for: property.type))
+            } + systemValues.map { "\(dialect.quote($0.0)) = " + builder.bind($0.1, cast: "") }
         let condition = try keyCondition(key, type: type, builder: &builder)
         return SQLQuery(
             sql: "UPDATE \(dialect.quote(set.name)) SET \(assignments.joined(separator: ", ")) WHERE \(condition)",

@@ -29,23 +29,22 @@ public struct SQLTranslator: Sendable {
 
     /// `SELECT` the entities of `entitySet` that the options' `$filter` and `$search` keep, in `$orderby`
     /// order (then by key, so paging is stable), honouring `$top` and `$skip`. Selects `$select`'s
-    /// properties plus the key, or every property.
+    /// properties plus the key, or every property, then `extraColumns` (system columns, by exact name).
     ///
     /// - Throws: ``BatonSQLError`` for an unknown entity set or a construct the translation does not support.
-    public func select(from entitySet: String, options: QueryOptions, extraColumns: [String] = []) throws(BatonSQLError)
-        -> SQLQuery
-    {
+    public func select(
+        from entitySet: String, options: QueryOptions, extraColumns: [String] = [], range: ColumnRange? = nil
+    ) throws(BatonSQLError) -> SQLQuery {
         let (set, type) = try resolve(entitySet)
         var builder = SQLBuilder(dialect: dialect)
         var columns = type.properties.map(\.name)
         if let select = options.select {
-            columns = type.properties.map(\.name).filter {
-                select.contains($0) || type.key.contains($0) || extraColumns.contains($0)
-            }
+            columns = type.properties.map(\.name).filter { select.contains($0) || type.key.contains($0) }
         }
+        columns += extraColumns
         var sql = "SELECT " + columns.map { "t0.\(dialect.quote($0))" }.joined(separator: ", ")
         sql += " FROM \(dialect.quote(set.name)) AS t0"
-        sql += try whereClause(options, set: set, type: type, builder: &builder)
+        sql += try whereClause(options, set: set, type: type, builder: &builder, range: range)
         var order: [String] = []
         for item in options.orderBy {
             var term = try value(item.expression, set: set, builder: &builder)
@@ -82,10 +81,16 @@ public struct SQLTranslator: Sendable {
         return (set, type)
     }
 
-    func whereClause(_ options: QueryOptions, set: EntitySet, type: EntityType, builder: inout SQLBuilder)
-        throws(BatonSQLError) -> String
-    {
+    func whereClause(
+        _ options: QueryOptions, set: EntitySet, type: EntityType, builder: inout SQLBuilder, range: ColumnRange? = nil
+    ) throws(BatonSQLError) -> String {
         var conditions: [String] = []
+        if let range {
+            let column = "t0.\(dialect.quote(range.column))"
+            conditions.append(
+                "(\(column) > \(builder.bind(.integer(range.after), cast: "bigint")) AND \(column) <= \(builder.bind(.integer(range.through), cast: "bigint")))"
+            )
+        }
         if let filter = options.filter { conditions.append(try value(filter, set: set, builder: &builder)) }
         if let search = options.search { conditions.append(searchCondition(search, type: type, builder: &builder)) }
         return conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
@@ -329,6 +334,23 @@ public struct SQLTranslator: Sendable {
         let conditions = hops.map(\.join).joined(separator: " AND ")
         sql = "(SELECT \(sql) FROM \(froms) WHERE \(conditions))"
         return sql
+    }
+}
+
+/// A condition on an integer system column: `after < column <= through` (e.g. a change sequence).
+public struct ColumnRange: Sendable, Hashable {
+    /// The column, by exact name.
+    public var column: String
+    /// The exclusive lower bound.
+    public var after: Int64
+    /// The inclusive upper bound.
+    public var through: Int64
+
+    /// Creates a range condition.
+    public init(column: String, after: Int64, through: Int64) {
+        self.column = column
+        self.after = after
+        self.through = through
     }
 }
 

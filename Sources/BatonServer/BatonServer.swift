@@ -1,3 +1,4 @@
+import BatonOData
 import Crypto
 import Foundation
 import Hummingbird
@@ -24,6 +25,8 @@ public struct BatonServerConfiguration: Sendable {
     public var bcryptCost: UInt8 = 12
     /// The account password policy.
     public var passwordPolicy = PasswordPolicy()
+    /// The OData data service: its model and limits.
+    public var dataService = DataServiceConfiguration()
 
     /// The defaults.
     public init() {}
@@ -47,6 +50,7 @@ public struct BatonServer: Sendable {
     /// The audit log.
     public let audit: AuditLog
     let tokens: TokenService
+    let data: DataService
     let issuer: IssuerBox
     let logger: Logger
 
@@ -79,6 +83,15 @@ public struct BatonServer: Sendable {
         let keys = JWTKeyCollection()
         await keys.add(ecdsa: signingKey, kid: JWKIdentifier(string: keyID))
         issuer = IssuerBox(configuration.oauth.issuer)
+        let model: ServiceModel
+        do {
+            model = try configuration.dataService.model ?? ServiceModel.aircraftChecks
+        } catch {
+            throw ServerSetupError("The bundled model cannot be loaded: \(error)")
+        }
+        data = DataService(
+            store: try DataStore(directory: directory, model: model), configuration: configuration.dataService,
+            clock: clock)
         tokens = TokenService(
             configuration: configuration.oauth, issuer: issuer, database: database, clock: clock, keys: keys,
             keyID: keyID,
@@ -99,8 +112,10 @@ public struct BatonServer: Sendable {
             settings: settings, devices: devices, users: users, audit: audit, clock: configuration.clock,
             issuerBox: issuer)
         routes.addPublic(to: router)
-        routes.addProtected(
-            to: router.group().add(middleware: BearerAuthenticationMiddleware(tokens: tokens, settings: settings)))
+        let protected = router.group().add(
+            middleware: BearerAuthenticationMiddleware(tokens: tokens, settings: settings))
+        routes.addProtected(to: protected)
+        ODataRoutes(service: data, users: users, audit: audit, issuer: issuer).add(to: protected)
         let issuer = self.issuer
         let fixedIssuer = configuration.fixedIssuer
         let host = configuration.host

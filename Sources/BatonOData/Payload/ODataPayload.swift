@@ -28,15 +28,18 @@ public enum ODataPayload {
     ///   - format: the OData version's shape.
     ///   - contextBase: the metadata URL of the service, for 4.0's `$deletedEntity` context.
     ///   - entitySet: the entity set name, for 4.0's context.
+    ///   - reason: `deleted`, or `changed` when the entity left the tracked (filtered) set.
     /// - Returns: the JSON object for the removed entry.
-    public static func removed(id: String, format: DeltaFormat, contextBase: String, entitySet: String) -> JSONValue {
+    public static func removed(
+        id: String, format: DeltaFormat, contextBase: String, entitySet: String, reason: String = "deleted"
+    ) -> JSONValue {
         switch format {
         case .v401:
-            .object([("@removed", .object([("reason", .string("deleted"))])), ("@id", .string(id))])
+            .object([("@removed", .object([("reason", .string(reason))])), ("@id", .string(id))])
         case .v40:
             .object([
                 ("@odata.context", .string("\(contextBase)#\(entitySet)/$deletedEntity")), ("id", .string(id)),
-                ("reason", .string("deleted")),
+                ("reason", .string(reason)),
             ])
         }
     }

@@ -1,0 +1,59 @@
+import BatonOData
+import Foundation
+import HTTPTypes
+
+/// One OData request, whether it came over HTTP or inside a `$batch`.
+struct DataRequest: Sendable {
+    /// The HTTP method, upper-case.
+    var method: String
+    /// The URL relative to the service root (`PreflightChecks?$top=5`), still percent-encoded.
+    var url: String
+    /// Header fields, names as sent.
+    var headers: [(String, String)]
+    /// The body.
+    var body: [UInt8]
+
+    func header(_ name: String) -> String? {
+        headers.first { $0.0.lowercased() == name.lowercased() }?.1
+    }
+
+    func headers(_ name: String) -> [String] {
+        headers.filter { $0.0.lowercased() == name.lowercased() }.map(\.1)
+    }
+}
+
+/// The answer to a ``DataRequest``.
+struct DataResponse: Sendable {
+    /// What the body holds.
+    enum Body: Sendable {
+        case none
+        case json(JSONValue)
+        case text(String, contentType: String)
+    }
+
+    var status: Int
+    var headers: [(String, String)] = []
+    var body: Body = .none
+
+    /// An OData error response.
+    static func error(_ error: ServerError) -> DataResponse {
+        var members: [(String, JSONValue)] = [("code", .string(error.code)), ("message", .string(error.message))]
+        if let target = error.target { members.append(("target", .string(target))) }
+        return DataResponse(
+            status: Int(error.status.code), headers: error.headers.map { ($0.0.rawName, $0.1) },
+            body: .json(.object([("error", .object(members))])))
+    }
+
+    var jsonBody: JSONValue? {
+        if case .json(let value) = body { return value }
+        return nil
+    }
+}
+
+extension ServerError {
+    /// The HTTP error for a protocol-core error: 501 for what Baton does not implement, 400 otherwise.
+    init(_ error: ODataError) {
+        let status: HTTPResponse.Status = error.code == .notImplemented ? .notImplemented : .badRequest
+        self.init(status, error.code.rawValue, error.description, target: error.target)
+    }
+}

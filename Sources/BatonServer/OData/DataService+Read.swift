@@ -1,0 +1,355 @@
+import BatonOData
+import BatonSQL
+import Foundation
+import GRDB
+
+extension DataService {
+    func read(_ url: ODataURL, request: DataRequest, in db: Database, context: Context) throws -> DataResponse {
+        switch url.path {
+        case .serviceDocument: return serviceDocument(context)
+        case .metadata: return metadata(url, request: request)
+        case .batch: throw ServerError(.methodNotAllowed, "MethodNotAllowed", "Send $batch requests with POST.")
+        case .resource: break
+        }
+        let preferences = try preferences(request)
+        let target = try resolve(url, in: db)
+        if url.query.deltaToken != nil {
+            return try delta(url, request: request, target: target, in: db, context: context)
+        }
+        if target.count {
+            return DataResponse(
+                status: 200, headers: [("Content-Type", "text/plain")],
+                body: .text(String(try count(target, options: url.query, in: db)), contentType: "text/plain"))
+        }
+        if target.single {
+            guard let entity = try fetch(target, options: url.query.withoutPaging, in: db).first else {
+                throw ServerError.notFound("No entity at '\(url.pathText(of: request.url))'.")
+            }
+            return try single(entity, target: target, url: url, in: db, context: context)
+        }
+        return try collection(target, url: url, request: request, preferences: preferences, in: db, context: context)
+    }
+
+    func preferences(_ request: DataRequest) throws -> Preferences {
+        do { return try Preferences(parsing: request.headers("Prefer")) } catch { throw ServerError(error) }
+    }
+
+    func serviceDocument(_ context: Context) -> DataResponse {
+        let sets: [JSONValue] = model.entitySets.map {
+            .object([("name", .string($0.name)), ("kind", .string("EntitySet")), ("url", .string($0.name))])
+        }
+        return DataResponse(
+            status: 200,
+            body: .json(
+                .object([("@odata.context", .string(context.serviceRoot + "$metadata")), ("value", .array(sets))])))
+    }
+
+    func metadata(_ url: ODataURL, request: DataRequest) -> DataResponse {
+        let format = url.query.format?.lowercased() ?? ""
+        let accept = request.header("Accept")?.lowercased() ?? ""
+        if format == "json" || format.hasPrefix("application/json")
+            || (format.isEmpty && accept.contains("application/json") && !accept.contains("xml"))
+        {
+            return DataResponse(status: 200, body: .json(model.csdlJSONDocument))
+        }
+        return DataResponse(status: 200, body: .text(model.csdlXML, contentType: "application/xml"))
+    }
+
+    func single(_ entity: StoredEntity, target: Target, url: ODataURL, in db: Database, context: Context) throws
+        -> DataResponse
+    {
+        let headers = [("ETag", entity.etag.headerValue)]
+        if let name = target.property, let property = target.type.property(named: name) {
+            let value = entity.values[name] ?? .null
+            if target.value {
+                guard !value.isNull else { return DataResponse(status: 204, headers: headers) }
+                let text: String = if case .string(let string) = value { string } else { value.urlLiteral }
+                return DataResponse(
+                    status: 200, headers: headers, body: .text(text, contentType: "text/plain; charset=utf-8"))
+            }
+            return DataResponse(
+                status: 200, headers: headers,
+                body: .json(
+                    .object([
+                        (
+                            "@odata.context",
+                            .string("\(context.serviceRoot)$metadata#\(target.canonical ?? target.set.name)/\(name)")
+                        ),
+                        ("value", value.json(as: property.type)),
+                    ])))
+        }
+        var json = try entityJSON(entity, target: target, options: url.query, depth: 0, in: db)
+        if case .object(var members) = json {
+            members.insert(
+                (
+                    "@odata.context",
+                    .string(
+                        "\(context.serviceRoot)$metadata#\(contextPath(target.set.name, select: url.query.select))/$entity"
+                    )
+                ), at: 0)
+            json = .object(members)
+        }
+        return DataResponse(status: 200, headers: headers, body: .json(json))
+    }
+
+    func contextPath(_ set: String, select: [String]?) -> String {
+        guard let select else { return set }
+        return "\(set)(\(select.joined(separator: ",")))"
+    }
+
+    /// An entity as JSON with `@odata.etag`, selected properties and expanded navigation properties.
+    func entityJSON(_ entity: StoredEntity, target: Target, options: QueryOptions, depth: Int, in db: Database) throws
+        -> JSONValue
+    {
+        // Key properties are always written, so clients can identify entities whatever they select.
+        let select = options.select.map { $0 + target.type.key.filter { key in !$0.contains(key) } }
+        var json = EntityPayload(values: entity.values).json(as: target.type, select: select, etag: entity.etag)
+        guard !options.expand.isEmpty, case .object(var members) = json else { return json }
+        guard depth < configuration.maximumExpandDepth else {
+            throw ServerError.badRequest(
+                "$expand nests deeper than \(configuration.maximumExpandDepth) levels.", target: "$expand")
+        }
+        for item in options.expand {
+            guard let navigation = target.type.navigationProperty(named: item.navigationProperty),
+                let nextSet = model.targetSet(of: navigation, from: target.set),
+                let nextType = model.entityType(of: nextSet)
+            else { continue }
+            let conditions = try navigationConditions(
+                navigation, from: target.type, to: nextType, parent: entity.values)
+            let next = Target(set: nextSet, type: nextType, conditions: conditions, single: !navigation.isCollection)
+            let related = try fetch(next, options: item.options, in: db)
+            let jsons = try related.map {
+                try entityJSON($0, target: next, options: item.options, depth: depth + 1, in: db)
+            }
+            members.append((item.navigationProperty, navigation.isCollection ? .array(jsons) : (jsons.first ?? .null)))
+        }
+        json = .object(members)
+        return json
+    }
+
+    func pageSize(_ preferences: Preferences) -> Int {
+        min(preferences.maxPageSize ?? configuration.defaultPageSize, configuration.maximumPageSize)
+    }
+
+    func collection(
+        _ target: Target, url: ODataURL, request: DataRequest, preferences: Preferences, in db: Database,
+        context: Context
+    ) throws -> DataResponse {
+        let size = pageSize(preferences)
+        let offset = try url.query.skipToken.map(Self.decodeSkipToken)?.offset ?? 0
+        var options = url.query
+        let requestedTop = url.query.top
+        let remaining = requestedTop.map { max(0, $0 - offset) }
+        options.top = min(size, remaining ?? size)
+        options.skip = (url.query.skip ?? 0) + offset
+        let entities = try fetch(target, options: options, in: db)
+        let values = try entities.map { try entityJSON($0, target: target, options: url.query, depth: 0, in: db) }
+        let consumed = offset + entities.count
+        let more = entities.count == options.top && (requestedTop.map { consumed < $0 } ?? true) && options.top ?? 0 > 0
+        var nextLink: String?
+        if more, try hasMore(target, options: options, in: db) {
+            nextLink =
+                context.serviceRoot
+                + Self.replacingQueryOption(
+                    in: request.url, names: ["skiptoken"],
+                    with: ("$skiptoken", Self.encodeSkipToken(offset: consumed, through: nil)))
+        }
+        var headers: [(String, String)] = []
+        var applied: [Preference] = []
+        if preferences.maxPageSize != nil { applied.append(Preference(name: "odata.maxpagesize", value: String(size))) }
+        var deltaLink: String?
+        if preferences.trackChanges, nextLink == nil {
+            let through = try DataStore.sequenceState(db).value
+            deltaLink =
+                context.serviceRoot
+                + Self.replacingQueryOption(
+                    in: request.url, names: ["skiptoken", "deltatoken", "top", "skip", "orderby", "count"],
+                    with: ("$deltatoken", String(through)))
+            applied.append(Preference(name: "odata.track-changes"))
+        } else if preferences.trackChanges {
+            applied.append(Preference(name: "odata.track-changes"))
+        }
+        if !applied.isEmpty { headers.append(("Preference-Applied", Preferences.applied(applied))) }
+        let payload = ODataPayload.collection(
+            context: context.serviceRoot + "$metadata#" + contextPath(target.set.name, select: url.query.select),
+            entities: values,
+            count: url.query.count ? try count(target, options: url.query, in: db) : nil, nextLink: nextLink,
+            deltaLink: deltaLink)
+        return DataResponse(status: 200, headers: headers, body: .json(payload))
+    }
+
+    /// Whether one more entity follows the page just read.
+    func hasMore(_ target: Target, options: QueryOptions, in db: Database) throws -> Bool {
+        var probe = options
+        probe.skip = (options.skip ?? 0) + (options.top ?? 0)
+        probe.top = 1
+        probe.expand = []
+        return try !fetch(target, options: probe, in: db).isEmpty
+    }
+
+    // MARK: Delta
+
+    func delta(_ url: ODataURL, request: DataRequest, target: Target, in db: Database, context: Context) throws
+        -> DataResponse
+    {
+        guard !target.single, let tokenText = url.query.deltaToken, let from = Int64(tokenText), from >= 0 else {
+            throw ServerError.badRequest("The $deltatoken is not one this server issued.", target: "$deltatoken")
+        }
+        let state = try DataStore.sequenceState(db)
+        guard from >= state.horizon else {
+            throw ServerError(
+                .gone, "Gone",
+                "The delta token is older than the \(Int(configuration.deltaRetention / 86_400))-day retention window; read the collection again."
+            )
+        }
+        guard from <= state.value else {
+            throw ServerError.badRequest("The $deltatoken is not one this server issued.", target: "$deltatoken")
+        }
+        let skip = try url.query.skipToken.map(Self.decodeSkipToken)
+        let through = skip?.through ?? state.value
+        let offset = skip?.offset ?? 0
+        let range = ColumnRange(column: DataStore.sequenceColumn, after: from, through: through)
+        let size = pageSize(try preferences(request))
+        var options = url.query
+        options.deltaToken = nil
+        options.orderBy = []
+        options.top = size
+        options.skip = offset
+        let changed = try fetchRange(target, options: options, range: range, in: db)
+        var values = try changed.map { try entityJSON($0, target: target, options: url.query, depth: 0, in: db) }
+        let format: ODataPayload.DeltaFormat = context.version == .v40 ? .v40 : .v401
+        let contextBase = context.serviceRoot + "$metadata"
+        if offset == 0 {
+            // Entities that changed but no longer match the filter left the set.
+            if options.filter != nil || options.search != nil {
+                var unfiltered = QueryOptions()
+                unfiltered.select = target.type.key
+                let all = try fetchRange(target, options: unfiltered, range: range, in: db)
+                var matching = options
+                matching.top = nil
+                matching.skip = nil
+                matching.select = target.type.key
+                let kept = Set(
+                    try fetchRange(target, options: matching, range: range, in: db).map { keyURL($0, target: target) })
+                for entity in all where !kept.contains(keyURL(entity, target: target)) {
+                    values.append(
+                        ODataPayload.removed(
+                            id: keyURL(entity, target: target), format: format, contextBase: contextBase,
+                            entitySet: target.set.name, reason: "changed"))
+                }
+            }
+            let tombstones = try Row.fetchAll(
+                db, sql: #"SELECT keyJSON FROM "$removed" WHERE entitySet = ? AND seq > ? AND seq <= ? ORDER BY seq"#,
+                arguments: [target.set.name, from, through])
+            for row in tombstones {
+                values.append(
+                    ODataPayload.removed(
+                        id: row["keyJSON"], format: format, contextBase: contextBase, entitySet: target.set.name))
+            }
+        }
+        var nextLink: String?
+        var deltaLink: String?
+        if changed.count == size {
+            nextLink =
+                context.serviceRoot
+                + Self.replacingQueryOption(
+                    in: request.url, names: ["skiptoken"],
+                    with: ("$skiptoken", Self.encodeSkipToken(offset: offset + size, through: through)))
+        } else {
+            deltaLink =
+                context.serviceRoot
+                + Self.replacingQueryOption(
+                    in: request.url, names: ["skiptoken", "deltatoken"], with: ("$deltatoken", String(through)))
+        }
+        let payload = ODataPayload.collection(
+            context: contextBase + "#\(target.set.name)/$delta", entities: values, nextLink: nextLink,
+            deltaLink: deltaLink)
+        return DataResponse(status: 200, body: .json(payload))
+    }
+
+    func fetchRange(_ target: Target, options: QueryOptions, range: ColumnRange, in db: Database) throws
+        -> [StoredEntity]
+    {
+        var options = options
+        options.filter = Self.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
+        let query = try translator.select(
+            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range)
+        return try Row.fetchAll(db, sql: query.sql, arguments: query.statementArguments).map { row in
+            var values: [String: PrimitiveValue] = [:]
+            for property in target.type.properties where row.hasColumn(property.name) {
+                let stored: DatabaseValue = row[property.name]
+                values[property.name] = try SQLDialect.sqlite.decode(
+                    SQLValue(stored), as: property.type, column: property.name)
+            }
+            return StoredEntity(values: values, sequence: row[DataStore.sequenceColumn])
+        }
+    }
+
+    func keyURL(_ entity: StoredEntity, target: Target) -> String {
+        Self.canonicalURL(
+            set: target.set.name, key: target.type.key.map { KeyValue(name: $0, value: entity.values[$0] ?? .null) })
+    }
+
+    // MARK: Tokens and links
+
+    /// An opaque skip token: base64url of `offset[:through]`.
+    static func encodeSkipToken(offset: Int, through: Int64?) -> String {
+        base64URL(Data((through.map { "\(offset):\($0)" } ?? String(offset)).utf8))
+    }
+
+    static func decodeSkipToken(_ token: String) throws -> (offset: Int, through: Int64?) {
+        guard let data = Data(base64URLEncoded: token) else { throw invalidSkipToken }
+        let parts = String(decoding: data, as: UTF8.self).split(separator: ":")
+        guard let offset = parts.first.flatMap({ Int($0) }), offset >= 0, parts.count <= 2 else {
+            throw invalidSkipToken
+        }
+        if parts.count == 2 {
+            guard let through = Int64(parts[1]) else { throw invalidSkipToken }
+            return (offset, through)
+        }
+        return (offset, nil)
+    }
+
+    static let invalidSkipToken = ServerError.badRequest(
+        "The $skiptoken is not one this server issued; follow @odata.nextLink as given.", target: "$skiptoken")
+
+    /// The relative URL with the named query options (with or without `$`, any case) removed and `option`
+    /// appended.
+    static func replacingQueryOption(in url: String, names: Set<String>, with option: (String, String)) -> String {
+        let parts = url.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        var items = parts.count > 1 ? parts[1].split(separator: "&").map(String.init) : []
+        items.removeAll { item in
+            let name =
+                (item.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "").removingPercentEncoding ?? ""
+            let bare = (name.hasPrefix("$") ? String(name.dropFirst()) : name).lowercased()
+            return names.contains(bare)
+        }
+        items.append("\(option.0)=\(option.1)")
+        return String(parts[0]) + "?" + items.joined(separator: "&")
+    }
+}
+
+extension QueryOptions {
+    /// The options without paging, for reads of one entity.
+    var withoutPaging: QueryOptions {
+        var options = self
+        options.top = nil
+        options.skip = nil
+        return options
+    }
+}
+
+extension ODataURL {
+    /// The path part of a raw relative URL, for messages.
+    func pathText(of raw: String) -> String {
+        String(raw.split(separator: "?", maxSplits: 1).first ?? "")
+    }
+}
+
+extension Data {
+    init?(base64URLEncoded text: String) {
+        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while base64.count % 4 != 0 { base64 += "=" }
+        self.init(base64Encoded: base64)
+    }
+}

@@ -1,0 +1,225 @@
+import BatonOData
+import BatonSQL
+import Foundation
+import GRDB
+
+extension DataService {
+    /// Who a change counts as: its author (`CheckedBy`) and who uploaded it (`UploadedBy`).
+    struct Attribution: Sendable {
+        var author: String
+        var uploader: String
+    }
+
+    func change(_ url: ODataURL, request: DataRequest, in db: Database, context: Context, audit: inout [AuditEntry])
+        throws -> DataResponse
+    {
+        guard case .resource = url.path else {
+            throw ServerError(
+                .methodNotAllowed, "MethodNotAllowed", "\(request.method) is not allowed on this resource.")
+        }
+        let target = try resolve(url, in: db)
+        guard target.property == nil, !target.count else {
+            throw ServerError(
+                .notImplemented, "NotImplemented",
+                "Changing a single property or a count is not implemented; PATCH the entity.")
+        }
+        guard context.role != .groundStaff || configuration.groundStaffWritableSets.contains(target.set.name) else {
+            throw ServerError.forbidden("Only supervisors and admins change \(target.set.name).")
+        }
+        let attribution = Attribution(author: context.user, uploader: context.user)
+        let preferences = try preferences(request)
+        switch request.method {
+        case "POST":
+            guard !target.single, target.conditions.isEmpty else {
+                throw ServerError(
+                    .notImplemented, "NotImplemented", "Create entities by POSTing to the entity set itself.")
+            }
+            return try create(
+                target, request: request, attribution: attribution, preferences: preferences, in: db, context: context,
+                audit: &audit)
+        case "PATCH", "PUT":
+            guard target.single else {
+                throw ServerError(
+                    .methodNotAllowed, "MethodNotAllowed", "\(request.method) needs one entity: add its key.")
+            }
+            return try update(
+                target, request: request, replace: request.method == "PUT", attribution: attribution,
+                preferences: preferences, in: db, context: context, audit: &audit)
+        case "DELETE":
+            guard target.single else {
+                throw ServerError(.methodNotAllowed, "MethodNotAllowed", "DELETE needs one entity: add its key.")
+            }
+            return try delete(target, request: request, in: db, context: context, audit: &audit)
+        default:
+            throw ServerError(
+                .methodNotAllowed, "MethodNotAllowed", "\(request.method) is not supported by the data service.")
+        }
+    }
+
+    /// Sets the server-kept properties the type has: `ChangedAt`, `CheckedBy`, `UploadedBy`.
+    func applyServerKept(_ values: inout [String: PrimitiveValue], type: EntityType, attribution: Attribution) {
+        for property in type.properties where property.isComputed {
+            switch property.name {
+            case "ChangedAt": values[property.name] = .dateTimeOffset(ODataDateTimeOffset(clock.now()))
+            case "CheckedBy": values[property.name] = .string(attribution.author)
+            case "UploadedBy": values[property.name] = .string(attribution.uploader)
+            default: break
+            }
+        }
+    }
+
+    func decode(_ request: DataRequest, as type: EntityType, mode: EntityPayload.Mode) throws -> EntityPayload {
+        do { return try EntityPayload(decoding: request.body, as: type, mode: mode) } catch { throw ServerError(error) }
+    }
+
+    func create(
+        _ target: Target, request: DataRequest, attribution: Attribution, preferences: Preferences, in db: Database,
+        context: Context,
+        audit: inout [AuditEntry]
+    ) throws -> DataResponse {
+        var values = try decode(request, as: target.type, mode: .create).values
+        applyServerKept(&values, type: target.type, attribution: attribution)
+        let sequence = try DataStore.nextSequence(db)
+        let insert = try translator.insert(
+            into: target.set.name, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
+        do {
+            try db.execute(sql: insert.sql, arguments: insert.statementArguments)
+        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
+            throw ServerError.conflict("An entity of \(target.set.name) with this key already exists.")
+        }
+        let key = target.type.key.map { KeyValue(name: $0, value: values[$0] ?? .null) }
+        let canonical = Self.canonicalURL(set: target.set.name, key: key)
+        var created = target
+        created.conditions = key.compactMap { part in
+            target.type.property(named: part.name).map {
+                .comparison(
+                    .eq, .property(PropertyPath(property: part.name, type: $0.type, isNullable: false)),
+                    .literal(part.value))
+            }
+        }
+        created.single = true
+        created.canonical = canonical
+        guard let entity = try fetch(created, options: QueryOptions(), in: db).first else {
+            throw ServerError(.internalServerError, "InternalError", "The created entity could not be read back.")
+        }
+        audit.append(auditEntry("entity-created", canonical, attribution: attribution, context: context))
+        return written(
+            entity, target: created, status: 201, preferences: preferences, context: context,
+            defaultRepresentation: true)
+    }
+
+    /// Checks `If-Match` against the stored entity: 428 without it, 412 when it does not match, 404 when the
+    /// entity does not exist.
+    func precondition(_ target: Target, request: DataRequest, in db: Database) throws -> StoredEntity {
+        guard let header = request.header("If-Match") else {
+            throw ServerError(
+                .preconditionRequired, "PreconditionRequired",
+                "Changes need an If-Match header with the entity's ETag (or *), so concurrent changes are not lost.")
+        }
+        let condition: ETagCondition
+        do { condition = try ETagCondition(parsing: header) } catch { throw ServerError(error) }
+        guard let current = try fetch(target, options: QueryOptions(), in: db).first else {
+            throw ServerError.notFound("No entity at \(target.canonical ?? target.set.name).")
+        }
+        guard condition.matches(current.etag) else {
+            throw ServerError(
+                .preconditionFailed, "PreconditionFailed",
+                "The entity changed since you read it (its ETag is now \(current.etag.headerValue)); read it again and reapply your change."
+            )
+        }
+        return current
+    }
+
+    func update(
+        _ target: Target, request: DataRequest, replace: Bool, attribution: Attribution, preferences: Preferences,
+        in db: Database,
+        context: Context, audit: inout [AuditEntry]
+    ) throws -> DataResponse {
+        let current = try precondition(target, request: request, in: db)
+        let payload = try decode(request, as: target.type, mode: replace ? .replace : .merge)
+        for name in target.type.key where payload.values[name] != nil && payload.values[name] != current.values[name] {
+            throw ServerError.badRequest(
+                "Key property '\(name)' cannot change; create a new entity instead.", target: name)
+        }
+        var values: [String: PrimitiveValue] = [:]
+        for property in target.type.properties where !property.isComputed && !target.type.key.contains(property.name) {
+            if let value = payload.values[property.name] {
+                values[property.name] = value
+            } else if replace {
+                values[property.name] = .null
+            }
+        }
+        applyServerKept(&values, type: target.type, attribution: attribution)
+        let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
+        let sequence = try DataStore.nextSequence(db)
+        let update = try translator.update(
+            target.set.name, key: key, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
+        do {
+            try db.execute(sql: update.sql, arguments: update.statementArguments)
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+            throw ServerError.badRequest("The change leaves a required property empty.")
+        }
+        guard let entity = try fetch(target, options: QueryOptions(), in: db).first else {
+            throw ServerError(.internalServerError, "InternalError", "The changed entity could not be read back.")
+        }
+        let canonical = target.canonical ?? Self.canonicalURL(set: target.set.name, key: key)
+        audit.append(auditEntry("entity-updated", canonical, attribution: attribution, context: context))
+        return written(
+            entity, target: target, status: 200, preferences: preferences, context: context,
+            defaultRepresentation: false)
+    }
+
+    func delete(_ target: Target, request: DataRequest, in db: Database, context: Context, audit: inout [AuditEntry])
+        throws
+        -> DataResponse
+    {
+        let current = try precondition(target, request: request, in: db)
+        let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
+        let delete = try translator.delete(from: target.set.name, key: key)
+        try db.execute(sql: delete.sql, arguments: delete.statementArguments)
+        let sequence = try DataStore.nextSequence(db)
+        let canonical = Self.canonicalURL(set: target.set.name, key: key)
+        try db.execute(
+            sql: #"INSERT INTO "$removed" (seq, entitySet, keyJSON, removedAt) VALUES (?, ?, ?, ?)"#,
+            arguments: [sequence, target.set.name, canonical, clock.now().timeIntervalSince1970])
+        try DataStore.purgeTombstones(db, before: clock.now().addingTimeInterval(-configuration.deltaRetention))
+        audit.append(
+            auditEntry(
+                "entity-deleted", canonical, attribution: Attribution(author: context.user, uploader: context.user),
+                context: context))
+        return DataResponse(status: 204)
+    }
+
+    /// The response to a successful create or update: the representation, or 204 with `return=minimal`
+    /// (creates default to the representation, updates to minimal, as OData specifies).
+    func written(
+        _ entity: StoredEntity, target: Target, status: Int, preferences: Preferences, context: Context,
+        defaultRepresentation: Bool
+    ) -> DataResponse {
+        let canonical = target.canonical ?? target.set.name
+        var headers = [("ETag", entity.etag.headerValue)]
+        if status == 201 {
+            headers.append(("Location", context.serviceRoot + canonical))
+            headers.append(("OData-EntityId", context.serviceRoot + canonical))
+        }
+        let wantsRepresentation = preferences.returnPreference.map { $0 == "representation" } ?? defaultRepresentation
+        if let choice = preferences.returnPreference {
+            headers.append(
+                ("Preference-Applied", "return=\(choice == "representation" ? "representation" : "minimal")"))
+        }
+        guard wantsRepresentation else { return DataResponse(status: 204, headers: headers) }
+        var json = EntityPayload(values: entity.values).json(as: target.type, etag: entity.etag)
+        if case .object(var members) = json {
+            members.insert(
+                ("@odata.context", .string("\(context.serviceRoot)$metadata#\(target.set.name)/$entity")), at: 0)
+            json = .object(members)
+        }
+        return DataResponse(status: status, headers: headers, body: .json(json))
+    }
+
+    func auditEntry(_ action: String, _ subject: String, attribution: Attribution, context: Context) -> AuditEntry {
+        AuditEntry(
+            at: clock.now(), actor: attribution.author, action: action, subject: subject, address: context.address,
+            detail: "uploaded by \(attribution.uploader)")
+    }
+}

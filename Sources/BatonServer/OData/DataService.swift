@@ -1,0 +1,212 @@
+import BatonOData
+import BatonSQL
+import Foundation
+import GRDB
+
+/// The OData v4.01 data service: executes ``DataRequest``s against the ``DataStore``. Transport-independent,
+/// so `$batch` runs the same code for each of its requests, inside one transaction per atomicity group.
+struct DataService: Sendable {
+    let store: DataStore
+    let configuration: DataServiceConfiguration
+    let clock: ServerClock
+
+    var model: ServiceModel { store.model }
+    var translator: SQLTranslator {
+        SQLTranslator(model: model, dialect: .sqlite, now: ODataDateTimeOffset(clock.now()))
+    }
+
+    /// Who is asking, and how the response should look.
+    struct Context: Sendable {
+        /// The signed-in user.
+        var user: String
+        /// Their role.
+        var role: User.Role
+        /// Their address, for the audit log.
+        var address: String
+        /// The absolute service root URL, ending in `/`.
+        var serviceRoot: String
+        /// The negotiated OData version.
+        var version: ODataVersion
+    }
+
+    /// Runs one request and returns the response and the audit entries its changes produced.
+    func execute(_ request: DataRequest, context: Context) async -> (DataResponse, [AuditEntry]) {
+        do {
+            let url = try parse(request.url)
+            if request.method == "GET" {
+                let response = try await store.pool.read { db in
+                    try read(url, request: request, in: db, context: context)
+                }
+                return (response, [])
+            }
+            return try await store.pool.write { db in
+                var audit: [AuditEntry] = []
+                let response = try change(url, request: request, in: db, context: context, audit: &audit)
+                return (response, audit)
+            }
+        } catch let error as ServerError {
+            return (.error(error), [])
+        } catch let error as BatonSQLError {
+            return (.error(ServerError(.badRequest, error.code.rawValue, error.message)), [])
+        } catch {
+            return (
+                .error(
+                    ServerError(.internalServerError, "InternalError", "The data service failed to handle the request.")
+                ), []
+            )
+        }
+    }
+
+    func parse(_ url: String) throws(ServerError) -> ODataURL {
+        do {
+            return try ODataURL(parsing: url, model: model)
+        } catch {
+            if error.code == .unknownName, error.position == 0 || error.position == 1 {
+                throw ServerError(.notFound, error.code.rawValue, error.description, target: error.target)
+            }
+            throw ServerError(error)
+        }
+    }
+
+    // MARK: Addressing
+
+    /// What a resource path addresses, resolved against the data.
+    struct Target {
+        var set: EntitySet
+        var type: EntityType
+        /// Conditions from keys and navigation, to AND with `$filter`.
+        var conditions: [ODataExpression]
+        /// Whether the path addresses one entity (a key or a single-valued navigation).
+        var single: Bool
+        var property: String?
+        var count = false
+        var value = false
+        /// The canonical URL of the addressed entity, when `single`.
+        var canonical: String?
+    }
+
+    func resolve(_ url: ODataURL, in db: Database) throws -> Target {
+        guard case .resource(let segments) = url.path, case .entitySet(let name)? = segments.first,
+            let set = model.entitySet(named: name), let type = model.entityType(of: set)
+        else { throw ServerError.notFound("No resource at that path.") }
+        var target = Target(set: set, type: type, conditions: [], single: false)
+        for segment in segments.dropFirst() {
+            switch segment {
+            case .key(let values):
+                target.conditions += values.compactMap { key in
+                    target.type.property(named: key.name).map {
+                        .comparison(
+                            .eq, .property(PropertyPath(property: key.name, type: $0.type, isNullable: false)),
+                            .literal(key.value))
+                    }
+                }
+                target.single = true
+                target.canonical = Self.canonicalURL(set: target.set.name, key: values)
+            case .navigation(let name):
+                guard let navigation = target.type.navigationProperty(named: name),
+                    let nextSet = model.targetSet(of: navigation, from: target.set),
+                    let nextType = model.entityType(of: nextSet)
+                else { throw ServerError.notFound("No navigation '\(name)'.") }
+                let parents = try fetch(target, options: QueryOptions(), in: db)
+                guard let parent = parents.first, target.single else {
+                    throw ServerError.notFound("The entity that '\(name)' starts from does not exist.")
+                }
+                let conditions = try navigationConditions(
+                    navigation, from: target.type, to: nextType, parent: parent.values)
+                target = Target(set: nextSet, type: nextType, conditions: conditions, single: !navigation.isCollection)
+                if target.single, let found = try fetch(target, options: QueryOptions(), in: db).first {
+                    target.canonical = Self.canonicalURL(
+                        set: nextSet.name,
+                        key: nextType.key.map { KeyValue(name: $0, value: found.values[$0] ?? .null) })
+                }
+            case .property(let name): target.property = name
+            case .count: target.count = true
+            case .value: target.value = true
+            case .entitySet: break
+            }
+        }
+        return target
+    }
+
+    /// Conditions on the target type that select the entities a navigation property leads to from `parent`.
+    func navigationConditions(
+        _ navigation: NavigationProperty, from source: EntityType, to target: EntityType,
+        parent: [String: PrimitiveValue]
+    ) throws -> [ODataExpression] {
+        // (property on target, property on source)
+        var pairs = navigation.referentialConstraints.map { ($0.referencedProperty, $0.property) }
+        if pairs.isEmpty, let partner = navigation.partner.flatMap(target.navigationProperty(named:)) {
+            pairs = partner.referentialConstraints.map { ($0.property, $0.referencedProperty) }
+        }
+        guard !pairs.isEmpty else {
+            throw ServerError(
+                .notImplemented, "NotImplemented",
+                "Navigation '\(navigation.name)' has no referential constraint to follow.")
+        }
+        return pairs.compactMap { targetName, sourceName in
+            target.property(named: targetName).map {
+                .comparison(
+                    .eq, .property(PropertyPath(property: targetName, type: $0.type, isNullable: $0.isNullable)),
+                    .literal(parent[sourceName] ?? .null))
+            }
+        }
+    }
+
+    /// `Set(key)` or `Set(K1=v1,K2=v2)`, with literals percent-encoded.
+    static func canonicalURL(set: String, key: [KeyValue]) -> String {
+        func literal(_ value: PrimitiveValue) -> String {
+            value.urlLiteral.addingPercentEncoding(withAllowedCharacters: .urlLiteralAllowed) ?? value.urlLiteral
+        }
+        if key.count == 1, let only = key.first { return "\(set)(\(literal(only.value)))" }
+        return "\(set)(" + key.map { "\($0.name)=\(literal($0.value))" }.joined(separator: ",") + ")"
+    }
+
+    // MARK: Fetching
+
+    /// A stored entity: its values and its sequence (ETag).
+    struct StoredEntity {
+        var values: [String: PrimitiveValue]
+        var sequence: Int64
+        var etag: ETag { ETag(String(sequence)) }
+    }
+
+    func fetch(_ target: Target, options: QueryOptions, in db: Database) throws -> [StoredEntity] {
+        var options = options
+        options.filter = Self.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
+        let query = try translator.select(
+            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
+        return try Row.fetchAll(db, sql: query.sql, arguments: query.statementArguments).map { row in
+            var values: [String: PrimitiveValue] = [:]
+            for property in target.type.properties where row.hasColumn(property.name) {
+                let stored: DatabaseValue = row[property.name]
+                values[property.name] = try SQLDialect.sqlite.decode(
+                    SQLValue(stored), as: property.type, column: property.name)
+            }
+            return StoredEntity(values: values, sequence: row[DataStore.sequenceColumn])
+        }
+    }
+
+    func count(_ target: Target, options: QueryOptions, in db: Database) throws -> Int {
+        var options = options
+        options.filter = Self.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
+        options.top = nil
+        options.skip = nil
+        let query = try translator.count(from: target.set.name, options: options)
+        return try Int.fetchOne(db, sql: query.sql, arguments: query.statementArguments) ?? 0
+    }
+
+    static func conjunction(_ conditions: [ODataExpression]) -> ODataExpression? {
+        guard var result = conditions.first else { return nil }
+        for condition in conditions.dropFirst() { result = .logical(.and, result, condition) }
+        return result
+    }
+}
+
+extension CharacterSet {
+    /// What may stay unencoded inside a key predicate.
+    static let urlLiteralAllowed: CharacterSet = {
+        var set = CharacterSet.alphanumerics
+        set.insert(charactersIn: "-._~'!$*+:@")
+        return set
+    }()
+}

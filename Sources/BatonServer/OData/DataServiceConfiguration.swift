@@ -1,0 +1,28 @@
+import BatonOData
+
+/// Limits and rules of the OData data service, with every default stated.
+public struct DataServiceConfiguration: Sendable {
+    /// The model served at `/odata/`. Default: the aircraft-checks model.
+    public var model: ServiceModel?
+    /// The page size when the client states none. Default: 100.
+    public var defaultPageSize = 100
+    /// The largest page, whatever `Prefer: odata.maxpagesize` asks. Default: 1000.
+    public var maximumPageSize = 1000
+    /// How deep `$expand` may nest. Default: 3.
+    public var maximumExpandDepth = 3
+    /// The most requests a `$batch` may hold. Default: 100.
+    public var maximumBatchRequests = 100
+    /// The largest request body in bytes (a `$batch` included). Default: 1 MiB.
+    public var maximumBodySize = 1024 * 1024
+    /// How long deletions are remembered for delta links, in seconds; older delta tokens get 410 Gone.
+    /// Default: 30 days.
+    public var deltaRetention: Double = 30 * 86_400
+    /// How long repeatable-request results are kept, in seconds. Default: 7 days.
+    public var repeatabilityRetention: Double = 7 * 86_400
+    /// The entity sets ground staff may change; supervisors and admins change every set. Default:
+    /// `PreflightChecks`.
+    public var groundStaffWritableSets: Set<String> = ["PreflightChecks"]
+
+    /// The defaults.
+    public init() {}
+}

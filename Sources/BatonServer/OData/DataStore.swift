@@ -1,0 +1,93 @@
+import BatonOData
+import BatonSQL
+import Foundation
+import GRDB
+
+/// The entity data of the OData service: one SQLite file (`data.sqlite`) with a table per entity set, created
+/// and migrated from the model.
+///
+/// Every row carries a hidden `$seq` column: the value of a service-wide sequence at its last change. It is
+/// the entity's ETag and what delta links compare against. Deleted entities leave a tombstone in `$removed`
+/// with the sequence value of the deletion.
+struct DataStore: Sendable {
+    let pool: DatabasePool
+    let model: ServiceModel
+
+    static let sequenceColumn = "$seq"
+
+    init(directory: DataDirectory, model: ServiceModel) throws(ServerSetupError) {
+        self.model = model
+        do {
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(5)
+            pool = try DatabasePool(
+                path: directory.url.appendingPathComponent("data.sqlite").path, configuration: configuration)
+            try pool.write { db in try Self.migrate(db, model: model) }
+        } catch let error as ServerSetupError {
+            throw error
+        } catch {
+            throw ServerSetupError("Cannot open or migrate the data database in '\(directory.url.path)': \(error)")
+        }
+    }
+
+    /// Creates missing tables and adds columns for properties new to the model.
+    static func migrate(_ db: Database, model: ServiceModel) throws {
+        let dialect = SQLDialect.sqlite
+        let schema = SQLSchema(
+            model: model, dialect: dialect, systemColumns: [(sequenceColumn, "INTEGER NOT NULL DEFAULT 0")])
+        for statement in schema.createStatements() { try db.execute(sql: statement) }
+        for set in model.entitySets {
+            guard let type = model.entityType(of: set) else { continue }
+            let existing = Set(
+                try Row.fetchAll(db, sql: "PRAGMA table_info(\(dialect.quote(set.name)))").map { $0["name"] as String })
+            for property in type.properties where !existing.contains(property.name) {
+                guard property.isNullable else {
+                    throw ServerSetupError(
+                        "The model adds non-nullable property '\(set.name)/\(property.name)' to existing data; make it nullable or migrate the data first."
+                    )
+                }
+                try db.execute(
+                    sql:
+                        "ALTER TABLE \(dialect.quote(set.name)) ADD COLUMN \(dialect.quote(property.name)) \(dialect.columnType(for: property.type))"
+                )
+            }
+            try db.execute(
+                sql:
+                    "CREATE INDEX IF NOT EXISTS \(dialect.quote("\(set.name)$seq")) ON \(dialect.quote(set.name)) (\(dialect.quote(sequenceColumn)))"
+            )
+        }
+        try db.execute(
+            sql: """
+                CREATE TABLE IF NOT EXISTS "$sequence" (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER NOT NULL, horizon INTEGER NOT NULL);
+                INSERT INTO "$sequence" (id, value, horizon) VALUES (1, 0, 0) ON CONFLICT(id) DO NOTHING;
+                CREATE TABLE IF NOT EXISTS "$removed" (seq INTEGER PRIMARY KEY, entitySet TEXT NOT NULL, keyJSON TEXT NOT NULL, removedAt REAL NOT NULL);
+                CREATE INDEX IF NOT EXISTS "$removedSet" ON "$removed" (entitySet, seq);
+                CREATE TABLE IF NOT EXISTS "$repeatability" (
+                    requestID TEXT NOT NULL, user TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
+                    headers TEXT NOT NULL, body BLOB, createdAt REAL NOT NULL, PRIMARY KEY (requestID, user));
+                """)
+    }
+
+    /// Takes the next value of the service-wide sequence, inside the caller's write transaction.
+    static func nextSequence(_ db: Database) throws -> Int64 {
+        try db.execute(sql: #"UPDATE "$sequence" SET value = value + 1 WHERE id = 1"#)
+        return try Int64.fetchOne(db, sql: #"SELECT value FROM "$sequence" WHERE id = 1"#) ?? 0
+    }
+
+    /// The current sequence value and the oldest delta token still answerable.
+    static func sequenceState(_ db: Database) throws -> (value: Int64, horizon: Int64) {
+        let row = try Row.fetchOne(db, sql: #"SELECT value, horizon FROM "$sequence" WHERE id = 1"#)
+        return (row?["value"] ?? 0, row?["horizon"] ?? 0)
+    }
+
+    /// Forgets tombstones older than `cutoff`; delta tokens from before them become unanswerable (410).
+    static func purgeTombstones(_ db: Database, before cutoff: Date) throws {
+        guard
+            let newest = try Int64.fetchOne(
+                db, sql: #"SELECT max(seq) FROM "$removed" WHERE removedAt < ?"#,
+                arguments: [cutoff.timeIntervalSince1970])
+        else { return }
+        try db.execute(sql: #"DELETE FROM "$removed" WHERE seq <= ?"#, arguments: [newest])
+        try db.execute(sql: #"UPDATE "$sequence" SET horizon = max(horizon, ?) WHERE id = 1"#, arguments: [newest])
+    }
+}
