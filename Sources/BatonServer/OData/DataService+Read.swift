@@ -102,7 +102,7 @@ extension DataService {
         -> JSONValue
     {
         // Key properties are always written, so clients can identify entities whatever they select.
-        let select = options.select.map { $0 + target.type.key.filter { key in !$0.contains(key) } }
+        let select = options.select.map { selected in selected + target.type.key.filter { !selected.contains($0) } }
         var json = EntityPayload(values: entity.values).json(as: target.type, select: select, etag: entity.etag)
         guard !options.expand.isEmpty, case .object(var members) = json else { return json }
         guard depth < configuration.maximumExpandDepth else {
