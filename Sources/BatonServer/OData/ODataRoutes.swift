@@ -52,6 +52,53 @@ struct ODataRoutes {
         return Self.httpResponse(response, version: version)
     }
 
+    /// Decodes a JSON or multipart batch, runs it, and encodes the answer in the same format.
+    func batch(_ request: DataRequest, context: DataService.Context, version: ODataVersion) async throws -> Response {
+        if request.header("Repeatability-Request-ID") != nil || request.header("Repeatability-First-Sent") != nil {
+            throw ServerError.badRequest(
+                "Repeatability headers belong on the requests inside a $batch, not on the $batch itself.",
+                target: "Repeatability-Request-ID")
+        }
+        let contentType = request.header("Content-Type") ?? ""
+        let requests: [BatchRequest]
+        let multipart = contentType.lowercased().hasPrefix("multipart/mixed")
+        do {
+            if multipart {
+                requests = try MultipartBatch.decodeRequests(
+                    request.body, boundary: try MultipartBatch.boundary(fromContentType: contentType))
+            } else if contentType.lowercased().hasPrefix("application/json") {
+                requests = try JSONBatch.decodeRequests(request.body)
+            } else {
+                throw ServerError(
+                    .unsupportedMediaType, "UnsupportedMediaType",
+                    "A $batch body must be application/json or multipart/mixed.")
+            }
+        } catch let error as ODataError {
+            throw ServerError(error)
+        }
+        guard requests.count <= service.configuration.maximumBatchRequests else {
+            throw ServerError(
+                .contentTooLarge, "BatchTooLarge",
+                "A $batch may hold at most \(service.configuration.maximumBatchRequests) requests; this one has \(requests.count)."
+            )
+        }
+        let (responses, entries) = await service.batch(requests, context: context)
+        for entry in entries { try await audit.record(entry) }
+        var headers: HTTPFields = [.odataVersion: version.rawValue]
+        if multipart {
+            let boundary = "batchresponse_\(UUID().uuidString)"
+            headers[.contentType] = "multipart/mixed; boundary=\(boundary)"
+            return Response(
+                status: .ok, headers: headers,
+                body: .init(
+                    byteBuffer: ByteBuffer(bytes: MultipartBatch.encodeResponses(responses, boundary: boundary))))
+        }
+        headers[.contentType] = "application/json"
+        return Response(
+            status: .ok, headers: headers,
+            body: .init(byteBuffer: ByteBuffer(string: JSONBatch.encodeResponses(responses).serialized)))
+    }
+
     static func httpResponse(_ response: DataResponse, version: ODataVersion) -> Response {
         var headers: HTTPFields = [.odataVersion: version.rawValue]
         for (name, value) in response.headers {

@@ -1,0 +1,291 @@
+import BatonServer
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import NIOCore
+import Testing
+
+/// An OData response in tests.
+struct ODataReply: @unchecked Sendable {
+    // Safe: built once from a response and only read afterwards.
+    var status: HTTPResponse.Status
+    var headers: HTTPFields
+    var json: [String: Any]
+    var text: String
+
+    var error: String? { (json["error"] as? [String: Any])?["message"] as? String }
+    var values: [[String: Any]] { json["value"] as? [[String: Any]] ?? [] }
+    var etag: String? { headers[.eTag] }
+}
+
+extension TestClientProtocol {
+    func odata(
+        _ method: HTTPRequest.Method, _ path: String, token: String, headers: [(String, String)] = [],
+        body: String? = nil
+    ) async throws -> ODataReply {
+        var fields: HTTPFields = [.authorization: "Bearer \(token)"]
+        if body != nil { fields[.contentType] = "application/json" }
+        for (name, value) in headers { if let field = HTTPField.Name(name) { fields[field] = value } }
+        return try await execute(
+            uri: "/odata/" + path, method: method, headers: fields, body: body.map { ByteBuffer(string: $0) }
+        ) {
+            let text = String(buffer: $0.body)
+            let json = (try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]) ?? [:]
+            return ODataReply(status: $0.status, headers: $0.headers, json: json, text: text)
+        }
+    }
+}
+
+enum Fixtures {
+    static let aircraft = #"{"TailNumber":"D-AIBL","Type":"A320","Station":"FRA","Status":"ready"}"#
+    static func check(_ id: String, fuel: String = "5200.5", tail: String = "D-AIBL", extra: String = "") -> String {
+        #"{"ID":"\#(id)","TailNumber":"\#(tail)","FuelKg":\#(fuel),"TyrePressureMainPsi":200.5,"TyrePressureNosePsi":58,"OilQuarts":12.25,"Status":"final"\#(extra)}"#
+    }
+    static func id(_ n: Int) -> String { String(format: "00000000-0000-4000-8000-%012d", n) }
+
+    /// A server with alice (ground staff) and sam (supervisor) signed in and one aircraft.
+    static func world(_ body: @Sendable (TestServer, any TestClientProtocol, String, String) async throws -> Void)
+        async throws
+    {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.server.users.add(
+            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
+        try await server.test { client in
+            let alice = try await client.signIn("alice").access
+            let sam = try await client.signIn("sam").access
+            let created = try await client.odata(.post, "Aircraft", token: sam, body: aircraft)
+            #expect(created.status == .created)
+            try await body(server, client, alice, sam)
+        }
+    }
+}
+
+@Suite struct DataServiceTests {
+    @Test func createReadUpdateDeleteWithETags() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            let id = Fixtures.id(1)
+            let created = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(id, extra: #","CheckedBy":"mallory""#))
+            #expect(created.status == .created)
+            #expect(created.headers[.location] == "http://127.0.0.1:8080/odata/PreflightChecks(\(id))")
+            #expect(created.json["CheckedBy"] as? String == "alice")  // server-kept, never from the body
+            #expect(created.json["UploadedBy"] as? String == "alice")
+            let etag = try #require(created.etag)
+            let read = try await client.odata(.get, "PreflightChecks(\(id))", token: alice)
+            #expect(read.status == .ok)
+            #expect(read.json["FuelKg"] as? Double == 5200.5)
+            #expect(read.text.contains(#""FuelKg":5200.5"#))
+            // Changes need If-Match: 428 without, 412 with a stale ETag, 204 with the current one.
+            #expect(
+                try await client.odata(.patch, "PreflightChecks(\(id))", token: alice, body: #"{"Remarks":"ok"}"#)
+                    .status == .preconditionRequired)
+            let stale = try await client.odata(
+                .patch, "PreflightChecks(\(id))", token: alice, headers: [("If-Match", "W/\"999\"")],
+                body: #"{"Remarks":"ok"}"#)
+            #expect(stale.status == .preconditionFailed)
+            let patched = try await client.odata(
+                .patch, "PreflightChecks(\(id))", token: alice, headers: [("If-Match", etag)],
+                body: #"{"Remarks":"ok"}"#)
+            #expect(patched.status == .noContent)
+            #expect(patched.etag != etag)
+            let after = try await client.odata(.get, "PreflightChecks(\(id))/Remarks", token: alice)
+            #expect(after.json["value"] as? String == "ok")
+            // PUT replaces: properties left out become null.
+            let put = try await client.odata(
+                .put, "PreflightChecks(\(id))", token: alice,
+                headers: [("If-Match", "*"), ("Prefer", "return=representation")],
+                body: Fixtures.check(id, fuel: "4000"))
+            #expect(put.status == .ok)
+            #expect(put.json["Remarks"] is NSNull)
+            #expect(put.headers[.preferenceApplied] == "return=representation")
+            let deleted = try await client.odata(
+                .delete, "PreflightChecks(\(id))", token: alice, headers: [("If-Match", "*")])
+            #expect(deleted.status == .noContent)
+            #expect(try await client.odata(.get, "PreflightChecks(\(id))", token: alice).status == .notFound)
+        }
+    }
+
+    @Test func groundStaffCannotChangeAircraftButSupervisorsCan() async throws {
+        try await Fixtures.world { _, client, alice, sam in
+            let denied = try await client.odata(
+                .patch, "Aircraft('D-AIBL')", token: alice, headers: [("If-Match", "*")],
+                body: #"{"Status":"grounded"}"#)
+            #expect(denied.status == .forbidden)
+            #expect(denied.error == "Only supervisors and admins change Aircraft.")
+            let allowed = try await client.odata(
+                .patch, "Aircraft('D-AIBL')", token: sam, headers: [("If-Match", "*")], body: #"{"Status":"grounded"}"#)
+            #expect(allowed.status == .noContent)
+        }
+    }
+
+    @Test func badRequestsGetClearErrorsAndChangeNothing() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            let cases: [(HTTPRequest.Method, String, String?, HTTPResponse.Status, String)] = [
+                (
+                    .get, "PreflightChecks?$filter=Fuel gt 1", nil, .badRequest,
+                    "Unknown property 'Fuel' on 'PreflightCheck'. Did you mean 'FuelKg'? (at position 24)"
+                ),
+                (.get, "Checks", nil, .notFound, "Unknown entity set 'Checks'. (at position 0)"),
+                (
+                    .get, "PreflightChecks?$apply=groupby((Status))", nil, .notImplemented,
+                    "System query option '$apply' is not implemented (at position 16)"
+                ),
+                (
+                    .post, "PreflightChecks", Fixtures.check(Fixtures.id(2), fuel: "\"lots\""), .badRequest,
+                    "Property 'FuelKg' expects a decimal number written without an exponent, but the payload has a string"
+                ),
+                (
+                    .post, "PreflightChecks", "{not json", .badRequest,
+                    "Expected a quoted member name in JSON (at position 1)"
+                ),
+                (
+                    .post, "PreflightChecks", #"{"TailNumber":"D-AIBL"}"#, .badRequest,
+                    "Property 'ID' is required; add it to the body"
+                ),
+                (
+                    .get, "PreflightChecks(\(Fixtures.id(99)))", nil, .notFound,
+                    "No entity at 'PreflightChecks(\(Fixtures.id(99)))'."
+                ),
+            ]
+            for (method, path, body, status, message) in cases {
+                let reply = try await client.odata(method, path, token: alice, body: body)
+                #expect(reply.status == status, "\(path)")
+                #expect(reply.error == message, "\(path)")
+            }
+            let again = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(3)))
+            #expect(again.status == .created)
+            let duplicate = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(3)))
+            #expect(duplicate.status == .conflict)
+            #expect(try await client.odata(.get, "PreflightChecks/$count", token: alice).text == "1")
+        }
+    }
+
+    @Test func serverDrivenPagingFollowsNextLinks() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            for n in 1...7 {
+                #expect(
+                    try await client.odata(
+                        .post, "PreflightChecks", token: alice,
+                        body: Fixtures.check(Fixtures.id(n), fuel: "\(1000 * n)")
+                    ).status == .created)
+            }
+            var path = "PreflightChecks?$orderby=FuelKg desc&$select=FuelKg&$count=true"
+            var fuels: [Double] = []
+            var pages = 0
+            while true {
+                let page = try await client.odata(
+                    .get, path, token: alice, headers: [("Prefer", "odata.maxpagesize=3")])
+                #expect(page.status == .ok)
+                #expect(page.json["@odata.count"] as? Int == 7)
+                #expect(page.headers[.preferenceApplied] == "odata.maxpagesize=3")
+                fuels += page.values.compactMap { $0["FuelKg"] as? Double }
+                pages += 1
+                guard let next = page.json["@odata.nextLink"] as? String else { break }
+                path = String(next.dropFirst("http://127.0.0.1:8080/odata/".count))
+            }
+            #expect(pages == 3)
+            #expect(fuels == [7000, 6000, 5000, 4000, 3000, 2000, 1000])
+            let top = try await client.odata(
+                .get, "PreflightChecks?$top=4&$skip=1&$orderby=FuelKg", token: alice,
+                headers: [("Prefer", "odata.maxpagesize=3")])
+            #expect(top.values.count == 3)
+            let rest = try await client.odata(
+                .get,
+                String((top.json["@odata.nextLink"] as? String ?? "").dropFirst("http://127.0.0.1:8080/odata/".count)),
+                token: alice, headers: [("Prefer", "odata.maxpagesize=3")])
+            #expect(rest.values.count == 1)
+            #expect(rest.json["@odata.nextLink"] == nil)
+            #expect(
+                try await client.odata(.get, "PreflightChecks?$skiptoken=garbage!", token: alice).status == .badRequest)
+        }
+    }
+
+    @Test func deltaLinksReportChangesDeletionsAndEntitiesThatLeftTheFilter() async throws {
+        try await Fixtures.world { server, client, alice, _ in
+            for n in 1...3 {
+                _ = try await client.odata(
+                    .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(n), fuel: "\(5000 + n)"))
+            }
+            let initial = try await client.odata(
+                .get, "PreflightChecks?$filter=FuelKg gt 5001", token: alice,
+                headers: [("Prefer", "odata.track-changes")])
+            #expect(initial.values.count == 2)
+            #expect(initial.headers[.preferenceApplied] == "odata.track-changes")
+            let deltaLink = try #require(initial.json["@odata.deltaLink"] as? String)
+            // Change one so it leaves the filter, change one in place, delete one, add one.
+            _ = try await client.odata(
+                .patch, "PreflightChecks(\(Fixtures.id(2)))", token: alice, headers: [("If-Match", "*")],
+                body: #"{"FuelKg":10}"#)
+            _ = try await client.odata(
+                .patch, "PreflightChecks(\(Fixtures.id(3)))", token: alice, headers: [("If-Match", "*")],
+                body: #"{"Remarks":"rechecked"}"#)
+            _ = try await client.odata(
+                .delete, "PreflightChecks(\(Fixtures.id(1)))", token: alice, headers: [("If-Match", "*")])
+            _ = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(4), fuel: "9000"))
+            let delta = try await client.odata(
+                .get, String(deltaLink.dropFirst("http://127.0.0.1:8080/odata/".count)), token: alice)
+            #expect(delta.status == .ok)
+            let changedIDs = Set(delta.values.compactMap { $0["ID"] as? String })
+            #expect(changedIDs == [Fixtures.id(3), Fixtures.id(4)])
+            let removed = delta.values.filter { $0["@removed"] != nil }
+            let reasons = Dictionary(
+                uniqueKeysWithValues: removed.map {
+                    ($0["@id"] as? String ?? "", ($0["@removed"] as? [String: Any])?["reason"] as? String ?? "")
+                })
+            #expect(reasons["PreflightChecks(\(Fixtures.id(2)))"] == "changed")
+            #expect(reasons["PreflightChecks(\(Fixtures.id(1)))"] == "deleted")
+            let nextDelta = try #require(delta.json["@odata.deltaLink"] as? String)
+            let quiet = try await client.odata(
+                .get, String(nextDelta.dropFirst("http://127.0.0.1:8080/odata/".count)), token: alice)
+            #expect(quiet.values.isEmpty)
+            // 4.0 clients get the 4.0 shape of removed entries.
+            let old = try await client.odata(
+                .get, String(deltaLink.dropFirst("http://127.0.0.1:8080/odata/".count)), token: alice,
+                headers: [("OData-MaxVersion", "4.0")])
+            #expect(old.headers[.odataVersionForTests] == "4.0")
+            #expect(
+                old.values.contains {
+                    ($0["@odata.context"] as? String)?.hasSuffix("#PreflightChecks/$deletedEntity") == true
+                })
+            // Tokens older than the retention window are gone.
+            server.clock.advance(by: 31 * 86_400)
+            _ = try await client.signIn("alice")
+            let fresh = try await client.signIn("alice").access
+            _ = try await client.odata(
+                .delete, "PreflightChecks(\(Fixtures.id(3)))", token: fresh, headers: [("If-Match", "*")])
+            _ = try await client.odata(
+                .delete, "PreflightChecks(\(Fixtures.id(4)))", token: fresh, headers: [("If-Match", "*")])
+            let expired = try await client.odata(
+                .get, String(deltaLink.dropFirst("http://127.0.0.1:8080/odata/".count)), token: fresh)
+            #expect(expired.status == .gone)
+        }
+    }
+
+    @Test func expandSelectAndNavigation() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            _ = try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1)))
+            let expanded = try await client.odata(
+                .get, "Aircraft('D-AIBL')?$expand=Checks($select=FuelKg)", token: alice)
+            let checks = expanded.json["Checks"] as? [[String: Any]]
+            #expect(checks?.count == 1)
+            #expect(checks?.first?["FuelKg"] as? Double == 5200.5)
+            #expect(checks?.first?["ID"] as? String == Fixtures.id(1))  // keys always come along
+            let navigation = try await client.odata(.get, "PreflightChecks(\(Fixtures.id(1)))/Aircraft", token: alice)
+            #expect(navigation.json["Station"] as? String == "FRA")
+            let deep = try await client.odata(
+                .get, "Aircraft?$expand=Checks($expand=Aircraft($expand=Checks($expand=Aircraft)))", token: alice)
+            #expect(deep.status == .badRequest)
+            #expect(deep.error == "$expand nests deeper than 3 levels.")
+        }
+    }
+}
+
+extension HTTPField.Name {
+    static let preferenceApplied = HTTPField.Name("Preference-Applied") ?? .accept
+    static let odataVersionForTests = HTTPField.Name("OData-Version") ?? .accept
+}
