@@ -82,7 +82,8 @@ public enum MultipartBatch {
                 for (name, value) in response.headers { text += "\(name): \(value)\r\n" }
                 if let body = response.body {
                     if response.header("Content-Type") == nil { text += "Content-Type: application/json\r\n" }
-                    text += "\r\n" + body.serialized
+                    let plain = response.header("Content-Type")?.lowercased().hasPrefix("text/") ?? false
+                    text += "\r\n" + (plain ? body.stringValue ?? body.serialized : body.serialized)
                 } else {
                     text += "\r\n"
                 }
@@ -228,10 +229,18 @@ public enum MultipartBatch {
         let trimmed = body.drop { $0 == 0x20 || $0 == 0x0D || $0 == 0x0A }
         if !trimmed.isEmpty {
             let type = headers.first { $0.0.lowercased() == "content-type" }?.1.lowercased() ?? "application/json"
-            guard type.hasPrefix("application/json") else {
-                throw ODataError(.notImplemented, "Batch parts with body type '\(type)' are not implemented; use JSON")
+            if type.hasPrefix("text/") {
+                // Plain-text bodies ($count, $value) travel as a JSON string.
+                var text = body
+                while text.last == 0x0A || text.last == 0x0D { text.removeLast() }
+                json = .string(String(decoding: text, as: UTF8.self))
+            } else {
+                guard type.hasPrefix("application/json") else {
+                    throw ODataError(
+                        .notImplemented, "Batch parts with body type '\(type)' are not implemented; use JSON")
+                }
+                json = try JSONValue(parsing: Array(trimmed))
             }
-            json = try JSONValue(parsing: Array(trimmed))
         }
         return (String(decoding: line, as: UTF8.self), headers, json)
     }

@@ -47,6 +47,12 @@ struct ODataRoutes {
         let dataContext = DataService.Context(
             user: user.name, role: user.role, address: context.clientAddress, serviceRoot: issuer.value + "/odata/",
             version: version)
+        if path.removingPercentEncoding == "$batch" {
+            guard request.method == .post else {
+                throw ServerError(.methodNotAllowed, "MethodNotAllowed", "Send $batch requests with POST.")
+            }
+            return try await batch(dataRequest, context: dataContext, version: version)
+        }
         let (response, entries) = await service.execute(dataRequest, context: dataContext)
         for entry in entries { try await audit.record(entry) }
         return Self.httpResponse(response, version: version)

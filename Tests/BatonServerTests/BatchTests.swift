@@ -1,0 +1,111 @@
+import BatonOData
+import BatonServer
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import NIOCore
+import Testing
+
+@Suite struct ServerBatchTests {
+    static func jsonBatch(_ client: any TestClientProtocol, token: String, _ requests: String) async throws -> [[String:
+        Any]]
+    {
+        let reply = try await client.odata(.post, "$batch", token: token, body: #"{"requests":[\#(requests)]}"#)
+        #expect(reply.status == .ok, "BODY \(reply.text)")
+        return reply.json["responses"] as? [[String: Any]] ?? []
+    }
+
+    @Test func atomicityGroupsApplyAllOrNothing() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            let good = Fixtures.check(Fixtures.id(1))
+            let bad = Fixtures.check(Fixtures.id(2), fuel: "\"lots\"")
+            let responses = try await Self.jsonBatch(
+                client, token: alice,
+                #"""
+                {"id":"1","atomicityGroup":"g","method":"POST","url":"PreflightChecks","body":\#(good)},
+                {"id":"2","atomicityGroup":"g","method":"POST","url":"PreflightChecks","body":\#(bad)},
+                {"id":"3","dependsOn":["g"],"method":"GET","url":"PreflightChecks/$count"}
+                """#)
+            #expect(responses.map { $0["status"] as? Int } == [424, 400, 424])
+            #expect(try await client.odata(.get, "PreflightChecks/$count", token: alice).text == "0")
+        }
+    }
+
+    @Test func referencesAndDependenciesWork() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            let responses = try await Self.jsonBatch(
+                client, token: alice,
+                #"""
+                {"id":"c","atomicityGroup":"g","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(1)))},
+                {"id":"p","atomicityGroup":"g","dependsOn":["c"],"method":"PATCH","url":"$c","headers":{"If-Match":"*"},"body":{"Remarks":"via $c"}},
+                {"id":"r","dependsOn":["g"],"method":"GET","url":"$c/Aircraft"}
+                """#)
+            #expect(responses.map { $0["status"] as? Int } == [201, 204, 200])
+            #expect((responses[2]["body"] as? [String: Any])?["TailNumber"] as? String == "D-AIBL")
+            let stored = try await client.odata(.get, "PreflightChecks(\(Fixtures.id(1)))", token: alice)
+            #expect(stored.json["Remarks"] as? String == "via $c")
+        }
+    }
+
+    @Test func multipartBatchesWithChangesets() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            let body = """
+                --b\r
+                Content-Type: multipart/mixed; boundary=cs\r
+                \r
+                --cs\r
+                Content-Type: application/http\r
+                Content-ID: 1\r
+                \r
+                POST PreflightChecks HTTP/1.1\r
+                Content-Type: application/json\r
+                \r
+                \(Fixtures.check(Fixtures.id(1)))\r
+                --cs--\r
+                --b\r
+                Content-Type: application/http\r
+                \r
+                GET PreflightChecks/$count HTTP/1.1\r
+                \r
+                \r
+                --b--\r
+
+                """
+            let reply = try await client.execute(
+                uri: "/odata/$batch", method: .post,
+                headers: [.authorization: "Bearer \(alice)", .contentType: "multipart/mixed; boundary=b"],
+                body: ByteBuffer(string: body)
+            ) { ($0.status, $0.headers[.contentType] ?? "", Array(buffer: $0.body)) }
+            #expect(reply.0 == .ok)
+            let boundary = try MultipartBatch.boundary(fromContentType: reply.1)
+            let responses = try MultipartBatch.decodeResponses(reply.2, boundary: boundary)
+            #expect(responses.map(\.status) == [201, 200])
+            #expect(responses[1].body == .string("1"))
+        }
+    }
+
+    @Test func malformedAndOversizedBatchesAreRefused() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            let cyclic = try await client.odata(
+                .post, "$batch", token: alice,
+                body:
+                    #"{"requests":[{"id":"1","dependsOn":["2"],"method":"GET","url":"Aircraft"},{"id":"2","dependsOn":["1"],"method":"GET","url":"Aircraft"}]}"#
+            )
+            #expect(cyclic.status == .badRequest)
+            #expect(cyclic.error == "Request '1' depends on '2', which is not an earlier request or group")
+            let many = (0..<101).map { #"{"id":"\#($0)","method":"GET","url":"Aircraft"}"# }.joined(separator: ",")
+            let oversized = try await client.odata(.post, "$batch", token: alice, body: #"{"requests":[\#(many)]}"#)
+            #expect(oversized.status == .contentTooLarge)
+            let envelope = try await client.odata(
+                .post, "$batch", token: alice,
+                headers: [
+                    ("Repeatability-Request-ID", "x"), ("Repeatability-First-Sent", "Sun, 06 Nov 1994 08:49:37 GMT"),
+                ],
+                body: #"{"requests":[]}"#)
+            #expect(envelope.status == .badRequest)
+            #expect(
+                envelope.error
+                    == "Repeatability headers belong on the requests inside a $batch, not on the $batch itself.")
+        }
+    }
+}
