@@ -115,7 +115,8 @@ public struct BatonServer: Sendable {
         let protected = router.group().add(
             middleware: BearerAuthenticationMiddleware(tokens: tokens, settings: settings))
         routes.addProtected(to: protected)
-        ODataRoutes(service: data, users: users, audit: audit, issuer: issuer).add(to: protected)
+        ODataRoutes(service: data, users: users, devices: devices, settings: settings, audit: audit, issuer: issuer)
+            .add(to: protected)
         let issuer = self.issuer
         let fixedIssuer = configuration.fixedIssuer
         let host = configuration.host

@@ -10,7 +10,14 @@ extension DataService {
         var uploader: String
     }
 
+    /// Applies a change; with repeatability headers, at most once (see ``changeRepeatably``).
     func change(_ url: ODataURL, request: DataRequest, in db: Database, context: Context, audit: inout [AuditEntry])
+        throws -> DataResponse
+    {
+        try changeRepeatably(url, request: request, in: db, context: context, audit: &audit)
+    }
+
+    func apply(_ url: ODataURL, request: DataRequest, in db: Database, context: Context, audit: inout [AuditEntry])
         throws -> DataResponse
     {
         guard case .resource = url.path else {
@@ -26,7 +33,7 @@ extension DataService {
         guard context.role != .groundStaff || configuration.groundStaffWritableSets.contains(target.set.name) else {
             throw ServerError.forbidden("Only supervisors and admins change \(target.set.name).")
         }
-        let attribution = Attribution(author: context.user, uploader: context.user)
+        let attribution = try attribution(for: request, context: context)
         let preferences = try preferences(request)
         switch request.method {
         case "POST":

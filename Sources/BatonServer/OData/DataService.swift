@@ -27,6 +27,8 @@ struct DataService: Sendable {
         var serviceRoot: String
         /// The negotiated OData version.
         var version: ODataVersion
+        /// What on-behalf uploads in this request may rely on.
+        var onBehalf = OnBehalfPolicy()
     }
 
     /// Runs one request and returns the response and the audit entries its changes produced.

@@ -63,8 +63,8 @@ struct DataStore: Sendable {
                 CREATE TABLE IF NOT EXISTS "$removed" (seq INTEGER PRIMARY KEY, entitySet TEXT NOT NULL, keyJSON TEXT NOT NULL, removedAt REAL NOT NULL);
                 CREATE INDEX IF NOT EXISTS "$removedSet" ON "$removed" (entitySet, seq);
                 CREATE TABLE IF NOT EXISTS "$repeatability" (
-                    requestID TEXT NOT NULL, user TEXT NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
-                    headers TEXT NOT NULL, body BLOB, createdAt REAL NOT NULL, PRIMARY KEY (requestID, user));
+                    requestID TEXT PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
+                    headers TEXT NOT NULL, body TEXT, createdAt REAL NOT NULL);
                 """)
     }
 

@@ -7,6 +7,8 @@ import Hummingbird
 struct ODataRoutes {
     let service: DataService
     let users: UserDirectory
+    let devices: DeviceRegistry
+    let settings: SettingsStore
     let audit: AuditLog
     let issuer: IssuerBox
 
@@ -44,9 +46,10 @@ struct ODataRoutes {
         let dataRequest = DataRequest(
             method: request.method.rawValue, url: url,
             headers: request.headers.map { ($0.name.rawName, $0.value) }, body: body)
-        let dataContext = DataService.Context(
+        var dataContext = DataService.Context(
             user: user.name, role: user.role, address: context.clientAddress, serviceRoot: issuer.value + "/odata/",
             version: version)
+        dataContext.onBehalf = try await onBehalfPolicy(for: dataRequest, signedIn: user.name)
         if path.removingPercentEncoding == "$batch" {
             guard request.method == .post else {
                 throw ServerError(.methodNotAllowed, "MethodNotAllowed", "Send $batch requests with POST.")
@@ -88,6 +91,18 @@ struct ODataRoutes {
                 "A $batch may hold at most \(service.configuration.maximumBatchRequests) requests; this one has \(requests.count)."
             )
         }
+        var context = context
+        var authors: [String: DataService.OnBehalfPolicy.Author] = [:]
+        for request in requests {
+            let inner = DataRequest(method: request.method, url: request.url, headers: request.headers, body: [])
+            let policy = try await onBehalfPolicy(for: inner, signedIn: context.user)
+            context.onBehalf.allowed = context.onBehalf.allowed || policy.allowed
+            authors.merge(policy.authors) { first, second in
+                DataService.OnBehalfPolicy.Author(
+                    active: first.active, keys: first.keys.merging(second.keys) { a, _ in a })
+            }
+        }
+        context.onBehalf.authors = authors
         let (responses, entries) = await service.batch(requests, context: context)
         for entry in entries { try await audit.record(entry) }
         var headers: HTTPFields = [.odataVersion: version.rawValue]
@@ -103,6 +118,22 @@ struct ODataRoutes {
         return Response(
             status: .ok, headers: headers,
             body: .init(byteBuffer: ByteBuffer(string: JSONBatch.encodeResponses(responses).serialized)))
+    }
+
+    /// Fetches what an on-behalf upload needs: the setting, the author's status and key history.
+    func onBehalfPolicy(for request: DataRequest, signedIn: String) async throws -> DataService.OnBehalfPolicy {
+        guard let author = request.header("Baton-Author"), author != signedIn else {
+            return DataService.OnBehalfPolicy()
+        }
+        var policy = DataService.OnBehalfPolicy()
+        policy.allowed = try await settings.current().sharedDevices.uploadPendingChangesOfPreviousUser
+        let user = try await users.user(named: author)
+        var keys: [String: [DeviceRegistry.SigningKey]] = [:]
+        if let device = request.header("Baton-Device"), DeviceRegistry.isValidDeviceID(device) {
+            keys[device] = try await devices.signingKeys(device: device, user: author)
+        }
+        policy.authors[author] = .init(active: user.map { !$0.disabled } ?? false, keys: keys)
+        return policy
     }
 
     static func httpResponse(_ response: DataResponse, version: ODataVersion) -> Response {

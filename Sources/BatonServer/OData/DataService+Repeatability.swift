@@ -1,0 +1,112 @@
+import BatonOData
+import Crypto
+import Foundation
+import GRDB
+import HTTPTypes
+
+extension DataService {
+    /// Applies a change at most once when it carries `Repeatability-Request-ID` and `Repeatability-First-Sent`
+    /// (OASIS Repeatable Requests 1.0).
+    ///
+    /// The result is stored in the same transaction as the change, so a crash can never leave a change applied
+    /// without its record, or recorded without being applied. A replay with the same id and the same request
+    /// returns the stored response with `Repeatability-Result: accepted`; the same id with a different request
+    /// gets 409 with `Repeatability-Result: rejected`; a first-sent time older than the retention window gets
+    /// 412. Ids are global, not per user: a change recorded on one user's device and uploaded by another is
+    /// still applied once.
+    func changeRepeatably(
+        _ url: ODataURL, request: DataRequest, in db: Database, context: Context, audit: inout [AuditEntry]
+    )
+        throws -> DataResponse
+    {
+        let repeatability: Repeatability?
+        do {
+            repeatability = try Repeatability(
+                requestIDHeader: request.header("Repeatability-Request-ID"),
+                firstSentHeader: request.header("Repeatability-First-Sent"))
+        } catch {
+            throw ServerError(error)
+        }
+        guard let repeatability else {
+            return try apply(url, request: request, in: db, context: context, audit: &audit)
+        }
+        let now = clock.now()
+        guard now.timeIntervalSince(repeatability.firstSent) <= configuration.repeatabilityRetention else {
+            var error = ServerError(
+                .preconditionFailed, "RepeatabilityExpired",
+                "This request was first sent longer ago than the server remembers (\(Int(configuration.repeatabilityRetention / 86_400)) days); it cannot be applied safely. Read the current state and send a new request."
+            )
+            error.headers = [(.repeatabilityResult, Repeatability.Result.rejected.rawValue)]
+            throw error
+        }
+        let fingerprint = Self.fingerprint(request)
+        if let row = try Row.fetchOne(
+            db, sql: #"SELECT * FROM "$repeatability" WHERE requestID = ?"#, arguments: [repeatability.requestID])
+        {
+            guard row["fingerprint"] as String == fingerprint else {
+                var error = ServerError(
+                    .conflict, "RepeatabilityConflict",
+                    "Repeatability-Request-ID '\(repeatability.requestID)' was already used for a different request; use a new id for a new request."
+                )
+                error.headers = [(.repeatabilityResult, Repeatability.Result.rejected.rawValue)]
+                throw error
+            }
+            return Self.storedResponse(row)
+        }
+        var response = try apply(url, request: request, in: db, context: context, audit: &audit)
+        response.headers.append(("Repeatability-Result", Repeatability.Result.accepted.rawValue))
+        let headers = JSONValue.array(response.headers.map { .array([.string($0.0), .string($0.1)]) }).serialized
+        let body: String? =
+            switch response.body {
+            case .none: nil
+            case .json(let json): json.serialized
+            case .text(let text, _): text
+            }
+        try db.execute(
+            sql:
+                #"INSERT INTO "$repeatability" (requestID, fingerprint, status, headers, body, createdAt) VALUES (?, ?, ?, ?, ?, ?)"#,
+            arguments: [
+                repeatability.requestID, fingerprint, response.status, headers, body, now.timeIntervalSince1970,
+            ])
+        try db.execute(
+            sql: #"DELETE FROM "$repeatability" WHERE createdAt < ?"#,
+            arguments: [now.addingTimeInterval(-configuration.repeatabilityRetention).timeIntervalSince1970])
+        return response
+    }
+
+    /// What makes two requests "the same": method, URL, body and author.
+    static func fingerprint(_ request: DataRequest) -> String {
+        var hasher = SHA256()
+        for part in [request.method, request.url, request.header("Baton-Author") ?? ""] {
+            hasher.update(data: Data(part.utf8))
+            hasher.update(data: Data([0]))
+        }
+        hasher.update(data: Data(request.body))
+        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+
+    static func storedResponse(_ row: Row) -> DataResponse {
+        var headers: [(String, String)] = []
+        if let text = row["headers"] as String?, case .array(let pairs)? = try? JSONValue(parsing: text) {
+            for pair in pairs {
+                if case .array(let items) = pair, items.count == 2, let name = items[0].stringValue,
+                    let value = items[1].stringValue
+                {
+                    headers.append((name, value))
+                }
+            }
+        }
+        var body: DataResponse.Body = .none
+        if let text = row["body"] as String? {
+            body = (try? JSONValue(parsing: text)).map(DataResponse.Body.json) ?? .text(text, contentType: "text/plain")
+        }
+        return DataResponse(status: row["status"], headers: headers, body: body)
+    }
+}
+
+extension HTTPField.Name {
+    static let repeatabilityResult: HTTPField.Name = {
+        guard let name = HTTPField.Name("Repeatability-Result") else { preconditionFailure("valid header name") }
+        return name
+    }()
+}
