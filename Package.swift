@@ -62,6 +62,7 @@ let package = Package(
         .executableTarget(
             name: "baton-server",
             dependencies: [
+                "BatonOData",
                 "BatonServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],

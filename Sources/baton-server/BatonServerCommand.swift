@@ -1,4 +1,5 @@
 import ArgumentParser
+import BatonOData
 import BatonServer
 import Foundation
 import Logging
@@ -9,7 +10,7 @@ struct BatonServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "baton-server",
         abstract: "The Baton server: identity (OAuth 2.0), settings exchange, device registration.",
-        subcommands: [ServeCommand.self, UserCommand.self, SettingsCommand.self]
+        subcommands: [ServeCommand.self, UserCommand.self, SettingsCommand.self, SeedCommand.self]
     )
 }
 
@@ -18,11 +19,15 @@ struct DataOptions: ParsableArguments {
     @Option(help: "The data directory (database and keys).")
     var dataDir: String = "baton-data"
 
+    @Option(help: "A CSDL JSON model to serve at /odata/ instead of the aircraft-checks model.")
+    var model: String?
+
     func open(bcryptCost: UInt8 = 12) async throws -> BatonServer {
         keepFilesPrivate()
         var configuration = BatonServerConfiguration()
         configuration.dataDirectory = URL(fileURLWithPath: dataDir)
         configuration.bcryptCost = bcryptCost
+        configuration.dataService.model = try loadModel(model)
         var logger = Logger(label: "baton-server")
         logger.logLevel = .warning
         do {
@@ -51,4 +56,17 @@ func adminAction<T>(_ body: () async throws -> T) async throws -> T {
 /// Files this process creates (database, WAL, keys) are readable by their owner only.
 func keepFilesPrivate() {
     umask(0o077)
+}
+
+/// Reads a CSDL JSON model file, or `nil` for the bundled model.
+func loadModel(_ path: String?) throws -> ServiceModel? {
+    guard let path else { return nil }
+    guard let data = FileManager.default.contents(atPath: path) else {
+        throw CommandFailure("Cannot read the model file '\(path)'.")
+    }
+    do {
+        return try ServiceModel(csdlJSON: String(decoding: data, as: UTF8.self))
+    } catch {
+        throw CommandFailure("The model file '\(path)' is not a usable CSDL JSON model: \(error.description)")
+    }
 }

@@ -38,6 +38,7 @@ struct ServeCommand: AsyncParsableCommand {
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         var configuration = BatonServerConfiguration()
         configuration.dataDirectory = URL(fileURLWithPath: data.dataDir)
+        configuration.dataService.model = try loadModel(data.model)
         configuration.host = host
         configuration.port = port
         if let publicURL {

@@ -89,6 +89,26 @@ import Testing
         #expect(try decode(#"{"Remarks":"ok"}"#, mode: .merge).values == ["Remarks": .string("ok")])
     }
 
+    @Test func bindingANavigationPropertySetsItsForeignKey() throws {
+        let model = try ServiceModel.aircraftChecks
+        let body =
+            #"{"ID":"0f8fad5b-d9cb-469f-a165-70867728950e","Aircraft@odata.bind":"http://host/odata/Aircraft('D-AIBL')","FuelKg":1,"TyrePressureMainPsi":1,"TyrePressureNosePsi":1,"OilQuarts":1,"Status":"x"}"#
+        let payload = try EntityPayload(decoding: Array(body.utf8), as: checks, mode: .create, model: model)
+        #expect(payload.values["TailNumber"] == .string("D-AIBL"))
+        let contradiction = body.replacingOccurrences(
+            of: #""Status":"x""#, with: #""Status":"x","TailNumber":"D-OTHER""#)
+        #expect {
+            try EntityPayload(decoding: Array(contradiction.utf8), as: checks, mode: .create, model: model)
+        } throws: {
+            ($0 as? ODataError)?.message
+                == "Property 'TailNumber' contradicts the navigation property bound in the same body"
+        }
+        let wrongSet = body.replacingOccurrences(of: "Aircraft('D-AIBL')", with: "Flights('LH400')")
+        #expect(throws: ODataError.self) {
+            try EntityPayload(decoding: Array(wrongSet.utf8), as: checks, mode: .create, model: model)
+        }
+    }
+
     @Test func malformedJSONIsASyntaxErrorWithPosition() {
         let error = failure(#"{"TailNumber": "D-AIBL",}"#)
         #expect(error?.code == .syntax)

@@ -127,6 +127,37 @@ import Testing
         #expect(missing.error == "Error: There is no user named 'nobody'.\n")
     }
 
+    @Test(arguments: ["odatapy_interop", "python_odata_interop"])
+    func thirdPartyODataClientsInteroperate(script name: String) throws {
+        let dataDir = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDir) }
+        #expect(try Self.server(["seed", "--aircraft", "5", "--checks", "40", "--data-dir", dataDir]).status == 0)
+        let added = try Self.server(
+            ["user", "add", "alice", "--data-dir", dataDir, "--password-stdin", "--bcrypt-cost", "4"],
+            input: "correct-horse-battery\n")
+        #expect(added.status == 0)
+        let running = try RunningServer(dataDir: dataDir)
+        defer { _ = running.stop() }
+        let script = try #require(Bundle.module.url(forResource: name, withExtension: "py", subdirectory: "Interop"))
+        let python = try Self.run(
+            URL(fileURLWithPath: "/usr/bin/env"), ["python3", script.path, running.url, "alice"],
+            input: "correct-horse-battery\n")
+        #expect(python.status == 0, "\(python.output)\(python.error)")
+        #expect(python.output.contains("interop ok"), "\(python.output)\(python.error)")
+    }
+
+    @Test func seedFillsTheModelWithRealisticData() throws {
+        let dataDir = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDir) }
+        let seeded = try Self.server(["seed", "--aircraft", "12", "--checks", "300", "--data-dir", dataDir])
+        #expect(seeded.output == "Added 12 aircraft, 12 flights and 300 pre-flight checks.\n")
+        let again = try Self.server(["seed", "--aircraft", "12", "--checks", "300", "--data-dir", dataDir])
+        #expect(again.status == 1)
+        #expect(
+            again.error.hasPrefix(
+                "Error: Seeding failed (seeding twice with the same --seed repeats tail numbers; pick another seed)"))
+    }
+
     @Test func aThirdPartyOAuthClientInteroperates() throws {
         let dataDir = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDir) }

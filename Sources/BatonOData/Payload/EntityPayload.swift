@@ -29,21 +29,27 @@ public struct EntityPayload: Sendable, Hashable {
     ///
     /// - Throws: ``ODataError`` (`syntax` for malformed JSON, `invalidPayload` otherwise, `notImplemented`
     ///   for navigation properties in the body).
-    public init(decoding body: [UInt8], as type: EntityType, mode: Mode) throws(ODataError) {
+    public init(
+        decoding body: [UInt8], as type: EntityType, mode: Mode, model: ServiceModel? = nil, serviceRoot: String? = nil
+    ) throws(ODataError) {
         let json = try JSONValue(parsing: body)
         guard let members = json.objectMembers else {
             throw ODataError(.invalidPayload, "An entity body must be a JSON object, but this one is \(json.kindName)")
         }
         var values: [String: PrimitiveValue] = [:]
+        var bound: [String: PrimitiveValue] = [:]
         var ignored: [String] = []
         for (name, value) in members {
-            if name.hasPrefix("@") || name.contains("@") {
-                if name.hasSuffix("@odata.bind") {
-                    throw ODataError(
-                        .notImplemented, "Binding navigation properties ('\(name)') is not implemented", target: name)
+            if name.hasSuffix("@odata.bind") {
+                let navigation = String(name.dropLast("@odata.bind".count))
+                for (property, key) in try Self.bind(
+                    navigation, to: value, type: type, model: model, serviceRoot: serviceRoot)
+                {
+                    bound[property] = key
                 }
                 continue
             }
+            if name.hasPrefix("@") || name.contains("@") { continue }
             guard let property = type.property(named: name) else {
                 if type.navigationProperty(named: name) != nil {
                     throw ODataError(
@@ -60,6 +66,15 @@ public struct EntityPayload: Sendable, Hashable {
             }
             values[name] = try PrimitiveValue(json: value, for: property)
         }
+        for (property, value) in bound {
+            if let given = values[property], given != value {
+                throw ODataError(
+                    .invalidPayload,
+                    "Property '\(property)' contradicts the navigation property bound in the same body",
+                    target: property)
+            }
+            values[property] = value
+        }
         if mode != .merge {
             for property in type.properties
             where !property.isNullable && !property.isComputed && values[property.name] == nil
@@ -71,6 +86,53 @@ public struct EntityPayload: Sendable, Hashable {
             }
         }
         self.init(values: values, ignoredComputed: ignored)
+    }
+
+    /// Resolves `Nav@odata.bind: "Set(key)"` for a single-valued navigation property into the values of the
+    /// dependent properties its referential constraint names.
+    static func bind(
+        _ name: String, to value: JSONValue, type: EntityType, model: ServiceModel?, serviceRoot: String?
+    ) throws(ODataError) -> [(String, PrimitiveValue)] {
+        guard let navigation = type.navigationProperty(named: name) else {
+            throw ODataError(
+                .invalidPayload, "'\(type.name)' has no navigation property '\(name)' to bind", target: name)
+        }
+        guard !navigation.isCollection else {
+            throw ODataError(
+                .notImplemented, "Binding collection-valued navigation properties ('\(name)') is not implemented",
+                target: name)
+        }
+        guard let model, var reference = value.stringValue else {
+            throw ODataError(
+                .invalidPayload, "'\(name)@odata.bind' must be an entity URL like Aircraft('D-AIBL')", target: name)
+        }
+        if let serviceRoot, reference.hasPrefix(serviceRoot) {
+            reference = String(reference.dropFirst(serviceRoot.count))
+        }
+        if reference.contains("/") {
+            // An absolute or root-relative URL: keep its last segment that names an entity set.
+            let path = reference.split(separator: "/")
+            reference =
+                path.last { segment in model.entitySet(named: String(segment.prefix { $0 != "(" })) != nil }.map(
+                    String.init)
+                ?? reference
+        }
+        let url = try ODataURL(parsing: reference, model: model)
+        guard case .resource(let segments) = url.path, segments.count == 2, case .key(let key) = segments[1],
+            let target = url.target,
+            model.qualifiedName(of: target.entityType) == navigation.targetType
+                || target.entityType.name == navigation.targetType.split(separator: ".").last.map(String.init)
+        else {
+            throw ODataError(
+                .invalidPayload, "'\(name)@odata.bind' must name one \(navigation.targetType) by its key", target: name)
+        }
+        return try navigation.referentialConstraints.map { constraint throws(ODataError) in
+            guard let part = key.first(where: { $0.name == constraint.referencedProperty }) else {
+                throw ODataError(
+                    .notImplemented, "Binding '\(name)' needs a constraint on the target's key", target: name)
+            }
+            return (constraint.property, part.value)
+        }
     }
 
     /// The entity as a JSON object with `odata.metadata=minimal` control information.

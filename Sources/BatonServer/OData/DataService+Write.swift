@@ -76,7 +76,11 @@ extension DataService {
     }
 
     func decode(_ request: DataRequest, as type: EntityType, mode: EntityPayload.Mode) throws -> EntityPayload {
-        do { return try EntityPayload(decoding: request.body, as: type, mode: mode) } catch { throw ServerError(error) }
+        do {
+            return try EntityPayload(decoding: request.body, as: type, mode: mode, model: model)
+        } catch {
+            throw ServerError(error)
+        }
     }
 
     func create(

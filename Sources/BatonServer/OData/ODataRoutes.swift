@@ -107,7 +107,8 @@ struct ODataRoutes {
         for entry in entries { try await audit.record(entry) }
         var headers: HTTPFields = [.odataVersion: version.rawValue]
         if multipart {
-            let boundary = "batchresponse_\(UUID().uuidString)"
+            // Lower case: some clients lower-case the whole Content-Type, boundary included.
+            let boundary = "batchresponse_\(UUID().uuidString.lowercased())"
             headers[.contentType] = "multipart/mixed; boundary=\(boundary)"
             return Response(
                 status: .ok, headers: headers,
