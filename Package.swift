@@ -68,6 +68,16 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Benchmarks the data service against a bare Hummingbird route with wrk (run with -c release).
+        .executableTarget(
+            name: "baton-bench",
+            dependencies: [
+                "BatonServer",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The ground-crew app. Today: `baton demo` shows the protocol core against a real SQLite file.
         .executableTarget(
             name: "baton",

@@ -63,7 +63,7 @@ public enum SQLDialect: Sendable, Hashable {
             return .text(PrimitiveValue.decimal(number).urlLiteral)
         case .double(let number): return .real(number)
         case .string(let text): return .text(text)
-        case .guid(let uuid): return .text(uuid.uuidString.lowercased())
+        case .guid(let uuid): return .text(uuid.lowercasedString)
         case .date(let date): return .text(date.description)
         case .dateTimeOffset(let instant): return .text(self == .sqlite ? instant.sortableUTCText : instant.description)
         case .timeOfDay(let time):
@@ -91,7 +91,7 @@ public enum SQLDialect: Sendable, Hashable {
         case (.real(let number), .double), (.real(let number), .single): return .double(number)
         case (.integer(let number), .decimal): return .decimal(Decimal(number))
         case (.text(let text), .decimal):
-            guard let number = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX")) else { throw fail() }
+            guard let number = Decimal(odataText: text) else { throw fail() }
             return .decimal(number)
         case (.text(let text), .string): return .string(text)
         case (.text(let text), .guid):
@@ -107,7 +107,7 @@ public enum SQLDialect: Sendable, Hashable {
             guard let time = ODataTimeOfDay(parsing: text) else { throw fail() }
             return .timeOfDay(time)
         case (.text(let text), .duration):
-            guard let seconds = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX")) else { throw fail() }
+            guard let seconds = Decimal(odataText: text) else { throw fail() }
             return .duration(ODataDuration(seconds: seconds))
         case (.blob(let bytes), .binary): return .binary(bytes)
         default: throw fail()

@@ -564,7 +564,7 @@ struct ExpressionParser {
             return .double(value)
         }
         if !isDecimal, let value = Int64(text) { return .integer(value) }
-        guard let value = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX")) else {
+        guard let value = Decimal(string: text, locale: Locale.posix) else {
             throw error(.syntax, "Malformed number '\(text)'", at: start)
         }
         return .decimal(value)

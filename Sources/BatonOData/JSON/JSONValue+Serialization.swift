@@ -36,6 +36,12 @@ extension JSONValue {
 
     static func writeString(_ text: String, to output: inout String) {
         output += "\""
+        // Fast path: nothing to escape (the usual case for names, ids and values).
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            output += text
+            output += "\""
+            return
+        }
         for scalar in text.unicodeScalars {
             switch scalar {
             case "\"": output += "\\\""

@@ -50,8 +50,8 @@ extension PrimitiveValue {
             default: throw fail("a decimal number")
             }
             guard !text.contains("e") && !text.contains("E"), text.first != "+",
-                let value = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX")),
-                Decimal(string: text, locale: Locale(identifier: "en_US_POSIX"))?.description
+                let value = Decimal(string: text, locale: Locale.posix),
+                Decimal(string: text, locale: Locale.posix)?.description
                     == Self.canonicalDecimal(text)
             else { throw fail("a decimal number written without an exponent") }
             try Self.checkDecimalFacets(text, property)
@@ -158,7 +158,7 @@ extension PrimitiveValue {
         case .decimal(let value): .number(Self.decimalText(value))
         case .double(let value): value.isFinite ? .number(Self.doubleJSON(value)) : .string(Self.doubleText(value))
         case .string(let value): .string(value)
-        case .guid(let value): .string(value.uuidString.lowercased())
+        case .guid(let value): .string(value.lowercasedString)
         case .date(let value): .string(value.description)
         case .dateTimeOffset(let value): .string(value.description)
         case .timeOfDay(let value): .string(value.description)

@@ -20,6 +20,10 @@ public struct ODataDateTimeOffset: Sendable, Hashable, Comparable, CustomStringC
 
     /// Parses `YYYY-MM-DDTHH:MM[:SS[.f…]](Z|±HH:MM)`; `t` and `z` are accepted in lower case.
     public init?(parsing text: some StringProtocol) {
+        if let value = Self.parseSortable(text) {
+            self = value
+            return
+        }
         var scanner = TemporalScanner(text)
         guard let value = scanner.dateTimeOffset(), scanner.isAtEnd else { return nil }
         self = value
@@ -40,6 +44,64 @@ public struct ODataDateTimeOffset: Sendable, Hashable, Comparable, CustomStringC
             validHour: secondOfDay / 3600, minute: secondOfDay / 60 % 60, second: secondOfDay % 60,
             picoseconds: picoseconds)
         self.offsetMinutes = 0
+    }
+
+    /// Reads ``sortableUTCText`` (`2026-11-21T08:00:00.000000000000Z`, 33 ASCII bytes) without the general
+    /// scanner; `nil` for any other form.
+    static func parseSortable(_ text: some StringProtocol) -> ODataDateTimeOffset? {
+        let bytes = Array(text.utf8)
+        guard bytes.count == 33, bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"),
+            bytes[10] == UInt8(ascii: "T"), bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"),
+            bytes[19] == UInt8(ascii: "."), bytes[32] == UInt8(ascii: "Z")
+        else { return nil }
+        func number(_ range: Range<Int>) -> Int? {
+            var value = 0
+            for index in range {
+                let byte = bytes[index]
+                guard byte >= 48, byte <= 57 else { return nil }
+                value = value * 10 + Int(byte - 48)
+            }
+            return value
+        }
+        guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10), let hour = number(11..<13),
+            let minute = number(14..<16), let second = number(17..<19), let fraction = number(20..<32),
+            let date = ODataDate(year: year, month: month, day: day),
+            let time = ODataTimeOfDay(hour: hour, minute: minute, second: second, picoseconds: Int64(fraction))
+        else { return nil }
+        return ODataDateTimeOffset(date: date, time: time, offsetMinutes: 0)
+    }
+
+    /// ``description`` formatted into bytes directly (years 0000–9999).
+    var fastDescription: String {
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(33)
+        appendDigits(date.year, width: 4, to: &bytes)
+        bytes.append(UInt8(ascii: "-"))
+        appendDigits(date.month, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: "-"))
+        appendDigits(date.day, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: "T"))
+        appendDigits(time.hour, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        appendDigits(time.minute, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        appendDigits(time.second, width: 2, to: &bytes)
+        if time.picoseconds > 0 {
+            bytes.append(UInt8(ascii: "."))
+            var fraction: [UInt8] = []
+            appendDigits(Int(time.picoseconds), width: 12, to: &fraction)
+            while fraction.last == UInt8(ascii: "0") { fraction.removeLast() }
+            bytes += fraction
+        }
+        if offsetMinutes == 0 {
+            bytes.append(UInt8(ascii: "Z"))
+        } else {
+            bytes.append(UInt8(ascii: offsetMinutes < 0 ? "-" : "+"))
+            appendDigits(abs(offsetMinutes) / 60, width: 2, to: &bytes)
+            bytes.append(UInt8(ascii: ":"))
+            appendDigits(abs(offsetMinutes) % 60, width: 2, to: &bytes)
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Seconds since 1970-01-01T00:00:00Z, ignoring the fraction.
@@ -74,6 +136,7 @@ public struct ODataDateTimeOffset: Sendable, Hashable, Comparable, CustomStringC
     }
 
     public var description: String {
+        if (0...9999).contains(date.year) { return fastDescription }
         var text = "\(date)T\(time)"
         if offsetMinutes == 0 {
             text += "Z"

@@ -152,7 +152,7 @@ struct TemporalScanner {
                     text += "." + fraction
                 }
                 guard take("S") || take("s"),
-                    let value = Decimal(string: text, locale: Locale(identifier: "en_US_POSIX"))
+                    let value = Decimal(string: text, locale: Locale.posix)
                 else {
                     index = start
                     return nil

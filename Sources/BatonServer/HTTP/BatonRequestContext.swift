@@ -10,6 +10,8 @@ public struct BatonRequestContext: RequestContext, RemoteAddressRequestContext {
     public let remoteAddress: SocketAddress?
     /// The authenticated user's claims, set by ``BearerAuthenticationMiddleware``.
     var claims: AccessTokenClaims?
+    /// The authenticated user's current role, read with the token checks.
+    var role: User.Role?
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)

@@ -21,7 +21,9 @@ struct BearerAuthenticationMiddleware: RouterMiddleware {
                 "The Authorization header must be 'Bearer <token>'.", error: "invalid_request")
         }
         var context = context
-        context.claims = try await tokens.verifyAccessToken(String(parts[1]))
+        let verified = try await tokens.verifyAccessToken(String(parts[1]))
+        context.claims = verified.claims
+        context.role = verified.role
         if let version = request.headers[.batonAppVersion] {
             let inactive = try await settings.current().appVersions.inactive
             if inactive.contains(version) {

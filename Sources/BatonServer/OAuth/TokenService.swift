@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import JWTKit
 import Logging
+import Synchronization
 
 /// Issues, rotates, verifies and revokes tokens.
 ///
@@ -20,6 +21,8 @@ struct TokenService: Sendable {
     let users: UserDirectory
     let throttle: LoginThrottle
     let audit: AuditLog
+    /// Tokens whose signature was already checked (their claims are still checked every time).
+    let verified = VerifiedTokens()
 
     /// What the token endpoint returns.
     struct TokenResponse: Codable, Sendable {
@@ -267,12 +270,17 @@ struct TokenService: Sendable {
 
     /// The claims of a valid access token: signature, issuer, audience and expiry checked with the injected
     /// clock, not revoked, and its user still active.
-    func verifyAccessToken(_ token: String) async throws(ServerError) -> AccessTokenClaims {
+    func verifyAccessToken(_ token: String) async throws(ServerError) -> (claims: AccessTokenClaims, role: User.Role) {
         let claims: AccessTokenClaims
-        do {
-            claims = try await keys.verify(token, as: AccessTokenClaims.self)
-        } catch {
-            throw .unauthorized("The access token is malformed or its signature is invalid.")
+        if let cached = verified.claims(for: token) {
+            claims = cached
+        } else {
+            do {
+                claims = try await keys.verify(token, as: AccessTokenClaims.self)
+            } catch {
+                throw .unauthorized("The access token is malformed or its signature is invalid.")
+            }
+            verified.remember(token, claims)
         }
         let now = clock.now()
         guard claims.exp.value > now else { throw .unauthorized("The access token has expired; refresh it.") }
@@ -284,24 +292,28 @@ struct TokenService: Sendable {
         }
         let jti = claims.jti.value
         let user = claims.sub.value
-        let state: (revoked: Bool, active: Bool)
+        // Revocation and the user's current status are read on every request (one query), so a revocation or a
+        // disabled user takes effect at once — also when an admin command changed them from another process.
+        let row: Row?
         do {
-            state = try await database.pool.read { db in
-                let revoked =
-                    try Bool.fetchOne(db, sql: "SELECT 1 FROM revokedAccessTokens WHERE jti = ?", arguments: [jti])
-                    ?? false
-                let active =
-                    try Bool.fetchOne(db, sql: "SELECT NOT disabled FROM users WHERE name = ?", arguments: [user])
-                    ?? false
-                return (revoked, active)
+            row = try await database.pool.read { db in
+                try Row.fetchOne(
+                    db.cachedStatement(
+                        sql: """
+                            SELECT disabled, role, EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?) AS revoked
+                            FROM users WHERE name = ?
+                            """),
+                    arguments: [jti, user])
             }
         } catch {
             throw ServerError(
                 .serviceUnavailable, "Unavailable", "The server cannot check the token right now; try again.")
         }
-        guard !state.revoked else { throw .unauthorized("The access token was revoked.") }
-        guard state.active else { throw .unauthorized("The user is disabled or no longer exists.") }
-        return claims
+        guard let row, !(row["disabled"] as Bool), let role = User.Role(rawValue: row["role"]) else {
+            throw .unauthorized("The user is disabled or no longer exists.")
+        }
+        guard !(row["revoked"] as Bool) else { throw .unauthorized("The access token was revoked.") }
+        return (claims, role)
     }
 
     /// Revokes a refresh token (its whole family) or an access token (RFC 7009). Unknown tokens are ignored,
@@ -349,5 +361,21 @@ struct TokenService: Sendable {
         let parameters = key.publicKey.parameters
         return JWK.ecdsa(
             .es256, identifier: JWKIdentifier(string: keyID), x: parameters?.x, y: parameters?.y, curve: .p256)
+    }
+}
+
+/// A bounded memory of access tokens whose ES256 signature verified, so a busy device does not pay for the
+/// signature check on every request. Expiry, revocation and the user's status are still checked per request.
+final class VerifiedTokens: Sendable {
+    let storage = Mutex<[String: AccessTokenClaims]>([:])
+    static let capacity = 10_000
+
+    func claims(for token: String) -> AccessTokenClaims? { storage.withLock { $0[token] } }
+
+    func remember(_ token: String, _ claims: AccessTokenClaims) {
+        storage.withLock { cache in
+            if cache.count >= Self.capacity { cache.removeAll(keepingCapacity: true) }
+            cache[token] = claims
+        }
     }
 }

@@ -13,12 +13,16 @@ struct DataRequest: Sendable {
     /// The body.
     var body: [UInt8]
 
+    /// The first value of the header `name` (case-insensitive).
     func header(_ name: String) -> String? {
-        headers.first { $0.0.lowercased() == name.lowercased() }?.1
+        let lowered = name.lowercased()
+        return headers.first { $0.0.utf8.count == lowered.utf8.count && $0.0.lowercased() == lowered }?.1
     }
 
+    /// Every value of the header `name` (case-insensitive).
     func headers(_ name: String) -> [String] {
-        headers.filter { $0.0.lowercased() == name.lowercased() }.map(\.1)
+        let lowered = name.lowercased()
+        return headers.filter { $0.0.utf8.count == lowered.utf8.count && $0.0.lowercased() == lowered }.map(\.1)
     }
 }
 

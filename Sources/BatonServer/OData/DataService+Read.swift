@@ -140,14 +140,17 @@ extension DataService {
         var options = url.query
         let requestedTop = url.query.top
         let remaining = requestedTop.map { max(0, $0 - offset) }
-        options.top = min(size, remaining ?? size)
+        let pageLimit = min(size, remaining ?? size)
         options.skip = (url.query.skip ?? 0) + offset
-        let entities = try fetch(target, options: options, in: db)
+        // One row more than the page tells whether another page follows, without a second query.
+        options.top = pageLimit + 1
+        var entities = try fetch(target, options: options, in: db)
+        let followed = entities.count > pageLimit
+        if followed { entities.removeLast() }
         let values = try entities.map { try entityJSON($0, target: target, options: url.query, depth: 0, in: db) }
         let consumed = offset + entities.count
-        let more = entities.count == options.top && (requestedTop.map { consumed < $0 } ?? true) && options.top ?? 0 > 0
         var nextLink: String?
-        if more, try hasMore(target, options: options, in: db) {
+        if followed, pageLimit > 0, requestedTop.map({ consumed < $0 }) ?? true {
             nextLink =
                 context.serviceRoot
                 + Self.replacingQueryOption(
@@ -176,15 +179,6 @@ extension DataService {
             count: url.query.count ? try count(target, options: url.query, in: db) : nil, nextLink: nextLink,
             deltaLink: deltaLink)
         return DataResponse(status: 200, headers: headers, body: .json(payload))
-    }
-
-    /// Whether one more entity follows the page just read.
-    func hasMore(_ target: Target, options: QueryOptions, in db: Database) throws -> Bool {
-        var probe = options
-        probe.skip = (options.skip ?? 0) + (options.top ?? 0)
-        probe.top = 1
-        probe.expand = []
-        return try !fetch(target, options: probe, in: db).isEmpty
     }
 
     // MARK: Delta
@@ -274,15 +268,9 @@ extension DataService {
         options.filter = Self.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range)
-        return try Row.fetchAll(db, sql: query.sql, arguments: query.statementArguments).map { row in
-            var values: [String: PrimitiveValue] = [:]
-            for property in target.type.properties where row.hasColumn(property.name) {
-                let stored: DatabaseValue = row[property.name]
-                values[property.name] = try SQLDialect.sqlite.decode(
-                    SQLValue(stored), as: property.type, column: property.name)
-            }
-            return StoredEntity(values: values, sequence: row[DataStore.sequenceColumn])
-        }
+        return try Self.entities(
+            from: Row.fetchAll(db.cachedStatement(sql: query.sql), arguments: query.statementArguments),
+            type: target.type)
     }
 
     func keyURL(_ entity: StoredEntity, target: Target) -> String {

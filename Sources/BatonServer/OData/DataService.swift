@@ -177,14 +177,29 @@ struct DataService: Sendable {
         options.filter = Self.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
-        return try Row.fetchAll(db, sql: query.sql, arguments: query.statementArguments).map { row in
+        return try Self.entities(
+            from: Row.fetchAll(db.cachedStatement(sql: query.sql), arguments: query.statementArguments),
+            type: target.type)
+    }
+
+    /// Decodes rows of a `select` whose last column is `$seq`, reading columns by position (looking columns up
+    /// by name costs more than decoding them).
+    static func entities(from rows: [Row], type: EntityType) throws -> [StoredEntity] {
+        guard let first = rows.first else { return [] }
+        let names = Array(first.columnNames)
+        let columns: [(Int, Property)] = names.enumerated().compactMap { index, name in
+            type.property(named: name).map { (index, $0) }
+        }
+        let sequenceIndex = names.count - 1
+        return try rows.map { row in
             var values: [String: PrimitiveValue] = [:]
-            for property in target.type.properties where row.hasColumn(property.name) {
-                let stored: DatabaseValue = row[property.name]
+            values.reserveCapacity(columns.count)
+            for (index, property) in columns {
+                let stored: DatabaseValue = row[index]
                 values[property.name] = try SQLDialect.sqlite.decode(
                     SQLValue(stored), as: property.type, column: property.name)
             }
-            return StoredEntity(values: values, sequence: row[DataStore.sequenceColumn])
+            return StoredEntity(values: values, sequence: row[sequenceIndex])
         }
     }
 
@@ -194,7 +209,7 @@ struct DataService: Sendable {
         options.top = nil
         options.skip = nil
         let query = try translator.count(from: target.set.name, options: options)
-        return try Int.fetchOne(db, sql: query.sql, arguments: query.statementArguments) ?? 0
+        return try Int.fetchOne(db.cachedStatement(sql: query.sql), arguments: query.statementArguments) ?? 0
     }
 
     static func conjunction(_ conditions: [ODataExpression]) -> ODataExpression? {

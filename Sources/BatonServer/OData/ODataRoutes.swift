@@ -24,9 +24,7 @@ struct ODataRoutes {
 
     func handle(_ request: Request, context: BatonRequestContext) async throws -> Response {
         let name = try context.userName()
-        guard let user = try await users.user(named: name) else {
-            throw ServerError.unauthorized("The user no longer exists.")
-        }
+        guard let role = context.role else { throw ServerError.unauthorized("Sign in first.", error: nil) }
         let version: ODataVersion
         do {
             version = try ODataVersion.negotiate(
@@ -47,9 +45,9 @@ struct ODataRoutes {
             method: request.method.rawValue, url: url,
             headers: request.headers.map { ($0.name.rawName, $0.value) }, body: body)
         var dataContext = DataService.Context(
-            user: user.name, role: user.role, address: context.clientAddress, serviceRoot: issuer.value + "/odata/",
+            user: name, role: role, address: context.clientAddress, serviceRoot: issuer.value + "/odata/",
             version: version)
-        dataContext.onBehalf = try await onBehalfPolicy(for: dataRequest, signedIn: user.name)
+        dataContext.onBehalf = try await onBehalfPolicy(for: dataRequest, signedIn: name)
         if path.removingPercentEncoding == "$batch" {
             guard request.method == .post else {
                 throw ServerError(.methodNotAllowed, "MethodNotAllowed", "Send $batch requests with POST.")

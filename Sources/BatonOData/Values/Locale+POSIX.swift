@@ -1,0 +1,7 @@
+import Foundation
+
+extension Locale {
+    /// The POSIX locale, created once: numbers in OData are always written with a `.` decimal point, and
+    /// creating a locale per parsed number is measurably slow.
+    public static let posix = Locale(identifier: "en_US_POSIX")
+}

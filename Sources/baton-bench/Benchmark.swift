@@ -1,0 +1,163 @@
+import ArgumentParser
+import BatonServer
+import Foundation
+import Hummingbird
+import Logging
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+/// `swift run -c release baton-bench`: seeds 100,000 pre-flight checks and measures, with wrk over loopback,
+/// a key read, a filtered page of 50, a delta page and a 100-change JSON batch, next to a bare Hummingbird
+/// route that returns a fixed body — the framework's limit on this machine. Prints requests per second and
+/// each rate as a share of the bare route's.
+@main
+struct Benchmark: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "baton-bench", abstract: "Benchmark the OData data service.")
+
+    @Option(help: "Pre-flight checks to seed.") var checks = 100_000
+    @Option(help: "Seconds per measurement.") var duration = 10
+    @Option(help: "Concurrent connections.") var connections = 16
+
+    func run() async throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/wrk") else {
+            throw ValidationError("wrk is needed: apt-get install wrk")
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "baton-bench-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var configuration = BatonServerConfiguration()
+        configuration.dataDirectory = directory
+        configuration.port = 0
+        configuration.bcryptCost = 4
+        var logger = Logger(label: "bench")
+        logger.logLevel = .error
+        let server = try await BatonServer(configuration: configuration, logger: logger)
+        let seedStart = ContinuousClock.now
+        _ = try await server.seed(aircraft: 200, checks: checks)
+        print("Seeded \(checks) checks in \(ContinuousClock.now - seedStart).")
+        try await server.users.add(
+            name: "bench", displayName: nil, role: .supervisor, password: "load-generator-secret-1")
+
+        let ports = AsyncStream<Int>.makeStream()
+        let bareRouter = Router()
+        bareRouter.get("/bare") { _, _ in #"{"status":"ok"}"# }
+        let bare = Application(
+            router: bareRouter, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { ports.continuation.yield($0.localAddress?.port ?? 0) }, logger: logger)
+        let application = server.application { _, port in ports.continuation.yield(port) }
+
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await application.run() }
+            group.addTask { try await bare.run() }
+            var iterator = ports.stream.makeAsyncIterator()
+            var found: [Int] = []
+            while found.count < 2, let port = await iterator.next() { found.append(port) }
+            // Which port is which: the data service answers /health.
+            let serverPort = try await isBaton(found[0]) ? found[0] : found[1]
+            let barePort = serverPort == found[0] ? found[1] : found[0]
+            try await measure(
+                server: "http://127.0.0.1:\(serverPort)", bare: "http://127.0.0.1:\(barePort)", directory: directory)
+            group.cancelAll()
+        }
+    }
+
+    func isBaton(_ port: Int) async throws -> Bool {
+        let (_, response) = try await URLSession.shared.data(from: try url("http://127.0.0.1:\(port)/health"))
+        return (response as? HTTPURLResponse)?.statusCode == 200
+    }
+
+    func measure(server: String, bare: String, directory: URL) async throws {
+        var tokenRequest = URLRequest(url: try url(server + "/oauth/token"))
+        tokenRequest.httpMethod = "POST"
+        tokenRequest.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        tokenRequest.httpBody = Data(
+            "grant_type=password&client_id=baton-device&username=bench&password=load-generator-secret-1".utf8)
+        let token =
+            try JSONSerialization.jsonObject(with: try await URLSession.shared.data(for: tokenRequest).0)
+            as? [String: Any]
+        guard let accessToken = token?["access_token"] as? String else {
+            throw ValidationError("Cannot sign in to the server.")
+        }
+        let auth = "Bearer \(accessToken)"
+        func get(_ path: String, prefer: String? = nil) async throws -> [String: Any] {
+            var request = URLRequest(url: try url(server + "/odata/" + path))
+            request.setValue(auth, forHTTPHeaderField: "Authorization")
+            if let prefer { request.setValue(prefer, forHTTPHeaderField: "Prefer") }
+            return
+                (try JSONSerialization.jsonObject(with: try await URLSession.shared.data(for: request).0)
+                as? [String: Any]) ?? [:]
+        }
+        let sample = (try await get("PreflightChecks?$top=100&$select=ID")["value"] as? [[String: Any]] ?? [])
+            .compactMap { $0["ID"] as? String }
+        guard let key = sample.first, sample.count == 100 else { throw ValidationError("Seeded data is missing.") }
+        let tracked = try await get("PreflightChecks?$top=1&$select=ID,FuelKg", prefer: "odata.track-changes")
+        guard let deltaLink = tracked["@odata.deltaLink"] as? String else { throw ValidationError("No delta link.") }
+        let batch =
+            "{\"requests\":["
+            + sample.enumerated().map { index, id in
+                #"{"id":"\#(index)","atomicityGroup":"g","method":"PATCH","url":"PreflightChecks(\#(id))","headers":{"If-Match":"*"},"body":{"Remarks":"bench"}}"#
+            }.joined(separator: ",") + "]}"
+        let batchScript =
+            #"wrk.method = "POST"; wrk.headers["Content-Type"] = "application/json"; wrk.body = [[\#(batch)]]"#
+        // One batch first, so the delta page has 100 changes to report.
+        var first = URLRequest(url: try url(server + "/odata/$batch"))
+        first.httpMethod = "POST"
+        first.setValue(auth, forHTTPHeaderField: "Authorization")
+        first.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        first.httpBody = Data(batch.utf8)
+        _ = try await URLSession.shared.data(for: first)
+
+        let filtered = "PreflightChecks?$filter=FuelKg%20gt%2050000%20and%20Status%20eq%20'final'&$top=50"
+        let runs: [(String, String, String)] = [
+            ("bare Hummingbird route", bare + "/bare", ""),
+            ("key read", server + "/odata/PreflightChecks(\(key))", ""),
+            ("filtered page of 50", server + "/odata/" + filtered, ""),
+            ("delta page (100 changes)", deltaLink, ""),
+            ("100-change JSON batch", server + "/odata/$batch", batchScript),
+        ]
+        var baseline = 0.0
+        print("\nwrk -t2 -c\(connections) -d\(duration)s over loopback, 2 cores shared with the server:\n")
+        print("request".padding(toLength: 28, withPad: " ", startingAt: 0) + "req/s      share of bare route")
+        for (index, (name, url, script)) in runs.enumerated() {
+            // The token goes in a private script file, never on wrk's command line.
+            let header = name.hasPrefix("bare") ? "" : #"wrk.headers["Authorization"] = "\#(auth)"; "#
+            let file = directory.appendingPathComponent("run-\(index).lua")
+            guard
+                FileManager.default.createFile(
+                    atPath: file.path, contents: Data((header + script).utf8), attributes: [.posixPermissions: 0o600])
+            else { throw ValidationError("Cannot write \(file.path).") }
+            let rate = try wrk(url, script: file)
+            if baseline == 0 { baseline = rate }
+            let share = baseline > 0 ? String(format: "%5.1f%%", rate / baseline * 100) : "-"
+            print(name.padding(toLength: 28, withPad: " ", startingAt: 0) + String(format: "%-10.0f %@", rate, share))
+        }
+        print("\nTargets: key read ≥ 30%, filtered page ≥ 15% of the bare route.")
+    }
+
+    func url(_ text: String) throws -> URL {
+        guard let url = URL(string: text) else { throw ValidationError("Not a URL: \(text)") }
+        return url
+    }
+
+    /// Runs wrk with a Lua script and returns its requests per second.
+    func wrk(_ url: String, script: URL) throws -> Double {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/wrk")
+        process.arguments = ["-t2", "-c\(connections)", "-d\(duration)s", "-s", script.path, url]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        if text.contains("Non-2xx or 3xx responses") {
+            throw ValidationError("wrk saw error responses for \(url):\n\(text)")
+        }
+        guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix("Requests/sec:") }),
+            let rate = Double(line.split(separator: " ").last ?? "")
+        else { throw ValidationError("Cannot read wrk's output:\n\(text)") }
+        return rate
+    }
+}
