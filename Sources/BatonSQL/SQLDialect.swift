@@ -11,7 +11,9 @@ public enum SQLDialect: Sendable, Hashable {
 
     /// Quotes an identifier (`"Name"`, with embedded quotes doubled).
     public func quote(_ identifier: String) -> String {
-        "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        // Model identifiers never contain quotes; only pay for the replacement when one does.
+        guard identifier.utf8.contains(UInt8(ascii: "\"")) else { return "\"" + identifier + "\"" }
+        return "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
     }
 
     /// The column type that stores an Edm type.

@@ -266,6 +266,32 @@ enum Fixtures {
         }
     }
 
+    @Test func rowsWrittenDirectlyMatchTheGeneralPath() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            let body = Fixtures.check(
+                Fixtures.id(1), fuel: "-0.5",
+                extra: #","Remarks":"quote \" back\\slash \u0001 ünï","FlightNumber":null"#)
+            #expect(try await client.odata(.post, "PreflightChecks", token: alice, body: body).status == .created)
+            // A key read and a page take the direct path; $expand takes the general one.
+            let direct = try await client.odata(.get, "PreflightChecks(\(Fixtures.id(1)))", token: alice)
+            let page = try await client.odata(.get, "PreflightChecks", token: alice)
+            let general = try await client.odata(.get, "Aircraft('D-AIBL')?$expand=Checks", token: alice)
+            func members(_ text: String) -> String {
+                // The check object, from its etag to the end of the object, as text.
+                guard let start = text.range(of: #""@odata.etag""#, options: .backwards)?.lowerBound,
+                    let end = text[start...].firstIndex(of: "}")
+                else { return "" }
+                return String(text[start...end])
+            }
+            let generalCheck = members(String(general.text.dropLast(2)))
+            #expect(!generalCheck.isEmpty)
+            #expect(members(direct.text) == generalCheck)
+            #expect(members(page.text) == generalCheck)
+            #expect(direct.json["Remarks"] as? String == "quote \" back\\slash \u{1} ünï")
+            #expect(direct.text.contains(#""FuelKg":-0.5"#))
+        }
+    }
+
     @Test func expandSelectAndNavigation() async throws {
         try await Fixtures.world { _, client, alice, _ in
             _ = try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1)))

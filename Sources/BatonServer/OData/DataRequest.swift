@@ -32,6 +32,8 @@ struct DataResponse: Sendable {
     enum Body: Sendable {
         case none
         case json(JSONValue)
+        /// JSON already serialized (the fast read path).
+        case rawJSON([UInt8])
         case text(String, contentType: String)
     }
 
@@ -49,8 +51,11 @@ struct DataResponse: Sendable {
     }
 
     var jsonBody: JSONValue? {
-        if case .json(let value) = body { return value }
-        return nil
+        switch body {
+        case .json(let value): return value
+        case .rawJSON(let bytes): return try? JSONValue(parsing: bytes)
+        default: return nil
+        }
     }
 }
 

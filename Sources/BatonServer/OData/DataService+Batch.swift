@@ -136,6 +136,7 @@ extension DataService {
         switch response.body {
         case .none: body = nil
         case .json(let json): body = json
+        case .rawJSON(let bytes): body = try? JSONValue(parsing: bytes)
         case .text(let text, _): body = .string(text)
         }
         return BatchResponse(

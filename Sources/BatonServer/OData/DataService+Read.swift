@@ -22,7 +22,27 @@ extension DataService {
                 body: .text(String(try count(target, options: url.query, in: db)), contentType: "text/plain"))
         }
         if target.single {
-            guard let entity = try fetch(target, options: url.query.withoutPaging, in: db).first else {
+            let rows = try fetchRows(target, options: url.query.withoutPaging, in: db)
+            guard let row = rows.first else {
+                throw ServerError.notFound("No entity at '\(url.pathText(of: request.url))'.")
+            }
+            if target.property == nil, url.query.expand.isEmpty {
+                // The whole entity, written straight from its row.
+                var entity: [UInt8] = []
+                try RowJSONWriter(names: Array(row.columnNames), type: target.type).write(row, to: &entity)
+                var body: [UInt8] = []
+                body.reserveCapacity(entity.count + 120)
+                body += Array(#"{"@odata.context":"#.utf8)
+                RowJSONWriter.string(
+                    "\(context.serviceRoot)$metadata#\(contextPath(target.set.name, select: url.query.select))/$entity",
+                    to: &body)
+                body.append(UInt8(ascii: ","))
+                body += entity.dropFirst()
+                let sequence: Int64 = row[row.count - 1]
+                return DataResponse(
+                    status: 200, headers: [("ETag", ETag(String(sequence)).headerValue)], body: .rawJSON(body))
+            }
+            guard let entity = try Self.entities(from: rows, type: target.type).first else {
                 throw ServerError.notFound("No entity at '\(url.pathText(of: request.url))'.")
             }
             return try single(entity, target: target, url: url, in: db, context: context)
@@ -144,11 +164,29 @@ extension DataService {
         options.skip = (url.query.skip ?? 0) + offset
         // One row more than the page tells whether another page follows, without a second query.
         options.top = pageLimit + 1
-        var entities = try fetch(target, options: options, in: db)
-        let followed = entities.count > pageLimit
-        if followed { entities.removeLast() }
-        let values = try entities.map { try entityJSON($0, target: target, options: url.query, depth: 0, in: db) }
-        let consumed = offset + entities.count
+        var rows = try fetchRows(target, options: options, in: db)
+        let followed = rows.count > pageLimit
+        if followed { rows.removeLast() }
+        let consumed = offset + rows.count
+        // Without $expand, entities are written straight from the rows.
+        var values: [JSONValue] = []
+        var raw: [UInt8]?
+        if url.query.expand.isEmpty {
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(rows.count * 400)
+            if let first = rows.first {
+                let writer = RowJSONWriter(names: Array(first.columnNames), type: target.type)
+                for (index, row) in rows.enumerated() {
+                    if index > 0 { bytes.append(UInt8(ascii: ",")) }
+                    try writer.write(row, to: &bytes)
+                }
+            }
+            raw = bytes
+        } else {
+            values = try Self.entities(from: rows, type: target.type).map {
+                try entityJSON($0, target: target, options: url.query, depth: 0, in: db)
+            }
+        }
         var nextLink: String?
         if followed, pageLimit > 0, requestedTop.map({ consumed < $0 }) ?? true {
             nextLink =
@@ -175,10 +213,23 @@ extension DataService {
         if !applied.isEmpty { headers.append(("Preference-Applied", Preferences.applied(applied))) }
         let payload = ODataPayload.collection(
             context: context.serviceRoot + "$metadata#" + contextPath(target.set.name, select: url.query.select),
-            entities: values,
+            entities: raw == nil ? values : [.string("\u{0}")],
             count: url.query.count ? try count(target, options: url.query, in: db) : nil, nextLink: nextLink,
             deltaLink: deltaLink)
-        return DataResponse(status: 200, headers: headers, body: .json(payload))
+        guard let raw else { return DataResponse(status: 200, headers: headers, body: .json(payload)) }
+        // Splice the rows' JSON in place of the marker element.
+        let marker = Array(#"["\u0000"]"#.utf8)
+        let envelope = payload.serializedBytes
+        guard let range = envelope.firstRange(of: marker) else {
+            throw ServerError(.internalServerError, "InternalError", "The response could not be assembled.")
+        }
+        var body = Array(envelope[..<range.lowerBound])
+        body.reserveCapacity(envelope.count + raw.count)
+        body.append(UInt8(ascii: "["))
+        body += raw
+        body.append(UInt8(ascii: "]"))
+        body += envelope[range.upperBound...]
+        return DataResponse(status: 200, headers: headers, body: .rawJSON(body))
     }
 
     // MARK: Delta

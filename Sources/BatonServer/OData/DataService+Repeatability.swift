@@ -60,6 +60,7 @@ extension DataService {
             switch response.body {
             case .none: nil
             case .json(let json): json.serialized
+            case .rawJSON(let bytes): String(decoding: bytes, as: UTF8.self)
             case .text(let text, _): text
             }
         try db.execute(

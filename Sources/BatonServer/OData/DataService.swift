@@ -173,13 +173,16 @@ struct DataService: Sendable {
     }
 
     func fetch(_ target: Target, options: QueryOptions, in db: Database) throws -> [StoredEntity] {
+        try Self.entities(from: fetchRows(target, options: options, in: db), type: target.type)
+    }
+
+    /// The rows a read selects (model properties, then `$seq`), with the target's conditions applied.
+    func fetchRows(_ target: Target, options: QueryOptions, in db: Database) throws -> [Row] {
         var options = options
         options.filter = Self.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
-        return try Self.entities(
-            from: Row.fetchAll(db.cachedStatement(sql: query.sql), arguments: query.statementArguments),
-            type: target.type)
+        return try Row.fetchAll(db.cachedStatement(sql: query.sql), arguments: query.statementArguments)
     }
 
     /// Decodes rows of a `select` whose last column is `$seq`, reading columns by position (looking columns up

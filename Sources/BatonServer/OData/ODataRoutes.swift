@@ -148,6 +148,9 @@ struct ODataRoutes {
             headers[.contentType] = "application/json; odata.metadata=minimal"
             return Response(
                 status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: json.serialized)))
+        case .rawJSON(let bytes):
+            headers[.contentType] = "application/json; odata.metadata=minimal"
+            return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
         case .text(let text, let contentType):
             headers[.contentType] = contentType
             return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
