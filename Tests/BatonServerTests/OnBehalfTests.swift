@@ -60,6 +60,19 @@ import Testing
         ODataDateTimeOffset(server.clock.current.withLock { $0 }.addingTimeInterval(seconds)).description
     }
 
+    /// An hour passes and Alice registers tablet-7 again, with a new key.
+    static func reRegisterAnHourLater(_ server: TestServer, _ client: any TestClientProtocol) async throws {
+        server.clock.advance(by: 3600)
+        let alice = try await client.signIn("alice").access
+        let newKey = P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString()
+        let status = try await client.execute(
+            uri: "/devices/tablet-7/registration", method: .put,
+            headers: [.authorization: "Bearer \(alice)", .contentType: "application/json"],
+            body: ByteBuffer(string: #"{"publicKey":"\#(newKey)"}"#)
+        ) { $0.status }
+        #expect(status == .ok)
+    }
+
     static func firstSent(_ server: TestServer) -> String {
         Repeatability.formatIMFFixdate(server.clock.current.withLock { $0 })
     }
@@ -148,17 +161,7 @@ import Testing
                     "A change uploaded on behalf of 'alice' needs Baton-Author-Signature, Baton-Device, Baton-Created-At and Repeatability-Request-ID."
             default:
                 // Alice re-registered with a new key an hour before this change was created: her old key no longer counts.
-                server.clock.advance(by: 3600)
-                let alice = try await client.signIn("alice").access
-                let reRegistered = try await client.execute(
-                    uri: "/devices/tablet-7/registration", method: .put,
-                    headers: [.authorization: "Bearer \(alice)", .contentType: "application/json"],
-                    body: ByteBuffer(
-                        string:
-                            #"{"publicKey":"\#(P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString())"}"#
-                    )
-                ) { $0.status }
-                #expect(reRegistered == .ok)
+                try await Self.reRegisterAnHourLater(server, client)
                 let later = Self.now(server, plus: 1800)
                 change = try Self.signedChange(
                     Fixtures.id(1), requestID: "r-late", key: key, createdAt: later, firstSent: Self.firstSent(server))
@@ -178,17 +181,7 @@ import Testing
         try await Self.handover { server, client, bob, key, createdAt in
             let change = try Self.signedChange(
                 Fixtures.id(1), requestID: "r-early", key: key, createdAt: createdAt, firstSent: Self.firstSent(server))
-            server.clock.advance(by: 3600)
-            let alice = try await client.signIn("alice").access
-            let reRegistered = try await client.execute(
-                uri: "/devices/tablet-7/registration", method: .put,
-                headers: [.authorization: "Bearer \(alice)", .contentType: "application/json"],
-                body: ByteBuffer(
-                    string:
-                        #"{"publicKey":"\#(P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString())"}"#
-                )
-            ) { $0.status }
-            #expect(reRegistered == .ok)
+            try await Self.reRegisterAnHourLater(server, client)
             #expect(try await server.server.devices.signingKeys(device: "tablet-7", user: "alice").count == 2)
             let fresh = try await client.signIn("bob").access
             let reply = try await client.odata(

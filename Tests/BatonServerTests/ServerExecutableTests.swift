@@ -77,6 +77,16 @@ import Testing
         }
     }
 
+    /// Runs a Python interop script against `running`, with alice's password on its standard input.
+    static func interop(_ name: String, against running: RunningServer) throws {
+        let script = try #require(Bundle.module.url(forResource: name, withExtension: "py", subdirectory: "Interop"))
+        let python = try run(
+            URL(fileURLWithPath: "/usr/bin/env"), ["python3", script.path, running.url, "alice"],
+            input: "correct-horse-battery\n")
+        #expect(python.status == 0, "\(python.output)\(python.error)")
+        #expect(python.output.contains("interop ok"), "\(python.output)\(python.error)")
+    }
+
     static func temporaryDirectory() -> String {
         FileManager.default.temporaryDirectory.appendingPathComponent("baton-cli-\(UUID().uuidString)").path
     }
@@ -138,12 +148,7 @@ import Testing
         #expect(added.status == 0)
         let running = try RunningServer(dataDir: dataDir)
         defer { _ = running.stop() }
-        let script = try #require(Bundle.module.url(forResource: name, withExtension: "py", subdirectory: "Interop"))
-        let python = try Self.run(
-            URL(fileURLWithPath: "/usr/bin/env"), ["python3", script.path, running.url, "alice"],
-            input: "correct-horse-battery\n")
-        #expect(python.status == 0, "\(python.output)\(python.error)")
-        #expect(python.output.contains("interop ok"), "\(python.output)\(python.error)")
+        try Self.interop(name, against: running)
     }
 
     @Test func seedFillsTheModelWithRealisticData() throws {
@@ -167,12 +172,6 @@ import Testing
         #expect(added.status == 0)
         let running = try RunningServer(dataDir: dataDir)
         defer { _ = running.stop() }
-        let script = try #require(
-            Bundle.module.url(forResource: "oauth_interop", withExtension: "py", subdirectory: "Interop"))
-        let python = try Self.run(
-            URL(fileURLWithPath: "/usr/bin/env"), ["python3", script.path, running.url, "alice"],
-            input: "correct-horse-battery\n")
-        #expect(python.status == 0, "\(python.output)\(python.error)")
-        #expect(python.output.contains("interop ok"), "\(python.output)\(python.error)")
+        try Self.interop("oauth_interop", against: running)
     }
 }

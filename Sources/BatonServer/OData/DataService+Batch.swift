@@ -32,13 +32,7 @@ extension DataService {
             if let failedDependency = dependencies.first(where: failed.contains) {
                 for request in unit {
                     responses.append(
-                        BatchResponse(
-                            id: request.id, atomicityGroup: group, status: 424,
-                            body: DataResponse.error(
-                                ServerError(
-                                    Self.failedDependencyStatus, "FailedDependency",
-                                    "Not run: '\(failedDependency)', which it depends on, failed.")
-                            ).jsonBody))
+                        Self.failedDependency(request, "Not run: '\(failedDependency)', which it depends on, failed."))
                 }
                 failed.formUnion(ids)
                 if let group { failed.insert(group) }
@@ -75,14 +69,10 @@ extension DataService {
                         responses.append(Self.batchResponse(request, failure.response))
                     } else {
                         responses.append(
-                            BatchResponse(
-                                id: request.id, atomicityGroup: group, status: 424,
-                                body: DataResponse.error(
-                                    ServerError(
-                                        Self.failedDependencyStatus, "FailedDependency",
-                                        "Not applied: request '\(unit[failure.index].id)' of atomicity group '\(group ?? "")' failed, so the group was rolled back."
-                                    )
-                                ).jsonBody))
+                            Self.failedDependency(
+                                request,
+                                "Not applied: request '\(unit[failure.index].id)' of atomicity group '\(group ?? "")' failed, so the group was rolled back."
+                            ))
                     }
                 }
                 failed.formUnion(ids)
@@ -127,6 +117,13 @@ extension DataService {
         } catch {
             return .error(ServerError(.internalServerError, "InternalError", "The request failed."))
         }
+    }
+
+    /// A 424 answer for a request that was not run or not applied because another one failed.
+    static func failedDependency(_ request: BatchRequest, _ message: String) -> BatchResponse {
+        BatchResponse(
+            id: request.id, atomicityGroup: request.atomicityGroup, status: 424,
+            body: DataResponse.error(ServerError(failedDependencyStatus, "FailedDependency", message)).jsonBody)
     }
 
     static let failedDependencyStatus = HTTPResponse.Status(code: 424, reasonPhrase: "Failed Dependency")
