@@ -204,6 +204,29 @@ enum Fixtures {
         }
     }
 
+    @Test func hostilePagingValuesAreAnsweredNotCrashed() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            _ = try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1)))
+            func token(_ text: String) -> String {
+                Data(text.utf8).base64EncodedString().replacingOccurrences(of: "=", with: "")
+            }
+            let max = "9223372036854775807"
+            let cases: [(String, HTTPResponse.Status)] = [
+                ("PreflightChecks?$skip=\(max)&$skiptoken=\(token("5"))", .ok),
+                ("PreflightChecks?$skiptoken=\(token(max))", .badRequest),
+                ("PreflightChecks?$top=\(max)", .ok),
+                ("PreflightChecks?$top=99999999999999999999", .badRequest),
+                ("PreflightChecks?$deltatoken=\(max)", .badRequest),
+                ("PreflightChecks?$deltatoken=-1", .badRequest),
+                ("PreflightChecks?$filter=FuelKg add \(max) gt 1", .ok),
+            ]
+            for (path, status) in cases {
+                #expect(try await client.odata(.get, path, token: alice).status == status, "\(path)")
+            }
+            #expect(try await client.odata(.get, "PreflightChecks/$count", token: alice).text == "1")
+        }
+    }
+
     @Test func deltaLinksReportChangesDeletionsAndEntitiesThatLeftTheFilter() async throws {
         try await Fixtures.world { server, client, alice, _ in
             for n in 1...3 {

@@ -161,7 +161,9 @@ extension DataService {
         let requestedTop = url.query.top
         let remaining = requestedTop.map { max(0, $0 - offset) }
         let pageLimit = min(size, remaining ?? size)
-        options.skip = (url.query.skip ?? 0) + offset
+        // Saturating: a huge $skip plus a token offset must not overflow (an overflow would crash the server).
+        let skip = (url.query.skip ?? 0).addingReportingOverflow(offset)
+        options.skip = skip.overflow ? Int.max : skip.partialValue
         // One row more than the page tells whether another page follows, without a second query.
         options.top = pageLimit + 1
         var rows = try fetchRows(target, options: options, in: db)
@@ -339,7 +341,8 @@ extension DataService {
     static func decodeSkipToken(_ token: String) throws -> (offset: Int, through: Int64?) {
         guard let data = Data(base64URLEncoded: token) else { throw invalidSkipToken }
         let parts = String(decoding: data, as: UTF8.self).split(separator: ":")
-        guard let offset = parts.first.flatMap({ Int($0) }), offset >= 0, parts.count <= 2 else {
+        guard let offset = parts.first.flatMap({ Int($0) }), (0...maximumOffset).contains(offset), parts.count <= 2
+        else {
             throw invalidSkipToken
         }
         if parts.count == 2 {
@@ -348,6 +351,9 @@ extension DataService {
         }
         return (offset, nil)
     }
+
+    /// The largest offset a skip token may carry: far beyond any real collection, far below overflow.
+    static let maximumOffset = 1 << 40
 
     static let invalidSkipToken = ServerError.badRequest(
         "The $skiptoken is not one this server issued; follow @odata.nextLink as given.", target: "$skiptoken")
