@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .library(name: "BatonOData", targets: ["BatonOData"]),
         .library(name: "BatonSQL", targets: ["BatonSQL"]),
+        .library(name: "BatonSecureStore", targets: ["BatonSecureStore"]),
         .library(name: "BatonServer", targets: ["BatonServer"]),
         .executable(name: "baton", targets: ["baton"]),
         .executable(name: "baton-server", targets: ["baton-server"]),
@@ -40,6 +41,15 @@ let package = Package(
         .target(
             name: "BatonSQL",
             dependencies: ["BatonOData", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: swiftSettings
+        ),
+        // Per-user encrypted store behind a passcode (SDK).
+        .target(
+            name: "BatonSecureStore",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "CryptoExtras", package: "swift-crypto"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The server library: identity (OAuth 2.0), settings exchange, devices, audit, storage.
@@ -112,6 +122,11 @@ let package = Package(
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
             resources: [.copy("Interop")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BatonSecureStoreTests",
+            dependencies: ["BatonSecureStore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
