@@ -169,6 +169,13 @@ import Testing
         #expect(try value(text) == expected)
     }
 
+    @Test func hugeSubstringLengthsAndExtremeDatesDoNotCrash() throws {
+        #expect(try value("substring('ABCDEF', 2, 9223372036854775807)") == .string("CDEF"))
+        #expect(try value("substring('ABCDEF', 9223372036854775807)") == .string(""))
+        #expect(ODataDate(year: Int.min, month: 1, day: 1) == nil)
+        #expect(ODataDate(year: Int.max, month: 1, day: 1) == nil)
+    }
+
     @Test func integerOverflowIsAnErrorNotAWrap() {
         #expect(throws: ODataError.self) { try value("9223372036854775807 add 1") }
     }

@@ -204,6 +204,17 @@ enum Fixtures {
         }
     }
 
+    @Test func oversizedBodiesNameTheLimitOfTheirEndpoint() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            let big = String(repeating: " ", count: 2 * 1024 * 1024)
+            let data = try await client.odata(.post, "PreflightChecks", token: alice, body: big)
+            #expect(data.status == .contentTooLarge)
+            #expect(data.error == "The request body is larger than the data service accepts (1024 KiB).")
+            let small = String(repeating: " ", count: 100 * 1024)
+            #expect(try await client.odata(.post, "PreflightChecks", token: alice, body: small).status == .badRequest)
+        }
+    }
+
     @Test func hostilePagingValuesAreAnsweredNotCrashed() async throws {
         try await Fixtures.world { _, client, alice, _ in
             _ = try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1)))

@@ -137,18 +137,25 @@ import Testing
         #expect(missing.error == "Error: There is no user named 'nobody'.\n")
     }
 
-    @Test(arguments: ["odatapy_interop", "python_odata_interop"])
-    func thirdPartyODataClientsInteroperate(script name: String) throws {
-        let dataDir = Self.temporaryDirectory()
+    /// Adds alice (and optionally seed data) to a fresh data directory, serves it, and runs an interop script.
+    static func interopAgainstFreshServer(_ script: String, seed: Bool) throws {
+        let dataDir = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDir) }
-        #expect(try Self.server(["seed", "--aircraft", "5", "--checks", "40", "--data-dir", dataDir]).status == 0)
-        let added = try Self.server(
+        if seed {
+            #expect(try server(["seed", "--aircraft", "5", "--checks", "40", "--data-dir", dataDir]).status == 0)
+        }
+        let added = try server(
             ["user", "add", "alice", "--data-dir", dataDir, "--password-stdin", "--bcrypt-cost", "4"],
             input: "correct-horse-battery\n")
         #expect(added.status == 0)
         let running = try RunningServer(dataDir: dataDir)
         defer { _ = running.stop() }
-        try Self.interop(name, against: running)
+        try interop(script, against: running)
+    }
+
+    @Test(arguments: ["odatapy_interop", "python_odata_interop"])
+    func thirdPartyODataClientsInteroperate(script name: String) throws {
+        try Self.interopAgainstFreshServer(name, seed: true)
     }
 
     @Test func seedFillsTheModelWithRealisticData() throws {
@@ -164,14 +171,6 @@ import Testing
     }
 
     @Test func aThirdPartyOAuthClientInteroperates() throws {
-        let dataDir = Self.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(atPath: dataDir) }
-        let added = try Self.server(
-            ["user", "add", "alice", "--data-dir", dataDir, "--password-stdin", "--bcrypt-cost", "4"],
-            input: "correct-horse-battery\n")
-        #expect(added.status == 0)
-        let running = try RunningServer(dataDir: dataDir)
-        defer { _ = running.stop() }
-        try Self.interop("oauth_interop", against: running)
+        try Self.interopAgainstFreshServer("oauth_interop", seed: false)
     }
 }

@@ -33,10 +33,10 @@ public enum MultipartBatch {
     /// - Throws: ``ODataError`` (`invalidBatch`) naming the part that is malformed.
     public static func decodeRequests(_ body: [UInt8], boundary: String) throws(ODataError) -> [BatchRequest] {
         var requests: [BatchRequest] = []
-        for (index, part) in try splitParts(body, boundary: boundary, depth: 0).enumerated() {
+        for (index, part) in try splitParts(body, boundary: boundary).enumerated() {
             if let nested = part.contentType, nested.lowercased().hasPrefix("multipart/mixed") {
                 let changeset = try self.boundary(fromContentType: nested)
-                for inner in try splitParts(part.body, boundary: changeset, depth: 1) {
+                for inner in try splitParts(part.body, boundary: changeset) {
                     guard let id = inner.header("Content-ID") else {
                         throw ODataError(
                             .invalidBatch, "Every request in changeset '\(changeset)' needs a Content-ID header")
@@ -96,10 +96,10 @@ public enum MultipartBatch {
     /// - Throws: ``ODataError`` (`invalidBatch`) naming the part that is malformed.
     public static func decodeResponses(_ body: [UInt8], boundary: String) throws(ODataError) -> [BatchResponse] {
         var responses: [BatchResponse] = []
-        for (index, part) in try splitParts(body, boundary: boundary, depth: 0).enumerated() {
+        for (index, part) in try splitParts(body, boundary: boundary).enumerated() {
             if let nested = part.contentType, nested.lowercased().hasPrefix("multipart/mixed") {
                 let changeset = try self.boundary(fromContentType: nested)
-                for (innerIndex, inner) in try splitParts(part.body, boundary: changeset, depth: 1).enumerated() {
+                for (innerIndex, inner) in try splitParts(part.body, boundary: changeset).enumerated() {
                     var response = try parseResponse(
                         inner, id: inner.header("Content-ID") ?? "\(index + 1).\(innerIndex + 1)")
                     response.atomicityGroup = changeset
@@ -152,7 +152,7 @@ public enum MultipartBatch {
     }
 
     /// Splits a multipart body at its boundary delimiters; the preamble and epilogue are ignored.
-    static func splitParts(_ body: [UInt8], boundary: String, depth: Int) throws(ODataError) -> [Part] {
+    static func splitParts(_ body: [UInt8], boundary: String) throws(ODataError) -> [Part] {
         let delimiter = Array("--\(boundary)".utf8)
         var positions: [Int] = []
         var index = 0

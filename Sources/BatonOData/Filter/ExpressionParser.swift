@@ -309,7 +309,7 @@ struct ExpressionParser {
                 elements.append(.literal(.string(try parseJSONString())))
             } else {
                 let elementStart = index
-                let element = try parseCommonExpressionInList()
+                let element = try parseOr()
                 if case .literal = element {} else if firstNonLiteral == nil { firstNonLiteral = elementStart..<index }
                 elements.append(element)
             }
@@ -329,10 +329,6 @@ struct ExpressionParser {
                 at: range.upperBound)
         }
         return elements
-    }
-
-    mutating func parseCommonExpressionInList() throws(ODataError) -> ODataExpression {
-        try parseOr()
     }
 
     mutating func parseJSONString() throws(ODataError) -> String {
@@ -421,7 +417,6 @@ struct ExpressionParser {
     // MARK: Literals
 
     mutating func parseQuotedString() throws(ODataError) -> String {
-        let start = index
         index += 1
         var text = String.UnicodeScalarView()
         while let scalar = peek() {
@@ -436,7 +431,6 @@ struct ExpressionParser {
             }
             text.append(scalar)
         }
-        _ = start
         throw error(.syntax, "Unterminated string literal; close it with a single quote (write '' for a quote)")
     }
 

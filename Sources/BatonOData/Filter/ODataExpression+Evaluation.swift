@@ -217,7 +217,9 @@ extension ODataExpression {
             let start = Int(clamping: max(0, min(integer(1), Int64(scalars.count))))
             var end = scalars.count
             if arguments.count == 3 {
-                end = Int(clamping: min(Int64(scalars.count), Int64(start) + max(0, integer(2))))
+                // Saturating: a huge length must not overflow (the filter comes from the request).
+                let sum = Int64(start).addingReportingOverflow(max(0, integer(2)))
+                end = Int(clamping: min(Int64(scalars.count), sum.overflow ? Int64.max : sum.partialValue))
             }
             return text(scalars[start..<max(start, end)])
         case .concat: return text(string(0) + string(1))

@@ -72,7 +72,7 @@ extension ServiceModel {
 }
 
 /// Escapes `&`, `<`, `>`, `"` and `'` for use in XML or HTML text and attribute values.
-public func escapeXML(_ text: String) -> String {
+package func escapeXML(_ text: String) -> String {
     var escaped = ""
     escaped.reserveCapacity(text.utf8.count)
     for character in text {

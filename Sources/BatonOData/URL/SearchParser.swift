@@ -82,7 +82,6 @@ struct SearchParser {
             return inner
         }
         if source.scalars[index] == "\"" {
-            let start = index
             index += 1
             var text = String.UnicodeScalarView()
             while index < source.scalars.count, source.scalars[index] != "\"" {
@@ -91,7 +90,6 @@ struct SearchParser {
                 index += 1
             }
             guard index < source.scalars.count else {
-                _ = start
                 throw error("Unterminated phrase in $search; close it with '\"'")
             }
             index += 1

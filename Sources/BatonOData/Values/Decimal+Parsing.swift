@@ -31,7 +31,7 @@ extension Decimal {
     }
 
     /// Parses a decimal numeral with the fast path first, then Foundation's parser (POSIX locale).
-    public init?(odataText text: String) {
+    package init?(odataText text: String) {
         if let value = Decimal.parsePlain(text) {
             self = value
         } else if let value = Decimal(string: text, locale: .posix) {

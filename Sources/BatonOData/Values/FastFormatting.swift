@@ -3,7 +3,7 @@ import Foundation
 extension UUID {
     /// The lower-case hyphenated form (`0f8fad5b-d9cb-…`), as OData writes GUIDs; formatted by hand because
     /// `uuidString.lowercased()` shows up in profiles of large pages.
-    public var lowercasedString: String {
+    package var lowercasedString: String {
         let hex = Array("0123456789abcdef".utf8)
         var bytes = [UInt8]()
         bytes.reserveCapacity(36)

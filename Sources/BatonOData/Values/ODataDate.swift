@@ -10,7 +10,7 @@ public struct ODataDate: Sendable, Hashable, Comparable, CustomStringConvertible
     /// Creates a date, or returns `nil` when the day does not exist (`2023-02-29`).
     public init?(year: Int, month: Int, day: Int) {
         guard (1...12).contains(month), day >= 1, day <= Self.daysIn(month: month, year: year),
-            abs(year) <= 999_999_999
+            year.magnitude <= 999_999_999
         else { return nil }
         self.year = year
         self.month = month
@@ -63,7 +63,7 @@ public struct ODataDate: Sendable, Hashable, Comparable, CustomStringConvertible
     }
 
     public var description: String {
-        let yearText = String(abs(year))
+        let yearText = String(year.magnitude)
         let padded = String(repeating: "0", count: max(0, 4 - yearText.count)) + yearText
         return (year < 0 ? "-" : "") + padded + "-" + twoDigits(month) + "-" + twoDigits(day)
     }

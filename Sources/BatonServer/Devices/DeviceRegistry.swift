@@ -86,10 +86,9 @@ public struct DeviceRegistry: Sendable {
         guard Self.isValidDeviceID(device) else { throw Self.invalidDeviceID }
         let now = clock.now()
         let keyID = Self.keyID(publicKey)
-        var storeKey = SymmetricKey(size: .bits256)
+        let storeKey = SymmetricKey(size: .bits256)
         let sealed = try AES.GCM.seal(
             storeKey.withUnsafeBytes { Data($0) }, using: masterKey, authenticating: Data(device.utf8))
-        storeKey = SymmetricKey(size: .bits256)  // Overwrite the local copy; the sealed one is what we keep.
         guard let sealedBytes = sealed.combined else {
             throw ServerError(.internalServerError, "Internal", "Sealing failed.")
         }

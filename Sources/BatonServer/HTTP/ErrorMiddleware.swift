@@ -30,7 +30,8 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
                 case .notFound:
                     "There is no resource at '\(request.uri.path)'. See /.well-known/baton-configuration for the routes."
                 case .methodNotAllowed: "\(request.method) is not allowed on '\(request.uri.path)'."
-                case .contentTooLarge: "The request body is larger than the server accepts (64 KiB)."
+                case .contentTooLarge:
+                    "The request body is larger than the server accepts (\(context.maxUploadSize / 1024) KiB)."
                 default: error.status.reasonPhrase
                 }
             return Self.response(

@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import HummingbirdBcrypt
 import NIOPosix
+import Synchronization
 
 /// The users: add, list, disable, delete, and check a password.
 public struct UserDirectory: Sendable {
@@ -81,7 +82,7 @@ public struct UserDirectory: Sendable {
     /// does not tell which names exist.
     func authenticate(name: String, password: String) async throws -> User? {
         let user = try await self.user(named: name)
-        let hash = user?.passwordHash ?? Self.decoyHash
+        let hash = user?.passwordHash ?? Self.decoyHash(cost: bcryptCost)
         let matches = try await NIOThreadPool.singleton.runIfActive {
             Bcrypt.verify(password, hash: hash)
         }
@@ -89,6 +90,17 @@ public struct UserDirectory: Sendable {
         return user
     }
 
-    /// A valid bcrypt hash of a random string, verified against when the user does not exist.
-    static let decoyHash = Bcrypt.hash(UUID().uuidString, cost: 4)
+    /// A bcrypt hash of a random string at `cost`, verified against when the user does not exist, so an
+    /// unknown name takes as long as a wrong password (same cost as real hashes). Computed once per cost.
+    static func decoyHash(cost: UInt8) -> String {
+        if let hash = decoys.withLock({ $0[cost] }) { return hash }
+        let hash = Bcrypt.hash(UUID().uuidString, cost: cost)
+        return decoys.withLock { decoys in
+            if let existing = decoys[cost] { return existing }
+            decoys[cost] = hash
+            return hash
+        }
+    }
+
+    static let decoys = Mutex<[UInt8: String]>([:])
 }

@@ -38,8 +38,14 @@ struct ODataRoutes {
         var body: [UInt8] = []
         if request.method != .get {
             var request = request
-            let buffer = try await request.collectBody(upTo: service.configuration.maximumBodySize)
-            body = Array(buffer: buffer)
+            let limit = service.configuration.maximumBodySize
+            do {
+                body = Array(buffer: try await request.collectBody(upTo: limit))
+            } catch let error as any HTTPResponseError where error.status == .contentTooLarge {
+                throw ServerError(
+                    .contentTooLarge, "ContentTooLarge",
+                    "The request body is larger than the data service accepts (\(limit / 1024) KiB).")
+            }
         }
         let dataRequest = DataRequest(
             method: request.method.rawValue, url: url,
