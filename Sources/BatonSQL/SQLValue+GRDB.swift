@@ -28,6 +28,6 @@ extension SQLValue {
 extension SQLQuery {
     /// The arguments as GRDB statement arguments.
     public var statementArguments: StatementArguments {
-        StatementArguments(arguments.map(\.databaseValue))
+        StatementArguments(arguments.map { $0.databaseValue })
     }
 }

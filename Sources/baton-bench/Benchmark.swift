@@ -20,6 +20,8 @@ struct Benchmark: AsyncParsableCommand {
     @Option(help: "Pre-flight checks to seed.") var checks = 100_000
     @Option(help: "Seconds per measurement.") var duration = 10
     @Option(help: "Concurrent connections.") var connections = 16
+    @Option(help: "Run only the measurements whose name contains this text (for profiling), besides the bare route.")
+    var only: String?
 
     func run() async throws {
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/wrk") else {
@@ -121,7 +123,8 @@ struct Benchmark: AsyncParsableCommand {
         var baseline = 0.0
         print("\nwrk -t2 -c\(connections) -d\(duration)s over loopback, 2 cores shared with the server:\n")
         print("request".padding(toLength: 28, withPad: " ", startingAt: 0) + "req/s      share of bare route")
-        for (index, (name, url, script)) in runs.enumerated() {
+        for (index, (name, url, script)) in runs.enumerated()
+        where index == 0 || only.map({ name.contains($0) }) ?? true {
             // The token goes in a private script file, never on wrk's command line.
             let header = name.hasPrefix("bare") ? "" : #"wrk.headers["Authorization"] = "\#(auth)"; "#
             let file = directory.appendingPathComponent("run-\(index).lua")

@@ -69,7 +69,11 @@ struct ExpressionParser {
     }
 
     static func isWordPart(_ scalar: Unicode.Scalar) -> Bool {
-        scalar == "_" || scalar.properties.isAlphabetic || ("0"..."9").contains(scalar)
+        if scalar.isASCII {
+            return scalar == "_" || ("a"..."z").contains(scalar) || ("A"..."Z").contains(scalar)
+                || ("0"..."9").contains(scalar)
+        }
+        return scalar.properties.isAlphabetic
     }
 
     /// The end of the (possibly dotted) word starting at `start`, or `start` when there is none.
@@ -438,6 +442,15 @@ struct ExpressionParser {
     mutating func parseBareLiteral() throws(ODataError) -> PrimitiveValue? {
         let start = index
         if let guid = try scanGUID() { return .guid(guid) }
+        // Dates, date-times and times all start with digits and then '-' or ':'; anything else is a number,
+        // and skips the temporal scanners.
+        var cursor = index
+        if let sign = peek(), sign == "-" || sign == "+" { cursor += 1 }
+        let digitsStart = cursor
+        while cursor < source.scalars.count, ("0"..."9").contains(source.scalars[cursor]) { cursor += 1 }
+        guard cursor - digitsStart >= 2, cursor < source.scalars.count,
+            source.scalars[cursor] == "-" || source.scalars[cursor] == ":"
+        else { return try parseNumber(start: start) }
         let rest = source.text(index..<min(source.scalars.count, index + 64))
         var scanner = TemporalScanner(rest)
         if let value = scanner.dateTimeOffset(), !continuesWord(at: index + scanner.index) {
@@ -456,7 +469,7 @@ struct ExpressionParser {
             return .date(value)
         }
         scanner = TemporalScanner(rest)
-        if let first = peek(), first.properties.numericType != nil || first == "-" || first == "+",
+        if let first = peek(), ("0"..."9").contains(first) || first == "-" || first == "+",
             let value = scanner.timeOfDay(), !continuesWord(at: index + scanner.index)
         {
             index += scanner.index
@@ -475,7 +488,7 @@ struct ExpressionParser {
     /// an error at the character where it breaks.
     mutating func scanGUID() throws(ODataError) -> UUID? {
         func isHex(_ position: Int) -> Bool {
-            position < source.scalars.count && source.scalars[position].properties.isASCIIHexDigit
+            position < source.scalars.count && source.scalars[position].isASCIIHexDigit
         }
         guard (0..<8).allSatisfy({ isHex(index + $0) }), index + 8 < source.scalars.count,
             source.scalars[index + 8] == "-", (index + 9 >= source.scalars.count || isHex(index + 9))
@@ -780,4 +793,11 @@ func editDistance(_ a: String, _ b: String) -> Int {
         previous = current
     }
     return previous[b.count]
+}
+
+extension Unicode.Scalar {
+    /// 0-9, a-f or A-F, without a Unicode property lookup.
+    var isASCIIHexDigit: Bool {
+        ("0"..."9").contains(self) || ("a"..."f").contains(self) || ("A"..."F").contains(self)
+    }
 }

@@ -22,26 +22,25 @@ extension DataService {
                 body: .text(String(try count(target, options: url.query, in: db)), contentType: "text/plain"))
         }
         if target.single {
-            let rows = try fetchRows(target, options: url.query.withoutPaging, in: db)
-            guard let row = rows.first else {
-                throw ServerError.notFound("No entity at '\(url.pathText(of: request.url))'.")
-            }
             if target.property == nil, url.query.expand.isEmpty {
                 // The whole entity, written straight from its row.
-                var entity: [UInt8] = []
-                try RowJSONWriter(names: Array(row.columnNames), type: target.type).write(row, to: &entity)
                 var body: [UInt8] = []
-                body.reserveCapacity(entity.count + 120)
-                body += Array(#"{"@odata.context":"#.utf8)
+                body.reserveCapacity(512)
+                body.append(contentsOf: #"{"@odata.context":"#.utf8)
                 RowJSONWriter.string(
                     "\(context.serviceRoot)$metadata#\(contextPath(target.set.name, select: url.query.select))/$entity",
                     to: &body)
-                body.append(UInt8(ascii: ","))
-                body += entity.dropFirst()
-                let sequence: Int64 = row[row.count - 1]
+                let start = body.count
+                let written = try writeEntities(target, options: url.query.withoutPaging, limit: 1, in: db, to: &body)
+                guard let sequence = written.sequence else {
+                    throw ServerError.notFound("No entity at '\(url.pathText(of: request.url))'.")
+                }
+                // The entity's own opening brace becomes the separator after the context.
+                body[start] = UInt8(ascii: ",")
                 return DataResponse(
                     status: 200, headers: [("ETag", ETag(String(sequence)).headerValue)], body: .rawJSON(body))
             }
+            let rows = try fetchRows(target, options: url.query.withoutPaging, in: db)
             guard let entity = try Self.entities(from: rows, type: target.type).first else {
                 throw ServerError.notFound("No entity at '\(url.pathText(of: request.url))'.")
             }
@@ -166,25 +165,22 @@ extension DataService {
         options.skip = skip.overflow ? Int.max : skip.partialValue
         // One row more than the page tells whether another page follows, without a second query.
         options.top = pageLimit + 1
-        var rows = try fetchRows(target, options: options, in: db)
-        let followed = rows.count > pageLimit
-        if followed { rows.removeLast() }
-        let consumed = offset + rows.count
         // Without $expand, entities are written straight from the rows.
         var values: [JSONValue] = []
         var raw: [UInt8]?
+        let followed: Bool
+        let consumed: Int
         if url.query.expand.isEmpty {
             var bytes: [UInt8] = []
-            bytes.reserveCapacity(rows.count * 400)
-            if let first = rows.first {
-                let writer = RowJSONWriter(names: Array(first.columnNames), type: target.type)
-                for (index, row) in rows.enumerated() {
-                    if index > 0 { bytes.append(UInt8(ascii: ",")) }
-                    try writer.write(row, to: &bytes)
-                }
-            }
+            bytes.reserveCapacity(pageLimit * 400)
+            let written = try writeEntities(target, options: options, limit: pageLimit, in: db, to: &bytes)
+            (followed, consumed) = (written.more, offset + written.count)
             raw = bytes
         } else {
+            var rows = try fetchRows(target, options: options, in: db)
+            followed = rows.count > pageLimit
+            if followed { rows.removeLast() }
+            consumed = offset + rows.count
             values = try Self.entities(from: rows, type: target.type).map {
                 try entityJSON($0, target: target, options: url.query, depth: 0, in: db)
             }

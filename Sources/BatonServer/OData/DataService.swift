@@ -36,7 +36,7 @@ struct DataService: Sendable {
         do {
             let url = try parse(request.url)
             if request.method == "GET" {
-                let response = try await store.pool.read { db in
+                let response = try store.pool.readInline { db in
                     try read(url, request: request, in: db, context: context)
                 }
                 return (response, [])
@@ -157,7 +157,12 @@ struct DataService: Sendable {
     /// `Set(key)` or `Set(K1=v1,K2=v2)`, with literals percent-encoded.
     static func canonicalURL(set: String, key: [KeyValue]) -> String {
         func literal(_ value: PrimitiveValue) -> String {
-            value.urlLiteral.addingPercentEncoding(withAllowedCharacters: .urlLiteralAllowed) ?? value.urlLiteral
+            let text = value.urlLiteral
+            // Most literals (numbers, GUIDs, plain strings) need no encoding; skip Foundation's encoder for them.
+            if text.unicodeScalars.allSatisfy({ $0.isASCII && CharacterSet.urlLiteralAllowed.contains($0) }) {
+                return text
+            }
+            return text.addingPercentEncoding(withAllowedCharacters: .urlLiteralAllowed) ?? text
         }
         if key.count == 1, let only = key.first { return "\(set)(\(literal(only.value)))" }
         return "\(set)(" + key.map { "\($0.name)=\(literal($0.value))" }.joined(separator: ",") + ")"
@@ -183,6 +188,31 @@ struct DataService: Sendable {
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
         return try Row.fetchAll(db.cachedStatement(sql: query.sql), arguments: query.statementArguments)
+    }
+
+    /// Runs a read's `select` and writes up to `limit` entities, comma-separated, straight from SQLite's buffers
+    /// (see ``RowJSONWriter``).
+    ///
+    /// - Returns: how many entities were written, whether more rows followed, and the last entity's sequence.
+    func writeEntities(
+        _ target: Target, options: QueryOptions, limit: Int, in db: Database, to out: inout [UInt8]
+    ) throws -> (count: Int, more: Bool, sequence: Int64?) {
+        var options = options
+        options.filter = Self.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
+        let query = try translator.select(
+            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
+        let statement = try db.cachedStatement(sql: query.sql)
+        let cursor = try Row.fetchCursor(statement, arguments: query.statementArguments)
+        let writer = RowJSONWriter(names: statement.columnNames, type: target.type)
+        var count = 0
+        var sequence: Int64?
+        while try cursor.next() != nil {
+            guard count < limit else { return (count, true, sequence) }
+            if count > 0 { out.append(UInt8(ascii: ",")) }
+            sequence = try writer.write(statement.sqliteStatement, to: &out)
+            count += 1
+        }
+        return (count, false, sequence)
     }
 
     /// Decodes rows of a `select` whose last column is `$seq`, reading columns by position (looking columns up

@@ -54,7 +54,7 @@ struct ODataRoutes {
             user: name, role: role, address: context.clientAddress, serviceRoot: issuer.value + "/odata/",
             version: version)
         dataContext.onBehalf = try await onBehalfPolicy(for: dataRequest, signedIn: name)
-        if path.removingPercentEncoding == "$batch" {
+        if path == "$batch" || (path.contains("%") && path.removingPercentEncoding == "$batch") {
             guard request.method == .post else {
                 throw ServerError(.methodNotAllowed, "MethodNotAllowed", "Send $batch requests with POST.")
             }

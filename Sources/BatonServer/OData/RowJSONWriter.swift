@@ -1,120 +1,169 @@
 import BatonOData
 import BatonSQL
-import Foundation
 import GRDB
+import GRDBSQLite
 
-/// Writes entities as OData JSON straight from SQLite rows.
+/// Writes entities as OData JSON straight from SQLite's column buffers.
 ///
 /// Baton's SQLite storage keeps decimals, GUIDs, dates and times as canonical text, so most values can be
-/// copied into the response after a strict shape check, without decoding them into `PrimitiveValue`s and
-/// formatting them again. Anything that does not match the expected shape takes the general path (decode,
-/// then ``BatonOData/PrimitiveValue/json(as:)``), so the output is the same either way.
+/// copied into the response after a strict shape check, without making Swift strings, decoding them into
+/// `PrimitiveValue`s and formatting them again. Anything that does not match the expected shape (non-ASCII
+/// text, text that needs escaping, an unexpected storage class) takes the general path — decode, then
+/// ``BatonOData/PrimitiveValue/json(as:)`` — so the output is the same either way.
 struct RowJSONWriter {
-    let columns: [(index: Int, property: Property)]
-    let sequenceIndex: Int
-
-    /// A writer for rows of a `select` whose columns are `names` (the last one `$seq`).
-    init(names: [String], type: EntityType) {
-        columns = names.enumerated().compactMap { index, name in type.property(named: name).map { (index, $0) } }
-        sequenceIndex = names.count - 1
+    struct Column {
+        /// The column's position in the statement.
+        let index: Int32
+        let property: Property
+        /// `,"Name":`, written before the value.
+        let key: [UInt8]
     }
 
-    func write(_ row: Row, to out: inout [UInt8]) throws {
-        let sequence: Int64 = row[sequenceIndex]
-        out += Array(#"{"@odata.etag":"W/\""#.utf8)
-        out += Array(String(sequence).utf8)
-        out += Array(#"\"""#.utf8)
-        for (index, property) in columns {
-            out.append(UInt8(ascii: ","))
-            Self.string(property.name, to: &out)
-            out.append(UInt8(ascii: ":"))
-            let value: DatabaseValue = row[index]
-            try Self.value(value, property: property, to: &out)
+    let columns: [Column]
+    let sequenceIndex: Int32
+
+    /// A writer for the rows of a `select` whose columns are `names` (the last one `$seq`).
+    init(names: [String], type: EntityType) {
+        columns = names.enumerated().compactMap { index, name in
+            guard let property = type.property(named: name) else { return nil }
+            var key: [UInt8] = [UInt8(ascii: ",")]
+            Self.string(property.name, to: &key)
+            key.append(UInt8(ascii: ":"))
+            return Column(index: Int32(index), property: property, key: key)
+        }
+        sequenceIndex = Int32(names.count - 1)
+    }
+
+    private static let etagOpen = Array(#"{"@odata.etag":"W/\""#.utf8)
+    private static let etagClose = Array(#"\"""#.utf8)
+    private static let null = Array("null".utf8)
+
+    /// Writes the row `statement` is on, and returns its sequence (the entity's ETag).
+    @discardableResult
+    func write(_ statement: SQLiteStatement, to out: inout [UInt8]) throws -> Int64 {
+        let sequence = sqlite3_column_int64(statement, sequenceIndex)
+        out.append(contentsOf: Self.etagOpen)
+        out.append(contentsOf: String(sequence).utf8)
+        out.append(contentsOf: Self.etagClose)
+        for column in columns {
+            out.append(contentsOf: column.key)
+            try Self.value(statement, column: column, to: &out)
         }
         out.append(UInt8(ascii: "}"))
+        return sequence
     }
 
-    static func value(_ value: DatabaseValue, property: Property, to out: inout [UInt8]) throws {
-        switch (value.storage, property.type) {
-        case (.null, _):
-            out += Array("null".utf8)
+    static func value(_ statement: SQLiteStatement, column: Column, to out: inout [UInt8]) throws {
+        let index = column.index
+        switch sqlite3_column_type(statement, index) {
+        case SQLITE_NULL:
+            out.append(contentsOf: null)
             return
-        case (.string(let text), .string):
-            string(text, to: &out)
-            return
-        case (.int64(let number), .boolean):
-            out += Array((number != 0 ? "true" : "false").utf8)
-            return
-        case (.int64(let number), let type) where type.isIntegral:
-            out += Array(String(number).utf8)
-            return
-        case (.string(let text), .decimal) where isPlainJSONNumber(text):
-            out += Array(text.utf8)
-            return
-        case (.string(let text), .guid) where text.utf8.count == 36 && text.utf8.allSatisfy(isLowerHexOrDash):
-            out.append(UInt8(ascii: "\""))
-            out += Array(text.utf8)
-            out.append(UInt8(ascii: "\""))
-            return
-        case (.string(let text), .dateTimeOffset):
-            let bytes = Array(text.utf8)
-            if bytes.count == 33, bytes[19] == UInt8(ascii: "."), bytes[32] == UInt8(ascii: "Z"),
-                bytes[..<19].allSatisfy(isDateTimeByte)
-            {
-                out.append(UInt8(ascii: "\""))
-                out += bytes[..<19]
-                appendFraction(bytes[20..<32], to: &out)
-                out += Array("Z\"".utf8)
+        case SQLITE_INTEGER:
+            let number = sqlite3_column_int64(statement, index)
+            if column.property.type == .boolean {
+                out.append(contentsOf: (number != 0 ? "true" : "false").utf8)
                 return
             }
-        case (.string(let text), .date) where text.utf8.count == 10 && text.utf8.allSatisfy(isDateTimeByte):
-            string(text, to: &out)
-            return
+            if column.property.type.isIntegral {
+                out.append(contentsOf: String(number).utf8)
+                return
+            }
+        case SQLITE_TEXT:
+            // sqlite3_column_text before sqlite3_column_bytes, as SQLite's documentation asks.
+            if let text = sqlite3_column_text(statement, index) {
+                let bytes = UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, index)))
+                if copyText(bytes, as: column.property.type, to: &out) { return }
+            }
         default:
             break
         }
         // The general path, for everything else.
-        let decoded = try SQLDialect.sqlite.decode(SQLValue(value), as: property.type, column: property.name)
-        out += decoded.json(as: property.type).serializedBytes
+        let stored = DatabaseValue(sqliteStatement: statement, index: index)
+        let decoded = try SQLDialect.sqlite.decode(
+            SQLValue(stored), as: column.property.type, column: column.property.name)
+        out.append(contentsOf: decoded.json(as: column.property.type).serializedBytes)
+    }
+
+    /// Copies canonical ASCII text of the expected shape; `false` when the value needs the general path.
+    static func copyText(_ bytes: UnsafeBufferPointer<UInt8>, as type: EdmPrimitiveType, to out: inout [UInt8]) -> Bool
+    {
+        switch type {
+        case .string:
+            guard bytes.allSatisfy(isPlainStringByte) else { return false }
+            quoted(bytes, to: &out)
+        case .decimal:
+            guard isPlainJSONNumber(bytes) else { return false }
+            out.append(contentsOf: bytes)
+        case .guid:
+            guard bytes.count == 36, bytes.allSatisfy(isLowerHexOrDash) else { return false }
+            quoted(bytes, to: &out)
+        case .dateTimeOffset:
+            guard bytes.count == 33, bytes[19] == UInt8(ascii: "."), bytes[32] == UInt8(ascii: "Z"),
+                bytes[..<19].allSatisfy(isDateTimeByte), bytes[20..<32].allSatisfy(isDigit)
+            else { return false }
+            out.append(UInt8(ascii: "\""))
+            out.append(contentsOf: bytes[..<19])
+            appendFraction(bytes[20..<32], to: &out)
+            out.append(UInt8(ascii: "Z"))
+            out.append(UInt8(ascii: "\""))
+        case .date:
+            guard bytes.count == 10, bytes.allSatisfy(isDateTimeByte) else { return false }
+            quoted(bytes, to: &out)
+        default:
+            return false
+        }
+        return true
+    }
+
+    static func quoted(_ bytes: some Collection<UInt8>, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        out.append(contentsOf: bytes)
+        out.append(UInt8(ascii: "\""))
     }
 
     /// `.fffffffffff` without trailing zeros, or nothing when the fraction is zero.
-    static func appendFraction(_ digits: ArraySlice<UInt8>, to out: inout [UInt8]) {
+    static func appendFraction(_ digits: Slice<UnsafeBufferPointer<UInt8>>, to out: inout [UInt8]) {
         var end = digits.endIndex
         while end > digits.startIndex, digits[end - 1] == UInt8(ascii: "0") { end -= 1 }
         guard end > digits.startIndex else { return }
         out.append(UInt8(ascii: "."))
-        out += digits[digits.startIndex..<end]
+        out.append(contentsOf: digits[digits.startIndex..<end])
     }
 
+    /// Printable ASCII that JSON strings carry unescaped.
+    static func isPlainStringByte(_ byte: UInt8) -> Bool {
+        byte >= 0x20 && byte < 0x7F && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
+    }
+
+    static func isDigit(_ byte: UInt8) -> Bool { (48...57).contains(byte) }
+
     static func isLowerHexOrDash(_ byte: UInt8) -> Bool {
-        (48...57).contains(byte) || (97...102).contains(byte) || byte == UInt8(ascii: "-")
+        isDigit(byte) || (97...102).contains(byte) || byte == UInt8(ascii: "-")
     }
 
     static func isDateTimeByte(_ byte: UInt8) -> Bool {
-        (48...57).contains(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ":") || byte == UInt8(ascii: "T")
+        isDigit(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ":") || byte == UInt8(ascii: "T")
     }
 
-    /// Whether `text` is a JSON number without exponent: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`.
-    static func isPlainJSONNumber(_ text: String) -> Bool {
-        var bytes = Substring(text).utf8[...]
-        if bytes.first == UInt8(ascii: "-") { bytes = bytes.dropFirst() }
-        let integer = bytes.prefix { (48...57).contains($0) }
+    /// Whether `bytes` are a JSON number without exponent: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`.
+    static func isPlainJSONNumber(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        var rest = bytes[...]
+        if rest.first == UInt8(ascii: "-") { rest = rest.dropFirst() }
+        let integer = rest.prefix(while: isDigit)
         guard !integer.isEmpty, integer.count == 1 || integer.first != UInt8(ascii: "0") else { return false }
-        bytes = bytes.dropFirst(integer.count)
-        guard let point = bytes.first else { return true }
-        guard point == UInt8(ascii: "."), bytes.count > 1 else { return false }
-        return bytes.dropFirst().allSatisfy { (48...57).contains($0) }
+        rest = rest.dropFirst(integer.count)
+        guard let point = rest.first else { return true }
+        guard point == UInt8(ascii: "."), rest.count > 1 else { return false }
+        return rest.dropFirst().allSatisfy(isDigit)
     }
 
     /// A JSON string, copied as is when nothing needs escaping.
     static func string(_ text: String, to out: inout [UInt8]) {
-        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
-            out.append(UInt8(ascii: "\""))
-            out += Array(text.utf8)
-            out.append(UInt8(ascii: "\""))
+        if text.utf8.allSatisfy(isPlainStringByte) {
+            quoted(text.utf8, to: &out)
         } else {
-            out += JSONValue.string(text).serializedBytes
+            out.append(contentsOf: JSONValue.string(text).serializedBytes)
         }
     }
 }
