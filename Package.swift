@@ -14,7 +14,10 @@ let package = Package(
         .library(name: "BatonOData", targets: ["BatonOData"]),
         .library(name: "BatonSQL", targets: ["BatonSQL"]),
         .library(name: "BatonSecureStore", targets: ["BatonSecureStore"]),
+        .library(name: "BatonClient", targets: ["BatonClient"]),
+        .library(name: "BatonFlows", targets: ["BatonFlows"]),
         .library(name: "BatonServer", targets: ["BatonServer"]),
+        .library(name: "BatonTesting", targets: ["BatonTesting"]),
         .executable(name: "baton", targets: ["baton"]),
         .executable(name: "baton-server", targets: ["baton-server"]),
     ],
@@ -27,6 +30,7 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth.git", from: "2.5.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
         .package(url: "https://github.com/vapor/jwt-kit.git", from: "5.8.0"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
     ],
@@ -52,6 +56,22 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The device's HTTP client: transport, OAuth 2.0, settings, device registration, store key.
+        .target(
+            name: "BatonClient",
+            dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client")],
+            swiftSettings: swiftSettings
+        ),
+        // The onboarding lifecycle: session manager, controller, flows and steps, user registry.
+        .target(
+            name: "BatonFlows",
+            dependencies: [
+                "BatonClient",
+                "BatonSecureStore",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The server library: identity (OAuth 2.0), settings exchange, devices, audit, storage.
         .target(
             name: "BatonServer",
@@ -64,6 +84,19 @@ let package = Package(
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdBcrypt", package: "hummingbird-auth"),
                 .product(name: "JWTKit", package: "jwt-kit"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The test kit: a live in-process baton-server, a scripted presenter, a test clock.
+        .target(
+            name: "BatonTesting",
+            dependencies: [
+                "BatonClient",
+                "BatonFlows",
+                "BatonServer",
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
@@ -123,6 +156,16 @@ let package = Package(
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
             resources: [.copy("Interop")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BatonClientTests",
+            dependencies: ["BatonClient", "BatonTesting"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BatonFlowsTests",
+            dependencies: ["BatonFlows", "BatonTesting", "BatonSecureStore", "BatonClient"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

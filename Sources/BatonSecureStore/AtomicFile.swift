@@ -9,8 +9,9 @@ import Foundation
 /// Crash-safe file replacement: the new content goes to a temporary file in the same directory, is flushed to
 /// disk, then renamed over the old file (rename is atomic), and the directory entry is flushed. A crash at any
 /// point leaves either the old or the new content, never a mix.
-enum AtomicFile {
-    static func write(_ data: Data, to url: URL) throws(SecureStoreError) {
+public enum AtomicFile {
+    /// Replaces the file at `url` with `data` (mode 0600), crash-safely.
+    public static func write(_ data: Data, to url: URL) throws(SecureStoreError) {
         let directory = url.deletingLastPathComponent().path
         let temporary = url.deletingLastPathComponent().appendingPathComponent(
             ".\(url.lastPathComponent).\(UUID().uuidString).tmp"

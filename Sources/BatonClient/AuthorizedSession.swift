@@ -1,0 +1,69 @@
+import Foundation
+
+/// One user's authorised connection to the server: sends requests with a fresh access token, refreshing it
+/// shortly before it expires (and once more when the server answers 401), and hands every new token pair to
+/// `onTokensChanged` so the app can keep it in the user's secure store.
+public actor AuthorizedSession {
+    public nonisolated let client: BatonClient
+    public nonisolated let configuration: ServerConfiguration
+    public nonisolated let oauth: OAuthClient
+    public private(set) var tokens: OAuthTokens
+    let onTokensChanged: @Sendable (OAuthTokens) async -> Void
+    /// A refresh in flight, so concurrent requests share one (refresh tokens are single-use).
+    var refreshing: Task<OAuthTokens, any Error>?
+
+    public init(
+        client: BatonClient, configuration: ServerConfiguration, oauth: OAuthClient, tokens: OAuthTokens,
+        onTokensChanged: @escaping @Sendable (OAuthTokens) async -> Void = { _ in }
+    ) {
+        self.client = client
+        self.configuration = configuration
+        self.oauth = oauth
+        self.tokens = tokens
+        self.onTokensChanged = onTokensChanged
+    }
+
+    /// A valid access token, refreshed first when it is about to expire.
+    public func accessToken() async throws(BatonClientError) -> String {
+        if tokens.needsRefresh(at: oauth.now()) { try await refresh() }
+        return tokens.accessToken
+    }
+
+    /// Sends `request` with the user's token; on 401 refreshes once and retries.
+    public func send(_ request: ClientRequest) async throws(BatonClientError) -> ClientResponse {
+        let response = try await client.send(request, token: try await accessToken())
+        guard response.status == 401 else { return response }
+        try await refresh()
+        return try await client.send(request, token: tokens.accessToken)
+    }
+
+    /// Refreshes the tokens now.
+    public func refresh() async throws(BatonClientError) {
+        if let refreshing {
+            do {
+                tokens = try await refreshing.value
+            } catch {
+                throw (error as? BatonClientError)
+                    ?? BatonClientError(.unauthorized, "The session could not be renewed.")
+            }
+            return
+        }
+        let current = tokens
+        let oauth = oauth
+        let task = Task<OAuthTokens, any Error> { try await oauth.refresh(current) }
+        refreshing = task
+        defer { refreshing = nil }
+        do {
+            let fresh = try await task.value
+            tokens = fresh
+            await onTokensChanged(fresh)
+        } catch {
+            throw (error as? BatonClientError) ?? BatonClientError(.unauthorized, "The session could not be renewed.")
+        }
+    }
+
+    /// Revokes the session on the server (sign out).
+    public func revoke() async throws(BatonClientError) {
+        try await oauth.revoke(tokens)
+    }
+}

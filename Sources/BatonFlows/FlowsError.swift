@@ -1,0 +1,50 @@
+import Foundation
+
+/// What stopped a flow or a session operation: an opaque code and a message that says what failed. Some
+/// codes carry the onboarding id they are about (for example the user to restore instead).
+public struct FlowsError: Error, Sendable, Equatable, CustomStringConvertible {
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(_ rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        /// The person cancelled at a prompt.
+        public static let cancelled = Code("Cancelled")
+        /// Someone onboarded as a user already on this device; ``FlowsError/onboardingID`` is that user,
+        /// whom the next ``OnboardingSessionManager/open()`` restores.
+        public static let userAlreadyExists = Code("UserAlreadyExists")
+        /// A passcode reset signed in with another account than the one being reset.
+        public static let userMismatch = Code("UserMismatch")
+        /// Multi-user mode needs sign-in and a passcode; the app's flows have no such step.
+        public static let multiUserNeedsAuthentication = Code("MultiUserNeedsAuthentication")
+        /// The server allows one user per device, and this device has one.
+        public static let multiUserNotAllowed = Code("MultiUserNotAllowed")
+        /// Too many wrong passcodes: the user's secure store was wiped; they must onboard again.
+        public static let wiped = Code("Wiped")
+        /// No such user on this device.
+        public static let unknownUser = Code("UnknownUser")
+        /// The operation needs an open (unlocked) session.
+        public static let notOpen = Code("NotOpen")
+        /// Only an administrator may do this.
+        public static let notAllowed = Code("NotAllowed")
+        /// The network is needed for this step and the server cannot be reached.
+        public static let offline = Code("Offline")
+        /// The device's files cannot be read or written.
+        public static let storage = Code("Storage")
+        /// A step failed; the message says which and why.
+        public static let stepFailed = Code("StepFailed")
+    }
+
+    public var code: Code
+    public var message: String
+    /// The user the error is about, when there is one.
+    public var onboardingID: UUID?
+
+    public init(_ code: Code, _ message: String, onboardingID: UUID? = nil) {
+        self.code = code
+        self.message = message
+        self.onboardingID = onboardingID
+    }
+
+    public var description: String { message }
+}

@@ -1,0 +1,380 @@
+import BatonClient
+import BatonSecureStore
+import Crypto
+import Foundation
+
+/// Names of what Baton keeps in a user's secure store.
+public enum SecureStoreKey {
+    public static let serverConfiguration = "baton.serverConfiguration"
+    public static let authorizationMetadata = "baton.authorizationMetadata"
+    public static let tokens = "baton.tokens"
+    public static let serverUser = "baton.serverUser"
+    public static let settings = "baton.settings"
+    public static let signingKey = "baton.signingKey"
+    public static let storeKey = "baton.storeKey"
+}
+
+extension OnboardingInfoKey where Value == Bool {
+    /// Set by the passcode step when this flow created the secure store (so its reset may delete it).
+    static var createdSecureStore: Self { Self("baton.passcode.createdStore") }
+    /// Set by the device-registration step when this flow registered the device.
+    static var registeredDevice: Self { Self("baton.registration.registered") }
+}
+
+/// Turns a client error into the flow error a person can act on.
+func flowsError(_ error: BatonClientError, doing action: String) -> FlowsError {
+    if error.code == .unreachable {
+        return FlowsError(.offline, "Cannot \(action): \(error.message)")
+    }
+    return FlowsError(.stepFailed, "Cannot \(action): \(error.message)")
+}
+
+func load<T: Decodable & Sendable>(_ type: T.Type, _ key: String, from store: SecureStore, step: String)
+    async throws(FlowsError)
+    -> T
+{
+    do {
+        guard let value = try await store.value(T.self, forKey: key) else {
+            throw FlowsError(.stepFailed, "Step '\(step)': the user's secure store has no '\(key)'; reset the user.")
+        }
+        return value
+    } catch let error as FlowsError {
+        throw error
+    } catch {
+        throw FlowsError(.storage, "Step '\(step)': cannot read the user's secure store (\(error)).")
+    }
+}
+
+func save<T: Encodable & Sendable>(_ value: T, _ key: String, in store: SecureStore) async throws(FlowsError) {
+    do {
+        try await store.set(value, forKey: key)
+    } catch {
+        throw FlowsError(.storage, "Cannot write the user's secure store (\(error.message)).")
+    }
+}
+
+/// Reads where the server's endpoints are (`/.well-known/baton-configuration` and the OAuth metadata).
+public struct DiscoveryStep: OnboardingStep {
+    public var name: String { "discovery" }
+    public init() {}
+
+    public func onboard(_ context: inout OnboardingContext) async throws {
+        do {
+            let (configuration, metadata) = try await context.client.discover()
+            context.info[.serverConfiguration] = configuration
+            context.info[.authorizationMetadata] = metadata
+        } catch {
+            throw flowsError(error, doing: "reach the server at \(context.client.serverURL.absoluteString)")
+        }
+    }
+
+    public func restore(_ context: inout OnboardingContext) async throws {
+        let store = try context.requireSecureStore(for: name)
+        context.info[.serverConfiguration] = try await load(
+            ServerConfiguration.self, SecureStoreKey.serverConfiguration, from: store, step: name)
+        context.info[.authorizationMetadata] = try await load(
+            AuthorizationServerMetadata.self, SecureStoreKey.authorizationMetadata, from: store, step: name)
+    }
+}
+
+/// Signs the user in with user name and password; on restore, takes their tokens from the secure store (no
+/// network). Refuses a second onboarding of a user already on the device (userAlreadyExists) and, when
+/// resetting a passcode, another account than the one being reset (userMismatch).
+public struct SignInStep: OnboardingStep {
+    public var name: String { "sign-in" }
+    public init() {}
+
+    public func onboard(_ context: inout OnboardingContext) async throws {
+        try await signIn(&context, expected: nil)
+    }
+
+    public func resetPasscode(_ context: inout OnboardingContext) async throws {
+        let expected = await context.users.user(context.onboardingID)?.serverUserID
+        try await signIn(&context, expected: expected)
+    }
+
+    public func restore(_ context: inout OnboardingContext) async throws {
+        let store = try context.requireSecureStore(for: name)
+        context.info[.tokens] = try await load(OAuthTokens.self, SecureStoreKey.tokens, from: store, step: name)
+        context.info[.serverUser] = try await load(ServerUser.self, SecureStoreKey.serverUser, from: store, step: name)
+    }
+
+    public func reset(_ context: inout OnboardingContext) async {
+        // A failed onboarding or a removed user leaves no live session on the server (best effort offline).
+        guard context.flowType != .restore, let tokens = context.info[.tokens],
+            let metadata = context.info[.authorizationMetadata], let configuration = context.info[.serverConfiguration]
+        else { return }
+        let oauth = OAuthClient(
+            metadata: metadata, clientID: configuration.clientID, transport: context.client.transport)
+        try? await oauth.revoke(tokens)
+        context.info[.tokens] = nil
+    }
+
+    func signIn(_ context: inout OnboardingContext, expected: String?) async throws {
+        guard let configuration = context.info[.serverConfiguration],
+            let metadata = context.info[.authorizationMetadata]
+        else { throw FlowsError(.stepFailed, "Sign-in needs the discovery step before it.") }
+        let oauth = OAuthClient(
+            metadata: metadata, clientID: configuration.clientID, transport: context.client.transport,
+            now: context.configuration.now)
+        var problem: String?
+        var tokens: OAuthTokens
+        while true {
+            let credentials = try await context.presenter.credentials(
+                server: context.client.serverURL.absoluteString, username: expected, problem: problem)
+            do {
+                tokens = try await oauth.signIn(username: credentials.username, password: credentials.password)
+                break
+            } catch  where error.code == .invalidCredentials {
+                problem = error.message
+            } catch {
+                throw flowsError(error, doing: "sign in")
+            }
+        }
+        let user: ServerUser
+        do {
+            user = try await context.client.me(configuration, token: tokens.accessToken)
+        } catch {
+            try? await oauth.revoke(tokens)
+            throw flowsError(error, doing: "read the signed-in user")
+        }
+        if let expected, user.name != expected {
+            try? await oauth.revoke(tokens)
+            throw FlowsError(
+                .userMismatch,
+                "This passcode reset is for another account; sign in as the user whose passcode is being reset.",
+                onboardingID: context.onboardingID)
+        }
+        if expected == nil, let existing = await context.users.user(serverUserID: user.name),
+            existing.onboardingID != context.onboardingID
+        {
+            try? await oauth.revoke(tokens)
+            throw FlowsError(
+                .userAlreadyExists,
+                "\(existing.displayName) is already a user of this device; choose them in the user list instead.",
+                onboardingID: existing.onboardingID)
+        }
+        context.info[.tokens] = tokens
+        context.info[.serverUser] = user
+        if var entry = await context.users.user(context.onboardingID) {
+            entry.serverUserID = user.name
+            entry.displayName = user.displayName
+            entry.role = user.role
+            try await context.users.upsert(entry)
+        }
+    }
+}
+
+/// The settings exchange: what the server wants of this device (passcode policy, shared-device rules).
+/// On restore, the settings kept in the secure store, refreshed from the server when it is reachable.
+public struct SettingsExchangeStep: OnboardingStep {
+    public var name: String { "settings" }
+    public init() {}
+
+    public func onboard(_ context: inout OnboardingContext) async throws {
+        guard let configuration = context.info[.serverConfiguration], let tokens = context.info[.tokens] else {
+            throw FlowsError(.stepFailed, "The settings exchange needs discovery and sign-in before it.")
+        }
+        let settings: ClientSettings
+        do {
+            settings = try await context.client.settings(configuration, token: tokens.accessToken)
+        } catch {
+            throw flowsError(error, doing: "read the server's settings")
+        }
+        let others = await context.users.activeUsers.filter { $0.onboardingID != context.onboardingID }
+        if !settings.sharedDevices.multiUser, context.flowType == .onboard, !others.isEmpty {
+            throw FlowsError(
+                .multiUserNotAllowed,
+                "The server allows one user per device, and this device already has one; remove that user first.")
+        }
+        context.info[.settings] = settings
+    }
+
+    public func restore(_ context: inout OnboardingContext) async throws {
+        let store = try context.requireSecureStore(for: name)
+        context.info[.settings] = try await load(
+            ClientSettings.self, SecureStoreKey.settings, from: store, step: name)
+    }
+}
+
+/// Creates the user's secure store under the server's passcode policy (passcode typed twice), or opens it
+/// with the passcode on restore. Wrong passcodes count against the policy's retry limit; at the limit the
+/// store is wiped.
+public struct PasscodeStep: OnboardingStep {
+    public var name: String { "passcode" }
+    public init() {}
+
+    public func onboard(_ context: inout OnboardingContext) async throws {
+        let policy = context.info[.settings].map(Self.policy) ?? PasscodePolicy()
+        let url = context.storage.secureStoreURL(for: context.onboardingID)
+        var problem: String?
+        var store: SecureStore
+        while true {
+            let (passcode, confirmation) = try await context.presenter.newPasscode(policy: policy, problem: problem)
+            guard passcode == confirmation else {
+                problem = "The two passcodes differ; type the same passcode twice."
+                continue
+            }
+            do {
+                store = try SecureStore.create(
+                    at: url, passcode: passcode, policy: policy, kdf: context.configuration.keyDerivation())
+                break
+            } catch  where error.code == .passcodePolicy {
+                problem = error.message
+            } catch {
+                throw FlowsError(.storage, "Cannot create the secure store: \(error.message)")
+            }
+        }
+        context.info[.createdSecureStore] = true
+        context.secureStore = store
+        // What a restore needs without the network.
+        if let value = context.info[.serverConfiguration] {
+            try await save(value, SecureStoreKey.serverConfiguration, in: store)
+        }
+        if let value = context.info[.authorizationMetadata] {
+            try await save(value, SecureStoreKey.authorizationMetadata, in: store)
+        }
+        if let value = context.info[.tokens] { try await save(value, SecureStoreKey.tokens, in: store) }
+        if let value = context.info[.serverUser] { try await save(value, SecureStoreKey.serverUser, in: store) }
+        if let value = context.info[.settings] { try await save(value, SecureStoreKey.settings, in: store) }
+    }
+
+    public func resetPasscode(_ context: inout OnboardingContext) async throws {
+        // The forgotten passcode's store goes; a new one takes its place.
+        try? SecureStore.delete(at: context.storage.secureStoreURL(for: context.onboardingID))
+        try await onboard(&context)
+    }
+
+    public func restore(_ context: inout OnboardingContext) async throws {
+        let url = context.storage.secureStoreURL(for: context.onboardingID)
+        let displayName = await context.users.user(context.onboardingID)?.displayName ?? "this user"
+        var problem: String?
+        while true {
+            let passcode = try await context.presenter.passcode(user: displayName, problem: problem)
+            do {
+                context.secureStore = try SecureStore.open(at: url, passcode: passcode)
+                return
+            } catch  where error.code == .wrongPasscode {
+                problem = error.message
+            } catch  where error.code == .wiped {
+                throw FlowsError(.wiped, error.message, onboardingID: context.onboardingID)
+            } catch  where error.code == .notFound {
+                throw FlowsError(
+                    .wiped, "\(displayName) has no secure store on this device any more; onboard again.",
+                    onboardingID: context.onboardingID)
+            } catch {
+                throw FlowsError(.storage, "Cannot open the secure store of \(displayName): \(error.message)")
+            }
+        }
+    }
+
+    public func reset(_ context: inout OnboardingContext) async {
+        // Delete only what this flow made, or everything when the user is being removed.
+        guard context.flowType == .reset || context.info[.createdSecureStore] == true else { return }
+        context.secureStore = nil
+        try? SecureStore.delete(at: context.storage.secureStoreURL(for: context.onboardingID))
+    }
+
+    static func policy(_ settings: ClientSettings) -> PasscodePolicy {
+        var policy = PasscodePolicy()
+        policy.minLength = settings.passcode.minLength
+        policy.requireDigit = settings.passcode.requireDigit
+        policy.requireLetter = settings.passcode.requireLetter
+        policy.requireSymbol = settings.passcode.requireSymbol
+        policy.retryLimit = settings.passcode.retryLimit
+        return policy
+    }
+}
+
+/// Creates the user's P-256 signing key in their secure store and registers its public half for this device,
+/// so the server can verify changes they made here even when another user uploads them.
+public struct DeviceRegistrationStep: OnboardingStep {
+    public var name: String { "device registration" }
+    public init() {}
+
+    public func onboard(_ context: inout OnboardingContext) async throws {
+        let store = try context.requireSecureStore(for: name)
+        guard let configuration = context.info[.serverConfiguration], let tokens = context.info[.tokens] else {
+            throw FlowsError(.stepFailed, "Device registration needs discovery and sign-in before it.")
+        }
+        let key = P256.Signing.PrivateKey()
+        try await save(key.rawRepresentation, SecureStoreKey.signingKey, in: store)
+        do {
+            try await context.client.registerDevice(
+                configuration, deviceID: context.deviceID, publicKey: key.publicKey.x963Representation,
+                token: tokens.accessToken)
+        } catch {
+            throw flowsError(error, doing: "register this device")
+        }
+        context.info[.signingKey] = key.rawRepresentation
+        context.info[.registeredDevice] = true
+    }
+
+    public func restore(_ context: inout OnboardingContext) async throws {
+        let store = try context.requireSecureStore(for: name)
+        context.info[.signingKey] = try await load(Data.self, SecureStoreKey.signingKey, from: store, step: name)
+    }
+
+    public func reset(_ context: inout OnboardingContext) async {
+        guard context.flowType == .reset || context.info[.registeredDevice] == true,
+            let configuration = context.info[.serverConfiguration], let tokens = context.info[.tokens]
+        else { return }
+        try? await context.client.unregisterDevice(
+            configuration, deviceID: context.deviceID, token: tokens.accessToken)
+        context.info[.registeredDevice] = nil
+    }
+}
+
+/// Fetches the device's store key (which encrypts the shared offline store) into the user's secure store.
+public struct StoreKeyStep: OnboardingStep {
+    public var name: String { "store key" }
+    public init() {}
+
+    public func onboard(_ context: inout OnboardingContext) async throws {
+        let store = try context.requireSecureStore(for: name)
+        guard let configuration = context.info[.serverConfiguration], let tokens = context.info[.tokens] else {
+            throw FlowsError(.stepFailed, "The store-key fetch needs discovery and sign-in before it.")
+        }
+        let key: Data
+        do {
+            key = try await context.client.storeKey(
+                configuration, deviceID: context.deviceID, token: tokens.accessToken)
+        } catch {
+            throw flowsError(error, doing: "fetch the device's store key")
+        }
+        try await save(key, SecureStoreKey.storeKey, in: store)
+        context.info[.storeKey] = key
+    }
+
+    public func restore(_ context: inout OnboardingContext) async throws {
+        let store = try context.requireSecureStore(for: name)
+        context.info[.storeKey] = try await load(Data.self, SecureStoreKey.storeKey, from: store, step: name)
+    }
+}
+
+/// Baton's standard flows, with the app's own steps after the standard ones.
+public struct StandardFlowProvider: OnboardingFlowProvider {
+    /// The app's steps, run after Baton's in every flow.
+    public var appSteps: [any OnboardingStep]
+
+    public init(appSteps: [any OnboardingStep] = []) { self.appSteps = appSteps }
+
+    public func flow(for type: OnboardingFlowType) -> OnboardingFlow {
+        let onboarding: [any OnboardingStep] = [
+            DiscoveryStep(), SignInStep(), SettingsExchangeStep(), PasscodeStep(), DeviceRegistrationStep(),
+            StoreKeyStep(),
+        ]
+        switch type {
+        case .onboard, .resetPasscode, .reset:
+            return OnboardingFlow(type: type, steps: onboarding + appSteps)
+        case .restore:
+            let steps: [any OnboardingStep] = [
+                PasscodeStep(), DiscoveryStep(), SignInStep(), SettingsExchangeStep(), DeviceRegistrationStep(),
+                StoreKeyStep(),
+            ]
+            return OnboardingFlow(type: type, steps: steps + appSteps)
+        case .background:
+            return OnboardingFlow(type: type, steps: appSteps)
+        }
+    }
+}

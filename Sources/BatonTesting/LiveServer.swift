@@ -1,0 +1,78 @@
+import BatonServer
+import Foundation
+import Hummingbird
+import Logging
+import ServiceLifecycle
+
+/// A real baton-server on 127.0.0.1 (a free port) with its data in a temporary directory, for tests and the
+/// demo: real HTTP, real SQLite, real tokens. Stop it to cut the network.
+public final class LiveServer: Sendable {
+    public let server: BatonServer
+    /// `http://127.0.0.1:PORT`.
+    public let url: URL
+    public let directory: URL
+    let group: ServiceGroup
+    let task: Task<Void, any Error>
+
+    /// Starts a server with fast password hashing (bcrypt cost 4) and `settings` applied (keys as in
+    /// `baton-server settings set`).
+    public static func start(settings: [String: String] = [:], clock: ServerClock = .system) async throws
+        -> LiveServer
+    {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "baton-live-\(UUID().uuidString)")
+        var configuration = BatonServerConfiguration()
+        configuration.dataDirectory = directory
+        configuration.port = 0
+        configuration.bcryptCost = 4
+        configuration.clock = clock
+        var logger = Logger(label: "baton-live-server")
+        logger.logLevel = .critical
+        let server = try await BatonServer(configuration: configuration, logger: logger)
+        for (key, value) in settings { _ = try await server.settings.set(key, to: value) }
+        let (ports, continuation) = AsyncStream<Int>.makeStream()
+        let application = server.application { _, port in continuation.yield(port) }
+        let group = ServiceGroup(
+            configuration: .init(services: [application], gracefulShutdownSignals: [], logger: logger))
+        let task = Task { try await group.run() }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next(), let url = URL(string: "http://127.0.0.1:\(port)") else {
+            task.cancel()
+            throw LiveServerError()
+        }
+        return LiveServer(server: server, url: url, directory: directory, group: group, task: task)
+    }
+
+    init(server: BatonServer, url: URL, directory: URL, group: ServiceGroup, task: Task<Void, any Error>) {
+        self.server = server
+        self.url = url
+        self.directory = directory
+        self.group = group
+        self.task = task
+    }
+
+    /// Adds a user with a password.
+    @discardableResult
+    public func addUser(_ name: String, displayName: String? = nil, role: User.Role = .groundStaff, password: String)
+        async throws -> User
+    {
+        try await server.users.add(name: name, displayName: displayName, role: role, password: password)
+    }
+
+    /// Stops the server (connections are refused afterwards).
+    public func stop() async {
+        await group.triggerGracefulShutdown()
+        _ = try? await task.value
+    }
+
+    /// Stops the server and deletes its data.
+    public func shutDown() async {
+        await stop()
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
+
+/// The live server did not start listening.
+public struct LiveServerError: Error, CustomStringConvertible {
+    public var description: String { "The live server did not start listening on 127.0.0.1." }
+}

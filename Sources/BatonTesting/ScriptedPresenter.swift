@@ -1,0 +1,95 @@
+import BatonFlows
+import BatonSecureStore
+import Foundation
+import Synchronization
+
+/// A presenter that answers from a script, for tests: each question takes the next answer, which must be of
+/// the kind asked (otherwise the flow fails with a message naming both). Records every question and message.
+public actor ScriptedPresenter: OnboardingPresenter {
+    /// One scripted answer.
+    public enum Answer: Sendable {
+        case credentials(String, String)
+        case newPasscode(String, confirmation: String)
+        case passcode(String)
+        /// Picks the user with this display name.
+        case pick(String)
+        case addUser
+        /// Cancels whatever is asked.
+        case cancel
+    }
+
+    var answers: [Answer]
+    /// Every question asked and message shown, in order (`credentials`, `newPasscode: <problem>`…).
+    public private(set) var transcript: [String] = []
+
+    public init(_ answers: [Answer] = []) { self.answers = answers }
+
+    /// Adds answers to the end of the script.
+    public func append(_ more: [Answer]) { answers += more }
+
+    /// Answers not used yet.
+    public var remaining: Int { answers.count }
+
+    func next(_ question: String, problem: String?) throws(FlowsError) -> Answer {
+        transcript.append(problem.map { "\(question): \($0)" } ?? question)
+        guard !answers.isEmpty else { throw FlowsError(.cancelled, "The script has no answer for '\(question)'.") }
+        let answer = answers.removeFirst()
+        if case .cancel = answer { throw FlowsError(.cancelled, "Cancelled at '\(question)'.") }
+        return answer
+    }
+
+    func mismatch(_ question: String, _ answer: Answer) -> FlowsError {
+        FlowsError(.cancelled, "The script answers '\(question)' with \(answer).")
+    }
+
+    public func credentials(server: String, username: String?, problem: String?) async throws -> Credentials {
+        let answer = try next("credentials", problem: problem)
+        guard case .credentials(let user, let password) = answer else { throw mismatch("credentials", answer) }
+        return Credentials(username: user, password: password)
+    }
+
+    public func newPasscode(policy: PasscodePolicy, problem: String?) async throws -> (
+        passcode: String, confirmation: String
+    ) {
+        let answer = try next("newPasscode", problem: problem)
+        guard case .newPasscode(let passcode, let confirmation) = answer else { throw mismatch("newPasscode", answer) }
+        return (passcode, confirmation)
+    }
+
+    public func passcode(user: String, problem: String?) async throws -> String {
+        let answer = try next("passcode(\(user))", problem: problem)
+        guard case .passcode(let passcode) = answer else { throw mismatch("passcode", answer) }
+        return passcode
+    }
+
+    public func pickUser(_ users: [UserManager.User]) async throws -> UserChoice {
+        let answer = try next("pickUser(\(users.map(\.displayName).joined(separator: ",")))", problem: nil)
+        switch answer {
+        case .addUser: return .addUser
+        case .pick(let name):
+            guard let user = users.first(where: { $0.displayName == name }) else {
+                throw FlowsError(.unknownUser, "The script picks \(name), who is not in the list.")
+            }
+            return .user(user.onboardingID)
+        default: throw mismatch("pickUser", answer)
+        }
+    }
+
+    public func show(_ message: String) async { transcript.append("message: \(message)") }
+
+    public func progress(_ step: String, fraction: Double) async {}
+}
+
+/// A clock tests move by hand.
+public final class TestClock: Sendable {
+    let current: Mutex<Date>
+
+    public init(_ start: Date = Date(timeIntervalSince1970: 1_800_000_000)) { current = Mutex(start) }
+
+    public var now: Date { current.withLock { $0 } }
+
+    public func advance(by seconds: TimeInterval) { current.withLock { $0 = $0.addingTimeInterval(seconds) } }
+
+    /// The clock as the closure configurations take.
+    public var closure: @Sendable () -> Date { { [self] in now } }
+}
