@@ -89,6 +89,12 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Test helper: writes to a secure store until killed (crash-safety test).
+        .executableTarget(
+            name: "baton-store-writer",
+            dependencies: ["BatonSecureStore"],
+            swiftSettings: swiftSettings
+        ),
         // The test kit: a live in-process baton-server, a scripted presenter, a test clock.
         .target(
             name: "BatonTesting",
@@ -116,7 +122,10 @@ let package = Package(
         .executableTarget(
             name: "baton-bench",
             dependencies: [
+                "BatonFlows",
+                "BatonSecureStore",
                 "BatonServer",
+                "BatonTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
             ],

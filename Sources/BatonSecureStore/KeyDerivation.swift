@@ -34,7 +34,7 @@ public struct KeyDerivation: Sendable, Hashable, Codable {
     /// Derives the 256-bit wrapping key.
     ///
     /// - Throws: ``SecureStoreError`` (`Corrupted`) for parameters that are not valid scrypt parameters.
-    func deriveKey(from passcode: String) throws(SecureStoreError) -> SymmetricKey {
+    public func deriveKey(from passcode: String) throws(SecureStoreError) -> SymmetricKey {
         guard algorithm == "scrypt", cost > 1, cost & (cost - 1) == 0, cost <= 1 << 22, (1...32).contains(blockSize),
             (1...16).contains(parallelism), let saltBytes = Data(base64Encoded: salt), saltBytes.count >= 16
         else { throw SecureStoreError(.corrupted, "The store's key-derivation parameters are not valid.") }

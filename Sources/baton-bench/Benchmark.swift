@@ -23,7 +23,12 @@ struct Benchmark: AsyncParsableCommand {
     @Option(help: "Run only the measurements whose name contains this text (for profiling), besides the bare route.")
     var only: String?
 
+    @Flag(help: "Measure unlock and user switch (client side) instead of the data service.")
+    var flows = false
+    @Option(help: "Repetitions of each flow measurement.") var repetitions = 10
+
     func run() async throws {
+        if flows { return try await FlowsBenchmark(repetitions: repetitions).run() }
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/wrk") else {
             throw ValidationError("wrk is needed: apt-get install wrk")
         }

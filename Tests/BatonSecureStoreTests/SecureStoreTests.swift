@@ -176,3 +176,58 @@ import Testing
         #expect(recommended.salt != KeyDerivation.recommended().salt)
     }
 }
+
+/// Kills a process in the middle of secure-store writes: the store always opens, with the old or the new
+/// content.
+@Suite struct SecureStoreCrashTests {
+    static var writer: URL {
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for _ in 0..<4
+        where !FileManager.default.isExecutableFile(
+            atPath: directory.appendingPathComponent("baton-store-writer").path)
+        {
+            directory.deleteLastPathComponent()
+        }
+        return directory.appendingPathComponent("baton-store-writer")
+    }
+
+    @Test func killingTheWriterLeavesOldOrNewContentNeverGarbage() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("crash-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("user.securestore")
+        var policy = PasscodePolicy()
+        policy.minLength = 4
+        _ = try SecureStore.create(at: url, passcode: "1234", policy: policy, kdf: KeyDerivation(cost: 1 << 10))
+        var random = SystemRandomNumberGenerator()
+        var lastSeen = 0
+        for _ in 0..<12 {
+            let process = Process()
+            process.executableURL = Self.writer
+            process.arguments = [url.path]
+            let input = Pipe()
+            let output = Pipe()
+            process.standardInput = input
+            process.standardOutput = output
+            try process.run()
+            input.fileHandleForWriting.write(Data("1234\n".utf8))
+            try input.fileHandleForWriting.close()
+            // Let it write for a random while, then kill it without warning.
+            try await Task.sleep(for: .milliseconds(Int.random(in: 30...150, using: &random)))
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            #expect(process.terminationReason == .uncaughtSignal)
+            let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                .split(separator: "\n").compactMap { Int($0) }
+            let confirmed = printed.last ?? lastSeen
+            let store = try SecureStore.open(at: url, passcode: "1234")
+            let payload = try #require(try await store.value([String].self, forKey: "payload"))
+            let counter = try #require(Int(payload[0]))
+            // The last confirmed write, or the one in flight when it was killed.
+            #expect(counter == confirmed || counter == confirmed + 1, "counter \(counter), confirmed \(confirmed)")
+            #expect(payload[1].count == 256 * 1024)
+            lastSeen = counter
+        }
+        #expect(lastSeen > 0)
+    }
+}
