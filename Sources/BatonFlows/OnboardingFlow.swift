@@ -70,7 +70,8 @@ public struct OnboardingFlow: Sendable {
             for step in steps.reversed() { await step.reset(&context) }
             return
         }
-        for step in steps {
+        for (index, step) in steps.enumerated() {
+            await context.presenter.progress(step.name, fraction: Double(index) / Double(steps.count))
             var attempt = 1
             while true {
                 do {
@@ -95,6 +96,7 @@ public struct OnboardingFlow: Sendable {
                 }
             }
         }
+        await context.presenter.progress("done", fraction: 1)
     }
 
     static func flowsError(_ error: any Error, step: any OnboardingStep) -> FlowsError {

@@ -205,7 +205,7 @@ public struct PasscodeStep: OnboardingStep {
     public init() {}
 
     public func onboard(_ context: inout OnboardingContext) async throws {
-        let policy = context.info[.settings].map(Self.policy) ?? PasscodePolicy()
+        let policy = Self.policy(context.info[.settings] ?? ClientSettings(), mode: context.configuration.mode)
         let url = context.storage.secureStoreURL(for: context.onboardingID)
         var problem: String?
         var store: SecureStore
@@ -275,9 +275,12 @@ public struct PasscodeStep: OnboardingStep {
         try? SecureStore.delete(at: context.storage.secureStoreURL(for: context.onboardingID))
     }
 
-    static func policy(_ settings: ClientSettings) -> PasscodePolicy {
+    /// The server's passcode rules. A minimum length below 4 means "no passcode" on the server; Baton always
+    /// protects a user's store with one, of at least 4 characters — and, as multi-user mode requires, 8.
+    static func policy(_ settings: ClientSettings, mode: FlowsConfiguration.Mode) -> PasscodePolicy {
         var policy = PasscodePolicy()
-        policy.minLength = settings.passcode.minLength
+        let minimum = settings.passcode.minLength
+        policy.minLength = minimum >= 4 ? minimum : (mode == .multiUser ? 8 : 4)
         policy.requireDigit = settings.passcode.requireDigit
         policy.requireLetter = settings.passcode.requireLetter
         policy.requireSymbol = settings.passcode.requireSymbol

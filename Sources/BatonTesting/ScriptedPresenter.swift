@@ -77,7 +77,10 @@ public actor ScriptedPresenter: OnboardingPresenter {
 
     public func show(_ message: String) async { transcript.append("message: \(message)") }
 
-    public func progress(_ step: String, fraction: Double) async {}
+    /// The progress reports, in order.
+    public private(set) var progressReports: [(step: String, fraction: Double)] = []
+
+    public func progress(_ step: String, fraction: Double) async { progressReports.append((step, fraction)) }
 }
 
 /// A clock tests move by hand.

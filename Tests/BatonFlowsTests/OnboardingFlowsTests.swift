@@ -31,6 +31,10 @@ import Testing
             #expect(restored.user.onboardingID == session.user.onboardingID)
             #expect(restored.storeKey == session.storeKey)
             #expect(await again.presenter.transcript == ["pickUser(Alice)", "passcode(Alice)"])
+            let progress = await again.presenter.progressReports
+            #expect(progress.first?.step == "passcode")
+            #expect(progress.last?.fraction == 1)
+            #expect(zip(progress, progress.dropFirst()).allSatisfy { $0.fraction < $1.fraction })
         }
     }
 
@@ -50,6 +54,17 @@ import Testing
             #expect(transcript[2].contains("8"))
             #expect(transcript[3].lowercased().contains("digit"))
             #expect(transcript[4].contains("differ"))
+        }
+    }
+
+    @Test func aServerWithoutPasscodeRuleStillGetsOneInMultiUserMode() async throws {
+        try await withServer(settings: ["passcode.min-length": "0", "passcode.require-digit": "false"]) { server in
+            let device = try Device.make(
+                server: server,
+                [.credentials("alice", Passwords.alice), .newPasscode("abc", confirmation: "abc")]
+                    + [.newPasscode("abcdefgh", confirmation: "abcdefgh")])
+            _ = try await device.manager.open()
+            #expect(await device.presenter.transcript.last?.contains("8") == true)
         }
     }
 
