@@ -19,7 +19,9 @@ public struct SQLSchema: Sendable {
     }
 
     /// `CREATE TABLE IF NOT EXISTS` statements, one per entity set, with primary keys and `NOT NULL`
-    /// where the model says so.
+    /// where the model says so. SQLite tables are `WITHOUT ROWID`: rows are stored in key order, so reading a
+    /// page in key order (how OData paging is stable) walks one B-tree instead of looking every row up
+    /// through the key index.
     public func createStatements() -> [String] {
         model.entitySets.compactMap { set in
             guard let type = model.entityType(of: set) else { return nil }
@@ -29,7 +31,9 @@ public struct SQLSchema: Sendable {
             }
             columns += systemColumns.map { "\(dialect.quote($0.name)) \($0.type)" }
             columns.append("PRIMARY KEY (\(type.key.map(dialect.quote).joined(separator: ", ")))")
-            return "CREATE TABLE IF NOT EXISTS \(dialect.quote(set.name)) (\(columns.joined(separator: ", ")))"
+            let options = dialect == .sqlite ? " WITHOUT ROWID" : ""
+            return
+                "CREATE TABLE IF NOT EXISTS \(dialect.quote(set.name)) (\(columns.joined(separator: ", ")))\(options)"
         }
     }
 }

@@ -26,6 +26,9 @@ struct Benchmark: AsyncParsableCommand {
     @Flag(help: "Measure unlock and user switch (client side) instead of the data service.")
     var flows = false
     @Option(help: "Repetitions of each flow measurement.") var repetitions = 10
+    @Option(
+        help: "Profile: send this many key reads and filtered pages through the router in-process (no sockets).")
+    var inProcess: Int?
 
     func run() async throws {
         if flows { return try await FlowsBenchmark(repetitions: repetitions).run() }
@@ -48,6 +51,9 @@ struct Benchmark: AsyncParsableCommand {
         try await server.users.add(
             name: "bench", displayName: nil, role: .supervisor, password: "load-generator-secret-1")
 
+        if let inProcess {
+            return try await InProcessProfile(server: server, requests: inProcess, only: only).run()
+        }
         let ports = AsyncStream<Int>.makeStream()
         let bareRouter = Router()
         bareRouter.get("/bare") { _, _ in #"{"status":"ok"}"# }
