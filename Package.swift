@@ -16,6 +16,7 @@ let package = Package(
         .library(name: "BatonSecureStore", targets: ["BatonSecureStore"]),
         .library(name: "BatonClient", targets: ["BatonClient"]),
         .library(name: "BatonFlows", targets: ["BatonFlows"]),
+        .library(name: "BatonOffline", targets: ["BatonOffline"]),
         .library(name: "BatonServer", targets: ["BatonServer"]),
         .library(name: "BatonTesting", targets: ["BatonTesting"]),
         .executable(name: "baton", targets: ["baton"]),
@@ -60,6 +61,18 @@ let package = Package(
         .target(
             name: "BatonClient",
             dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client")],
+            swiftSettings: swiftSettings
+        ),
+        // The offline OData store: local OData on SQLite, request queue, upload, download, error archive.
+        .target(
+            name: "BatonOffline",
+            dependencies: [
+                "BatonClient",
+                "BatonOData",
+                "BatonSQL",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The onboarding lifecycle: session manager, controller, flows and steps, user registry.
@@ -176,6 +189,11 @@ let package = Package(
         .testTarget(
             name: "BatonFlowsTests",
             dependencies: ["BatonFlows", "BatonTesting", "BatonSecureStore", "BatonClient"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "BatonOfflineTests",
+            dependencies: ["BatonOffline", "BatonTesting", "BatonFlows", "BatonClient", "BatonOData"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -29,6 +29,8 @@ public actor OnboardingSessionManager {
     public nonisolated let users: UserManager
     public nonisolated let configuration: FlowsConfiguration
     public nonisolated let client: BatonClient
+    /// This device's id (made on first use and kept in the data directory).
+    public nonisolated let deviceID: String
     let storage: DeviceStorage
     let presenter: any OnboardingPresenter
     let controller: OnboardingController
@@ -54,6 +56,7 @@ public actor OnboardingSessionManager {
         }
         storage = try DeviceStorage(directory: directory)
         users = try UserManager(storage: storage)
+        deviceID = try storage.deviceID()
         self.configuration = configuration
         self.presenter = presenter
         client = BatonClient(serverURL: serverURL, transport: transport, appVersion: configuration.appVersion)

@@ -31,7 +31,9 @@ extension SQLTranslator {
     ) throws(BatonSQLError) -> SQLQuery {
         let (set, type) = try resolve(entitySet)
         try checkNames(values.keys, in: type)
-        guard !values.isEmpty else { throw BatonSQLError(.unsupported, "An update needs at least one property value") }
+        guard !values.isEmpty || !systemValues.isEmpty else {
+            throw BatonSQLError(.unsupported, "An update needs at least one property value")
+        }
         var builder = SQLBuilder(dialect: dialect)
         let assignments =
             type.properties.filter { values[$0.name] != nil }.map { property in

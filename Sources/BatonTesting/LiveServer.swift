@@ -16,14 +16,23 @@ public final class LiveServer: Sendable {
 
     /// Starts a server with fast password hashing (bcrypt cost 4) and `settings` applied (keys as in
     /// `baton-server settings set`).
-    public static func start(settings: [String: String] = [:], clock: ServerClock = .system) async throws
-        -> LiveServer
-    {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "baton-live-\(UUID().uuidString)")
+    ///
+    /// - Parameters:
+    ///   - settings: server settings to apply.
+    ///   - clock: the server's clock.
+    ///   - directory: the data directory; a new temporary one when nil.
+    ///   - port: the port; any free one when 0.
+    /// - Returns: the running server.
+    /// - Throws: when the server cannot be set up or does not start listening.
+    public static func start(
+        settings: [String: String] = [:], clock: ServerClock = .system, directory: URL? = nil, port: Int = 0
+    ) async throws -> LiveServer {
+        let directory =
+            directory
+            ?? FileManager.default.temporaryDirectory.appendingPathComponent("baton-live-\(UUID().uuidString)")
         var configuration = BatonServerConfiguration()
         configuration.dataDirectory = directory
-        configuration.port = 0
+        configuration.port = port
         configuration.bcryptCost = 4
         configuration.clock = clock
         var logger = Logger(label: "baton-live-server")
@@ -63,6 +72,12 @@ public final class LiveServer: Sendable {
     public func stop() async {
         await group.triggerGracefulShutdown()
         _ = try? await task.value
+    }
+
+    /// Stops this server and starts a new one on the same port and data (the network comes back).
+    public func restarted(clock: ServerClock = .system) async throws -> LiveServer {
+        await stop()
+        return try await LiveServer.start(clock: clock, directory: directory, port: url.port ?? 0)
     }
 
     /// Stops the server and deletes its data.

@@ -23,8 +23,9 @@ extension DataService {
     ) -> Data {
         let bodyHash = SHA256.hash(data: Data(body)).map { String(format: "%02x", $0) }.joined()
         return Data(
-            ["baton-change-v1", requestID, method, url, bodyHash, createdAt, device, author].joined(separator: "\n")
-                .utf8)
+            ChangeSignature.canonicalMessage(
+                requestID: requestID, method: method, url: url, bodySHA256: bodyHash, createdAt: createdAt,
+                device: device, author: author))
     }
 
     /// Who a change counts as. Without `Baton-Author` (or naming the signed-in user) it is the user's own.

@@ -1,0 +1,243 @@
+import BatonOData
+import BatonSQL
+import Crypto
+import Foundation
+import GRDB
+
+extension OfflineStore {
+    /// Creates an entity on the device at once and queues its upload, signed by the current user. Values of
+    /// server-kept properties are set locally for display (the server sets its own).
+    ///
+    /// - Returns: the entity's id (canonical URL).
+    /// - Throws: ``OfflineError`` `BadRequest` naming the property for a value the model refuses (nothing is
+    ///   written), `NotOpen` without a user.
+    @discardableResult
+    public func create(in entitySet: String, values: [String: PrimitiveValue]) throws(OfflineError) -> String {
+        let user = try requireUser()
+        let (set, type) = try entitySetAndType(entitySet)
+        let body = try body(values, type: type, mode: .create)
+        let id = try Self.entityID(set: set.name, type: type, values: values)
+        var row = values
+        for (name, value) in localServerValues(type: type, author: user.name) { row[name] = value }
+        let insert: SQLQuery
+        do {
+            insert = try translator.insert(into: set.name, values: row, systemValues: [(Self.etagColumn, .null)])
+        } catch {
+            throw OfflineError(.badRequest, error.message)
+        }
+        try write { db in
+            guard try !Self.exists(id, set: set, type: type, values: values, in: db) else {
+                throw OfflineError(.badRequest, "\(id) already exists on this device.")
+            }
+            try db.execute(sql: insert.sql, arguments: insert.statementArguments)
+            try self.enqueue(method: "POST", url: set.name, body: body, ifMatch: nil, entityID: id, user: user, in: db)
+        }
+        return id
+    }
+
+    /// Changes properties of an entity on the device at once and queues the change (PATCH).
+    public func update(_ id: String, values: [String: PrimitiveValue]) throws(OfflineError) {
+        let user = try requireUser()
+        let (set, type, key) = try parseID(id)
+        let body = try body(values, type: type, mode: .merge)
+        var changed = values
+        for (name, value) in localServerValues(type: type, author: user.name) where name != "UploadedBy" {
+            changed[name] = value
+        }
+        let update: SQLQuery
+        do {
+            update = try translator.update(set.name, key: key, values: changed, systemValues: [])
+        } catch {
+            throw OfflineError(.badRequest, error.message)
+        }
+        try write { db in
+            let etag = try Self.etag(of: id, set: set, type: type, key: key, in: db)
+            try db.execute(sql: update.sql, arguments: update.statementArguments)
+            try self.enqueue(
+                method: "PATCH", url: id, body: body, ifMatch: etag, entityID: id, user: user, in: db)
+        }
+    }
+
+    /// Deletes an entity on the device at once and queues the deletion.
+    public func delete(_ id: String) throws(OfflineError) {
+        let user = try requireUser()
+        let (set, type, key) = try parseID(id)
+        let delete: SQLQuery
+        do { delete = try translator.delete(from: set.name, key: key) } catch {
+            throw OfflineError(.badRequest, error.message)
+        }
+        try write { db in
+            let etag = try Self.etag(of: id, set: set, type: type, key: key, in: db)
+            try db.execute(sql: delete.sql, arguments: delete.statementArguments)
+            try self.enqueue(method: "DELETE", url: id, body: [], ifMatch: etag, entityID: id, user: user, in: db)
+        }
+    }
+
+    // MARK: The queue
+
+    /// Every queued change, oldest first.
+    public func pendingEntries() throws(OfflineError) -> [QueueEntry] {
+        try read { db in try Row.fetchAll(db, sql: #"SELECT * FROM "$queue" ORDER BY seq"#).map(Self.entry) }
+    }
+
+    /// Queued changes per author ("2 changes by alice").
+    public func pendingCounts() throws(OfflineError) -> [String: Int] {
+        try read { db in
+            var counts: [String: Int] = [:]
+            for row in try Row.fetchAll(db, sql: #"SELECT author, COUNT(*) AS n FROM "$queue" GROUP BY author"#) {
+                counts[row["author"]] = row["n"]
+            }
+            return counts
+        }
+    }
+
+    /// Changes the server refused, oldest first.
+    public func archivedEntries() throws(OfflineError) -> [ArchiveEntry] {
+        try read { db in
+            try Row.fetchAll(db, sql: #"SELECT * FROM "$archive" ORDER BY seq"#).map { row in
+                ArchiveEntry(
+                    entry: try Self.entry(row), status: row["status"], code: row["code"], message: row["message"],
+                    serverVersion: try (row["serverVersion"] as String?).map { try JSONValue(parsing: Array($0.utf8)) })
+            }
+        }
+    }
+
+    func enqueue(
+        method: String, url: String, body: [UInt8], ifMatch: String?, entityID: String, user: OfflineUser,
+        in db: Database
+    ) throws {
+        let requestID = UUID().uuidString.lowercased()
+        let createdAt = ODataDateTimeOffset(now()).description
+        let digest = SHA256.hash(data: body).map { String(format: "%02x", $0) }.joined()
+        let message = ChangeSignature.canonicalMessage(
+            requestID: requestID, method: method, url: url, bodySHA256: digest, createdAt: createdAt, device: deviceID,
+            author: user.name)
+        let signature = try user.signingKey.signature(for: Data(message)).rawRepresentation.base64URLEncoded
+        try db.execute(
+            sql: """
+                INSERT INTO "$queue" (requestID, author, device, createdAt, method, url, body, ifMatch, signature, entityID)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+            arguments: [
+                requestID, user.name, deviceID, createdAt, method, url, Data(body), ifMatch, signature, entityID,
+            ])
+    }
+
+    static func entry(_ row: Row) throws -> QueueEntry {
+        QueueEntry(
+            sequence: row["seq"], requestID: row["requestID"], author: row["author"], device: row["device"],
+            createdAt: row["createdAt"], method: row["method"], url: row["url"], body: Array(row["body"] as Data),
+            ifMatch: row["ifMatch"], signature: row["signature"], entityID: row["entityID"])
+    }
+
+    // MARK: Helpers
+
+    func entitySetAndType(_ name: String) throws(OfflineError) -> (EntitySet, EntityType) {
+        guard let set = model.entitySet(named: name), let type = model.entityType(of: set) else {
+            throw OfflineError(.badRequest, "The model has no entity set '\(name)'.")
+        }
+        return (set, type)
+    }
+
+    func parseID(_ id: String) throws(OfflineError) -> (EntitySet, EntityType, [KeyValue]) {
+        let parsed: ODataURL
+        do { parsed = try ODataURL(parsing: id, model: model) } catch {
+            throw OfflineError(.badRequest, error.description)
+        }
+        guard case .resource(let segments) = parsed.path, segments.count == 2,
+            case .entitySet(let name) = segments[0], case .key(let key) = segments[1]
+        else { throw OfflineError(.badRequest, "'\(id)' does not address one entity.") }
+        let (set, type) = try entitySetAndType(name)
+        return (set, type, key)
+    }
+
+    /// The JSON body of a change, checked against the model (server-kept properties are never sent).
+    func body(_ values: [String: PrimitiveValue], type: EntityType, mode: EntityPayload.Mode) throws(OfflineError)
+        -> [UInt8]
+    {
+        for name in values.keys {
+            guard let property = type.property(named: name) else {
+                throw OfflineError(.badRequest, "'\(type.name)' has no property '\(name)'.")
+            }
+            guard !property.isComputed else {
+                throw OfflineError(.badRequest, "'\(name)' is kept by the server and cannot be set.")
+            }
+        }
+        let body = EntityPayload(values: values).json(as: type).serializedBytes
+        do {
+            _ = try EntityPayload(decoding: body, as: type, mode: mode)
+        } catch {
+            throw OfflineError(.badRequest, error.description)
+        }
+        return body
+    }
+
+    /// What the server will set, shown locally until the upload returns the server's values.
+    func localServerValues(type: EntityType, author: String) -> [String: PrimitiveValue] {
+        var values: [String: PrimitiveValue] = [:]
+        if type.property(named: "CheckedBy")?.isComputed == true { values["CheckedBy"] = .string(author) }
+        if type.property(named: "ChangedAt")?.isComputed == true {
+            values["ChangedAt"] = .dateTimeOffset(ODataDateTimeOffset(now()))
+        }
+        return values
+    }
+
+    static func exists(
+        _ id: String, set: EntitySet, type: EntityType, values: [String: PrimitiveValue], in db: Database
+    )
+        throws -> Bool
+    {
+        let condition = type.key.map { "\(SQLDialect.sqlite.quote($0)) = ?" }.joined(separator: " AND ")
+        let arguments = type.key.compactMap { name -> DatabaseValue? in
+            guard let value = values[name], let property = type.property(named: name) else { return nil }
+            return SQLDialect.sqlite.encode(value, as: property.type).databaseValue
+        }
+        return try Bool.fetchOne(
+            db, sql: "SELECT EXISTS (SELECT 1 FROM \(SQLDialect.sqlite.quote(set.name)) WHERE \(condition))",
+            arguments: StatementArguments(arguments)) ?? false
+    }
+
+    /// The server ETag of an entity on the device; `NotFound` when the device does not have it.
+    static func etag(of id: String, set: EntitySet, type: EntityType, key: [KeyValue], in db: Database) throws
+        -> String?
+    {
+        let condition = key.map { "\(SQLDialect.sqlite.quote($0.name)) = ?" }.joined(separator: " AND ")
+        let arguments = key.compactMap { value in
+            type.property(named: value.name).map { SQLDialect.sqlite.encode(value.value, as: $0.type).databaseValue }
+        }
+        let sql =
+            "SELECT \(SQLDialect.sqlite.quote(etagColumn)) AS etag FROM \(SQLDialect.sqlite.quote(set.name)) WHERE \(condition)"
+        guard let row = try Row.fetchOne(db, sql: sql, arguments: StatementArguments(arguments)) else {
+            throw OfflineError(.notFound, "\(id) is not on this device.")
+        }
+        return row["etag"]
+    }
+
+    func write<T>(_ body: (Database) throws -> T) throws(OfflineError) -> T {
+        do {
+            return try database.write(body)
+        } catch let error as OfflineError {
+            throw error
+        } catch {
+            throw OfflineError(.storage, "Cannot write the offline store: \(error)")
+        }
+    }
+
+    func read<T>(_ body: (Database) throws -> T) throws(OfflineError) -> T {
+        do {
+            return try database.read(body)
+        } catch let error as OfflineError {
+            throw error
+        } catch {
+            throw OfflineError(.storage, "Cannot read the offline store: \(error)")
+        }
+    }
+}
+
+extension Data {
+    /// Base64url without padding (RFC 4648 §5).
+    var base64URLEncoded: String {
+        base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+}

@@ -1,0 +1,248 @@
+import BatonClient
+import BatonOData
+import BatonSQL
+import Foundation
+import GRDB
+
+/// What an upload did, entry by entry.
+public struct UploadReport: Sendable {
+    /// Applied on the server (including replays of changes it had already applied).
+    public var uploaded: [QueueEntry] = []
+    /// Refused by the server and moved to the error archive.
+    public var archived: [ArchiveEntry] = []
+    /// Still queued: another author's changes the settings do not let this user upload, and changes behind an
+    /// archived change to the same entity.
+    public var waiting: [QueueEntry] = []
+
+    /// Uploaded changes per author.
+    public var uploadedByAuthor: [String: Int] {
+        uploaded.reduce(into: [:]) { counts, entry in counts[entry.author, default: 0] += 1 }
+    }
+
+    /// True only when every queued change reached the server.
+    public var isComplete: Bool { archived.isEmpty && waiting.isEmpty }
+}
+
+extension OfflineStore {
+    /// The largest number of changes in one `$batch`.
+    static var uploadChunk: Int { 100 }
+
+    /// Uploads queued changes in JSON `$batch`es with the current user's token. Other authors' changes carry
+    /// their signature (`Baton-Author`) when `allowOnBehalf`; otherwise they wait for their author, without
+    /// holding anyone else's back. Each change keeps its request id across retries, so it applies exactly
+    /// once. A change the server refuses moves to the error archive with the server's reason; later changes
+    /// to the same entity wait behind it; other entities go on.
+    ///
+    /// - Throws: ``OfflineError`` `Offline` when the server cannot be reached (nothing is lost: what was not
+    ///   confirmed stays queued), `Server` for a refused session. The report of what was done before is lost
+    ///   with the error, but every confirmed change has left the queue.
+    public func upload(using session: AuthorizedSession, allowOnBehalf: Bool) async throws(OfflineError)
+        -> UploadReport
+    {
+        let user = try requireUser()
+        var report = UploadReport()
+        var waitingIDs = Set<Int64>()
+        while true {
+            let archivedEntities = Set(try archivedEntries().map(\.entry.entityID))
+            var chosen: [QueueEntry] = []
+            var seen = Set<String>()
+            for entry in try pendingEntries() {
+                let blocked =
+                    archivedEntities.contains(entry.entityID)
+                    || (entry.author != user.name && !allowOnBehalf)
+                if blocked || seen.contains(entry.entityID) {
+                    if blocked, waitingIDs.insert(entry.sequence).inserted { report.waiting.append(entry) }
+                    seen.insert(entry.entityID)
+                    continue
+                }
+                seen.insert(entry.entityID)
+                chosen.append(entry)
+                if chosen.count == Self.uploadChunk { break }
+            }
+            guard !chosen.isEmpty else { break }
+            try markFirstSent(chosen)
+            let responses = try await send(chosen, user: user, session: session)
+            var retryLater = false
+            for entry in chosen {
+                guard let response = responses[String(entry.sequence)] else {
+                    retryLater = true
+                    continue
+                }
+                switch response.status {
+                case 200..<300:
+                    try applied(entry, response: response)
+                    report.uploaded.append(entry)
+                case 424, 408, 429, 500...:
+                    retryLater = true
+                default:
+                    let serverVersion =
+                        response.status == 412 ? try? await fetchServerVersion(entry.entityID, session: session) : nil
+                    report.archived.append(try archive(entry, response: response, serverVersion: serverVersion))
+                }
+            }
+            if retryLater { break }
+        }
+        // Entries that became uploadable later in this run are not waiting.
+        let uploadedIDs = Set(report.uploaded.map(\.sequence))
+        report.waiting.removeAll { uploadedIDs.contains($0.sequence) }
+        return report
+    }
+
+    func markFirstSent(_ entries: [QueueEntry]) throws(OfflineError) {
+        let now = Self.imfFixdate(now())
+        try write { db in
+            for entry in entries {
+                try db.execute(
+                    sql: #"UPDATE "$queue" SET firstSentAt = ? WHERE seq = ? AND firstSentAt IS NULL"#,
+                    arguments: [now, entry.sequence])
+            }
+        }
+    }
+
+    func send(_ entries: [QueueEntry], user: OfflineUser, session: AuthorizedSession) async throws(OfflineError)
+        -> [String: BatchResponse]
+    {
+        let firstSent = try read { db in
+            try Row.fetchAll(
+                db,
+                sql:
+                    #"SELECT seq, firstSentAt FROM "$queue" WHERE seq IN (\#(entries.map { String($0.sequence) }.joined(separator: ",")))"#
+            ).reduce(into: [Int64: String]()) { $0[$1["seq"]] = $1["firstSentAt"] }
+        }
+        var requests: [BatchRequest] = []
+        for entry in entries {
+            var headers: [(String, String)] = [
+                ("Repeatability-Request-ID", entry.requestID),
+                ("Repeatability-First-Sent", firstSent[entry.sequence] ?? Self.imfFixdate(now())),
+                ("Prefer", "return=representation"),
+            ]
+            if !entry.body.isEmpty { headers.append(("Content-Type", "application/json")) }
+            if entry.method != "POST" { headers.append(("If-Match", entry.ifMatch ?? "*")) }
+            if entry.author != user.name {
+                headers += [
+                    ("Baton-Author", entry.author), ("Baton-Author-Signature", entry.signature),
+                    ("Baton-Device", entry.device), ("Baton-Created-At", entry.createdAt),
+                ]
+            }
+            let body: JSONValue?
+            do { body = entry.body.isEmpty ? nil : try JSONValue(parsing: entry.body) } catch {
+                throw OfflineError(.storage, "Queued change \(entry.sequence) has a damaged body.")
+            }
+            requests.append(
+                BatchRequest(
+                    id: String(entry.sequence), method: entry.method, url: entry.url, headers: headers, body: body))
+        }
+        guard let batchURL = URL(string: session.configuration.odataServiceRoot + "$batch") else {
+            throw OfflineError(.server, "The server's OData service root is not a URL.")
+        }
+        let request = ClientRequest(
+            method: "POST", url: batchURL,
+            headers: [("Content-Type", "application/json"), ("Accept", "application/json")],
+            body: JSONBatch.encodeRequests(requests).serializedBytes)
+        let response: ClientResponse
+        do {
+            response = try await session.send(request)
+        } catch {
+            throw Self.offlineError(error, doing: "upload changes")
+        }
+        guard response.status == 200 else {
+            throw OfflineError(
+                .server, "The server refused the upload (HTTP \(response.status)); the changes stay queued.")
+        }
+        do {
+            return Dictionary(
+                try JSONBatch.decodeResponses(response.body).map { ($0.id, $0) },
+                uniquingKeysWith: { first, _ in first })
+        } catch {
+            throw OfflineError(.server, "The server's batch response cannot be read; the changes stay queued.")
+        }
+    }
+
+    /// A change the server applied: it leaves the queue, the local row takes the server's ETag and values,
+    /// and later changes to the same entity build on that ETag.
+    func applied(_ entry: QueueEntry, response: BatchResponse) throws(OfflineError) {
+        let etag = response.header("ETag") ?? response.body?["@odata.etag"]?.stringValue
+        let (set, type, key) = try entry.method == "POST" ? keyFromBody(entry) : parseID(entry.entityID)
+        var values: [String: PrimitiveValue] = [:]
+        if entry.method != "DELETE", let body = response.body {
+            for property in type.properties where property.isComputed {
+                if let json = body[property.name], let value = try? PrimitiveValue(json: json, for: property) {
+                    values[property.name] = value
+                }
+            }
+        }
+        var update: SQLQuery?
+        if entry.method != "DELETE" {
+            do {
+                update = try translator.update(
+                    set.name, key: key, values: values,
+                    systemValues: [(Self.etagColumn, etag.map(SQLValue.text) ?? .null)])
+            } catch {
+                throw OfflineError(
+                    .storage, "Cannot record the server's answer for \(entry.entityID): \(error.message)")
+            }
+        }
+        try write { db in
+            try db.execute(sql: #"DELETE FROM "$queue" WHERE seq = ?"#, arguments: [entry.sequence])
+            // The entity may be gone locally (deleted after this change was queued).
+            if let update { try db.execute(sql: update.sql, arguments: update.statementArguments) }
+            if let etag {
+                try db.execute(
+                    sql: #"UPDATE "$queue" SET ifMatch = ? WHERE entityID = ? AND (ifMatch IS NULL OR ifMatch = ?)"#,
+                    arguments: [etag, entry.entityID, entry.ifMatch])
+            }
+        }
+    }
+
+    func keyFromBody(_ entry: QueueEntry) throws(OfflineError) -> (EntitySet, EntityType, [KeyValue]) {
+        try parseID(entry.entityID)
+    }
+
+    func archive(_ entry: QueueEntry, response: BatchResponse, serverVersion: JSONValue?) throws(OfflineError)
+        -> ArchiveEntry
+    {
+        let error = response.body?["error"]
+        let code = error?["code"]?.stringValue ?? "HTTP\(response.status)"
+        let message = error?["message"]?.stringValue ?? "The server refused the change (HTTP \(response.status))."
+        try write { db in
+            try db.execute(sql: #"DELETE FROM "$queue" WHERE seq = ?"#, arguments: [entry.sequence])
+            try db.execute(
+                sql: """
+                    INSERT INTO "$archive" (seq, requestID, author, device, createdAt, method, url, body, ifMatch,
+                        signature, entityID, status, code, message, serverVersion)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    entry.sequence, entry.requestID, entry.author, entry.device, entry.createdAt, entry.method,
+                    entry.url, Data(entry.body), entry.ifMatch, entry.signature, entry.entityID, response.status, code,
+                    message, serverVersion?.serialized,
+                ])
+        }
+        return ArchiveEntry(
+            entry: entry, status: response.status, code: code, message: message, serverVersion: serverVersion)
+    }
+
+    func fetchServerVersion(_ id: String, session: AuthorizedSession) async throws -> JSONValue? {
+        guard let url = URL(string: session.configuration.odataServiceRoot + id) else { return nil }
+        let response = try await session.send(ClientRequest(url: url, headers: [("Accept", "application/json")]))
+        guard response.status == 200 else { return nil }
+        return try JSONValue(parsing: response.body)
+    }
+
+    static func offlineError(_ error: BatonClientError, doing action: String) -> OfflineError {
+        if error.code == .unreachable {
+            return OfflineError(
+                .offline, "Cannot \(action): the server cannot be reached; the work stays on this device.")
+        }
+        return OfflineError(.server, "Cannot \(action): \(error.message)")
+    }
+
+    /// IMF-fixdate (RFC 9110), as `Repeatability-First-Sent` wants.
+    static func imfFixdate(_ date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        return formatter.string(from: date)
+    }
+}

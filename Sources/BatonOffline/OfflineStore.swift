@@ -1,0 +1,248 @@
+import BatonOData
+import BatonSQL
+import Crypto
+import Foundation
+import GRDB
+
+/// What a device downloads: an entity set with an optional filter, relative to the service root (SAP:
+/// OfflineODataDefiningQuery), e.g. `PreflightChecks?$filter=Status eq 'final'`.
+public struct DefiningQuery: Sendable, Hashable, Codable {
+    public var name: String
+    public var url: String
+
+    public init(name: String, url: String) {
+        self.name = name
+        self.url = url
+    }
+}
+
+/// The user the store is open for: their name on the server and their signing key on this device.
+public struct OfflineUser: Sendable {
+    public var name: String
+    public var signingKey: P256.Signing.PrivateKey
+
+    public init(name: String, signingKey: P256.Signing.PrivateKey) {
+        self.name = name
+        self.signingKey = signingKey
+    }
+}
+
+/// An entity as the store has it.
+public struct LocalEntity: Sendable, Hashable {
+    /// Its canonical URL relative to the service root, e.g. `PreflightChecks(…)`.
+    public var id: String
+    public var values: [String: PrimitiveValue]
+    /// The server's ETag of the version downloaded or last uploaded.
+    public var etag: String?
+    /// Changed on this device and not on the server yet.
+    public var pending: Bool
+}
+
+/// One queued change: everything needed to upload it later, by whoever is signed in then.
+public struct QueueEntry: Sendable, Hashable {
+    public var sequence: Int64
+    /// Reused as `Repeatability-Request-ID`, so a retried upload applies once.
+    public var requestID: String
+    public var author: String
+    public var device: String
+    /// `Baton-Created-At`.
+    public var createdAt: String
+    public var method: String
+    /// Relative to the service root.
+    public var url: String
+    public var body: [UInt8]
+    public var ifMatch: String?
+    /// The author's signature over the canonical form (base64url), made when the change was recorded.
+    public var signature: String
+    /// The entity the change is about (canonical URL).
+    public var entityID: String
+}
+
+/// A change the server refused, kept with the server's reason (and, for a conflict, its current version)
+/// until the app resolves it.
+public struct ArchiveEntry: Sendable, Hashable {
+    public var entry: QueueEntry
+    public var status: Int
+    public var code: String
+    public var message: String
+    /// The server's current version of the entity, for conflicts.
+    public var serverVersion: JSONValue?
+}
+
+/// The device's offline OData store: one per device, shared by its users (SAP: SAPOfflineOData with
+/// currentUser). Local reads and writes go through the same OData model and the server's own SQL translation;
+/// each local change and its queue entry are written in one transaction; ``upload(using:allowOnBehalf:)``
+/// and ``download(using:)`` sync with baton-server.
+public actor OfflineStore {
+    public nonisolated let model: ServiceModel
+    public nonisolated let deviceID: String
+    public nonisolated let definingQueries: [DefiningQuery]
+    public nonisolated let url: URL
+    let database: DatabaseQueue
+    let now: @Sendable () -> Date
+    var user: OfflineUser?
+    var translator: SQLTranslator { SQLTranslator(model: model, dialect: .sqlite) }
+
+    static let etagColumn = "$etag"
+
+    /// Opens (creating on first use) the store file at `url`.
+    ///
+    /// - Throws: ``OfflineError`` `Storage` when the file cannot be opened or migrated; `BadRequest` for a
+    ///   defining query that is not an entity set of the model.
+    public init(
+        url: URL, model: ServiceModel, deviceID: String, definingQueries: [DefiningQuery],
+        now: @escaping @Sendable () -> Date = { Date() }
+    ) throws(OfflineError) {
+        self.url = url
+        self.model = model
+        self.deviceID = deviceID
+        self.definingQueries = definingQueries
+        self.now = now
+        for query in definingQueries {
+            let parsed: ODataURL
+            do { parsed = try ODataURL(parsing: query.url, model: model) } catch {
+                throw OfflineError(.badRequest, "Defining query '\(query.name)': \(error.description)")
+            }
+            guard case .resource(let segments) = parsed.path, segments.count == 1 else {
+                throw OfflineError(.badRequest, "Defining query '\(query.name)' must name an entity set.")
+            }
+        }
+        do {
+            var configuration = Configuration()
+            configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA temp_store = MEMORY") }
+            database = try DatabaseQueue(path: url.path, configuration: configuration)
+            try database.write { db in try Self.migrate(db, model: model) }
+        } catch {
+            throw OfflineError(.storage, "Cannot open the offline store at \(url.lastPathComponent): \(error)")
+        }
+    }
+
+    static func migrate(_ db: Database, model: ServiceModel) throws {
+        let schema = SQLSchema(model: model, dialect: .sqlite, systemColumns: [(etagColumn, "TEXT")])
+        for statement in schema.createStatements() { try db.execute(sql: statement) }
+        try db.execute(
+            sql: """
+                CREATE TABLE IF NOT EXISTS "$queue" (
+                    seq INTEGER PRIMARY KEY AUTOINCREMENT, requestID TEXT NOT NULL UNIQUE, author TEXT NOT NULL,
+                    device TEXT NOT NULL, createdAt TEXT NOT NULL, method TEXT NOT NULL, url TEXT NOT NULL,
+                    body BLOB NOT NULL, ifMatch TEXT, signature TEXT NOT NULL, entityID TEXT NOT NULL,
+                    firstSentAt TEXT);
+                CREATE INDEX IF NOT EXISTS "$queueEntity" ON "$queue" (entityID, seq);
+                CREATE TABLE IF NOT EXISTS "$archive" (
+                    seq INTEGER PRIMARY KEY, requestID TEXT NOT NULL, author TEXT NOT NULL, device TEXT NOT NULL,
+                    createdAt TEXT NOT NULL, method TEXT NOT NULL, url TEXT NOT NULL, body BLOB NOT NULL,
+                    ifMatch TEXT, signature TEXT NOT NULL, entityID TEXT NOT NULL, status INTEGER NOT NULL,
+                    code TEXT NOT NULL, message TEXT NOT NULL, serverVersion TEXT);
+                CREATE TABLE IF NOT EXISTS "$deltaLinks" (query TEXT PRIMARY KEY NOT NULL, link TEXT NOT NULL);
+                """)
+    }
+
+    // MARK: Users
+
+    /// Opens the store for `user`: their changes are recorded and signed as theirs.
+    public func open(as user: OfflineUser) { self.user = user }
+
+    /// Closes the store for the current user (on lock or user switch).
+    public func close() { user = nil }
+
+    /// The user the store is open for.
+    public var currentUser: String? { user?.name }
+
+    func requireUser() throws(OfflineError) -> OfflineUser {
+        guard let user else { throw OfflineError(.notOpen, "The offline store is not open for a user; sign in first.") }
+        return user
+    }
+
+    // MARK: Local reads
+
+    /// Entities for a URL relative to the service root: an entity set or one entity, with `$filter`,
+    /// `$select`, `$orderby`, `$top`, `$skip` executed locally (your own unsynced changes included).
+    public func read(_ url: String) throws(OfflineError) -> [LocalEntity] {
+        let (set, type, options) = try parseRead(url)
+        let query: SQLQuery
+        do {
+            query = try translator.select(from: set.name, options: options, extraColumns: [Self.etagColumn])
+        } catch {
+            throw OfflineError(.badRequest, error.message)
+        }
+        do {
+            return try database.read { db in
+                let rows = try Row.fetchAll(db, sql: query.sql, arguments: query.statementArguments)
+                let pending = Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$queue""#))
+                return try rows.map { row in
+                    var values: [String: PrimitiveValue] = [:]
+                    for property in type.properties where row.hasColumn(property.name) {
+                        let stored: DatabaseValue = row[property.name]
+                        values[property.name] = try SQLDialect.sqlite.decode(
+                            SQLValue(stored), as: property.type, column: property.name)
+                    }
+                    let id = try Self.entityID(set: set.name, type: type, values: values)
+                    return LocalEntity(
+                        id: id, values: values, etag: row[Self.etagColumn], pending: pending.contains(id))
+                }
+            }
+        } catch let error as OfflineError {
+            throw error
+        } catch {
+            throw OfflineError(.storage, "Cannot read the offline store: \(error)")
+        }
+    }
+
+    /// How many entities a URL selects (its `$top`/`$skip` ignored).
+    public func count(_ url: String) throws(OfflineError) -> Int {
+        var (set, _, options) = try parseRead(url)
+        options.top = nil
+        options.skip = nil
+        do {
+            let query = try translator.count(from: set.name, options: options)
+            return try database.read { db in
+                try Int.fetchOne(db, sql: query.sql, arguments: query.statementArguments) ?? 0
+            }
+        } catch let error as BatonSQLError {
+            throw OfflineError(.badRequest, error.message)
+        } catch {
+            throw OfflineError(.storage, "Cannot read the offline store: \(error)")
+        }
+    }
+
+    func parseRead(_ url: String) throws(OfflineError) -> (EntitySet, EntityType, QueryOptions) {
+        let parsed: ODataURL
+        do { parsed = try ODataURL(parsing: url, model: model) } catch {
+            throw OfflineError(.badRequest, error.description)
+        }
+        guard case .resource(let segments) = parsed.path, case .entitySet(let name)? = segments.first,
+            let set = model.entitySet(named: name), let type = model.entityType(of: set), segments.count <= 2
+        else { throw OfflineError(.badRequest, "The offline store reads entity sets and single entities.") }
+        var options = parsed.query
+        if segments.count == 2 {
+            guard case .key(let key) = segments[1] else {
+                throw OfflineError(.badRequest, "The offline store reads entity sets and single entities.")
+            }
+            let conditions: [ODataExpression] = key.compactMap { value in
+                type.property(named: value.name).map {
+                    .comparison(
+                        .eq, .property(PropertyPath(property: value.name, type: $0.type, isNullable: false)),
+                        .literal(value.value))
+                }
+            }
+            options.filter = (conditions + (options.filter.map { [$0] } ?? [])).reduce(nil) { result, next in
+                result.map { .logical(.and, $0, next) } ?? next
+            }
+        }
+        return (set, type, options)
+    }
+
+    /// The canonical URL of an entity from its key values.
+    static func entityID(set: String, type: EntityType, values: [String: PrimitiveValue]) throws(OfflineError)
+        -> String
+    {
+        var keys: [String] = []
+        for name in type.key {
+            guard let value = values[name], value != .null else {
+                throw OfflineError(.badRequest, "The entity has no value for its key property '\(name)'.")
+            }
+            keys.append(type.key.count == 1 ? value.urlLiteral : "\(name)=\(value.urlLiteral)")
+        }
+        return "\(set)(\(keys.joined(separator: ",")))"
+    }
+}

@@ -1,0 +1,281 @@
+import BatonClient
+import BatonFlows
+import BatonOData
+import BatonOffline
+import BatonSecureStore
+import BatonTesting
+import Foundation
+import Testing
+
+/// The shift handover of DESIGN.md, end to end on real components: a live server on loopback, real
+/// secure stores, the network cut by stopping the server.
+@Suite struct HandoverTests {
+    static let alicePassword = "blue-harbour-1234"
+    static let bobPassword = "green-meadow-5678"
+
+    struct Device {
+        let directory: URL
+        let presenter: ScriptedPresenter
+        let manager: OnboardingSessionManager
+        let store: OfflineStore
+        let transport: FaultyTransport
+
+        func open(_ session: OnboardingSession) async throws {
+            await store.close()
+            await store.open(
+                as: OfflineUser(name: session.user.serverUserID ?? "", signingKey: try session.signingKey()))
+        }
+    }
+
+    func makeDevice(_ server: LiveServer) async throws -> Device {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-handover-\(UUID())")
+        var configuration = FlowsConfiguration(mode: .multiUser)
+        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
+        let presenter = ScriptedPresenter([
+            .credentials("alice", Self.alicePassword), .newPasscode("alice-pass-1", confirmation: "alice-pass-1"),
+            .credentials("bob", Self.bobPassword), .newPasscode("bob-pass-12", confirmation: "bob-pass-12"),
+        ])
+        let transport = FaultyTransport(AsyncHTTPClientTransport())
+        let manager = try OnboardingSessionManager(
+            serverURL: server.url, directory: directory, configuration: configuration, presenter: presenter,
+            transport: transport)
+        let store = try OfflineStore(
+            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
+            deviceID: manager.deviceID,
+            definingQueries: [
+                DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "checks", url: "PreflightChecks"),
+            ])
+        return Device(directory: directory, presenter: presenter, manager: manager, store: store, transport: transport)
+    }
+
+    /// Starts a server with alice and bob and a few aircraft.
+    func withServer(settings: [String: String] = [:], _ body: (LiveServer) async throws -> LiveServer) async throws {
+        let server = try await LiveServer.start(settings: settings)
+        try await server.addUser("alice", displayName: "Alice", password: Self.alicePassword)
+        try await server.addUser("bob", displayName: "Bob", password: Self.bobPassword)
+        _ = try await server.server.seed(aircraft: 4, checks: 6)
+        var last = server
+        do {
+            last = try await body(server)
+        } catch {
+            await last.shutDown()
+            throw error
+        }
+        await last.shutDown()
+    }
+
+    func check(_ tail: String, fuel: String) -> [String: PrimitiveValue] {
+        [
+            "ID": .guid(UUID()), "TailNumber": .string(tail), "FuelKg": .decimal(Decimal(string: fuel) ?? 0),
+            "TyrePressureMainPsi": .decimal(200), "TyrePressureNosePsi": .decimal(60), "OilQuarts": .decimal(15),
+            "Status": .string("final"),
+        ]
+    }
+
+    /// Reads an entity from the server as an admin would.
+    func serverEntity(_ server: LiveServer, _ id: String, session: OnboardingSession) async throws -> [String: Any] {
+        let response = try await session.authorized.send(
+            ClientRequest(url: try #require(URL(string: server.url.absoluteString + "/odata/" + id))))
+        #expect(response.status == 200, "\(id): HTTP \(response.status)")
+        return try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: Any] ?? [:]
+    }
+
+    @Test func aliceOfflineThenBobUploadsOnHerBehalf() async throws {
+        try await withServer { server in
+            let device = try await makeDevice(server)
+            let alice = try await device.manager.open()
+            let bob = try await device.manager.addUser()
+            await device.presenter.append([.pick("Alice"), .passcode("alice-pass-1")])
+            let aliceAgain = try await device.manager.switchUser()
+            #expect(aliceAgain.user.onboardingID == alice.user.onboardingID)
+            try await device.open(aliceAgain)
+            let downloaded = try await device.store.download(using: aliceAgain.authorized)
+            #expect(downloaded.updated == 4 + 6)
+            let tail = try #require(try await device.store.read("Aircraft").first?.values["TailNumber"]?.text)
+
+            // The network goes away; alice records a check and locks at shift end.
+            await server.stop()
+            let aliceCheck = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5200"))
+            let local = try #require(try await device.store.read(aliceCheck).first)
+            #expect(local.pending)
+            #expect(local.values["CheckedBy"] == .string("alice"))
+            #expect(try await device.store.pendingCounts() == ["alice": 1])
+            await device.manager.lock()
+            await device.store.close()
+
+            // Bob signs in with no network and sees alice's check; he records his own.
+            await device.presenter.append([.pick("Bob"), .passcode("bob-pass-12")])
+            let bobSession = try await device.manager.switchUser()
+            #expect(bobSession.user.onboardingID == bob.user.onboardingID)
+            try await device.open(bobSession)
+            #expect(try await device.store.read(aliceCheck).first?.values["FuelKg"] == .decimal(5200))
+            let bobCheck = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "6100.5"))
+            let offline = await #expect(throws: OfflineError.self) {
+                try await device.store.upload(using: bobSession.authorized, allowOnBehalf: true)
+            }
+            #expect(offline?.code == .offline)
+            #expect(try await device.store.pendingCounts() == ["alice": 1, "bob": 1])
+
+            // The network comes back: bob syncs, alice's change goes up on her behalf.
+            let back = try await server.restarted()
+            let report = try await device.store.upload(
+                using: bobSession.authorized,
+                allowOnBehalf: bobSession.settings.sharedDevices.uploadPendingChangesOfPreviousUser)
+            #expect(report.isComplete)
+            #expect(report.uploadedByAuthor == ["alice": 1, "bob": 1])
+            #expect(try await device.store.pendingEntries().isEmpty)
+            let onServer = try await serverEntity(back, aliceCheck, session: bobSession)
+            #expect(onServer["CheckedBy"] as? String == "alice")
+            #expect(onServer["UploadedBy"] as? String == "bob")
+            #expect((onServer["FuelKg"] as? NSNumber)?.doubleValue == 5200)
+            let bobsOnServer = try await serverEntity(back, bobCheck, session: bobSession)
+            #expect(bobsOnServer["CheckedBy"] as? String == "bob")
+            // The device now has the server's values and ETags.
+            let synced = try #require(try await device.store.read(aliceCheck).first)
+            #expect(!synced.pending)
+            #expect(synced.values["UploadedBy"] == .string("bob"))
+            #expect(synced.etag != nil)
+            return back
+        }
+    }
+
+    @Test func withoutOnBehalfUploadAlicesChangeWaitsForHer() async throws {
+        try await withServer(settings: ["shared-devices.upload-pending-changes-of-previous-user": "false"]) { server in
+            let device = try await makeDevice(server)
+            let alice = try await device.manager.open()
+            try await device.open(alice)
+            _ = try await device.store.download(using: alice.authorized)
+            let tail = try #require(try await device.store.read("Aircraft").first?.values["TailNumber"]?.text)
+            let aliceCheck = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5200"))
+
+            let bob = try await device.manager.addUser()
+            try await device.open(bob)
+            #expect(bob.settings.sharedDevices.uploadPendingChangesOfPreviousUser == false)
+            let bobCheck = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "4100"))
+            let report = try await device.store.upload(
+                using: bob.authorized, allowOnBehalf: bob.settings.sharedDevices.uploadPendingChangesOfPreviousUser)
+            #expect(report.uploadedByAuthor == ["bob": 1])
+            #expect(report.waiting.map(\.entityID) == [aliceCheck])
+            #expect(!report.isComplete)
+            #expect(try await serverEntity(server, bobCheck, session: bob)["CheckedBy"] as? String == "bob")
+
+            // Alice signs in later: her change goes up as hers.
+            await device.presenter.append([.pick("Alice"), .passcode("alice-pass-1")])
+            let aliceLater = try await device.manager.switchUser()
+            try await device.open(aliceLater)
+            let later = try await device.store.upload(using: aliceLater.authorized, allowOnBehalf: false)
+            #expect(later.uploadedByAuthor == ["alice": 1])
+            #expect(later.isComplete)
+            let onServer = try await serverEntity(server, aliceCheck, session: aliceLater)
+            #expect(onServer["UploadedBy"] as? String == "alice")
+            return server
+        }
+    }
+
+    @Test func aLostAnswerIsRetriedAndAppliesExactlyOnce() async throws {
+        try await withServer { server in
+            let device = try await makeDevice(server)
+            let alice = try await device.manager.open()
+            try await device.open(alice)
+            _ = try await device.store.download(using: alice.authorized)
+            let tail = try #require(try await device.store.read("Aircraft").first?.values["TailNumber"]?.text)
+            let created = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5000"))
+            try await device.store.update(created, values: ["FuelKg": .decimal(5100)])
+            // The server applies the batch, but the answer is lost.
+            device.transport.loseNextResponses(matching: "$batch")
+            await #expect(throws: OfflineError.self) {
+                try await device.store.upload(using: alice.authorized, allowOnBehalf: true)
+            }
+            #expect(try await device.store.pendingEntries().count == 2)
+            let report = try await device.store.upload(using: alice.authorized, allowOnBehalf: true)
+            #expect(report.uploaded.count == 2)
+            #expect(report.isComplete)
+            // One entity, with the update applied once on top of the create.
+            let count = try await alice.authorized.send(
+                ClientRequest(
+                    url: try #require(
+                        URL(
+                            string: server.url.absoluteString
+                                + "/odata/PreflightChecks/$count?$filter=FuelKg%20eq%205100")
+                    )))
+            #expect(String(decoding: count.body, as: UTF8.self) == "1")
+            let onServer = try await serverEntity(server, created, session: alice)
+            #expect((onServer["FuelKg"] as? NSNumber)?.doubleValue == 5100)
+            return server
+        }
+    }
+
+    @Test func aConflictGoesToTheArchiveAndOthersGoOn() async throws {
+        try await withServer { server in
+            let device = try await makeDevice(server)
+            let alice = try await device.manager.open()
+            try await device.open(alice)
+            _ = try await device.store.download(using: alice.authorized)
+            let checks = try await device.store.read("PreflightChecks?$orderby=ID")
+            let contested = checks[0].id
+            let other = checks[1].id
+            // Someone changes the check on the server after the download.
+            let patch = try await alice.authorized.send(
+                ClientRequest(
+                    method: "PATCH", url: try #require(URL(string: server.url.absoluteString + "/odata/" + contested)),
+                    headers: [("Content-Type", "application/json"), ("If-Match", "*")],
+                    body: Array(#"{"Remarks":"changed on the server"}"#.utf8)))
+            #expect(patch.status == 200 || patch.status == 204)
+            try await device.store.update(contested, values: ["Remarks": .string("changed on the device")])
+            try await device.store.update(contested, values: ["OilQuarts": .decimal(12)])
+            try await device.store.update(other, values: ["Remarks": .string("fine")])
+
+            let report = try await device.store.upload(using: alice.authorized, allowOnBehalf: true)
+            #expect(report.uploaded.map(\.entityID) == [other])
+            #expect(report.archived.map(\.entry.entityID) == [contested])
+            #expect(report.archived.first?.status == 412)
+            #expect(report.waiting.map(\.entityID) == [contested])
+            #expect(!report.isComplete)
+            let archived = try #require(try await device.store.archivedEntries().first)
+            #expect(archived.serverVersion?["Remarks"]?.stringValue == "changed on the server")
+            #expect(try await device.store.pendingEntries().count == 1)
+            return server
+        }
+    }
+
+    @Test func badValuesAreRefusedAndNothingIsWritten() async throws {
+        try await withServer { server in
+            let device = try await makeDevice(server)
+            let alice = try await device.manager.open()
+            await #expect(throws: OfflineError.self) {
+                try await device.store.create(in: "PreflightChecks", values: check("D-XXXX", fuel: "1"))
+            }
+            try await device.open(alice)
+            var bad = check("D-ABCD", fuel: "1")
+            bad["CheckedBy"] = .string("mallory")
+            let computed = await #expect(throws: OfflineError.self) {
+                try await device.store.create(in: "PreflightChecks", values: bad)
+            }
+            #expect(computed?.message.contains("CheckedBy") == true)
+            bad = check("D-ABCD", fuel: "1")
+            bad["Nonsense"] = .string("x")
+            await #expect(throws: OfflineError.self) {
+                try await device.store.create(in: "PreflightChecks", values: bad)
+            }
+            bad = check("D-ABCD", fuel: "1")
+            bad["TailNumber"] = .null
+            await #expect(throws: OfflineError.self) {
+                try await device.store.create(in: "PreflightChecks", values: bad)
+            }
+            await #expect(throws: OfflineError.self) {
+                try await device.store.read("PreflightChecks?$filter=Nope eq 1")
+            }
+            #expect(try await device.store.count("PreflightChecks") == 0)
+            #expect(try await device.store.pendingEntries().isEmpty)
+            return server
+        }
+    }
+}
+
+extension PrimitiveValue {
+    /// The string of a string value.
+    var text: String? {
+        if case .string(let text) = self { return text }
+        return nil
+    }
+}
