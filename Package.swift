@@ -80,6 +80,7 @@ let package = Package(
             name: "BatonFlows",
             dependencies: [
                 "BatonClient",
+                "BatonOffline",
                 "BatonSecureStore",
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

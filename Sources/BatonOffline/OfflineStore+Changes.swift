@@ -102,9 +102,11 @@ extension OfflineStore {
         }
     }
 
+    /// Queues a change signed by `user`; `sequence` puts it at a given place in the queue (a resolved archive
+    /// entry takes its old place), otherwise at the end.
     func enqueue(
         method: String, url: String, body: [UInt8], ifMatch: String?, entityID: String, user: OfflineUser,
-        in db: Database
+        sequence: Int64? = nil, in db: Database
     ) throws {
         let requestID = UUID().uuidString.lowercased()
         let createdAt = ODataDateTimeOffset(now()).description
@@ -115,11 +117,13 @@ extension OfflineStore {
         let signature = try user.signingKey.signature(for: Data(message)).rawRepresentation.base64URLEncoded
         try db.execute(
             sql: """
-                INSERT INTO "$queue" (requestID, author, device, createdAt, method, url, body, ifMatch, signature, entityID)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO "$queue" (seq, requestID, author, device, createdAt, method, url, body, ifMatch, signature,
+                    entityID)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
-                requestID, user.name, deviceID, createdAt, method, url, Data(body), ifMatch, signature, entityID,
+                sequence, requestID, user.name, deviceID, createdAt, method, url, Data(body), ifMatch, signature,
+                entityID,
             ])
     }
 

@@ -72,6 +72,8 @@ extension OfflineStore {
                     items, set: set, type: type, serviceRoot: session.configuration.odataServiceRoot,
                     report: &report, deltaLink: deltaLink.map { (query.name, $0) })
                 report.pages += 1
+                self.report(
+                    .download(query: query.name, entities: report.updated + report.removed, pages: report.pages))
                 if let nextLink = page["@odata.nextLink"]?.stringValue {
                     next = nextLink
                     continue

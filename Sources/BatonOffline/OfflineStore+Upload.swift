@@ -42,6 +42,8 @@ extension OfflineStore {
         let user = try requireUser()
         var report = UploadReport()
         var waitingIDs = Set<Int64>()
+        let total = try pendingEntries().count
+        self.report(.upload(done: 0, total: total))
         while true {
             let archivedEntities = Set(try archivedEntries().map(\.entry.entityID))
             var chosen: [QueueEntry] = []
@@ -80,6 +82,7 @@ extension OfflineStore {
                     report.archived.append(try archive(entry, response: response, serverVersion: serverVersion))
                 }
             }
+            self.report(.upload(done: report.uploaded.count + report.archived.count, total: total))
             if retryLater { break }
         }
         // Entries that became uploadable later in this run are not waiting.

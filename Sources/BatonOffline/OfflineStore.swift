@@ -81,6 +81,7 @@ public actor OfflineStore {
     let database: DatabaseQueue
     let now: @Sendable () -> Date
     var user: OfflineUser?
+    var progressObservers: [UUID: AsyncStream<SyncProgress>.Continuation] = [:]
     var translator: SQLTranslator { SQLTranslator(model: model, dialect: .sqlite) }
 
     static let etagColumn = "$etag"

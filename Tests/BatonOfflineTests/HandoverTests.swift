@@ -89,8 +89,12 @@ import Testing
             let aliceAgain = try await device.manager.switchUser()
             #expect(aliceAgain.user.onboardingID == alice.user.onboardingID)
             try await device.open(aliceAgain)
+            let progress = await device.store.progress()
             let downloaded = try await device.store.download(using: aliceAgain.authorized)
             #expect(downloaded.updated == 4 + 6)
+            var events = progress.makeAsyncIterator()
+            #expect(await events.next() == .download(query: "aircraft", entities: 4, pages: 1))
+            #expect(await events.next() == .download(query: "checks", entities: 10, pages: 2))
             let tail = try #require(try await device.store.read("Aircraft").first?.values["TailNumber"]?.text)
 
             // The network goes away; alice records a check and locks at shift end.
@@ -238,6 +242,54 @@ import Testing
         }
     }
 
+    @Test func eachArchiveResolution() async throws {
+        try await withServer { server in
+            let device = try await makeDevice(server)
+            let alice = try await device.manager.open()
+            try await device.open(alice)
+            _ = try await device.store.download(using: alice.authorized)
+            let ids = try await device.store.read("PreflightChecks?$orderby=ID&$top=3").map(\.id)
+            #expect(ids.count == 3)
+            for id in ids {
+                let patch = try await alice.authorized.send(
+                    ClientRequest(
+                        method: "PATCH", url: try #require(URL(string: server.url.absoluteString + "/odata/" + id)),
+                        headers: [("Content-Type", "application/json"), ("If-Match", "*")],
+                        body: Array(#"{"Remarks":"server"}"#.utf8)))
+                #expect(patch.status == 200 || patch.status == 204)
+                try await device.store.update(id, values: ["Remarks": .string("device")])
+                try await device.store.update(id, values: ["OilQuarts": .decimal(12)])
+            }
+            let first = try await device.store.upload(using: alice.authorized, allowOnBehalf: true)
+            #expect(first.archived.count == 3)
+            #expect(first.waiting.count == 3)
+            var archive = try await device.store.archivedEntries()
+
+            // Resend: the device's change wins, and the change queued behind it follows.
+            try await device.store.resend(try #require(archive.first { $0.entry.entityID == ids[0] }))
+            #expect(try await device.store.archivedEntries().count == 2)
+            // Take the server's version: the local entity becomes the server's; the later change still goes.
+            try await device.store.takeServerVersion(try #require(archive.first { $0.entry.entityID == ids[1] }))
+            #expect(try await device.store.read(ids[1]).first?.values["Remarks"] == .string("server"))
+            // Edit: a new value over the server's version.
+            archive = try await device.store.archivedEntries()
+            #expect(archive.map(\.entry.entityID) == [ids[2]])
+            try await device.store.edit(try #require(archive.first), values: ["Remarks": .string("merged")])
+
+            let second = try await device.store.upload(using: alice.authorized, allowOnBehalf: true)
+            #expect(second.isComplete, "\(second.archived.map(\.message))")
+            #expect(second.uploaded.count == 5)
+            let remarks = try await [ids[0], ids[1], ids[2]].asyncMap { id in
+                try await serverEntity(server, id, session: alice)["Remarks"] as? String
+            }
+            #expect(remarks == ["device", "server", "merged"])
+            for id in ids {
+                #expect((try await serverEntity(server, id, session: alice)["OilQuarts"] as? NSNumber)?.intValue == 12)
+            }
+            return server
+        }
+    }
+
     @Test func badValuesAreRefusedAndNothingIsWritten() async throws {
         try await withServer { server in
             let device = try await makeDevice(server)
@@ -277,5 +329,13 @@ extension PrimitiveValue {
     var text: String? {
         if case .string(let text) = self { return text }
         return nil
+    }
+}
+
+extension Array {
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var result: [T] = []
+        for element in self { result.append(try await transform(element)) }
+        return result
     }
 }

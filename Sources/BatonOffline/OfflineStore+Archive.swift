@@ -1,0 +1,99 @@
+import BatonOData
+import BatonSQL
+import Foundation
+import GRDB
+
+extension OfflineStore {
+    /// Resolves an archived change by sending it again over the server's current version (its ETag): the
+    /// author's change wins. Only its author may do this (the change is signed again, with a new request id).
+    ///
+    /// - Throws: ``OfflineError`` `NotFound` for an unknown entry, `BadRequest` when the current user is not
+    ///   the author.
+    public func resend(_ archived: ArchiveEntry) throws(OfflineError) {
+        let user = try requireUser()
+        let entry = try archivedEntry(archived.entry.requestID)
+        guard entry.entry.author == user.name else {
+            throw OfflineError(
+                .badRequest,
+                "Only \(entry.entry.author) can send their change again; the others can take the server's version.")
+        }
+        let base = entry.serverVersion?["@odata.etag"]?.stringValue
+        try write { db in
+            try self.dropArchived(entry, rebasingOn: base, in: db)
+            try self.enqueue(
+                method: entry.entry.method, url: entry.entry.url, body: entry.entry.body,
+                ifMatch: entry.entry.method == "POST" ? nil : base, entityID: entry.entry.entityID, user: user,
+                sequence: entry.entry.sequence, in: db)
+        }
+    }
+
+    /// Resolves an archived change by taking the server's version: the change is dropped and the entity on
+    /// the device becomes the server's (or goes, when the server has none).
+    public func takeServerVersion(_ archived: ArchiveEntry) throws(OfflineError) {
+        let entry = try archivedEntry(archived.entry.requestID)
+        let (set, type, key) = try parseID(entry.entry.entityID)
+        var values: [String: PrimitiveValue]?
+        if let server = entry.serverVersion {
+            var decoded: [String: PrimitiveValue] = [:]
+            for property in type.properties {
+                guard let json = server[property.name] else { continue }
+                do { decoded[property.name] = try PrimitiveValue(json: json, for: property) } catch {
+                    throw OfflineError(.server, "The archived server version cannot be read: \(error.description)")
+                }
+            }
+            values = decoded
+        }
+        let etag = entry.serverVersion?["@odata.etag"]?.stringValue
+        let translator = translator
+        try write { db in
+            try self.dropArchived(entry, rebasingOn: etag, in: db)
+            let delete = try translator.delete(from: set.name, key: key)
+            try db.execute(sql: delete.sql, arguments: delete.statementArguments)
+            if let values {
+                let insert = try translator.insert(
+                    into: set.name, values: values, systemValues: [(Self.etagColumn, etag.map(SQLValue.text) ?? .null)])
+                try db.execute(sql: insert.sql, arguments: insert.statementArguments)
+            }
+        }
+    }
+
+    /// Resolves an archived change by editing it: `values` are applied on the device and queued as a new
+    /// change over the server's current version. Only the author may do this.
+    public func edit(_ archived: ArchiveEntry, values: [String: PrimitiveValue]) throws(OfflineError) {
+        let user = try requireUser()
+        let entry = try archivedEntry(archived.entry.requestID)
+        guard entry.entry.author == user.name else {
+            throw OfflineError(.badRequest, "Only \(entry.entry.author) can edit their change.")
+        }
+        let (set, type, key) = try parseID(entry.entry.entityID)
+        let body = try body(values, type: type, mode: .merge)
+        let update: SQLQuery
+        do { update = try translator.update(set.name, key: key, values: values) } catch {
+            throw OfflineError(.badRequest, error.message)
+        }
+        let base = entry.serverVersion?["@odata.etag"]?.stringValue
+        try write { db in
+            try self.dropArchived(entry, rebasingOn: base, in: db)
+            try db.execute(sql: update.sql, arguments: update.statementArguments)
+            try self.enqueue(
+                method: "PATCH", url: entry.entry.entityID, body: body, ifMatch: base, entityID: entry.entry.entityID,
+                user: user, sequence: entry.entry.sequence, in: db)
+        }
+    }
+
+    func archivedEntry(_ requestID: String) throws(OfflineError) -> ArchiveEntry {
+        guard let entry = try archivedEntries().first(where: { $0.entry.requestID == requestID }) else {
+            throw OfflineError(.notFound, "That archived change is no longer in the archive.")
+        }
+        return entry
+    }
+
+    /// Removes one archive entry (never the others); changes queued behind it for the same entity now build
+    /// on `etag`.
+    func dropArchived(_ entry: ArchiveEntry, rebasingOn etag: String?, in db: Database) throws {
+        try db.execute(sql: #"DELETE FROM "$archive" WHERE requestID = ?"#, arguments: [entry.entry.requestID])
+        try db.execute(
+            sql: #"UPDATE "$queue" SET ifMatch = ? WHERE entityID = ? AND method != 'POST'"#,
+            arguments: [etag, entry.entry.entityID])
+    }
+}

@@ -1,0 +1,71 @@
+import Crypto
+import Foundation
+import GRDB
+
+extension OfflineStore {
+    /// Refuses when `author` still has changes on this device that are not on the server — the rule before
+    /// removing a user: upload first, or discard explicitly (``discardPendingChanges(of:backupTo:key:)``).
+    ///
+    /// - Throws: ``OfflineError`` `PendingChanges` with a message that says how many.
+    public func requireNoPendingChanges(of author: String) throws(OfflineError) {
+        let count = try pendingCounts()[author] ?? 0
+        let archived = try archivedEntries().filter { $0.entry.author == author }.count
+        guard count + archived == 0 else {
+            throw OfflineError(
+                .pendingChanges,
+                "\(author) has \(count + archived) change\(count + archived == 1 ? "" : "s") on this device that the server does not have; upload first, or confirm discarding them."
+            )
+        }
+    }
+
+    /// Discards `author`'s queued and archived changes after writing them, encrypted with `key` (AES-GCM), to
+    /// `backupTo` — so a confirmed discard can still be recovered by an administrator.
+    ///
+    /// - Returns: how many changes were discarded.
+    @discardableResult
+    public func discardPendingChanges(of author: String, backupTo url: URL, key: SymmetricKey) throws(OfflineError)
+        -> Int
+    {
+        let entries =
+            try pendingEntries().filter { $0.author == author }
+            + archivedEntries().filter { $0.entry.author == author }.map(\.entry)
+        guard !entries.isEmpty else { return 0 }
+        struct Backup: Encodable {
+            var requestID, author, device, createdAt, method, url, body, signature, entityID: String
+            var ifMatch: String?
+        }
+        let backup = entries.map {
+            Backup(
+                requestID: $0.requestID, author: $0.author, device: $0.device, createdAt: $0.createdAt,
+                method: $0.method, url: $0.url, body: Data($0.body).base64EncodedString(), signature: $0.signature,
+                entityID: $0.entityID, ifMatch: $0.ifMatch)
+        }
+        do {
+            let plain = try JSONEncoder().encode(backup)
+            let sealed = try AES.GCM.seal(plain, using: key, authenticating: Data("baton-discarded-v1".utf8))
+            guard let combined = sealed.combined else { throw OfflineError(.storage, "Cannot seal the backup.") }
+            try combined.write(to: url, options: [.atomic])
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path)
+        } catch let error as OfflineError {
+            throw error
+        } catch {
+            throw OfflineError(.storage, "Cannot write the backup of \(author)'s changes; nothing was discarded.")
+        }
+        try write { db in
+            try db.execute(sql: #"DELETE FROM "$queue" WHERE author = ?"#, arguments: [author])
+            try db.execute(sql: #"DELETE FROM "$archive" WHERE author = ?"#, arguments: [author])
+        }
+        return entries.count
+    }
+
+    /// Removes every entity, queued change, archived change and delta link (when the last user leaves the
+    /// device). The store stays usable for the next onboarding.
+    public func wipe() throws(OfflineError) {
+        let sets = model.entitySets.map(\.name)
+        try write { db in
+            for set in sets { try db.execute(sql: "DELETE FROM \"\(set)\"") }
+            try db.execute(sql: #"DELETE FROM "$queue"; DELETE FROM "$archive"; DELETE FROM "$deltaLinks""#)
+        }
+        user = nil
+    }
+}
