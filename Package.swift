@@ -150,8 +150,12 @@ let package = Package(
         .executableTarget(
             name: "baton",
             dependencies: [
+                "BatonClient",
+                "BatonFlows",
                 "BatonOData",
+                "BatonOffline",
                 "BatonSQL",
+                "BatonTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],

@@ -42,6 +42,22 @@ import Testing
         #expect(result.output.contains("All expectations met."))
         #expect(!result.output.contains("✗"))
         #expect(result.output.contains("Unknown property 'FuelKgs' on 'PreflightCheck'. Did you mean 'FuelKg'?"))
+        // The handover: alice's offline check reaches the server as hers, uploaded by bob.
+        #expect(result.output.contains("FuelKg 5200, CheckedBy alice, UploadedBy bob"))
+        #expect(result.output.contains("✓ the server cannot be reached"))
+    }
+
+    @Test func demoKeepsItsDataWhenAsked() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-keep-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let result = try Self.run(["demo", "--keep", directory.path])
+        #expect(result.status == 0, "\(result.output)\(result.error)")
+        #expect(FileManager.default.fileExists(atPath: directory.appendingPathComponent("device/offline.sqlite").path))
+        #expect(FileManager.default.fileExists(atPath: directory.appendingPathComponent("server").path))
+        // An existing directory is refused, not overwritten.
+        let again = try Self.run(["demo", "--keep", directory.path])
+        #expect(again.status != 0)
+        #expect(again.error.contains("exists already"))
     }
 
     @Test func sqlPrintsParameterisedSQL() throws {

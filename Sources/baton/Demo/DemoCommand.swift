@@ -6,18 +6,37 @@ import GRDB
 
 /// `baton demo`: plays what Baton can do today, end to end, and exits non-zero if any expectation fails.
 ///
-/// Today that is the OData protocol core: the bundled model, `$metadata`, URL and `$filter` parsing, SQL
-/// translation run on a real SQLite file in a temporary directory, agreement with the in-memory evaluator,
-/// and clear errors for bad input. The shift handover joins when the server and client exist.
+/// First the shift handover on real components (``HandoverDemo``), then the OData protocol core underneath:
+/// the bundled model, `$metadata`, URL and `$filter` parsing, SQL translation run on a real SQLite file,
+/// agreement with the in-memory evaluator, and clear errors for bad input.
 struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo", abstract: "Show Baton working, end to end, on temporary data.")
 
+    @Option(help: "Keep the demo's server and device data in this directory (it must not exist yet).")
+    var keep: String?
+
     func run() async throws {
+        let directory: URL
+        if let keep {
+            directory = URL(fileURLWithPath: keep)
+            guard !FileManager.default.fileExists(atPath: directory.path) else {
+                throw ValidationError("\(keep) exists already; name a new directory for --keep.")
+            }
+        } else {
+            directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-demo-\(UUID().uuidString)")
+        }
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { if keep == nil { try? FileManager.default.removeItem(at: directory) } }
+        var handover = HandoverDemo(directory: directory)
+        try await handover.play()
+        print("\n— and underneath: the OData protocol core —\n")
         var demo = Demo()
         try demo.play()
-        if demo.failures > 0 {
-            print("\n\(demo.failures) expectation(s) failed.")
+        let failures = handover.failures + demo.failures
+        if let keep { print("\nThe demo's data is in \(keep) (server/ and device/).") }
+        if failures > 0 {
+            print("\n\(failures) expectation(s) failed.")
             throw ExitCode(1)
         }
         print("\nAll expectations met.")
@@ -35,7 +54,7 @@ struct Demo {
     }
 
     mutating func play() throws {
-        print("Baton demo — the OData protocol core on a real SQLite database\n")
+        print("The OData protocol core on a real SQLite database\n")
         let model = try ServiceModel.aircraftChecks
         print("1. The bundled aircraft-checks model")
         for set in model.entitySets {
@@ -103,6 +122,5 @@ struct Demo {
             }
         }
         print("\nThe identity server runs on its own: swift run baton-server serve (see the README).")
-        print("Not built yet: the OData data service, the secure store, the offline store and the shift handover.")
     }
 }
