@@ -64,11 +64,19 @@ public struct OfflineStoreStep: OnboardingStep {
 
     func open(_ context: inout OnboardingContext) async throws -> AuthorizedSession {
         guard let user = context.info[.serverUser], let raw = context.info[.signingKey],
+            let storeKey = context.info[.storeKey],
             let key = try? P256.Signing.PrivateKey(rawRepresentation: raw),
             let configuration = context.info[.serverConfiguration],
             let metadata = context.info[.authorizationMetadata], let tokens = context.info[.tokens]
-        else { throw FlowsError(.stepFailed, "The offline store step needs sign-in and device registration first.") }
-        await store.open(as: OfflineUser(name: user.name, signingKey: key))
+        else {
+            throw FlowsError(
+                .stepFailed, "The offline store step needs sign-in, device registration and the store key first.")
+        }
+        do {
+            try await store.open(as: OfflineUser(name: user.name, signingKey: key), key: SymmetricKey(data: storeKey))
+        } catch {
+            throw FlowsError(.storage, error.message)
+        }
         let oauth = OAuthClient(
             metadata: metadata, clientID: configuration.clientID, transport: context.client.transport,
             now: context.configuration.now)

@@ -218,6 +218,7 @@ extension OfflineStore {
     }
 
     func write<T>(_ body: (Database) throws -> T) throws(OfflineError) -> T {
+        let database = try requireDatabase()
         do {
             return try database.write(body)
         } catch let error as OfflineError {
@@ -228,6 +229,7 @@ extension OfflineStore {
     }
 
     func read<T>(_ body: (Database) throws -> T) throws(OfflineError) -> T {
+        let database = try requireDatabase()
         do {
             return try database.read(body)
         } catch let error as OfflineError {

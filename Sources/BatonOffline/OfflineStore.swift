@@ -3,6 +3,7 @@ import BatonSQL
 import Crypto
 import Foundation
 import GRDB
+import GRDBSQLite
 
 /// What a device downloads: an entity set with an optional filter, relative to the service root (SAP:
 /// OfflineODataDefiningQuery), e.g. `PreflightChecks?$filter=Status eq 'final'`.
@@ -78,7 +79,7 @@ public actor OfflineStore {
     public nonisolated let deviceID: String
     public nonisolated let definingQueries: [DefiningQuery]
     public nonisolated let url: URL
-    let database: DatabaseQueue
+    var database: DatabaseQueue?
     let now: @Sendable () -> Date
     var user: OfflineUser?
     var progressObservers: [UUID: AsyncStream<SyncProgress>.Continuation] = [:]
@@ -86,10 +87,9 @@ public actor OfflineStore {
 
     static let etagColumn = "$etag"
 
-    /// Opens (creating on first use) the store file at `url`.
+    /// The store whose encrypted file is at `url`; ``open(as:key:)`` opens it for a user.
     ///
-    /// - Throws: ``OfflineError`` `Storage` when the file cannot be opened or migrated; `BadRequest` for a
-    ///   defining query that is not an entity set of the model.
+    /// - Throws: ``OfflineError`` `BadRequest` for a defining query that is not an entity set of the model.
     public init(
         url: URL, model: ServiceModel, deviceID: String, definingQueries: [DefiningQuery],
         now: @escaping @Sendable () -> Date = { Date() }
@@ -107,14 +107,6 @@ public actor OfflineStore {
             guard case .resource(let segments) = parsed.path, segments.count == 1 else {
                 throw OfflineError(.badRequest, "Defining query '\(query.name)' must name an entity set.")
             }
-        }
-        do {
-            var configuration = Configuration()
-            configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA temp_store = MEMORY") }
-            database = try DatabaseQueue(path: url.path, configuration: configuration)
-            try database.write { db in try Self.migrate(db, model: model) }
-        } catch {
-            throw OfflineError(.storage, "Cannot open the offline store at \(url.lastPathComponent): \(error)")
         }
     }
 
@@ -140,14 +132,55 @@ public actor OfflineStore {
 
     // MARK: Users
 
-    /// Opens the store for `user`: their changes are recorded and signed as theirs.
-    public func open(as user: OfflineUser) { self.user = user }
+    /// Opens the store for `user` with the device's store key (from that user's secure store): their changes
+    /// are recorded and signed as theirs. Creates the encrypted database on first use.
+    ///
+    /// - Throws: ``OfflineError`` `Storage` when the file cannot be opened with this key or was altered.
+    public func open(as user: OfflineUser, key: SymmetricKey) throws(OfflineError) {
+        if database == nil {
+            EncryptedVFS.register(key: key, for: url.path)
+            do {
+                var configuration = Configuration()
+                configuration.journalMode = .wal
+                configuration.prepareDatabase { db in
+                    // Before the first page is written: room for each page's nonce and tag.
+                    var reserve = EncryptedVFS.reservedBytes
+                    let code = sqlite3_file_control(db.sqliteConnection, "main", SQLITE_FCNTL_RESERVE_BYTES, &reserve)
+                    guard code == SQLITE_OK else { throw OfflineError(.storage, "SQLite refused the page layout.") }
+                    try db.execute(sql: "PRAGMA temp_store = MEMORY")
+                }
+                let queue = try DatabaseQueue(path: url.path, configuration: configuration)
+                let model = model
+                try queue.write { db in try Self.migrate(db, model: model) }
+                database = queue
+            } catch {
+                EncryptedVFS.unregister(url.path)
+                throw OfflineError(
+                    .storage,
+                    "The offline store at \(url.lastPathComponent) cannot be opened: it was made with another store key, or its file was altered."
+                )
+            }
+        }
+        self.user = user
+    }
 
-    /// Closes the store for the current user (on lock or user switch).
-    public func close() { user = nil }
+    /// Closes the store (on lock, sign-out or user switch): the database is closed and its key forgotten.
+    public func close() {
+        user = nil
+        try? database?.close()
+        database = nil
+        EncryptedVFS.unregister(url.path)
+    }
 
     /// The user the store is open for.
     public var currentUser: String? { user?.name }
+
+    func requireDatabase() throws(OfflineError) -> DatabaseQueue {
+        guard let database else {
+            throw OfflineError(.notOpen, "The offline store is closed; a user must sign in to open it.")
+        }
+        return database
+    }
 
     func requireUser() throws(OfflineError) -> OfflineUser {
         guard let user else { throw OfflineError(.notOpen, "The offline store is not open for a user; sign in first.") }
@@ -166,6 +199,7 @@ public actor OfflineStore {
         } catch {
             throw OfflineError(.badRequest, error.message)
         }
+        let database = try requireDatabase()
         do {
             return try database.read { db in
                 let rows = try Row.fetchAll(db, sql: query.sql, arguments: query.statementArguments)
@@ -196,7 +230,7 @@ public actor OfflineStore {
         options.skip = nil
         do {
             let query = try translator.count(from: set.name, options: options)
-            return try database.read { db in
+            return try requireDatabase().read { db in
                 try Int.fetchOne(db, sql: query.sql, arguments: query.statementArguments) ?? 0
             }
         } catch let error as BatonSQLError {

@@ -4,6 +4,7 @@ import BatonOData
 import BatonOffline
 import BatonSecureStore
 import BatonTesting
+import Crypto
 import Foundation
 import Testing
 
@@ -22,8 +23,9 @@ import Testing
 
         func open(_ session: OnboardingSession) async throws {
             await store.close()
-            await store.open(
-                as: OfflineUser(name: session.user.serverUserID ?? "", signingKey: try session.signingKey()))
+            try await store.open(
+                as: OfflineUser(name: session.user.serverUserID ?? "", signingKey: try session.signingKey()),
+                key: SymmetricKey(data: try #require(session.storeKey)))
         }
     }
 

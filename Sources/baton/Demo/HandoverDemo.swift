@@ -105,6 +105,14 @@ struct HandoverDemo {
         let pending = try await store.pendingCounts()
         expect(pending == ["alice": 1, "bob": 1], "pending on the tablet: 1 change by alice, 1 by bob")
 
+        let marker = "Fuel sample clear"
+        var plaintext = false
+        for name in (try? FileManager.default.subpathsOfDirectory(atPath: deviceDirectory.path)) ?? [] {
+            let data = (try? Data(contentsOf: deviceDirectory.appendingPathComponent(name))) ?? Data()
+            if data.range(of: Data(marker.utf8)) != nil || data.range(of: Data(tail.utf8)) != nil { plaintext = true }
+        }
+        expect(!plaintext, "no file on the tablet holds \"\(marker)\" or \(tail) in plain text (AES-256-GCM pages)")
+
         print("\n7. The network comes back and Bob syncs")
         server = try await server.restarted()
         let report = try await store.upload(
