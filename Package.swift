@@ -110,6 +110,14 @@ let package = Package(
             dependencies: ["BatonSecureStore"],
             swiftSettings: swiftSettings
         ),
+        // Test helper: uploads an offline store's queue until killed (sync crash-safety test).
+        .executableTarget(
+            name: "baton-sync-helper",
+            dependencies: [
+                "BatonClient", "BatonOData", "BatonOffline", .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // The test kit: a live in-process baton-server, a scripted presenter, a test clock.
         .target(
             name: "BatonTesting",

@@ -24,8 +24,6 @@ public struct UploadReport: Sendable {
 }
 
 extension OfflineStore {
-    /// The largest number of changes in one `$batch`.
-    static var uploadChunk: Int { 100 }
 
     /// Uploads queued changes in JSON `$batch`es with the current user's token. Other authors' changes carry
     /// their signature (`Baton-Author`) when `allowOnBehalf`; otherwise they wait for their author, without
@@ -36,8 +34,14 @@ extension OfflineStore {
     /// - Throws: ``OfflineError`` `Offline` when the server cannot be reached (nothing is lost: what was not
     ///   confirmed stays queued), `Server` for a refused session. The report of what was done before is lost
     ///   with the error, but every confirmed change has left the queue.
-    public func upload(using session: AuthorizedSession, allowOnBehalf: Bool) async throws(OfflineError)
-        -> UploadReport
+    ///
+    /// - Parameters:
+    ///   - session: the signed-in user's connection.
+    ///   - allowOnBehalf: whether the settings let this user upload other authors' changes.
+    ///   - chunkSize: the most changes in one `$batch`.
+    /// - Returns: what happened to each change.
+    public func upload(using session: AuthorizedSession, allowOnBehalf: Bool, chunkSize: Int = 100)
+        async throws(OfflineError) -> UploadReport
     {
         let user = try requireUser()
         var report = UploadReport()
@@ -59,7 +63,7 @@ extension OfflineStore {
                 }
                 seen.insert(entry.entityID)
                 chosen.append(entry)
-                if chosen.count == Self.uploadChunk { break }
+                if chosen.count >= max(1, chunkSize) { break }
             }
             guard !chosen.isEmpty else { break }
             try markFirstSent(chosen)
