@@ -145,10 +145,16 @@ let package = Package(
         .executableTarget(
             name: "baton-bench",
             dependencies: [
+                "BatonClient",
                 "BatonFlows",
+                "BatonOData",
+                "BatonOffline",
+                "BatonSQL",
                 "BatonSecureStore",
                 "BatonServer",
                 "BatonTesting",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

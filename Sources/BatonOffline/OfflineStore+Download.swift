@@ -120,17 +120,20 @@ extension OfflineStore {
                     kept += 1
                     continue
                 }
-                let (_, _, key) = try self.parseIDSync(change.id)
-                let delete = try translator.delete(from: set.name, key: key)
-                try db.execute(sql: delete.sql, arguments: delete.statementArguments)
                 guard let values = change.values else {
+                    let (_, _, key) = try self.parseIDSync(change.id)
+                    let delete = try translator.delete(from: set.name, key: key)
+                    try db.cachedStatement(sql: delete.sql).execute(arguments: delete.statementArguments)
                     removed += db.changesCount
                     continue
                 }
+                // New or changed: replace the row (same key) with the server's version. The statement text is
+                // the same for every row of the set, so it is prepared once.
                 let insert = try translator.insert(
                     into: set.name, values: values,
                     systemValues: [(Self.etagColumn, change.etag.map(SQLValue.text) ?? .null)])
-                try db.execute(sql: insert.sql, arguments: insert.statementArguments)
+                let replace = "INSERT OR REPLACE" + insert.sql.dropFirst("INSERT".count)
+                try db.cachedStatement(sql: replace).execute(arguments: insert.statementArguments)
                 updated += 1
             }
             if let (name, link) = deltaLink {

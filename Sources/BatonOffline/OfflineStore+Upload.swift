@@ -45,30 +45,15 @@ extension OfflineStore {
     {
         let user = try requireUser()
         var report = UploadReport()
-        var waitingIDs = Set<Int64>()
-        let total = try pendingEntries().count
+        let total = try read { db in try Int.fetchOne(db, sql: #"SELECT COUNT(*) FROM "$queue""#) ?? 0 }
         self.report(.upload(done: 0, total: total))
         while true {
-            let archivedEntities = Set(try archivedEntries().map(\.entry.entityID))
-            var chosen: [QueueEntry] = []
-            var seen = Set<String>()
-            for entry in try pendingEntries() {
-                let blocked =
-                    archivedEntities.contains(entry.entityID)
-                    || (entry.author != user.name && !allowOnBehalf)
-                if blocked || seen.contains(entry.entityID) {
-                    if blocked, waitingIDs.insert(entry.sequence).inserted { report.waiting.append(entry) }
-                    seen.insert(entry.entityID)
-                    continue
-                }
-                seen.insert(entry.entityID)
-                chosen.append(entry)
-                if chosen.count >= max(1, chunkSize) { break }
-            }
+            let chosen = try nextChunk(for: user, allowOnBehalf: allowOnBehalf, chunkSize: chunkSize)
             guard !chosen.isEmpty else { break }
             try markFirstSent(chosen)
             let responses = try await send(chosen, user: user, session: session)
             var retryLater = false
+            var succeeded: [(entry: QueueEntry, response: BatchResponse)] = []
             for entry in chosen {
                 guard let response = responses[String(entry.sequence)] else {
                     retryLater = true
@@ -76,8 +61,7 @@ extension OfflineStore {
                 }
                 switch response.status {
                 case 200..<300:
-                    try applied(entry, response: response)
-                    report.uploaded.append(entry)
+                    succeeded.append((entry, response))
                 case 424, 408, 429, 500...:
                     retryLater = true
                 default:
@@ -86,13 +70,38 @@ extension OfflineStore {
                     report.archived.append(try archive(entry, response: response, serverVersion: serverVersion))
                 }
             }
+            try applied(succeeded)
+            report.uploaded += succeeded.map(\.entry)
             self.report(.upload(done: report.uploaded.count + report.archived.count, total: total))
             if retryLater { break }
         }
-        // Entries that became uploadable later in this run are not waiting.
-        let uploadedIDs = Set(report.uploaded.map(\.sequence))
-        report.waiting.removeAll { uploadedIDs.contains($0.sequence) }
+        // What is left and may not go now: other authors' changes, and changes behind an archived one.
+        let blocked = try read { db in Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$archive""#)) }
+        report.waiting = try pendingEntries().filter { entry in
+            blocked.contains(entry.entityID) || (entry.author != user.name && !allowOnBehalf)
+        }
         return report
+    }
+
+    /// The next changes to send, in queue order: at most one per entity (so each builds on the ETag the
+    /// previous one returned), none behind an archived change, none of another author unless allowed.
+    func nextChunk(for user: OfflineUser, allowOnBehalf: Bool, chunkSize: Int) throws(OfflineError) -> [QueueEntry] {
+        try read { db in
+            let archived = Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$archive""#))
+            var chosen: [QueueEntry] = []
+            var seen = Set<String>()
+            let rows = try Row.fetchCursor(db, sql: #"SELECT * FROM "$queue" ORDER BY seq"#)
+            while let row = try rows.next() {
+                let entityID: String = row["entityID"]
+                let author: String = row["author"]
+                defer { seen.insert(entityID) }
+                guard !archived.contains(entityID), author == user.name || allowOnBehalf, !seen.contains(entityID)
+                else { continue }
+                chosen.append(try Self.entry(row))
+                if chosen.count >= max(1, chunkSize) { break }
+            }
+            return chosen
+        }
     }
 
     func markFirstSent(_ entries: [QueueEntry]) throws(OfflineError) {
@@ -165,44 +174,48 @@ extension OfflineStore {
         }
     }
 
-    /// A change the server applied: it leaves the queue, the local row takes the server's ETag and values,
-    /// and later changes to the same entity build on that ETag.
-    func applied(_ entry: QueueEntry, response: BatchResponse) throws(OfflineError) {
-        let etag = response.header("ETag") ?? response.body?["@odata.etag"]?.stringValue
-        let (set, type, key) = try entry.method == "POST" ? keyFromBody(entry) : parseID(entry.entityID)
-        var values: [String: PrimitiveValue] = [:]
-        if entry.method != "DELETE", let body = response.body {
-            for property in type.properties where property.isComputed {
-                if let json = body[property.name], let value = try? PrimitiveValue(json: json, for: property) {
-                    values[property.name] = value
+    /// Changes the server applied: they leave the queue, the local rows take the server's ETags and values,
+    /// and later changes to the same entities build on those ETags — all in one transaction.
+    func applied(_ results: [(entry: QueueEntry, response: BatchResponse)]) throws(OfflineError) {
+        var updates: [(entry: QueueEntry, etag: String?, update: SQLQuery?)] = []
+        for (entry, response) in results {
+            let etag = response.header("ETag") ?? response.body?["@odata.etag"]?.stringValue
+            let (set, type, key) = try parseID(entry.entityID)
+            var values: [String: PrimitiveValue] = [:]
+            if entry.method != "DELETE", let body = response.body {
+                for property in type.properties where property.isComputed {
+                    if let json = body[property.name], let value = try? PrimitiveValue(json: json, for: property) {
+                        values[property.name] = value
+                    }
+                }
+            }
+            var update: SQLQuery?
+            if entry.method != "DELETE" {
+                do {
+                    update = try translator.update(
+                        set.name, key: key, values: values,
+                        systemValues: [(Self.etagColumn, etag.map(SQLValue.text) ?? .null)])
+                } catch {
+                    throw OfflineError(
+                        .storage, "Cannot record the server's answer for \(entry.entityID): \(error.message)")
+                }
+            }
+            updates.append((entry, etag, update))
+        }
+        try write { db in
+            for (entry, etag, update) in updates {
+                try db.cachedStatement(sql: #"DELETE FROM "$queue" WHERE seq = ?"#).execute(arguments: [entry.sequence])
+                // The entity may be gone locally (deleted after this change was queued).
+                if let update {
+                    try db.cachedStatement(sql: update.sql).execute(arguments: update.statementArguments)
+                }
+                if let etag {
+                    try db.cachedStatement(
+                        sql: #"UPDATE "$queue" SET ifMatch = ? WHERE entityID = ? AND (ifMatch IS NULL OR ifMatch = ?)"#
+                    ).execute(arguments: [etag, entry.entityID, entry.ifMatch])
                 }
             }
         }
-        var update: SQLQuery?
-        if entry.method != "DELETE" {
-            do {
-                update = try translator.update(
-                    set.name, key: key, values: values,
-                    systemValues: [(Self.etagColumn, etag.map(SQLValue.text) ?? .null)])
-            } catch {
-                throw OfflineError(
-                    .storage, "Cannot record the server's answer for \(entry.entityID): \(error.message)")
-            }
-        }
-        try write { db in
-            try db.execute(sql: #"DELETE FROM "$queue" WHERE seq = ?"#, arguments: [entry.sequence])
-            // The entity may be gone locally (deleted after this change was queued).
-            if let update { try db.execute(sql: update.sql, arguments: update.statementArguments) }
-            if let etag {
-                try db.execute(
-                    sql: #"UPDATE "$queue" SET ifMatch = ? WHERE entityID = ? AND (ifMatch IS NULL OR ifMatch = ?)"#,
-                    arguments: [etag, entry.entityID, entry.ifMatch])
-            }
-        }
-    }
-
-    func keyFromBody(_ entry: QueueEntry) throws(OfflineError) -> (EntitySet, EntityType, [KeyValue]) {
-        try parseID(entry.entityID)
     }
 
     func archive(_ entry: QueueEntry, response: BatchResponse, serverVersion: JSONValue?) throws(OfflineError)

@@ -1,3 +1,4 @@
+import BatonOData
 import Crypto
 import Foundation
 import GRDB
@@ -67,5 +68,24 @@ extension OfflineStore {
             try db.execute(sql: #"DELETE FROM "$queue"; DELETE FROM "$archive"; DELETE FROM "$deltaLinks""#)
         }
         user = nil
+    }
+}
+
+extension OfflineStore {
+    /// Inserts rows in one transaction and returns how long it took — the encrypted-insert baseline of the
+    /// benchmark (not for apps: the rows bypass the queue).
+    public func measureBulkInsert(_ rows: [[String: PrimitiveValue]], into entitySet: String) throws(OfflineError)
+        -> Duration
+    {
+        let translator = translator
+        let clock = ContinuousClock()
+        let start = clock.now
+        try write { db in
+            for row in rows {
+                let insert = try translator.insert(into: entitySet, values: row)
+                try db.execute(sql: insert.sql, arguments: insert.statementArguments)
+            }
+        }
+        return clock.now - start
     }
 }

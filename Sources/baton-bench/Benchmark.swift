@@ -25,6 +25,9 @@ struct Benchmark: AsyncParsableCommand {
 
     @Flag(help: "Measure unlock and user switch (client side) instead of the data service.")
     var flows = false
+    @Flag(help: "Measure the offline store (download, upload, local queries, open) instead of the data service.")
+    var offline = false
+    @Option(help: "Queued changes to upload in the offline measurement.") var changes = 10_000
     @Option(help: "Repetitions of each flow measurement.") var repetitions = 10
     @Option(
         help: "Profile: send this many key reads and filtered pages through the router in-process (no sockets).")
@@ -32,6 +35,7 @@ struct Benchmark: AsyncParsableCommand {
 
     func run() async throws {
         if flows { return try await FlowsBenchmark(repetitions: repetitions).run() }
+        if offline { return try await OfflineBenchmark(checks: checks, changes: changes).run() }
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/wrk") else {
             throw ValidationError("wrk is needed: apt-get install wrk")
         }

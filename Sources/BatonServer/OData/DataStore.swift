@@ -65,6 +65,9 @@ struct DataStore: Sendable {
                 CREATE TABLE IF NOT EXISTS "$repeatability" (
                     requestID TEXT PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
                     headers TEXT NOT NULL, body TEXT, createdAt REAL NOT NULL);
+                -- Every change prunes expired records and tombstones: without these, each prune scans the table.
+                CREATE INDEX IF NOT EXISTS "$repeatabilityCreated" ON "$repeatability" (createdAt);
+                CREATE INDEX IF NOT EXISTS "$removedAt" ON "$removed" (removedAt);
                 """)
     }
 

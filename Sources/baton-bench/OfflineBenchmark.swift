@@ -1,0 +1,174 @@
+import BatonClient
+import BatonFlows
+import BatonOData
+import BatonOffline
+import BatonSQL
+import BatonSecureStore
+import BatonTesting
+import Crypto
+import Foundation
+import GRDB
+
+/// `baton-bench --offline`: the offline store against a live server on loopback — initial download of the
+/// seeded checks, upload of queued changes, a local filtered query, opening the store — next to baselines
+/// measured in the same run: the same rows inserted in one transaction into a plain GRDB database and into
+/// the encrypted store.
+struct OfflineBenchmark {
+    let checks: Int
+    let changes: Int
+
+    func run() async throws {
+        let server = try await LiveServer.start()
+        defer { Task { await server.shutDown() } }
+        try await server.addUser("bench", displayName: "Bench", password: "load-generator-secret-1")
+        _ = try await server.server.seed(aircraft: 200, checks: checks)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-offline-bench-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var configuration = FlowsConfiguration(mode: .singleUser)
+        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
+        let manager = try OnboardingSessionManager(
+            serverURL: server.url, directory: directory, configuration: configuration,
+            presenter: ScriptedPresenter([
+                .credentials("bench", "load-generator-secret-1"), .newPasscode("12345678", confirmation: "12345678"),
+            ]))
+        let session = try await manager.open()
+        let key = SymmetricKey(data: session.storeKey ?? Data(count: 32))
+        let user = OfflineUser(name: "bench", signingKey: try session.signingKey())
+        let model = try ServiceModel.aircraftChecks
+        let clock = ContinuousClock()
+        print("Offline store, \(checks) checks, \(changes) changes, server on loopback in the same process:\n")
+
+        // Baselines: the rows the server has, inserted in one transaction, plain and encrypted.
+        let rows = try await fetchAllRows(server: server, session: session, model: model)
+        let plainTime = try clock.measure {
+            try insert(rows, model: model, into: directory.appendingPathComponent("plain.sqlite"), key: nil)
+        }
+        let encryptedTime = try await insertEncrypted(rows, model: model, directory: directory, key: key, user: user)
+        let plainRate = Double(rows.count) / seconds(plainTime)
+        let encryptedRate = Double(rows.count) / seconds(encryptedTime)
+        line("insert baseline, plain GRDB", rate: plainRate, unit: "rows/s")
+        line("insert baseline, encrypted", rate: encryptedRate, unit: "rows/s")
+
+        // Initial download.
+        let store = try OfflineStore(
+            url: directory.appendingPathComponent("offline.sqlite"), model: model, deviceID: manager.deviceID,
+            definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")])
+        try await store.open(as: user, key: key)
+        let downloadTime = try await clock.measure { _ = try await store.download(using: session.authorized) }
+        let downloadRate = Double(checks) / seconds(downloadTime)
+        line("initial download", rate: downloadRate, unit: "entities/s")
+
+        // Local queries.
+        let ids = try await store.read("PreflightChecks?$select=ID&$top=1000").map(\.id)
+        var keyTimes: [Duration] = []
+        var filterTimes: [Duration] = []
+        for (index, id) in ids.prefix(500).enumerated() {
+            keyTimes.append(try await clock.measure { _ = try await store.read(id) })
+            let filter = "PreflightChecks?$filter=FuelKg gt \(40_000 + index * 10) and Status eq 'final'&$top=50"
+            filterTimes.append(try await clock.measure { _ = try await store.read(filter) })
+        }
+        print(pad("local key read") + String(format: "%10.3f ms p50", median(keyTimes) * 1000))
+        print(pad("local filtered page of 50") + String(format: "%10.3f ms p50", median(filterTimes) * 1000))
+
+        // Upload of queued changes.
+        for id in ids.prefix(changes) { try await store.update(id, values: ["Remarks": .string("bench")]) }
+        var remaining = changes
+        while remaining > ids.count {
+            let extra = try await store.read(
+                "PreflightChecks?$select=ID&$skip=\(changes - remaining + ids.count)&$top=1000")
+            for entity in extra.prefix(remaining - ids.count) {
+                try await store.update(entity.id, values: ["Remarks": .string("bench")])
+            }
+            remaining -= min(extra.count, remaining - ids.count)
+            if extra.isEmpty { break }
+        }
+        let queued = try await store.pendingEntries().count
+        let uploadTime = try await clock.measure {
+            _ = try await store.upload(using: session.authorized, allowOnBehalf: true)
+        }
+        line("upload of \(queued) changes", rate: Double(queued) / seconds(uploadTime), unit: "changes/s")
+
+        // Opening.
+        await store.close()
+        let openTime = try await clock.measure { try await store.open(as: user, key: key) }
+        print(pad("open the store") + String(format: "%10.1f ms", seconds(openTime) * 1000))
+
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        print(pad("peak memory (client and server)") + String(format: "%10.0f MB", Double(usage.ru_maxrss) / 1024))
+        print(
+            String(
+                format: "\ndownload / plain insert %.2f (target ≥ 0.5); encryption overhead %.1f%% (target ≤ 15%%)",
+                downloadRate / plainRate, (plainRate / encryptedRate - 1) * 100))
+        print("Targets: download ≥ 50,000 entities/s; upload ≥ 5,000 changes/s; indexed local query p50 ≤ 2 ms.")
+    }
+
+    func line(_ name: String, rate: Double, unit: String) {
+        print(pad(name) + String(format: "%10.0f ", rate) + unit)
+    }
+
+    func pad(_ name: String) -> String { name.padding(toLength: 34, withPad: " ", startingAt: 0) }
+
+    func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
+    func median(_ values: [Duration]) -> Double {
+        let sorted = values.sorted()
+        return sorted.isEmpty ? 0 : seconds(sorted[sorted.count / 2])
+    }
+
+    /// Every check as the server has it, decoded once (the baselines insert these).
+    func fetchAllRows(server: LiveServer, session: OnboardingSession, model: ServiceModel) async throws
+        -> [[String: PrimitiveValue]]
+    {
+        guard let set = model.entitySet(named: "PreflightChecks"), let type = model.entityType(of: set) else {
+            return []
+        }
+        var rows: [[String: PrimitiveValue]] = []
+        var next: String? = server.url.absoluteString + "/odata/PreflightChecks"
+        while let link = next, let url = URL(string: link) {
+            let response = try await session.authorized.send(
+                ClientRequest(url: url, headers: [("Prefer", "odata.maxpagesize=5000")]))
+            let page = try JSONValue(parsing: response.body)
+            for item in page["value"]?.arrayValue ?? [] {
+                var values: [String: PrimitiveValue] = [:]
+                for property in type.properties {
+                    if let json = item[property.name] {
+                        values[property.name] = try PrimitiveValue(json: json, for: property)
+                    }
+                }
+                rows.append(values)
+            }
+            next = page["@odata.nextLink"]?.stringValue
+        }
+        return rows
+    }
+
+    func insert(_ rows: [[String: PrimitiveValue]], model: ServiceModel, into url: URL, key: SymmetricKey?) throws {
+        let queue = try DatabaseQueue(path: url.path)
+        let translator = SQLTranslator(model: model, dialect: .sqlite)
+        try queue.write { db in
+            for statement in SQLSchema(model: model, dialect: .sqlite).createStatements() {
+                try db.execute(sql: statement)
+            }
+            for row in rows {
+                let insert = try translator.insert(into: "PreflightChecks", values: row)
+                try db.execute(sql: insert.sql, arguments: insert.statementArguments)
+            }
+        }
+        try queue.close()
+    }
+
+    /// The same insert into an encrypted store (through its VFS), measured around one transaction.
+    func insertEncrypted(
+        _ rows: [[String: PrimitiveValue]], model: ServiceModel, directory: URL, key: SymmetricKey, user: OfflineUser
+    ) async throws -> Duration {
+        let store = try OfflineStore(
+            url: directory.appendingPathComponent("encrypted-baseline.sqlite"), model: model, deviceID: "bench",
+            definingQueries: [])
+        try await store.open(as: user, key: key)
+        defer { Task { await store.close() } }
+        return try await store.measureBulkInsert(rows, into: "PreflightChecks")
+    }
+}
