@@ -55,6 +55,11 @@ public struct OfflineStoreStep: OnboardingStep {
         context.info[.tokens] = await session.tokens
     }
 
+    /// Locking or closing the session closes the store: its database and key are gone from memory.
+    public func background(_ context: inout OnboardingContext) async throws {
+        await store.close()
+    }
+
     public func reset(_ context: inout OnboardingContext) async {
         guard context.flowType == .reset || context.flowType == .onboard else { return }
         await store.close()

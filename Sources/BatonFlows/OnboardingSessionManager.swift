@@ -88,7 +88,7 @@ public actor OnboardingSessionManager {
     @discardableResult
     public func addUser() async throws(FlowsError) -> OnboardingSession {
         try requireMultiUser("add a user")
-        lock()
+        await lock()
         return try await run(.onboard(UUID()))
     }
 
@@ -97,7 +97,7 @@ public actor OnboardingSessionManager {
     @discardableResult
     public func switchUser(to onboardingID: UUID? = nil) async throws(FlowsError) -> OnboardingSession {
         try requireMultiUser("switch users")
-        lock()
+        await lock()
         if let onboardingID {
             guard let user = await users.user(onboardingID), user.status == .success else {
                 throw FlowsError(.unknownUser, "That user is not on this device.")
@@ -155,11 +155,18 @@ public actor OnboardingSessionManager {
     // MARK: Lock, unlock, close
 
     /// Locks the open session: its secure store is closed until the passcode is entered again.
-    public func lock() {
+    public func lock() async {
         guard let session else { return }
         lockedUser = session.user.onboardingID
         self.session = nil
         state = .locked
+        await runBackground(session)
+    }
+
+    /// Runs the background flow for a session that is being locked or closed: each step's `background` —
+    /// the offline-store step closes the store and forgets its key. Best effort.
+    func runBackground(_ session: OnboardingSession) async {
+        _ = try? await controller.run(.background, for: session.user.onboardingID, info: session.info)
     }
 
     /// Unlocks the locked session with the user's passcode (asked by the presenter). No network needed.
@@ -176,16 +183,17 @@ public actor OnboardingSessionManager {
 
     /// Locks the session when it was inactive for the policy's lock timeout; returns whether it locked.
     @discardableResult
-    public func lockIfInactive() -> Bool {
+    public func lockIfInactive() async -> Bool {
         guard state == .open, let session else { return false }
         let timeout = TimeInterval(session.settings.passcode.lockTimeoutSeconds)
         guard timeout > 0, configuration.now().timeIntervalSince(lastActivity) >= timeout else { return false }
-        lock()
+        await lock()
         return true
     }
 
     /// Closes the session locally (nothing is sent to the server; tokens stay for the next restore).
-    public func close() {
+    public func close() async {
+        if let session { await runBackground(session) }
         session = nil
         lockedUser = nil
         state = .closed
@@ -200,7 +208,7 @@ public actor OnboardingSessionManager {
         } catch {
             throw flowsError(error, doing: "sign out on the server")
         }
-        close()
+        await close()
     }
 
     // MARK: Passcode reset
@@ -254,7 +262,7 @@ public actor OnboardingSessionManager {
         try? SecureStore.delete(at: storage.secureStoreURL(for: target))
         try await users.remove(target)
         guard removingSelf else { return session }
-        close()
+        await close()
         return try await open()
     }
 

@@ -235,6 +235,8 @@ public actor OfflineStore {
             }
         } catch let error as BatonSQLError {
             throw OfflineError(.badRequest, error.message)
+        } catch let error as OfflineError {
+            throw error
         } catch {
             throw OfflineError(.storage, "Cannot read the offline store: \(error)")
         }

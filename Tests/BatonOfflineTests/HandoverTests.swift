@@ -292,6 +292,70 @@ import Testing
         }
     }
 
+    @Test func deltaDownloadAppliesChangesAndDeletions() async throws {
+        try await withServer { server in
+            let device = try await makeDevice(server)
+            let alice = try await device.manager.open()
+            try await device.open(alice)
+            let first = try await device.store.download(using: alice.authorized)
+            #expect(first.updated == 10)
+            let ids = try await device.store.read("PreflightChecks?$orderby=ID").map(\.id)
+            func send(_ method: String, _ id: String, _ body: String?) async throws -> Int {
+                try await alice.authorized.send(
+                    ClientRequest(
+                        method: method, url: try #require(URL(string: server.url.absoluteString + "/odata/" + id)),
+                        headers: [("Content-Type", "application/json"), ("If-Match", "*")],
+                        body: Array((body ?? "").utf8))
+                ).status
+            }
+            #expect(try await send("DELETE", ids[0], nil) == 204)
+            #expect(try await send("PATCH", ids[1], #"{"Remarks":"rechecked"}"#) < 300)
+            // A local pending change is kept on top of the server's version of the same entity.
+            #expect(try await send("PATCH", ids[2], #"{"Remarks":"server side"}"#) < 300)
+            try await device.store.update(ids[2], values: ["Remarks": .string("mine")])
+
+            let delta = try await device.store.download(using: alice.authorized)
+            #expect(delta.removed == 1)
+            #expect(delta.keptLocal == 1)
+            #expect(delta.updated == 1)
+            #expect(try await device.store.read(ids[0]).isEmpty)
+            #expect(try await device.store.read(ids[1]).first?.values["Remarks"] == .string("rechecked"))
+            #expect(try await device.store.read(ids[2]).first?.values["Remarks"] == .string("mine"))
+            #expect(try await device.store.count("PreflightChecks") == 5)
+            // Nothing new: an empty delta.
+            let quiet = try await device.store.download(using: alice.authorized)
+            #expect(quiet.updated == 0 && quiet.removed == 0)
+            return server
+        }
+    }
+
+    @Test func lockingClosesTheStore() async throws {
+        try await withServer { server in
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-lock-\(UUID())")
+            let deviceID = try DeviceStorage(directory: directory).deviceID()
+            let store = try OfflineStore(
+                url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
+                deviceID: deviceID, definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")])
+            var configuration = FlowsConfiguration(mode: .multiUser)
+            configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
+            let presenter = ScriptedPresenter([
+                .credentials("alice", Self.alicePassword), .newPasscode("alice-pass-1", confirmation: "alice-pass-1"),
+            ])
+            let manager = try OnboardingSessionManager(
+                serverURL: server.url, directory: directory, configuration: configuration, presenter: presenter,
+                flowProvider: StandardFlowProvider(appSteps: [OfflineStoreStep(store: store)]))
+            _ = try await manager.open()
+            #expect(try await store.count("PreflightChecks") == 6)
+            await manager.lock()
+            let closed = await #expect(throws: OfflineError.self) { try await store.count("PreflightChecks") }
+            #expect(closed?.code == .notOpen)
+            await presenter.append([.passcode("alice-pass-1")])
+            _ = try await manager.unlock()
+            #expect(try await store.count("PreflightChecks") == 6)
+            return server
+        }
+    }
+
     @Test func badValuesAreRefusedAndNothingIsWritten() async throws {
         try await withServer { server in
             let device = try await makeDevice(server)
