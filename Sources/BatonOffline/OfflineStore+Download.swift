@@ -113,8 +113,19 @@ extension OfflineStore {
         var removed = 0
         var kept = 0
         let translator = translator
+        // New or changed entities replace the row with the same key; the statement is the same for every row.
+        let replace: String
+        do {
+            replace =
+                "INSERT OR REPLACE"
+                + (try translator.insert(into: set.name, values: [:], systemValues: [(Self.etagColumn, .null)]).sql)
+                .dropFirst("INSERT".count)
+        } catch {
+            throw OfflineError(.storage, error.message)
+        }
         try write { db in
             let pending = Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$queue""#))
+            let statement = try db.cachedStatement(sql: replace)
             for change in changes {
                 if pending.contains(change.id) {
                     kept += 1
@@ -127,13 +138,9 @@ extension OfflineStore {
                     removed += db.changesCount
                     continue
                 }
-                // New or changed: replace the row (same key) with the server's version. The statement text is
-                // the same for every row of the set, so it is prepared once.
-                let insert = try translator.insert(
-                    into: set.name, values: values,
-                    systemValues: [(Self.etagColumn, change.etag.map(SQLValue.text) ?? .null)])
-                let replace = "INSERT OR REPLACE" + insert.sql.dropFirst("INSERT".count)
-                try db.cachedStatement(sql: replace).execute(arguments: insert.statementArguments)
+                let arguments = try translator.insertArguments(
+                    into: set.name, values: values, systemValues: [change.etag.map(SQLValue.text) ?? .null])
+                try statement.execute(arguments: StatementArguments(arguments.map { $0.databaseValue }))
                 updated += 1
             }
             if let (name, link) = deltaLink {

@@ -1,4 +1,5 @@
 import BatonOData
+import BatonSQL
 import Crypto
 import Foundation
 import GRDB
@@ -80,10 +81,15 @@ extension OfflineStore {
         let translator = translator
         let clock = ContinuousClock()
         let start = clock.now
+        let sql: String
+        do {
+            sql = try translator.insert(into: entitySet, values: [:], systemValues: [(Self.etagColumn, .null)]).sql
+        } catch { throw OfflineError(.badRequest, error.message) }
         try write { db in
+            let statement = try db.cachedStatement(sql: sql)
             for row in rows {
-                let insert = try translator.insert(into: entitySet, values: row)
-                try db.execute(sql: insert.sql, arguments: insert.statementArguments)
+                let arguments = try translator.insertArguments(into: entitySet, values: row, systemValues: [.null])
+                try statement.execute(arguments: StatementArguments(arguments.map { $0.databaseValue }))
             }
         }
         return clock.now - start

@@ -9,18 +9,26 @@ extension SQLTranslator {
         into entitySet: String, values: [String: PrimitiveValue], systemValues: [(String, SQLValue)] = []
     ) throws(BatonSQLError) -> SQLQuery {
         let (set, type) = try resolve(entitySet)
-        try checkNames(values.keys, in: type)
         var builder = SQLBuilder(dialect: dialect)
         let columns = (type.properties.map(\.name) + systemValues.map(\.0)).map(dialect.quote).joined(separator: ", ")
-        let placeholders =
-            type.properties.map { property in
-                builder.bind(
-                    dialect.encode(values[property.name] ?? .null, as: property.type),
-                    cast: dialect.columnType(for: property.type))
-            } + systemValues.map { builder.bind($0.1, cast: "") }
+        let arguments = try insertArguments(into: entitySet, values: values, systemValues: systemValues.map(\.1))
+        let casts = type.properties.map { dialect.columnType(for: $0.type) } + systemValues.map { _ in "" }
+        let placeholders = zip(arguments, casts).map { builder.bind($0, cast: $1) }
         return SQLQuery(
             sql: "INSERT INTO \(dialect.quote(set.name)) (\(columns)) VALUES (\(placeholders.joined(separator: ", ")))",
             arguments: builder.arguments)
+    }
+
+    /// The arguments of ``insert(into:values:systemValues:)`` alone, in its placeholder order. Its statement
+    /// text is the same for every entity of a set, so bulk inserts prepare it once and bind these per row.
+    ///
+    /// - Throws: ``BatonSQLError`` for an unknown entity set, or a value name the type does not have.
+    public func insertArguments(into entitySet: String, values: [String: PrimitiveValue], systemValues: [SQLValue])
+        throws(BatonSQLError) -> [SQLValue]
+    {
+        let (_, type) = try resolve(entitySet)
+        try checkNames(values.keys, in: type)
+        return type.properties.map { dialect.encode(values[$0.name] ?? .null, as: $0.type) } + systemValues
     }
 
     /// `UPDATE` the entity with `key`, setting the given properties.

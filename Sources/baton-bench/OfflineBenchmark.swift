@@ -148,13 +148,16 @@ struct OfflineBenchmark {
     func insert(_ rows: [[String: PrimitiveValue]], model: ServiceModel, into url: URL, key: SymmetricKey?) throws {
         let queue = try DatabaseQueue(path: url.path)
         let translator = SQLTranslator(model: model, dialect: .sqlite)
+        let sql = try translator.insert(into: "PreflightChecks", values: [:]).sql
         try queue.write { db in
             for statement in SQLSchema(model: model, dialect: .sqlite).createStatements() {
                 try db.execute(sql: statement)
             }
+            // Prepared once, bound per row: the fastest plain insert, as the baseline should be.
+            let statement = try db.cachedStatement(sql: sql)
             for row in rows {
-                let insert = try translator.insert(into: "PreflightChecks", values: row)
-                try db.execute(sql: insert.sql, arguments: insert.statementArguments)
+                let arguments = try translator.insertArguments(into: "PreflightChecks", values: row, systemValues: [])
+                try statement.execute(arguments: StatementArguments(arguments.map { $0.databaseValue }))
             }
         }
         try queue.close()
