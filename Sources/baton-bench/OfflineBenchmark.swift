@@ -146,7 +146,10 @@ struct OfflineBenchmark {
     }
 
     func insert(_ rows: [[String: PrimitiveValue]], model: ServiceModel, into url: URL, key: SymmetricKey?) throws {
-        let queue = try DatabaseQueue(path: url.path)
+        // The same journal mode as the store (WAL), so the comparison measures encryption alone.
+        var configuration = Configuration()
+        configuration.journalMode = .wal
+        let queue = try DatabaseQueue(path: url.path, configuration: configuration)
         let translator = SQLTranslator(model: model, dialect: .sqlite)
         let sql = try translator.insert(into: "PreflightChecks", values: [:]).sql
         try queue.write { db in

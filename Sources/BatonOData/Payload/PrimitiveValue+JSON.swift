@@ -49,8 +49,17 @@ extension PrimitiveValue {
             case .string(let string): text = string
             default: throw fail("a decimal number")
             }
-            guard !text.contains("e") && !text.contains("E"), text.first != "+",
-                let value = Decimal(string: text, locale: Locale.posix),
+            guard !text.contains("e") && !text.contains("E"), text.first != "+" else {
+                throw fail("a decimal number written without an exponent")
+            }
+            // Up to 18 digits the fast parser is exact by construction; longer numerals take Foundation's
+            // parser and must read back to the same canonical text (no digit may be lost).
+            if let value = Decimal.parsePlain(text) {
+                try Self.checkDecimalFacets(text, property)
+                self = .decimal(value)
+                return
+            }
+            guard let value = Decimal(string: text, locale: Locale.posix),
                 Decimal(string: text, locale: Locale.posix)?.description
                     == Self.canonicalDecimal(text)
             else { throw fail("a decimal number written without an exponent") }
