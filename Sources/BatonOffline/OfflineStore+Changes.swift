@@ -110,7 +110,7 @@ extension OfflineStore {
     ) throws {
         let requestID = UUID().uuidString.lowercased()
         let createdAt = ODataDateTimeOffset(now()).description
-        let digest = SHA256.hash(data: body).map { String(format: "%02x", $0) }.joined()
+        let digest = SHA256.hash(data: body).lowercaseHex
         let message = ChangeSignature.canonicalMessage(
             requestID: requestID, method: method, url: url, bodySHA256: digest, createdAt: createdAt, device: deviceID,
             author: user.name)

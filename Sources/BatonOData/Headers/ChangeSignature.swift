@@ -22,3 +22,18 @@ public enum ChangeSignature {
                 .utf8)
     }
 }
+
+extension Sequence<UInt8> {
+    /// The bytes as lower-case hex (a SHA-256 digest as the canonical form wants it), without Foundation's
+    /// slow `String(format:)`.
+    public var lowercaseHex: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(underestimatedCount * 2)
+        for byte in self {
+            bytes.append(digits[Int(byte >> 4)])
+            bytes.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+}

@@ -1,3 +1,4 @@
+import BatonOData
 import Crypto
 import Foundation
 
@@ -31,5 +32,5 @@ func randomSecret() -> String {
 
 /// How secrets are stored: the hex SHA-256.
 func secretHash(_ secret: String) -> String {
-    SHA256.hash(data: Data(secret.utf8)).map { String(format: "%02x", $0) }.joined()
+    SHA256.hash(data: Data(secret.utf8)).lowercaseHex
 }

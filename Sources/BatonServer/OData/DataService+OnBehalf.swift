@@ -21,7 +21,7 @@ extension DataService {
     static func canonicalChange(
         requestID: String, method: String, url: String, body: [UInt8], createdAt: String, device: String, author: String
     ) -> Data {
-        let bodyHash = SHA256.hash(data: Data(body)).map { String(format: "%02x", $0) }.joined()
+        let bodyHash = SHA256.hash(data: Data(body)).lowercaseHex
         return Data(
             ChangeSignature.canonicalMessage(
                 requestID: requestID, method: method, url: url, bodySHA256: bodyHash, createdAt: createdAt,

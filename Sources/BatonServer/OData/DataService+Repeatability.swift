@@ -83,7 +83,7 @@ extension DataService {
             hasher.update(data: Data([0]))
         }
         hasher.update(data: Data(request.body))
-        return hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        return hasher.finalize().lowercaseHex
     }
 
     static func storedResponse(_ row: Row) -> DataResponse {
