@@ -161,7 +161,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The ground-crew app. Today: `baton demo` shows the protocol core against a real SQLite file.
+        // The ground-crew app. Today: `baton demo` plays the shift handover on an embedded server; `baton sql`.
         .executableTarget(
             name: "baton",
             dependencies: [

@@ -1,7 +1,7 @@
 import ArgumentParser
 
-/// The ground-crew app. Today it has `demo`, which shows the OData protocol core working against a real
-/// SQLite file, and `sql`, which shows the SQL a request URL becomes.
+/// The ground-crew app. Today it has `demo`, which plays the shift handover on an embedded server and real
+/// device stores (then shows the OData core underneath), and `sql`, which shows the SQL a request URL becomes.
 @main
 struct Baton: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
