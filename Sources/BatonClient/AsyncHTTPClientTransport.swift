@@ -31,12 +31,23 @@ public struct AsyncHTTPClientTransport: HTTPTransport {
         if !request.body.isEmpty { outgoing.body = .bytes(ByteBuffer(bytes: request.body)) }
         let seconds = Int64(request.timeout.components.seconds)
         let timeout = TimeAmount.seconds(max(1, seconds))
+        let response: HTTPClientResponse
         do {
-            let response = try await client.execute(outgoing, timeout: timeout)
+            response = try await client.execute(outgoing, timeout: timeout)
+        } catch {
+            throw BatonClientError(
+                .unreachable,
+                "The server at \(request.url.host ?? "?") cannot be reached (\(Self.reason(error))); work goes on offline."
+            )
+        }
+        do {
             let body = try await response.body.collect(upTo: maximumResponseSize)
             return ClientResponse(
                 status: Int(response.status.code), headers: response.headers.map { ($0.name, $0.value) },
                 body: Array(buffer: body))
+        } catch is NIOTooManyBytesError {
+            throw BatonClientError(
+                .invalidResponse, "The server's answer is larger than \(maximumResponseSize / 1_048_576) MiB.")
         } catch {
             throw BatonClientError(
                 .unreachable,

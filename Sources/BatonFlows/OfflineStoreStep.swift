@@ -70,9 +70,7 @@ public struct OfflineStoreStep: OnboardingStep {
     func open(_ context: inout OnboardingContext) async throws -> AuthorizedSession {
         guard let user = context.info[.serverUser], let raw = context.info[.signingKey],
             let storeKey = context.info[.storeKey],
-            let key = try? P256.Signing.PrivateKey(rawRepresentation: raw),
-            let configuration = context.info[.serverConfiguration],
-            let metadata = context.info[.authorizationMetadata], let tokens = context.info[.tokens]
+            let key = try? P256.Signing.PrivateKey(rawRepresentation: raw)
         else {
             throw FlowsError(
                 .stepFailed, "The offline store step needs sign-in, device registration and the store key first.")
@@ -82,12 +80,6 @@ public struct OfflineStoreStep: OnboardingStep {
         } catch {
             throw FlowsError(.storage, error.message)
         }
-        let oauth = OAuthClient(
-            metadata: metadata, clientID: configuration.clientID, transport: context.client.transport,
-            now: context.configuration.now)
-        let store = context.secureStore
-        return AuthorizedSession(
-            client: context.client, configuration: configuration, oauth: oauth, tokens: tokens,
-            onTokensChanged: { fresh in try? await store?.set(fresh, forKey: SecureStoreKey.tokens) })
+        return try context.authorizedSession()
     }
 }

@@ -87,6 +87,21 @@ public struct OnboardingContext: Sendable {
     /// What the steps hand to each other.
     public var info = OnboardingInfo()
 
+    /// The user's authorised connection from what sign-in left in ``info``; refreshed tokens are saved to
+    /// the user's secure store.
+    public func authorizedSession() throws(FlowsError) -> AuthorizedSession {
+        guard let configuration = info[.serverConfiguration], let metadata = info[.authorizationMetadata],
+            let tokens = info[.tokens]
+        else { throw FlowsError(.stepFailed, "There is no signed-in session yet; put the sign-in step first.") }
+        let oauth = OAuthClient(
+            metadata: metadata, clientID: configuration.clientID, transport: client.transport,
+            now: self.configuration.now)
+        let store = secureStore
+        return AuthorizedSession(
+            client: client, configuration: configuration, oauth: oauth, tokens: tokens,
+            onTokensChanged: { fresh in try? await store?.set(fresh, forKey: SecureStoreKey.tokens) })
+    }
+
     /// The secure store, or an error naming the step that needed it.
     public func requireSecureStore(for step: String) throws(FlowsError) -> SecureStore {
         guard let secureStore else {

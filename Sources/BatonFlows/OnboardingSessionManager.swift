@@ -129,18 +129,12 @@ public actor OnboardingSessionManager {
     }
 
     func assemble(_ context: OnboardingContext) async throws(FlowsError) -> OnboardingSession {
-        guard let store = context.secureStore, let configuration = context.info[.serverConfiguration],
-            let metadata = context.info[.authorizationMetadata], let tokens = context.info[.tokens],
-            let settings = context.info[.settings], let user = await users.user(context.onboardingID)
+        guard let store = context.secureStore, let settings = context.info[.settings],
+            let user = await users.user(context.onboardingID)
         else {
             throw FlowsError(.stepFailed, "The flow finished without a secure store, sign-in or settings.")
         }
-        let oauth = OAuthClient(
-            metadata: metadata, clientID: configuration.clientID, transport: client.transport,
-            now: self.configuration.now)
-        let authorized = AuthorizedSession(
-            client: client, configuration: configuration, oauth: oauth, tokens: tokens,
-            onTokensChanged: { fresh in try? await store.set(fresh, forKey: SecureStoreKey.tokens) })
+        let authorized = try context.authorizedSession()
         let session = OnboardingSession(
             user: user, deviceID: context.deviceID, secureStore: store, authorized: authorized, settings: settings,
             info: context.info)

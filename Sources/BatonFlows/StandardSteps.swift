@@ -205,10 +205,22 @@ public struct PasscodeStep: OnboardingStep {
     public init() {}
 
     public func onboard(_ context: inout OnboardingContext) async throws {
+        let passcode = try await newPasscode(context)
+        try await createStore(&context, passcode: passcode)
+    }
+
+    public func resetPasscode(_ context: inout OnboardingContext) async throws {
+        // The new passcode is settled first: cancelling at the prompt leaves the old store in place.
+        let passcode = try await newPasscode(context)
+        try? SecureStore.delete(at: context.storage.secureStoreURL(for: context.onboardingID))
+        try await createStore(&context, passcode: passcode)
+    }
+
+    /// Asks for a new passcode until both entries match and it meets the server's policy, naming what was
+    /// wrong each time.
+    func newPasscode(_ context: OnboardingContext) async throws -> String {
         let policy = Self.policy(context.info[.settings] ?? ClientSettings(), mode: context.configuration.mode)
-        let url = context.storage.secureStoreURL(for: context.onboardingID)
         var problem: String?
-        var store: SecureStore
         while true {
             let (passcode, confirmation) = try await context.presenter.newPasscode(policy: policy, problem: problem)
             guard passcode == confirmation else {
@@ -216,18 +228,27 @@ public struct PasscodeStep: OnboardingStep {
                 continue
             }
             do {
-                store = try SecureStore.create(
-                    at: url, passcode: passcode, policy: policy, kdf: context.configuration.keyDerivation())
-                break
-            } catch  where error.code == .passcodePolicy {
-                problem = error.message
+                try policy.check(passcode)
+                return passcode
             } catch {
-                throw FlowsError(.storage, "Cannot create the secure store: \(error.message)")
+                problem = error.message
             }
+        }
+    }
+
+    /// Creates the user's store and keeps in it what a restore needs without the network.
+    func createStore(_ context: inout OnboardingContext, passcode: String) async throws {
+        let policy = Self.policy(context.info[.settings] ?? ClientSettings(), mode: context.configuration.mode)
+        let store: SecureStore
+        do {
+            store = try SecureStore.create(
+                at: context.storage.secureStoreURL(for: context.onboardingID), passcode: passcode, policy: policy,
+                kdf: context.configuration.keyDerivation())
+        } catch {
+            throw FlowsError(.storage, "Cannot create the secure store: \(error.message)")
         }
         context.info[.createdSecureStore] = true
         context.secureStore = store
-        // What a restore needs without the network.
         if let value = context.info[.serverConfiguration] {
             try await save(value, SecureStoreKey.serverConfiguration, in: store)
         }
@@ -237,12 +258,6 @@ public struct PasscodeStep: OnboardingStep {
         if let value = context.info[.tokens] { try await save(value, SecureStoreKey.tokens, in: store) }
         if let value = context.info[.serverUser] { try await save(value, SecureStoreKey.serverUser, in: store) }
         if let value = context.info[.settings] { try await save(value, SecureStoreKey.settings, in: store) }
-    }
-
-    public func resetPasscode(_ context: inout OnboardingContext) async throws {
-        // The forgotten passcode's store goes; a new one takes its place.
-        try? SecureStore.delete(at: context.storage.secureStoreURL(for: context.onboardingID))
-        try await onboard(&context)
     }
 
     public func restore(_ context: inout OnboardingContext) async throws {

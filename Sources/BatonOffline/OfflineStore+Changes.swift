@@ -16,7 +16,8 @@ extension OfflineStore {
         let user = try requireUser()
         let (set, type) = try entitySetAndType(entitySet)
         let body = try body(values, type: type, mode: .create)
-        let id = try Self.entityID(set: set.name, type: type, values: values)
+        let key = try Self.key(of: type, in: values)
+        let id = ResourcePath.canonicalURL(entitySet: set.name, key: key)
         var row = values
         for (name, value) in localServerValues(type: type, author: user.name) { row[name] = value }
         let insert: SQLQuery
@@ -26,7 +27,7 @@ extension OfflineStore {
             throw OfflineError(.badRequest, error.message)
         }
         try write { db in
-            guard try !Self.exists(id, set: set, type: type, values: values, in: db) else {
+            guard try self.storedRow(set: set, type: type, key: key, in: db) == nil else {
                 throw OfflineError(.badRequest, "\(id) already exists on this device.")
             }
             try db.execute(sql: insert.sql, arguments: insert.statementArguments)
@@ -51,7 +52,7 @@ extension OfflineStore {
             throw OfflineError(.badRequest, error.message)
         }
         try write { db in
-            let etag = try Self.etag(of: id, set: set, type: type, key: key, in: db)
+            let etag = try self.etag(of: id, set: set, type: type, key: key, in: db)
             try db.execute(sql: update.sql, arguments: update.statementArguments)
             try self.enqueue(
                 method: "PATCH", url: id, body: body, ifMatch: etag, entityID: id, user: user, in: db)
@@ -67,7 +68,7 @@ extension OfflineStore {
             throw OfflineError(.badRequest, error.message)
         }
         try write { db in
-            let etag = try Self.etag(of: id, set: set, type: type, key: key, in: db)
+            let etag = try self.etag(of: id, set: set, type: type, key: key, in: db)
             try db.execute(sql: delete.sql, arguments: delete.statementArguments)
             try self.enqueue(method: "DELETE", url: id, body: [], ifMatch: etag, entityID: id, user: user, in: db)
         }
@@ -136,14 +137,14 @@ extension OfflineStore {
 
     // MARK: Helpers
 
-    func entitySetAndType(_ name: String) throws(OfflineError) -> (EntitySet, EntityType) {
+    nonisolated func entitySetAndType(_ name: String) throws(OfflineError) -> (EntitySet, EntityType) {
         guard let set = model.entitySet(named: name), let type = model.entityType(of: set) else {
             throw OfflineError(.badRequest, "The model has no entity set '\(name)'.")
         }
         return (set, type)
     }
 
-    func parseID(_ id: String) throws(OfflineError) -> (EntitySet, EntityType, [KeyValue]) {
+    nonisolated func parseID(_ id: String) throws(OfflineError) -> (EntitySet, EntityType, [KeyValue]) {
         let parsed: ODataURL
         do { parsed = try ODataURL(parsing: id, model: model) } catch {
             throw OfflineError(.badRequest, error.description)
@@ -186,35 +187,22 @@ extension OfflineStore {
         return values
     }
 
-    static func exists(
-        _ id: String, set: EntitySet, type: EntityType, values: [String: PrimitiveValue], in db: Database
-    )
-        throws -> Bool
-    {
-        let condition = type.key.map { "\(SQLDialect.sqlite.quote($0)) = ?" }.joined(separator: " AND ")
-        let arguments = type.key.compactMap { name -> DatabaseValue? in
-            guard let value = values[name], let property = type.property(named: name) else { return nil }
-            return SQLDialect.sqlite.encode(value, as: property.type).databaseValue
-        }
-        return try Bool.fetchOne(
-            db, sql: "SELECT EXISTS (SELECT 1 FROM \(SQLDialect.sqlite.quote(set.name)) WHERE \(condition))",
-            arguments: StatementArguments(arguments)) ?? false
+    /// The stored row of an entity (its key and `$etag`), or nil when the device does not have it.
+    func storedRow(set: EntitySet, type: EntityType, key: [KeyValue], in db: Database) throws -> Row? {
+        var options = QueryOptions()
+        options.filter = ODataExpression.conjunction(ODataExpression.keyConditions(key, of: type))
+        options.select = type.key
+        options.top = 1
+        let query = try translator.select(from: set.name, options: options, extraColumns: [Self.etagColumn])
+        return try Row.fetchOne(db, sql: query.sql, arguments: query.statementArguments)
     }
 
     /// The server ETag of an entity on the device; `NotFound` when the device does not have it.
-    static func etag(of id: String, set: EntitySet, type: EntityType, key: [KeyValue], in db: Database) throws
-        -> String?
-    {
-        let condition = key.map { "\(SQLDialect.sqlite.quote($0.name)) = ?" }.joined(separator: " AND ")
-        let arguments = key.compactMap { value in
-            type.property(named: value.name).map { SQLDialect.sqlite.encode(value.value, as: $0.type).databaseValue }
-        }
-        let sql =
-            "SELECT \(SQLDialect.sqlite.quote(etagColumn)) AS etag FROM \(SQLDialect.sqlite.quote(set.name)) WHERE \(condition)"
-        guard let row = try Row.fetchOne(db, sql: sql, arguments: StatementArguments(arguments)) else {
+    func etag(of id: String, set: EntitySet, type: EntityType, key: [KeyValue], in db: Database) throws -> String? {
+        guard let row = try storedRow(set: set, type: type, key: key, in: db) else {
             throw OfflineError(.notFound, "\(id) is not on this device.")
         }
-        return row["etag"]
+        return row[Self.etagColumn]
     }
 
     func write<T>(_ body: (Database) throws -> T) throws(OfflineError) -> T {

@@ -132,7 +132,7 @@ extension OfflineStore {
                     continue
                 }
                 guard let values = change.values else {
-                    let (_, _, key) = try self.parseIDSync(change.id)
+                    let (_, _, key) = try self.parseID(change.id)
                     let delete = try translator.delete(from: set.name, key: key)
                     try db.cachedStatement(sql: delete.sql).execute(arguments: delete.statementArguments)
                     removed += db.changesCount
@@ -151,14 +151,5 @@ extension OfflineStore {
         report.updated += updated
         report.removed += removed
         report.keptLocal += kept
-    }
-
-    nonisolated func parseIDSync(_ id: String) throws -> (EntitySet, EntityType, [KeyValue]) {
-        let parsed = try ODataURL(parsing: id, model: model)
-        guard case .resource(let segments) = parsed.path, segments.count == 2,
-            case .entitySet(let name) = segments[0], case .key(let key) = segments[1],
-            let set = model.entitySet(named: name), let type = model.entityType(of: set)
-        else { throw OfflineError(.server, "The server sent '\(id)', which is not an entity of the model.") }
-        return (set, type, key)
     }
 }

@@ -255,16 +255,8 @@ public actor OfflineStore {
             guard case .key(let key) = segments[1] else {
                 throw OfflineError(.badRequest, "The offline store reads entity sets and single entities.")
             }
-            let conditions: [ODataExpression] = key.compactMap { value in
-                type.property(named: value.name).map {
-                    .comparison(
-                        .eq, .property(PropertyPath(property: value.name, type: $0.type, isNullable: false)),
-                        .literal(value.value))
-                }
-            }
-            options.filter = (conditions + (options.filter.map { [$0] } ?? [])).reduce(nil) { result, next in
-                result.map { .logical(.and, $0, next) } ?? next
-            }
+            options.filter = ODataExpression.conjunction(
+                ODataExpression.keyConditions(key, of: type) + (options.filter.map { [$0] } ?? []))
         }
         return (set, type, options)
     }
@@ -273,13 +265,18 @@ public actor OfflineStore {
     static func entityID(set: String, type: EntityType, values: [String: PrimitiveValue]) throws(OfflineError)
         -> String
     {
-        var keys: [String] = []
+        ResourcePath.canonicalURL(entitySet: set, key: try key(of: type, in: values))
+    }
+
+    /// The key of an entity from its values.
+    static func key(of type: EntityType, in values: [String: PrimitiveValue]) throws(OfflineError) -> [KeyValue] {
+        var key: [KeyValue] = []
         for name in type.key {
             guard let value = values[name], value != .null else {
                 throw OfflineError(.badRequest, "The entity has no value for its key property '\(name)'.")
             }
-            keys.append(type.key.count == 1 ? value.urlLiteral : "\(name)=\(value.urlLiteral)")
+            key.append(KeyValue(name: name, value: value))
         }
-        return "\(set)(\(keys.joined(separator: ",")))"
+        return key
     }
 }

@@ -314,7 +314,7 @@ extension DataService {
         -> [StoredEntity]
     {
         var options = options
-        options.filter = Self.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
+        options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range)
         return try Self.entities(
@@ -323,8 +323,9 @@ extension DataService {
     }
 
     func keyURL(_ entity: StoredEntity, target: Target) -> String {
-        Self.canonicalURL(
-            set: target.set.name, key: target.type.key.map { KeyValue(name: $0, value: entity.values[$0] ?? .null) })
+        ResourcePath.canonicalURL(
+            entitySet: target.set.name,
+            key: target.type.key.map { KeyValue(name: $0, value: entity.values[$0] ?? .null) })
     }
 
     // MARK: Tokens and links

@@ -99,7 +99,7 @@ extension DataService {
             throw ServerError.conflict("An entity of \(target.set.name) with this key already exists.")
         }
         let key = target.type.key.map { KeyValue(name: $0, value: values[$0] ?? .null) }
-        let canonical = Self.canonicalURL(set: target.set.name, key: key)
+        let canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: key)
         var created = target
         created.conditions = key.compactMap { part in
             target.type.property(named: part.name).map {
@@ -173,7 +173,7 @@ extension DataService {
         guard let entity = try fetch(target, options: QueryOptions(), in: db).first else {
             throw ServerError(.internalServerError, "InternalError", "The changed entity could not be read back.")
         }
-        let canonical = target.canonical ?? Self.canonicalURL(set: target.set.name, key: key)
+        let canonical = target.canonical ?? ResourcePath.canonicalURL(entitySet: target.set.name, key: key)
         audit.append(auditEntry("entity-updated", canonical, attribution: attribution, context: context))
         return written(
             entity, target: target, status: 200, preferences: preferences, context: context,
@@ -189,7 +189,7 @@ extension DataService {
         let delete = try translator.delete(from: target.set.name, key: key)
         try db.execute(sql: delete.sql, arguments: delete.statementArguments)
         let sequence = try DataStore.nextSequence(db)
-        let canonical = Self.canonicalURL(set: target.set.name, key: key)
+        let canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: key)
         try db.execute(
             sql: #"INSERT INTO "$removed" (seq, entitySet, keyJSON, removedAt) VALUES (?, ?, ?, ?)"#,
             arguments: [sequence, target.set.name, canonical, clock.now().timeIntervalSince1970])

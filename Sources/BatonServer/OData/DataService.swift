@@ -95,15 +95,9 @@ struct DataService: Sendable {
         for segment in segments.dropFirst() {
             switch segment {
             case .key(let values):
-                target.conditions += values.compactMap { key in
-                    target.type.property(named: key.name).map {
-                        .comparison(
-                            .eq, .property(PropertyPath(property: key.name, type: $0.type, isNullable: false)),
-                            .literal(key.value))
-                    }
-                }
+                target.conditions += ODataExpression.keyConditions(values, of: target.type)
                 target.single = true
-                target.canonical = Self.canonicalURL(set: target.set.name, key: values)
+                target.canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: values)
             case .navigation(let name):
                 guard let navigation = target.type.navigationProperty(named: name),
                     let nextSet = model.targetSet(of: navigation, from: target.set),
@@ -117,8 +111,8 @@ struct DataService: Sendable {
                     navigation, from: target.type, to: nextType, parent: parent.values)
                 target = Target(set: nextSet, type: nextType, conditions: conditions, single: !navigation.isCollection)
                 if target.single, let found = try fetch(target, options: QueryOptions(), in: db).first {
-                    target.canonical = Self.canonicalURL(
-                        set: nextSet.name,
+                    target.canonical = ResourcePath.canonicalURL(
+                        entitySet: nextSet.name,
                         key: nextType.key.map { KeyValue(name: $0, value: found.values[$0] ?? .null) })
                 }
             case .property(let name): target.property = name
@@ -154,20 +148,6 @@ struct DataService: Sendable {
         }
     }
 
-    /// `Set(key)` or `Set(K1=v1,K2=v2)`, with literals percent-encoded.
-    static func canonicalURL(set: String, key: [KeyValue]) -> String {
-        func literal(_ value: PrimitiveValue) -> String {
-            let text = value.urlLiteral
-            // Most literals (numbers, GUIDs, plain strings) need no encoding; skip Foundation's encoder for them.
-            if text.unicodeScalars.allSatisfy({ $0.isASCII && CharacterSet.urlLiteralAllowed.contains($0) }) {
-                return text
-            }
-            return text.addingPercentEncoding(withAllowedCharacters: .urlLiteralAllowed) ?? text
-        }
-        if key.count == 1, let only = key.first { return "\(set)(\(literal(only.value)))" }
-        return "\(set)(" + key.map { "\($0.name)=\(literal($0.value))" }.joined(separator: ",") + ")"
-    }
-
     // MARK: Fetching
 
     /// A stored entity: its values and its sequence (ETag).
@@ -184,7 +164,7 @@ struct DataService: Sendable {
     /// The rows a read selects (model properties, then `$seq`), with the target's conditions applied.
     func fetchRows(_ target: Target, options: QueryOptions, in db: Database) throws -> [Row] {
         var options = options
-        options.filter = Self.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
+        options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
         return try Row.fetchAll(db.cachedStatement(sql: query.sql), arguments: query.statementArguments)
@@ -198,7 +178,7 @@ struct DataService: Sendable {
         _ target: Target, options: QueryOptions, limit: Int, in db: Database, to out: inout [UInt8]
     ) throws -> (count: Int, more: Bool, sequence: Int64?) {
         var options = options
-        options.filter = Self.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
+        options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
         let statement = try db.cachedStatement(sql: query.sql)
@@ -238,25 +218,10 @@ struct DataService: Sendable {
 
     func count(_ target: Target, options: QueryOptions, in db: Database) throws -> Int {
         var options = options
-        options.filter = Self.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
+        options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         options.top = nil
         options.skip = nil
         let query = try translator.count(from: target.set.name, options: options)
         return try Int.fetchOne(db.cachedStatement(sql: query.sql), arguments: query.statementArguments) ?? 0
     }
-
-    static func conjunction(_ conditions: [ODataExpression]) -> ODataExpression? {
-        guard var result = conditions.first else { return nil }
-        for condition in conditions.dropFirst() { result = .logical(.and, result, condition) }
-        return result
-    }
-}
-
-extension CharacterSet {
-    /// What may stay unencoded inside a key predicate.
-    static let urlLiteralAllowed: CharacterSet = {
-        var set = CharacterSet.alphanumerics
-        set.insert(charactersIn: "-._~'!$*+:@")
-        return set
-    }()
 }
