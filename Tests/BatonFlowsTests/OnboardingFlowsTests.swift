@@ -155,6 +155,20 @@ import Testing
         }
     }
 
+    @Test func cancellingAPasscodeResetKeepsTheOldStore() async throws {
+        try await withServer { server in
+            let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "12345678"))
+            _ = try await device.manager.open()
+            await device.manager.lock()
+            await device.presenter.append([.credentials("alice", Passwords.alice), .cancel])
+            let cancelled = await #expect(throws: FlowsError.self) { try await device.manager.resetPasscode() }
+            #expect(cancelled?.code == .cancelled)
+            #expect(await device.manager.state == .locked)
+            await device.presenter.append([.passcode("12345678")])
+            #expect(try await device.manager.unlock().user.serverUserID == "alice")
+        }
+    }
+
     @Test func addUserDuplicateUserAndEvents() async throws {
         try await withServer { server in
             let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "12345678"))

@@ -1,0 +1,44 @@
+import BatonOData
+import BatonOffline
+import Crypto
+import Foundation
+import Testing
+
+/// Local OData on the device store, without a server.
+@Suite struct LocalStoreTests {
+    @Test func stringKeysThatNeedEncodingAreAddressedCanonically() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-local-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try OfflineStore(
+            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
+            deviceID: "tablet-1", definingQueries: [])
+        try await store.open(
+            as: OfflineUser(name: "alice", signingKey: P256.Signing.PrivateKey()), key: SymmetricKey(size: .bits256))
+        let id = try await store.create(
+            in: "Aircraft",
+            values: [
+                "TailNumber": .string("D A#B'C"), "Type": .string("A320"), "Station": .string("FRA"),
+                "Status": .string("ready"),
+            ])
+        // The id is the server's canonical URL: percent-encoded, quotes doubled — a URL a request can use.
+        #expect(id == "Aircraft('D%20A%23B''C')")
+        #expect(URL(string: "http://127.0.0.1/odata/" + id) != nil)
+        try await store.update(id, values: ["Status": .string("maintenance")])
+        #expect(try await store.read(id).first?.values["Status"] == .string("maintenance"))
+        #expect(try await store.pendingEntries().map(\.url) == ["Aircraft", id])
+        let duplicate = await #expect(throws: OfflineError.self) {
+            try await store.create(
+                in: "Aircraft",
+                values: [
+                    "TailNumber": .string("D A#B'C"), "Type": .string("A320"), "Station": .string("FRA"),
+                    "Status": .string("ready"),
+                ])
+        }
+        #expect(duplicate?.message.contains("already exists") == true)
+        let missing = await #expect(throws: OfflineError.self) {
+            try await store.update("Aircraft('D-NONE')", values: ["Status": .string("ready")])
+        }
+        #expect(missing?.code == .notFound)
+    }
+}
