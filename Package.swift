@@ -34,6 +34,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
+        .package(url: "https://github.com/vapor/console-kit.git", from: "4.16.2"),
     ],
     targets: [
         // OData 4.01 protocol core: model, $metadata, URLs, $filter, payloads, batch, headers. No I/O.
@@ -161,7 +162,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The ground-crew app. Today: `baton demo` plays the shift handover on an embedded server; `baton sql`.
+        // The ground-crew app: interactive (no subcommand), scriptable subcommands, `baton demo`, `baton sql`.
         .executableTarget(
             name: "baton",
             dependencies: [
@@ -172,6 +173,7 @@ let package = Package(
                 "BatonSQL",
                 "BatonTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ConsoleKitTerminal", package: "console-kit"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             swiftSettings: swiftSettings
@@ -234,6 +236,7 @@ let package = Package(
         .testTarget(
             name: "batonTests",
             dependencies: ["baton"],
+            resources: [.copy("Terminal")],
             swiftSettings: swiftSettings
         ),
     ]

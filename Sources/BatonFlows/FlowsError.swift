@@ -31,6 +31,10 @@ public struct FlowsError: Error, Sendable, Equatable, CustomStringConvertible {
         public static let offline = Code("Offline")
         /// The device's files cannot be read or written.
         public static let storage = Code("Storage")
+        /// The passcode was wrong and the presenter cannot ask again (a script, `--passcode-stdin`).
+        public static let wrongPasscode = Code("WrongPasscode")
+        /// The server rejected the user name or password and the presenter cannot ask again.
+        public static let invalidCredentials = Code("InvalidCredentials")
         /// A step failed; the message says which and why.
         public static let stepFailed = Code("StepFailed")
     }

@@ -20,6 +20,9 @@ public actor UserManager {
         public var role: String?
         public var status: Status
         public var lastSignIn: Date?
+        /// This user's changes waiting on the device for upload, as the app last counted them (the offline
+        /// store is encrypted, so the user list before sign-in shows this copy).
+        public var pendingChanges: Int?
 
         public var id: UUID { onboardingID }
 
@@ -147,6 +150,20 @@ public actor UserManager {
         registry.transientUser = nil
         try save()
         if previous?.onboardingID != onboardingID { emit(.userSwitched(from: previous, to: registry.users[index])) }
+    }
+
+    /// Records how many changes each user has waiting on the device, keyed by server user name (users not
+    /// named have none).
+    public func setPendingChanges(_ counts: [String: Int]) throws(FlowsError) {
+        var changed = false
+        for index in registry.users.indices {
+            let count = registry.users[index].serverUserID.flatMap { counts[$0] } ?? 0
+            if registry.users[index].pendingChanges != count {
+                registry.users[index].pendingChanges = count
+                changed = true
+            }
+        }
+        if changed { try save() }
     }
 
     /// Removes a user from the registry.

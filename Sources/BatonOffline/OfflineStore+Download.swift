@@ -14,6 +14,8 @@ public struct DownloadReport: Sendable, Hashable {
     public var keptLocal = 0
     /// Pages read.
     public var pages = 0
+    /// An empty report (nothing downloaded yet).
+    public init() {}
 }
 
 extension OfflineStore {

@@ -21,6 +21,8 @@ public struct UploadReport: Sendable {
 
     /// True only when every queued change reached the server.
     public var isComplete: Bool { archived.isEmpty && waiting.isEmpty }
+    /// An empty report (nothing uploaded yet).
+    public init() {}
 }
 
 extension OfflineStore {

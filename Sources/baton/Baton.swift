@@ -1,12 +1,45 @@
 import ArgumentParser
+import Foundation
 
-/// The ground-crew app. Today it has `demo`, which plays the shift handover on an embedded server and real
-/// device stores (then shows the OData core underneath), and `sql`, which shows the SQL a request URL becomes.
+/// The ground-crew app. With no subcommand it opens the interactive app (user list, passcode, aircraft,
+/// recording checks, pending changes, sync, lock, switch); the subcommands do the same things from scripts;
+/// `demo` plays the shift handover on an embedded server.
 @main
 struct Baton: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "baton",
         abstract: "Baton: shared-device, multi-user, offline-first pre-flight checks.",
-        subcommands: [DemoCommand.self, SQLCommand.self]
+        discussion: """
+            Exit status: 0 done; 1 failed; 3 wrong passcode or password (or nobody signed in); 4 the server \
+            cannot be reached; 5 the sync left changes behind (error archive, waiting for their author); \
+            6 invalid input; 7 no such user or aircraft; 8 pending changes refuse the removal; 64 usage.
+            """,
+        subcommands: [
+            DemoCommand.self, UsersCommand.self, SyncCommand.self, AircraftCommand.self, ChecksCommand.self,
+            PendingCommand.self, LockCommand.self, SQLCommand.self,
+        ]
     )
+
+    @OptionGroup var device: DeviceOptions
+
+    func run() async throws {
+        let ui = ConsoleUI()
+        let app: Device
+        do {
+            app = try await Device.open(
+                directory: device.directory, server: device.server, offline: device.offline,
+                presenter: ConsolePresenter(ui: ui),
+                askServer: {
+                    guard let answer = await ui.ask("Server URL [http://127.0.0.1:8080]:") else {
+                        throw AppError(.usage, "No server was given.")
+                    }
+                    return answer.isEmpty ? "http://127.0.0.1:8080" : answer
+                })
+        } catch {
+            let failure = AppError.from(error)
+            ui.failure(failure.message)
+            throw failure.exitCode
+        }
+        try await InteractiveApp(ui: ui, device: app).run()
+    }
 }

@@ -19,15 +19,19 @@ import Testing
         return directory.appendingPathComponent("baton")
     }
 
-    static func run(_ arguments: [String]) throws -> Result {
+    static func run(_ arguments: [String], executable: URL = executable, input: String? = nil) throws -> Result {
         let process = Process()
         process.executableURL = executable
         process.arguments = arguments
         let output = Pipe()
         let error = Pipe()
+        let standardInput = Pipe()
         process.standardOutput = output
         process.standardError = error
+        process.standardInput = standardInput
         try process.run()
+        if let input { standardInput.fileHandleForWriting.write(Data(input.utf8)) }
+        try standardInput.fileHandleForWriting.close()
         let outputData = output.fileHandleForReading.readDataToEndOfFile()
         let errorData = error.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()

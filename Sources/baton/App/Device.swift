@@ -1,0 +1,250 @@
+import BatonClient
+import BatonFlows
+import BatonOData
+import BatonOffline
+import Crypto
+import Foundation
+
+/// The shared tablet the app runs on: its data directory, the server it belongs to, the session manager of
+/// its users and the offline store they share. Everything the interactive screens and the scriptable
+/// subcommands do goes through here.
+struct Device: Sendable {
+    let directory: URL
+    let serverURL: URL
+    let sessions: OnboardingSessionManager
+    let store: OfflineStore
+    /// `--offline`: nothing is sent; the device works from its stores alone.
+    let offline: Bool
+
+    static let definingQueries = [
+        DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "flights", url: "Flights"),
+        DefiningQuery(name: "checks", url: "PreflightChecks"),
+    ]
+
+    /// Opens the device in `directory`. The server URL is remembered there on first use (it is not a
+    /// secret); a different `--server` later is refused rather than mixing two servers' data.
+    static func open(
+        directory: URL, server: String?, offline: Bool, presenter: any OnboardingPresenter,
+        askServer: () async throws -> String
+    ) async throws -> Device {
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let remembered = directory.appendingPathComponent("server-url")
+        let saved = (try? String(contentsOf: remembered, encoding: .utf8))?.trimmingCharacters(
+            in: .whitespacesAndNewlines)
+        let text: String
+        switch (server, saved) {
+        case (let given?, let saved?) where given != saved:
+            throw AppError(
+                .usage,
+                "This device (\(directory.path)) belongs to \(saved), not \(given); use --data-dir for another server.")
+        case (let given?, _): text = given
+        case (nil, let saved?): text = saved
+        case (nil, nil): text = try await askServer()
+        }
+        guard let url = URL(string: text), url.scheme == "http" || url.scheme == "https", url.host != nil else {
+            throw AppError(.usage, "'\(text)' is not a server URL; give one like http://127.0.0.1:8080.")
+        }
+        if saved == nil { try Data(text.utf8).write(to: remembered, options: .atomic) }
+
+        let store = try OfflineStore(
+            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
+            deviceID: try DeviceStorage(directory: directory).deviceID(), definingQueries: definingQueries)
+        var configuration = FlowsConfiguration(mode: .multiUser)
+        configuration.appVersion = "1.0"
+        configuration.removalGuard = { user in try await store.requireNoPendingChanges(of: user.serverUserID ?? "") }
+        let sessions = try OnboardingSessionManager(
+            serverURL: url, directory: directory, configuration: configuration, presenter: presenter,
+            flowProvider: StandardFlowProvider(appSteps: [OfflineStoreStep(store: store)]),
+            transport: offline ? NetworkOff() : AsyncHTTPClientTransport())
+        return Device(directory: directory, serverURL: url, sessions: sessions, store: store, offline: offline)
+    }
+
+    // MARK: The signed-in user
+
+    /// The open session, or a clear error.
+    func session() async throws -> OnboardingSession {
+        guard let session = await sessions.session else {
+            throw AppError(.authentication, "Nobody is signed in on this device.")
+        }
+        return session
+    }
+
+    /// The signed-in user's name on the server.
+    func userName() async throws -> String { try await session().user.serverUserID ?? "" }
+
+    func isOnline() async -> Bool {
+        if offline { return false }
+        return await sessions.client.isReachable(timeout: .seconds(1))
+    }
+
+    /// Copies the pending counts per author into the user registry, for the user list before sign-in.
+    func notePendingChanges() async {
+        guard let counts = try? await store.pendingCounts(), let archived = try? await store.archivedEntries() else {
+            return
+        }
+        var all = counts
+        for entry in archived { all[entry.entry.author, default: 0] += 1 }
+        try? await sessions.users.setPendingChanges(all)
+    }
+
+    // MARK: Aircraft and checks
+
+    struct AircraftRow: Sendable {
+        let aircraft: LocalEntity
+        let latest: LocalEntity?
+        var tail: String { aircraft.values["TailNumber"]?.display ?? "?" }
+    }
+
+    /// The aircraft on the device, optionally of one station or status, each with its latest check.
+    func aircraft(station: String? = nil, status: String? = nil) async throws -> [AircraftRow] {
+        var filters: [String] = []
+        if let station { filters.append("Station eq \(PrimitiveValue.string(station.uppercased()).urlLiteral)") }
+        if let status { filters.append("Status eq \(PrimitiveValue.string(status.lowercased()).urlLiteral)") }
+        let filter = filters.isEmpty ? "" : "&$filter=" + encode(filters.joined(separator: " and "))
+        var rows: [AircraftRow] = []
+        for aircraft in try await store.read("Aircraft?$orderby=TailNumber" + filter) {
+            let tail = aircraft.values["TailNumber"] ?? .null
+            let latest = try await store.read(
+                "PreflightChecks?$filter=" + encode("TailNumber eq \(tail.urlLiteral)")
+                    + "&$orderby=ChangedAt%20desc&$top=1"
+            ).first
+            rows.append(AircraftRow(aircraft: aircraft, latest: latest))
+        }
+        return rows
+    }
+
+    /// One aircraft by tail number, or a clear not-found error.
+    func aircraft(tail: String) async throws -> LocalEntity {
+        let key = PrimitiveValue.string(tail.uppercased()).urlLiteral
+        guard let aircraft = try await store.read("Aircraft?$filter=" + encode("TailNumber eq \(key)")).first else {
+            throw AppError(.notFound, "No aircraft \(tail.uppercased()) on this device; `baton aircraft` lists them.")
+        }
+        return aircraft
+    }
+
+    func flights(tail: String) async throws -> [LocalEntity] {
+        let key = PrimitiveValue.string(tail).urlLiteral
+        return try await store.read(
+            "Flights?$filter=" + encode("TailNumber eq \(key)") + "&$orderby=ScheduledDeparture")
+    }
+
+    /// The checks of one aircraft (or all), newest first; unsynced ones first of all.
+    func checks(tail: String?, top: Int = 20) async throws -> [LocalEntity] {
+        let filter = tail.map {
+            "$filter=" + encode("TailNumber eq \(PrimitiveValue.string($0.uppercased()).urlLiteral)") + "&"
+        }
+        let rows = try await store.read("PreflightChecks?" + (filter ?? "") + "$orderby=ChangedAt%20desc&$top=\(top)")
+        return rows.filter(\.pending) + rows.filter { !$0.pending }
+    }
+
+    /// Validates the check against the device's data and records it (entity and signed queue entry in one
+    /// transaction). Returns the entity's URL.
+    func record(_ form: CheckForm) async throws -> String {
+        var form = form
+        let aircraft = try await aircraft(tail: form.tailNumber)
+        form.tailNumber = aircraft.values["TailNumber"]?.display ?? form.tailNumber
+        if let flight = form.flightNumber {
+            let known = try await flights(tail: form.tailNumber).compactMap { $0.values["FlightNumber"]?.display }
+            guard known.contains(flight.uppercased()) else {
+                throw AppError(
+                    .invalidInput,
+                    "Flight \(flight) is not a flight of \(form.tailNumber); its flights: \(known.joined(separator: ", "))."
+                )
+            }
+            form.flightNumber = flight.uppercased()
+        }
+        for measurement in Measurement.all where form.measurements[measurement.property] == nil {
+            throw AppError(.invalidInput, "\(measurement.label) is missing.")
+        }
+        let id = try await store.create(in: "PreflightChecks", values: form.values)
+        await notePendingChanges()
+        return id
+    }
+
+    // MARK: Sync
+
+    struct SyncSummary: Sendable {
+        var upload = UploadReport()
+        var download = DownloadReport()
+        var me = ""
+
+        /// "uploaded 3 changes: 2 yours, 1 alice's on her behalf; downloaded 12 updates".
+        var text: String {
+            var parts: [String] = []
+            let byAuthor = upload.uploadedByAuthor
+            let total = byAuthor.values.reduce(0, +)
+            if total == 0 {
+                parts.append("nothing to upload")
+            } else {
+                var who: [String] = []
+                if let mine = byAuthor[me] { who.append("\(mine) yours") }
+                for (author, count) in byAuthor.sorted(by: { $0.key < $1.key }) where author != me {
+                    who.append("\(count) \(author)'s on their behalf")
+                }
+                parts.append("uploaded \(total) change\(total == 1 ? "" : "s"): " + who.joined(separator: ", "))
+            }
+            if !upload.archived.isEmpty { parts.append("\(upload.archived.count) moved to the error archive") }
+            if !upload.waiting.isEmpty { parts.append("\(upload.waiting.count) waiting for their author") }
+            let changed = download.updated + download.removed
+            parts.append("downloaded \(changed) update\(changed == 1 ? "" : "s")")
+            return parts.joined(separator: "; ")
+        }
+    }
+
+    /// Uploads the queue (others' changes on their behalf when the server allows it), then downloads.
+    /// `progress` hears every step.
+    func sync(progress: @escaping @Sendable (SyncProgress) -> Void) async throws -> SyncSummary {
+        let session = try await session()
+        guard await isOnline() else {
+            throw AppError(
+                .offline,
+                offline
+                    ? "Working offline (--offline); nothing was sent. Your changes stay on this device."
+                    : "The server \(serverURL.absoluteString) cannot be reached; your changes stay on this device.")
+        }
+        let events = await store.progress()
+        let listener = Task {
+            for await event in events { progress(event) }
+        }
+        defer { listener.cancel() }
+        var summary = SyncSummary(me: session.user.serverUserID ?? "")
+        do {
+            summary.upload = try await store.upload(
+                using: session.authorized,
+                allowOnBehalf: session.settings.sharedDevices.uploadPendingChangesOfPreviousUser)
+            summary.download = try await store.download(using: session.authorized)
+        } catch {
+            await notePendingChanges()
+            throw error
+        }
+        await notePendingChanges()
+        return summary
+    }
+
+    // MARK: Removal
+
+    /// Discards `author`'s unsynced changes after writing an encrypted backup of them into the device's
+    /// `backups` folder (AES-GCM under the device store key). Returns the number discarded and the file.
+    func discardChanges(of author: String) async throws -> (count: Int, backup: URL) {
+        let session = try await session()
+        guard let key = session.storeKey else { throw AppError(.failed, "The store key is missing; reset the user.") }
+        let folder = directory.appendingPathComponent("backups")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let file = folder.appendingPathComponent("\(author)-\(Int(Date().timeIntervalSince1970)).sealed")
+        let count = try await store.discardPendingChanges(of: author, backupTo: file, key: SymmetricKey(data: key))
+        await notePendingChanges()
+        return (count, file)
+    }
+
+    func encode(_ text: String) -> String {
+        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~'()")))
+            ?? text
+    }
+}
+
+/// The transport of `--offline`: refuses every request, as a device with no network would.
+struct NetworkOff: HTTPTransport {
+    func send(_ request: ClientRequest) async throws(BatonClientError) -> ClientResponse {
+        throw BatonClientError(.unreachable, "Working offline (--offline); nothing is sent.")
+    }
+}

@@ -1,0 +1,520 @@
+import BatonFlows
+import BatonOData
+import BatonOffline
+import Dispatch
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The ground-crew app at the terminal: the user list and passcode, home with the aircraft, recording a
+/// check, pending changes, the error archive, sync, lock, switch, add, reset passcode, sign out and removal.
+/// Every screen fits 80x24; every prompt re-asks with the reason on bad input; an empty answer goes back.
+struct InteractiveApp {
+    let ui: ConsoleUI
+    let device: Device
+    var sessions: OnboardingSessionManager { device.sessions }
+
+    enum Next { case home, signIn, quit }
+
+    func run() async throws {
+        let pidFile = device.directory.appendingPathComponent("app.pid")
+        try Data("\(getpid())".utf8).write(to: pidFile, options: .atomic)
+        defer { try? FileManager.default.removeItem(at: pidFile) }
+        let stopWatchers = startWatchers()
+        defer { stopWatchers() }
+        ui.heading("Baton — pre-flight checks on a shared device")
+        ui.dim("Server \(device.serverURL.absoluteString)\(device.offline ? " (offline: nothing is sent)" : "")")
+        var next = Next.signIn
+        while next != .quit {
+            switch next {
+            case .signIn: next = await signIn()
+            case .home: next = await home()
+            case .quit: break
+            }
+        }
+        await device.notePendingChanges()
+        await sessions.close()
+        ui.say("Bye. The device is locked.")
+    }
+
+    // MARK: Sign-in
+
+    func signIn() async -> Next {
+        while true {
+            do {
+                // A new screen: nothing of the previous user stays visible on the shared device.
+                ui.newScreen()
+                if await sessions.users.activeUsers.isEmpty {
+                    ui.heading("Welcome! Nobody uses this device yet: the first user onboards.")
+                }
+                let session = try await withDownloadProgress {
+                    await sessions.state == .closed ? try await sessions.open() : try await sessions.switchUser()
+                }
+                await device.notePendingChanges()
+                ui.newScreen()
+                ui.notice("✓ Signed in as \(session.user.displayName).")
+                if let report = session.info[.uploadReport], !report.uploaded.isEmpty {
+                    var summary = Device.SyncSummary(upload: report, me: session.user.serverUserID ?? "")
+                    summary.download = DownloadReport()
+                    ui.notice("✓ Synced on sign-in: " + summary.text)
+                }
+                return .home
+            } catch let error as FlowsError where error.code == .cancelled && error.message == ConsolePresenter.quit {
+                return .quit
+            } catch let error as FlowsError where error.code == .cancelled {
+                ui.notice("! " + error.message, .warning)
+            } catch {
+                ui.notice("✗ " + AppError.from(error).message, .error)
+            }
+        }
+    }
+
+    /// Runs `body` (a flow that may download) with a progress display of the store's download events.
+    func withDownloadProgress<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        let events = await device.store.progress()
+        let ui = ui
+        let listener = Task {
+            var progress: ConsoleUI.Progress?
+            for await event in events {
+                // A sign-in's delta download usually brings nothing: no bar for that.
+                guard case .download(let query, let entities, let pages) = event, entities > 0 else { continue }
+                let index = Device.definingQueries.firstIndex { $0.name == query } ?? 0
+                let display = progress ?? ui.progress("Downloading to this device")
+                progress = display
+                let fraction =
+                    (Double(index) + Double(pages) / Double(pages + 1)) / Double(Device.definingQueries.count)
+                display.update(fraction, "Downloading: \(query), \(entities) entities")
+            }
+            progress?.finish(true)
+        }
+        defer { listener.cancel() }
+        return try await body()
+    }
+
+    // MARK: Home
+
+    func statusLine() async -> String {
+        guard let session = await sessions.session else { return "locked" }
+        let me = session.user.serverUserID ?? ""
+        let online = await device.isOnline()
+        let counts = (try? await device.store.pendingCounts()) ?? [:]
+        let archived = (try? await device.store.archivedEntries().count) ?? 0
+        let total = counts.values.reduce(0, +)
+        var line = "\(session.user.displayName) (\(session.user.role ?? "user")) · \(online ? "online" : "OFFLINE")"
+        line += " · \(total) pending (\(counts[me] ?? 0) yours)"
+        if archived > 0 { line += " · \(archived) in error archive" }
+        return line
+    }
+
+    func home() async -> Next {
+        ui.newScreen()
+        let status = await statusLine()
+        ui.say(status, .init(color: .black, background: .white))
+        ui.say(
+            """
+               1  Aircraft                     7  Switch user
+               2  Record a pre-flight check    8  Add a user
+               3  Pending changes              9  Reset my passcode
+               4  Error archive               10  Sign out
+               5  Sync now                    11  Remove a user
+               6  Lock                         q  Quit
+            """)
+        guard let choice = await ui.ask("Choose:") else { return .quit }
+        guard await sessions.state == .open else { return .signIn }
+        await sessions.recordActivity()
+        do {
+            switch choice.lowercased() {
+            case "1": try await aircraftList()
+            case "2": try await recordCheck(tail: nil)
+            case "3": try await pendingList()
+            case "4": try await archive()
+            case "5": try await sync()
+            case "6":
+                await sessions.lock()
+                ui.notice("✓ Locked. The next person picks their name.")
+                return .signIn
+            case "7": return .signIn
+            case "8":
+                _ = try await withDownloadProgress { try await sessions.addUser() }
+                await device.notePendingChanges()
+                ui.notice("✓ Added. \(await sessions.session?.user.displayName ?? "The new user") is signed in.")
+            case "9":
+                _ = try await sessions.resetPasscode()
+                ui.notice("✓ Your passcode is changed.")
+            case "10":
+                guard
+                    await confirm(
+                        "Sign out? Your changes stay on the device; you sign in with your password next time.")
+                else { break }
+                try await sessions.signOut()
+                ui.notice("✓ Signed out.")
+                return .signIn
+            case "11": return try await removeUser()
+            case "q", "quit": return .quit
+            case "": break
+            default: ui.failure("'\(choice)' is not on the menu; type a number from 1 to 11, or q.")
+            }
+        } catch let error as FlowsError where error.code == .cancelled {
+            ui.notice("! " + error.message, .warning)
+        } catch {
+            ui.notice("✗ " + AppError.from(error).message, .error)
+        }
+        return await sessions.state == .open ? .home : .signIn
+    }
+
+    func confirm(_ question: String) async -> Bool {
+        guard let answer = await ui.ask(question + " [y/N]") else { return false }
+        return ["y", "yes"].contains(answer.lowercased())
+    }
+
+    // MARK: Aircraft
+
+    func aircraftList() async throws {
+        var station: String?
+        var status: String?
+        var page = 0
+        while true {
+            let rows = try await device.aircraft(station: station, status: status)
+            let pageSize = 14
+            let pages = max(1, (rows.count + pageSize - 1) / pageSize)
+            page = min(page, pages - 1)
+            ui.newScreen()
+            var title = "Aircraft"
+            if let station { title += " at \(station.uppercased())" }
+            if let status { title += " (\(status))" }
+            ui.heading("\(title) — \(rows.count), page \(page + 1) of \(pages)")
+            ui.say(Self.row("TAIL", "TYPE", "STN", "STATUS", "FUEL kg", "BY", "WHEN"))
+            for row in rows.dropFirst(page * pageSize).prefix(pageSize) {
+                let check = row.latest?.values
+                let when = check?["ChangedAt"].map { $0 == .null ? "on device" : $0.display } ?? "—"
+                let line = Self.row(
+                    row.tail, row.aircraft.values["Type"]?.display ?? "", row.aircraft.values["Station"]?.display ?? "",
+                    row.aircraft.values["Status"]?.display ?? "", check?["FuelKg"]?.display ?? "—",
+                    check?["CheckedBy"]?.display ?? "", row.latest?.pending == true ? "• on device" : when)
+                ui.say(line, row.latest?.pending == true ? .warning : .plain)
+            }
+            ui.dim("TAIL opens it · s STATION, t STATUS filters (alone: all) · n/p page · Enter back")
+            guard let answer = await ui.ask("Aircraft:"), !answer.isEmpty else { return }
+            let words = answer.split(separator: " ", maxSplits: 1).map(String.init)
+            switch words[0].lowercased() {
+            case "s": station = words.count > 1 ? words[1] : nil
+            case "t": status = words.count > 1 ? words[1] : nil
+            case "n": page += 1
+            case "p": page = max(0, page - 1)
+            default:
+                do { try await aircraftDetail(tail: answer) } catch let error as AppError
+                    where error.status == .notFound
+                {
+                    ui.failure(error.message)
+                    _ = await ui.ask("Press Enter.")
+                }
+            }
+        }
+    }
+
+    static func row(_ columns: String...) -> String {
+        let widths = [8, 16, 4, 12, 9, 10, 18]
+        return zip(columns, widths).map { text, width in
+            let clipped = text.count > width - 1 ? String(text.prefix(width - 2)) + "…" : text
+            return clipped.padding(toLength: width, withPad: " ", startingAt: 0)
+        }.joined().trimmingCharacters(in: .whitespaces)
+    }
+
+    func aircraftDetail(tail: String) async throws {
+        let aircraft = try await device.aircraft(tail: tail)
+        let tail = aircraft.values["TailNumber"]?.display ?? tail
+        ui.newScreen()
+        let values = aircraft.values
+        ui.heading(
+            "\(tail) · \(values["Type"]?.display ?? "") · \(values["Station"]?.display ?? "") · \(values["Status"]?.display ?? "")"
+        )
+        ui.say("Flights:")
+        for flight in try await device.flights(tail: tail).prefix(4) {
+            let departure = flight.values["ScheduledDeparture"]?.display ?? ""
+            ui.say(
+                "  \(flight.values["FlightNumber"]?.display ?? "")  departs \(departure)  gate \(flight.values["Gate"]?.display ?? "—")"
+            )
+        }
+        ui.say("Checks (newest first):")
+        for check in try await device.checks(tail: tail, top: 10).prefix(10) {
+            ui.say(Self.describe(check), check.pending ? .warning : .plain)
+        }
+        guard let answer = await ui.ask("r records a check for \(tail) · Enter back:") else { return }
+        if answer.lowercased() == "r" { try await recordCheck(tail: tail) }
+    }
+
+    /// "5200 kg · 200.5/60 psi · 15 qt · final · alice · 2026-11-21 14:05Z" (or "• on device").
+    static func describe(_ check: LocalEntity) -> String {
+        let v = check.values
+        var text = "  \(v["FuelKg"]?.display ?? "?") kg · \(v["TyrePressureMainPsi"]?.display ?? "?")/"
+        text += "\(v["TyrePressureNosePsi"]?.display ?? "?") psi · \(v["OilQuarts"]?.display ?? "?") qt"
+        text += " · \(v["Status"]?.display ?? "") · \(v["CheckedBy"]?.display ?? "")"
+        text += check.pending ? " · • on device" : " · \(v["ChangedAt"]?.display ?? "")"
+        return text
+    }
+
+    // MARK: Recording a check
+
+    func recordCheck(tail: String?) async throws {
+        ui.newScreen()
+        ui.heading("Record a pre-flight check")
+        ui.dim("Enter on its own goes back; nothing is saved until you confirm.")
+        var form = CheckForm()
+        if let tail {
+            form.tailNumber = tail
+        } else {
+            let device = device
+            var chosen: String?
+            while chosen == nil {
+                guard let answer = await ui.ask("Aircraft tail number:"), !answer.isEmpty else { return }
+                do { chosen = try await device.aircraft(tail: answer).values["TailNumber"]?.display } catch {
+                    ui.failure(AppError.from(error).message)
+                }
+            }
+            form.tailNumber = chosen ?? ""
+        }
+        let flights = try await device.flights(tail: form.tailNumber).compactMap { $0.values["FlightNumber"]?.display }
+        if !flights.isEmpty {
+            ui.dim("Flights of \(form.tailNumber): \(flights.joined(separator: ", "))")
+            guard
+                let flight = await ui.ask(
+                    "Flight (Enter for none):", optional: true,
+                    { text in
+                        flights.contains(text.uppercased())
+                            ? .success(text.uppercased())
+                            : .failure(
+                                InputProblem("Flight: '\(text)' is not one of \(flights.joined(separator: ", ")).")
+                            )
+                    })
+            else { return }
+            form.flightNumber = flight
+        }
+        for measurement in Measurement.all {
+            guard let value = await ui.ask(measurement.prompt, measurement.parse), let value else { return }
+            form.measurements[measurement.property] = value
+        }
+        guard let remarks = await ui.ask("Remarks (Enter for none):", optional: true, CheckForm.parseRemarks) else {
+            return
+        }
+        form.remarks = remarks
+        guard let status = await ui.ask("Status (final/draft, Enter for final):", optional: true, CheckForm.parseStatus)
+        else { return }
+        form.status = status ?? "final"
+        let summary = Measurement.all.map { "\($0.short) \(form.measurements[$0.property] ?? 0) \($0.unit)" }
+        ui.say("\(form.tailNumber)\(form.flightNumber.map { " / \($0)" } ?? ""): " + summary.joined(separator: " · "))
+        guard await confirm("Save this check?") else {
+            ui.notice("! Not saved.", .warning)
+            return
+        }
+        _ = try await device.record(form)
+        ui.notice("✓ \(form.tailNumber) check saved on this device; it is sent with the next sync.")
+    }
+
+    // MARK: Pending changes and the error archive
+
+    func pendingList() async throws {
+        let me = try await device.userName()
+        let entries = try await device.store.pendingEntries()
+        ui.newScreen()
+        ui.heading("Pending changes — \(entries.count), in upload order")
+        for entry in entries.prefix(18) {
+            let who = entry.author == me ? "you" : entry.author
+            ui.say("  " + Self.describe(entry) + " by \(who)", entry.author == me ? .plain : .info)
+        }
+        if entries.count > 18 { ui.dim("  … and \(entries.count - 18) more") }
+        _ = await ui.ask("Enter goes back:")
+    }
+
+    /// "new check D-AIBL 5200 kg · 2026-11-21 14:05" from a queued change.
+    static func describe(_ entry: QueueEntry) -> String {
+        let body = (try? JSONValue(parsing: entry.body)) ?? .null
+        let what =
+            switch entry.method {
+            case "POST": "new check"
+            case "DELETE": "deleted"
+            default: "changed"
+            }
+        var text = what + " " + (body["TailNumber"]?.stringValue ?? Self.clip(entry.entityID, 30))
+        if let fuel = body["FuelKg"] { text += " \(fuel.serialized) kg" }
+        return text + " · " + entry.createdAt.prefix(16).replacingOccurrences(of: "T", with: " ")
+    }
+
+    static func clip(_ text: String, _ width: Int) -> String {
+        text.count > width ? String(text.prefix(width - 1)) + "…" : text
+    }
+
+    func archive() async throws {
+        while true {
+            let entries = try await device.store.archivedEntries()
+            ui.newScreen()
+            ui.heading("Error archive — \(entries.count) change\(entries.count == 1 ? "" : "s") the server refused")
+            for (index, archived) in entries.prefix(9).enumerated() {
+                ui.say("  \(index + 1)  \(Self.describe(archived.entry)) by \(archived.entry.author)")
+                ui.dim("     \(archived.status): \(Self.clip(archived.message, 68))")
+            }
+            guard !entries.isEmpty, let answer = await ui.ask("Number to resolve · Enter back:"), !answer.isEmpty
+            else {
+                if entries.isEmpty { _ = await ui.ask("Nothing to resolve. Enter goes back:") }
+                return
+            }
+            guard let number = Int(answer), entries.prefix(9).indices.contains(number - 1) else {
+                ui.failure("'\(answer)' is not on the list.")
+                continue
+            }
+            try await resolve(entries[number - 1])
+        }
+    }
+
+    func resolve(_ archived: ArchiveEntry) async throws {
+        ui.say("r  send mine again over the server's version   s  take the server's version")
+        ui.say("e  edit the values and send again               Enter  back")
+        guard let action = await ui.ask("Resolve:")?.lowercased(), !action.isEmpty else { return }
+        do {
+            switch action {
+            case "r":
+                try await device.store.resend(archived)
+                ui.notice("✓ Queued again; it goes with the next sync.")
+            case "s":
+                try await device.store.takeServerVersion(archived)
+                ui.notice("✓ The server's version is on the device; the change is dropped.")
+            case "e":
+                var values: [String: PrimitiveValue] = [:]
+                for measurement in Measurement.all {
+                    guard let value = await ui.ask(measurement.prompt, measurement.parse), let value else { return }
+                    values[measurement.property] = .decimal(value)
+                }
+                try await device.store.edit(archived, values: values)
+                ui.notice("✓ Edited and queued again.")
+            default:
+                ui.failure("'\(action)' is not r, s or e.")
+            }
+        } catch {
+            ui.failure(AppError.from(error).message)
+        }
+        await device.notePendingChanges()
+    }
+
+    // MARK: Sync
+
+    func sync() async throws {
+        let progress = Mutex<ConsoleUI.Progress?>(nil)
+        let ui = ui
+        do {
+            let summary = try await device.sync { event in
+                progress.withLock { display in
+                    switch event {
+                    case .upload(let done, let total):
+                        display = display ?? ui.progress("Uploading")
+                        display?.update(total == 0 ? 1 : Double(done) / Double(total), "Uploading: \(done) of \(total)")
+                    case .download(let query, let entities, _):
+                        display = display ?? ui.progress("Downloading")
+                        display?.update(0.5, "Downloading: \(query), \(entities) entities")
+                    }
+                }
+            }
+            progress.withLock { $0?.finish(true) }
+            summary.upload.isComplete ? ui.notice("✓ " + summary.text) : ui.notice("! " + summary.text, .warning)
+            for archived in summary.upload.archived {
+                ui.failure("\(archived.entry.author)'s change to \(archived.entry.entityID): \(archived.message)")
+            }
+        } catch {
+            progress.withLock { $0?.finish(false) }
+            throw error
+        }
+    }
+
+    // MARK: Removal
+
+    func removeUser() async throws -> Next {
+        guard let session = await sessions.session else { return .signIn }
+        var candidates = [session.user]
+        if session.user.role == "admin" {
+            candidates += await sessions.users.activeUsers.filter { $0.id != session.user.id }
+        }
+        ui.heading("Remove a user from this device (their secure store and keys are deleted)")
+        for (index, user) in candidates.enumerated() {
+            ui.say("  \(index + 1)  \(ConsolePresenter.describe(user))\(index == 0 ? " — you" : "")")
+        }
+        guard let answer = await ui.ask("Number · Enter back:"), !answer.isEmpty else { return .home }
+        guard let number = Int(answer), candidates.indices.contains(number - 1) else {
+            ui.failure("'\(answer)' is not on the list.")
+            return .home
+        }
+        let user = candidates[number - 1]
+        guard await confirm("Remove \(user.displayName) from this device?") else { return .home }
+        do {
+            try await sessions.removeUser(user.id)
+        } catch let error as OfflineError where error.code == .pendingChanges {
+            ui.failure(error.message)
+            guard user.id == session.user.id else {
+                ui.say("\(user.displayName) must sign in and sync first.")
+                return .home
+            }
+            ui.say("s  sync now, then remove    d  discard them (an encrypted backup is kept)    Enter  keep")
+            switch await ui.ask("Choose:")?.lowercased() {
+            case "s":
+                try await sync()
+                try await sessions.removeUser(user.id)
+            case "d":
+                guard await ui.ask("Type DISCARD to confirm:") == "DISCARD" else {
+                    ui.notice("! Nothing was discarded or removed.", .warning)
+                    return .home
+                }
+                let discarded = try await device.discardChanges(of: user.serverUserID ?? "")
+                ui.notice(
+                    "! Discarded \(discarded.count) change(s); backup at \(discarded.backup.lastPathComponent).",
+                    .warning)
+                try await sessions.removeUser(user.id)
+            default:
+                ui.notice("! Nothing was removed.", .warning)
+                return .home
+            }
+        }
+        await device.notePendingChanges()
+        ui.notice("✓ \(user.displayName) is removed from this device.")
+        return await sessions.state == .open ? .home : .signIn
+    }
+
+    // MARK: Automatic lock and `baton lock`
+
+    /// The inactivity lock (the server policy's timeout) and SIGUSR1 from `baton lock`.
+    func startWatchers() -> () -> Void {
+        let sessions = sessions
+        let ui = ui
+        let timer = Task {
+            var seen = ui.lastInput.withLock { $0 }
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(500))
+                let latest = ui.lastInput.withLock { $0 }
+                if latest != seen {
+                    seen = latest
+                    await sessions.recordActivity()
+                }
+                if await sessions.lockIfInactive() {
+                    ui.newScreen()
+                    ui.notice("! Locked after inactivity. Press Enter to sign in.", .warning)
+                }
+            }
+        }
+        signal(SIGUSR1, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGUSR1, queue: .global())
+        source.setEventHandler {
+            Task {
+                guard await sessions.state == .open else { return }
+                await sessions.lock()
+                ui.newScreen()
+                ui.notice("! Locked by `baton lock`. Press Enter to sign in.", .warning)
+            }
+        }
+        source.resume()
+        return {
+            timer.cancel()
+            source.cancel()
+        }
+    }
+}

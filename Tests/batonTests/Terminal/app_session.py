@@ -1,0 +1,275 @@
+"""Drives the built `baton` app in an 80x24 pseudo-terminal against a real baton-server, as people at the stand
+would: onboard alice and bob, alice records a check with the network cut, locks, bob signs in offline, the
+network comes back, bob syncs and sees alice's check attributed to her. Invalid input at every prompt, wrong
+passcodes up to the limit, `baton lock`, and the inactivity lock.
+
+Usage: app_session.py BATON BATON_SERVER WORKDIR TRANSCRIPT < passwords (alice's, then bob's, one per line)
+Prints "terminal ok" when every expectation held.
+"""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pexpect
+
+baton, server_binary, work, transcript_path = sys.argv[1:5]
+alice_password = sys.stdin.readline().strip()
+bob_password = sys.stdin.readline().strip()
+server_dir = os.path.join(work, "server")
+device_dir = os.path.join(work, "device")
+transcript = open(transcript_path, "w", encoding="utf-8")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(*arguments, stdin=None):
+    result = subprocess.run(
+        [server_binary, *arguments, "--data-dir", server_dir], input=stdin, capture_output=True, text=True
+    )
+    assert result.returncode == 0, f"baton-server {arguments}: {result.stderr}"
+    return result.stdout
+
+
+port = free_port()
+url = f"http://127.0.0.1:{port}"
+
+
+def start_server():
+    process = subprocess.Popen(
+        [server_binary, "serve", "--data-dir", server_dir, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    line = process.stdout.readline()
+    assert line.startswith("listening on"), line
+    return process
+
+
+def stop_server(process):
+    process.terminate()
+    process.wait(timeout=20)
+
+
+server_command("user", "add", "alice", "--display-name", "Alice", "--password-stdin", "--bcrypt-cost", "4",
+               stdin=alice_password + "\n")
+server_command("user", "add", "bob", "--display-name", "Bob", "--password-stdin", "--bcrypt-cost", "4",
+               stdin=bob_password + "\n")
+server_command("seed", "--aircraft", "6", "--checks", "12")
+server_command("settings", "set", "passcode.lock-timeout-seconds", "10")
+server = start_server()
+
+environment = dict(os.environ, NO_COLOR="1", TERM="xterm")
+
+
+def spawn(*arguments):
+    app = pexpect.spawn(
+        baton, ["--data-dir", device_dir, *arguments], dimensions=(24, 80), env=environment, encoding="utf-8",
+        timeout=40,
+    )
+    app.logfile_read = transcript
+    return app
+
+
+def step(title):
+    transcript.write(f"\n#### {title}\n")
+    transcript.flush()
+
+
+def expect(app, text):
+    app.expect_exact(text)
+
+
+def answer(app, prompt, text):
+    app.expect_exact(prompt)
+    app.sendline(text)
+
+
+def wide_lines(app):
+    """Every line the app printed so far fits the 80-column terminal."""
+    transcript.flush()
+    with open(transcript_path, encoding="utf-8") as f:
+        for line in f.read().splitlines():
+            assert len(line.rstrip("\r")) <= 80, f"line wider than 80 columns: {line!r}"
+
+
+# 1. First start: the server is remembered, alice onboards. Wrong password, then passcodes breaking each rule.
+step("alice onboards")
+app = spawn("--server", url)
+expect(app, "Welcome! Nobody uses this device yet")
+answer(app, "User name:", "alice")
+answer(app, "Password (hidden):", "not-her-password")
+expect(app, "✗")
+answer(app, "User name:", "alice")
+answer(app, "Password (hidden):", alice_password)
+answer(app, "New passcode (hidden):", "short1")
+answer(app, "Type it again:", "short1")
+expect(app, "at least 8 characters")
+answer(app, "New passcode (hidden):", "no-digits-here")
+answer(app, "Type it again:", "no-digits-here")
+expect(app, "digit")
+answer(app, "New passcode (hidden):", "alice-2468")
+answer(app, "Type it again:", "alice-2469")
+expect(app, "differ")
+answer(app, "New passcode (hidden):", "alice-2468")
+answer(app, "Type it again:", "alice-2468")
+expect(app, "Signed in as Alice.")
+expect(app, "0 pending (0 yours)")
+assert alice_password not in app.before, "the password was echoed"
+
+step("bad menu input, then bob is added")
+answer(app, "Choose:", "42")
+expect(app, "'42' is not on the menu")
+answer(app, "Choose:", "8")
+answer(app, "User name:", "bob")
+answer(app, "Password (hidden):", bob_password)
+answer(app, "New passcode (hidden):", "bob-13579x")
+answer(app, "Type it again:", "bob-13579x")
+expect(app, "Added. Bob is signed in.")
+
+step("the aircraft list")
+answer(app, "Choose:", "1")
+app.expect(r"\n(D-[A-Z]{4}) ")
+tail = app.match.group(1)
+answer(app, "Aircraft:", "")
+
+# 2. The network is cut. Alice switches in (passcode only) and records a check.
+step("the network is cut; alice switches in and records a check offline")
+stop_server(server)
+answer(app, "Choose:", "7")
+expect(app, "Who is working on this device?")
+answer(app, "Choose:", "9")
+expect(app, "'9' is not on the list")
+answer(app, "Choose:", "1")
+answer(app, "Passcode for Alice (hidden):", "alice-2468")
+expect(app, "Signed in as Alice.")
+expect(app, "OFFLINE")
+answer(app, "Choose:", "2")
+answer(app, "Aircraft tail number:", "X-NONE")
+expect(app, "No aircraft X-NONE")
+answer(app, "Aircraft tail number:", tail.lower())
+answer(app, "Flight (Enter for none):", "LH0000")
+expect(app, "is not one of")
+answer(app, "Flight (Enter for none):", "")
+answer(app, "Fuel (kg, 0–400000):", "lots")
+expect(app, "'lots' is not a number")
+answer(app, "Fuel (kg, 0–400000):", "-5")
+expect(app, "is not a number")
+answer(app, "Fuel (kg, 0–400000):", "999999")
+expect(app, "is outside 0–400000 kg")
+answer(app, "Fuel (kg, 0–400000):", "5200")
+answer(app, "Main tyre pressure (psi, 30–350):", "200.5")
+answer(app, "Nose tyre pressure (psi, 30–350):", "1e3")
+expect(app, "is not a number")
+answer(app, "Nose tyre pressure (psi, 30–350):", "60")
+answer(app, "Oil (quarts, 0–50):", "15.125")
+expect(app, "more than 2 decimal places")
+answer(app, "Oil (quarts, 0–50):", "15")
+answer(app, "Remarks (Enter for none):", "Fuel sample clear")
+answer(app, "Status (final/draft, Enter for final):", "done")
+expect(app, "'done' is not one of final, draft")
+answer(app, "Status (final/draft, Enter for final):", "")
+answer(app, "Save this check? [y/N]", "y")
+expect(app, f"{tail} check saved on this device")
+expect(app, "1 pending (1 yours)")
+
+step("alice locks at the end of her shift; bob signs in with no network")
+answer(app, "Choose:", "6")
+expect(app, "Alice (alice) · 1 change waiting")
+answer(app, "Choose:", "2")
+answer(app, "Passcode for Bob (hidden):", "bob-wrong-1")
+expect(app, "wrong")
+answer(app, "Passcode for Bob (hidden):", "bob-13579x")
+expect(app, "Signed in as Bob.")
+expect(app, "OFFLINE · 1 pending (0 yours)")
+answer(app, "Choose:", "3")
+expect(app, f"new check {tail} 5200 kg")
+expect(app, "by alice")
+answer(app, "Enter goes back:", "")
+
+# 3. The network comes back: bob syncs, alice's check goes on her behalf.
+step("the network comes back; bob syncs")
+server = start_server()
+answer(app, "Choose:", "5")
+expect(app, "uploaded 1 change: 1 alice's on their behalf")
+expect(app, "online · 0 pending (0 yours)")
+answer(app, "Choose:", "1")
+app.expect(re.escape(tail) + r" [^\n]*5200 +alice")
+answer(app, "Aircraft:", "")
+answer(app, "Choose:", "q")
+expect(app, "Bye.")
+app.expect(pexpect.EOF)
+app.close()
+assert app.exitstatus == 0, app.exitstatus
+wide_lines(app)
+
+# 4. What the server has, through the scriptable commands (passcode on standard input).
+step("the check on the server: CheckedBy alice, UploadedBy bob")
+listed = subprocess.run(
+    [baton, "checks", "list", "--data-dir", device_dir, "--user", "bob", "--passcode-stdin", "--tail", tail,
+     "--json"],
+    input="bob-13579x\n", capture_output=True, text=True,
+)
+assert listed.returncode == 0, listed.stderr
+checks = [c for c in json.loads(listed.stdout) if c["fuelKg"] == "5200"]
+assert len(checks) == 1, listed.stdout
+assert checks[0]["checkedBy"] == "alice" and checks[0]["uploadedBy"] == "bob", checks[0]
+assert checks[0]["onDevice"] is False and checks[0]["remarks"] == "Fuel sample clear", checks[0]
+transcript.write(json.dumps(checks[0], indent=2) + "\n")
+
+# 5. `baton lock` from another terminal, and the inactivity lock (10 s policy).
+step("baton lock, then the inactivity lock")
+app = spawn()
+answer(app, "Choose:", "1")
+answer(app, "Passcode for Alice (hidden):", "alice-2468")
+expect(app, "Signed in as Alice.")
+expect(app, "Choose:")
+locked = subprocess.run([baton, "lock", "--data-dir", device_dir], capture_output=True, text=True)
+assert locked.returncode == 0 and "Locked the baton app" in locked.stdout, locked
+expect(app, "Locked by `baton lock`. Press Enter to sign in.")
+app.sendline("")
+expect(app, "Who is working on this device?")
+answer(app, "Choose:", "1")
+answer(app, "Passcode for Alice (hidden):", "alice-2468")
+expect(app, "Signed in as Alice.")
+started = time.monotonic()
+app.expect_exact("Locked after inactivity. Press Enter to sign in.", timeout=30)
+waited = time.monotonic() - started
+assert waited >= 9, f"locked after {waited:.1f} s, before the 10 s policy"
+app.sendline("")
+expect(app, "Who is working on this device?")
+
+# 6. Wrong passcodes up to the limit (5): bob's secure store is wiped and he leaves the list.
+step("wrong passcodes up to the limit")
+answer(app, "Choose:", "2")
+for attempt in range(5):
+    answer(app, "Passcode for Bob (hidden):", f"not-bobs-{attempt}")
+expect(app, "wiped")
+expect(app, "Who is working on this device?")
+app.expect(r"1  Alice[^\n]*\r?\n +a  Add a user")
+answer(app, "Choose:", "q")
+app.expect(pexpect.EOF)
+app.close()
+assert app.exitstatus == 0, app.exitstatus
+
+# 7. The end of input at a prompt never crashes the app.
+step("end of input")
+app = spawn()
+expect(app, "Choose:")
+app.sendeof()
+app.expect(pexpect.EOF)
+app.close()
+assert app.exitstatus == 0, app.exitstatus
+
+stop_server(server)
+transcript.close()
+print("terminal ok")
