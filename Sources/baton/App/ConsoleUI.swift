@@ -20,6 +20,9 @@ final class ConsoleUI: Sendable {
     let interactive: Bool
     /// When the person last answered a prompt (the inactivity lock's clock).
     let lastInput = Mutex(Date())
+    /// Whether standard input has ended (Ctrl-D, a closed pipe): the app quits instead of asking again.
+    var inputEnded: Bool { ended.withLock { $0 } }
+    let ended = Mutex(false)
 
     init(environment: [String: String] = ProcessInfo.processInfo.environment) {
         let noColor = !(environment["NO_COLOR"] ?? "").isEmpty || environment["TERM"] == "dumb"
@@ -70,6 +73,7 @@ final class ConsoleUI: Sendable {
         terminal.output(prompt.consoleText(.info) + " ", newLine: false)
         let line = await Self.offThread { Swift.readLine(strippingNewline: true) }
         lastInput.withLock { $0 = Date() }
+        if line == nil { ended.withLock { $0 = true } }
         return line?.trimmingCharacters(in: .whitespaces)
     }
 
@@ -82,6 +86,7 @@ final class ConsoleUI: Sendable {
         let secret = await Self.offThread { () -> String? in
             interactive ? terminal.input(isSecure: true) : Swift.readLine(strippingNewline: true)
         }
+        if secret == nil { ended.withLock { $0 = true } }
         lastInput.withLock { $0 = Date() }
         guard let secret, !secret.isEmpty else { return nil }
         return secret

@@ -168,10 +168,17 @@ struct Device: Sendable {
         var download = DownloadReport()
         var me = ""
 
-        /// "uploaded 3 changes: 2 yours, 1 alice's on her behalf; downloaded 12 updates".
+        /// "uploaded 3 changes: 2 yours, 1 alice's on their behalf; downloaded 12 updates".
         var text: String {
+            Self.describe(
+                uploaded: upload.uploadedByAuthor, archived: upload.archived.count, waiting: upload.waiting.count,
+                downloaded: download.updated + download.removed, me: me)
+        }
+
+        static func describe(uploaded byAuthor: [String: Int], archived: Int, waiting: Int, downloaded: Int, me: String)
+            -> String
+        {
             var parts: [String] = []
-            let byAuthor = upload.uploadedByAuthor
             let total = byAuthor.values.reduce(0, +)
             if total == 0 {
                 parts.append("nothing to upload")
@@ -183,10 +190,9 @@ struct Device: Sendable {
                 }
                 parts.append("uploaded \(total) change\(total == 1 ? "" : "s"): " + who.joined(separator: ", "))
             }
-            if !upload.archived.isEmpty { parts.append("\(upload.archived.count) moved to the error archive") }
-            if !upload.waiting.isEmpty { parts.append("\(upload.waiting.count) waiting for their author") }
-            let changed = download.updated + download.removed
-            parts.append("downloaded \(changed) update\(changed == 1 ? "" : "s")")
+            if archived > 0 { parts.append("\(archived) moved to the error archive") }
+            if waiting > 0 { parts.append("\(waiting) waiting for their author") }
+            parts.append("downloaded \(downloaded) update\(downloaded == 1 ? "" : "s")")
             return parts.joined(separator: "; ")
         }
     }

@@ -67,9 +67,15 @@ struct InteractiveApp {
             } catch let error as FlowsError where error.code == .cancelled && error.message == ConsolePresenter.quit {
                 return .quit
             } catch let error as FlowsError where error.code == .cancelled {
+                if ui.inputEnded { return .quit }
                 ui.notice("! " + error.message, .warning)
             } catch {
+                if ui.inputEnded { return .quit }
+                // Not a prompt's answer (no network for onboarding, a wiped store): wait for the person.
                 ui.notice("✗ " + AppError.from(error).message, .error)
+                guard let again = await ui.ask("Enter tries again · q quits:"), again.lowercased() != "q" else {
+                    return .quit
+                }
             }
         }
     }
@@ -160,6 +166,8 @@ struct InteractiveApp {
             default: ui.failure("'\(choice)' is not on the menu; type a number from 1 to 11, or q.")
             }
         } catch let error as FlowsError where error.code == .cancelled {
+            // Removing oneself opens the user list (or onboarding) at once; quitting there quits the app.
+            if error.message == ConsolePresenter.quit || ui.inputEnded { return .quit }
             ui.notice("! " + error.message, .warning)
         } catch {
             ui.notice("✗ " + AppError.from(error).message, .error)
@@ -432,7 +440,7 @@ struct InteractiveApp {
 
     func removeUser() async throws -> Next {
         guard let session = await sessions.session else { return .signIn }
-        var candidates = [session.user]
+        var candidates = [await sessions.users.user(session.user.id) ?? session.user]
         if session.user.role == "admin" {
             candidates += await sessions.users.activeUsers.filter { $0.id != session.user.id }
         }

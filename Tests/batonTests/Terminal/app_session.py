@@ -205,6 +205,14 @@ expect(app, "online · 0 pending (0 yours)")
 answer(app, "Choose:", "1")
 app.expect(re.escape(tail) + r" [^\n]*5200 +alice")
 answer(app, "Aircraft:", "")
+
+step("bob resets his passcode (he signs in again as himself)")
+answer(app, "Choose:", "9")
+expect(app, "User: bob")
+answer(app, "Password (hidden):", bob_password)
+answer(app, "New passcode (hidden):", "bob-24680x")
+answer(app, "Type it again:", "bob-24680x")
+expect(app, "Your passcode is changed.")
 answer(app, "Choose:", "q")
 expect(app, "Bye.")
 app.expect(pexpect.EOF)
@@ -217,7 +225,7 @@ step("the check on the server: CheckedBy alice, UploadedBy bob")
 listed = subprocess.run(
     [baton, "checks", "list", "--data-dir", device_dir, "--user", "bob", "--passcode-stdin", "--tail", tail,
      "--json"],
-    input="bob-13579x\n", capture_output=True, text=True,
+    input="bob-24680x\n", capture_output=True, text=True,
 )
 assert listed.returncode == 0, listed.stderr
 checks = [c for c in json.loads(listed.stdout) if c["fuelKg"] == "5200"]
@@ -254,17 +262,66 @@ answer(app, "Choose:", "2")
 for attempt in range(5):
     answer(app, "Passcode for Bob (hidden):", f"not-bobs-{attempt}")
 expect(app, "wiped")
+answer(app, "Enter tries again · q quits:", "")
 expect(app, "Who is working on this device?")
 app.expect(r"1  Alice[^\n]*\r?\n +a  Add a user")
+
+step("alice signs out")
+answer(app, "Choose:", "1")
+answer(app, "Passcode for Alice (hidden):", "alice-2468")
+answer(app, "Choose:", "10")
+answer(app, "[y/N]", "y")
+expect(app, "Signed out.")
 answer(app, "Choose:", "q")
 app.expect(pexpect.EOF)
 app.close()
 assert app.exitstatus == 0, app.exitstatus
 
-# 7. The end of input at a prompt never crashes the app.
+# 7. Removing the last user with an unsynced change: refused, a wrong confirmation discards nothing, then a
+# confirmed discard keeps an encrypted backup, and the device goes back to onboarding.
+step("alice removes herself with a pending change (--offline)")
+app = spawn("--offline")
+answer(app, "Choose:", "1")
+answer(app, "Passcode for Alice (hidden):", "alice-2468")
+expect(app, "OFFLINE")
+answer(app, "Choose:", "2")
+answer(app, "Aircraft tail number:", tail)
+answer(app, "Flight (Enter for none):", "")
+for prompt, value in [("Fuel", "4100"), ("Main tyre", "199"), ("Nose tyre", "58"), ("Oil", "14")]:
+    answer(app, prompt, value)
+answer(app, "Remarks (Enter for none):", "Left main tyre worn")
+answer(app, "Status (final/draft, Enter for final):", "draft")
+answer(app, "Save this check? [y/N]", "y")
+expect(app, "1 pending (1 yours)")
+answer(app, "Choose:", "11")
+app.expect(r"1  Alice \(alice\) · 1 change waiting[^\n]*— you")
+answer(app, "Number · Enter back:", "1")
+answer(app, "[y/N]", "y")
+expect(app, "alice has 1 change on this device that the server does not have")
+answer(app, "Choose:", "d")
+answer(app, "Type DISCARD to confirm:", "discard")
+expect(app, "Nothing was discarded or removed.")
+expect(app, "1 pending (1 yours)")
+answer(app, "Choose:", "11")
+answer(app, "Number · Enter back:", "1")
+answer(app, "[y/N]", "y")
+answer(app, "Choose:", "d")
+answer(app, "Type DISCARD to confirm:", "DISCARD")
+expect(app, "Discarded 1 change(s); backup at alice-")
+expect(app, "Cannot reach the server")
+answer(app, "Enter tries again · q quits:", "q")
+app.expect(pexpect.EOF)
+app.close()
+assert app.exitstatus == 0, app.exitstatus
+backups = os.listdir(os.path.join(device_dir, "backups"))
+assert len(backups) == 1, backups
+with open(os.path.join(device_dir, "backups", backups[0]), "rb") as f:
+    assert b"Left main tyre worn" not in f.read(), "the backup is not encrypted"
+
+# 8. The end of input at a prompt never crashes the app.
 step("end of input")
 app = spawn()
-expect(app, "Choose:")
+expect(app, "User name:")
 app.sendeof()
 app.expect(pexpect.EOF)
 app.close()
