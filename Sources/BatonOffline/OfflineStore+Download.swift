@@ -30,87 +30,147 @@ extension OfflineStore {
         -> DownloadReport
     {
         var report = DownloadReport()
+        let serviceRoot = session.configuration.odataServiceRoot
         for query in definingQueries {
             let stored = try read { db in
                 try String.fetchOne(
                     db, sql: #"SELECT link FROM "$deltaLinks" WHERE query = ?"#, arguments: [query.name])
             }
-            var next = stored ?? session.configuration.odataServiceRoot + query.url
+            let (set, type, _) = try parseRead(query.url)
+            let decoder = PageDecoder(
+                query: query.name, set: set, type: type, dialect: translator.dialect, serviceRoot: serviceRoot,
+                pageSize: pageSize, session: session)
             var restarted = false
-            while true {
-                guard let url = URL(string: next) else {
-                    throw OfflineError(.server, "The server sent a link that is not a URL.")
+            // One page of lookahead: the next page is fetched, parsed and decoded off the store's actor while
+            // this one is written, so the server's work, the device's decoding and its writes overlap.
+            var upcoming: Task<Result<DecodedPage, OfflineError>, Never>? = decoder.start(
+                stored ?? serviceRoot + query.url)
+            defer { upcoming?.cancel() }
+            while let task = upcoming {
+                let page: DecodedPage
+                switch await task.value {
+                case .success(let decoded): page = decoded
+                case .failure(let error): throw error
                 }
-                let response: ClientResponse
-                do {
-                    response = try await session.send(
-                        ClientRequest(
-                            url: url,
-                            headers: [
-                                ("Accept", "application/json"),
-                                ("Prefer", "odata.track-changes, odata.maxpagesize=\(pageSize)"),
-                            ]))
-                } catch {
-                    throw Self.offlineError(error, doing: "download '\(query.name)'")
-                }
-                if response.status == 410, !restarted {
+                if page.expired {
+                    guard !restarted else {
+                        throw OfflineError(.server, "The server refuses even a full download of '\(query.name)'.")
+                    }
                     // The delta link expired: start over with a full download of this query.
                     restarted = true
                     try write { db in
                         try db.execute(sql: #"DELETE FROM "$deltaLinks" WHERE query = ?"#, arguments: [query.name])
                     }
-                    next = session.configuration.odataServiceRoot + query.url
+                    upcoming = decoder.start(serviceRoot + query.url)
                     continue
                 }
-                guard response.status == 200, let page = try? JSONValue(parsing: response.body),
-                    let items = page["value"]?.arrayValue
-                else {
-                    throw OfflineError(
-                        .server, "Cannot download '\(query.name)': the server answered HTTP \(response.status).")
-                }
-                let (set, type, _) = try parseRead(query.url)
-                let deltaLink = page["@odata.deltaLink"]?.stringValue
-                try apply(
-                    items, set: set, type: type, serviceRoot: session.configuration.odataServiceRoot,
-                    report: &report, deltaLink: deltaLink.map { (query.name, $0) })
+                upcoming = page.nextLink.map { decoder.start($0) }
+                try apply(page, set: set, report: &report)
                 report.pages += 1
                 self.report(
                     .download(query: query.name, entities: report.updated + report.removed, pages: report.pages))
-                if let nextLink = page["@odata.nextLink"]?.stringValue {
-                    next = nextLink
-                    continue
-                }
-                break
             }
         }
         return report
     }
 
-    func apply(
-        _ items: [JSONValue], set: EntitySet, type: EntityType, serviceRoot: String, report: inout DownloadReport,
-        deltaLink: (String, String)?
-    ) throws(OfflineError) {
-        var changes: [(id: String, values: [String: PrimitiveValue]?, etag: String?)] = []
-        for item in items {
-            if item["@removed"] != nil || item["@odata.removed"] != nil {
-                guard var id = item["@id"]?.stringValue ?? item["id"]?.stringValue else { continue }
-                if id.hasPrefix(serviceRoot) { id.removeFirst(serviceRoot.count) }
-                changes.append((id, nil, nil))
-                continue
+    /// One page of a download, decoded into the insert statement's arguments (or removals).
+    struct DecodedPage: Sendable {
+        var changes: [(id: String, arguments: [DatabaseValue]?)] = []
+        var nextLink: String?
+        var deltaLink: (query: String, link: String)?
+        /// HTTP 410: the delta link is too old.
+        var expired = false
+    }
+
+    /// Fetches and decodes the pages of one defining query, away from the store's actor.
+    struct PageDecoder: Sendable {
+        let query: String
+        let set: EntitySet
+        let type: EntityType
+        let dialect: SQLDialect
+        let serviceRoot: String
+        let pageSize: Int
+        let session: AuthorizedSession
+
+        func start(_ link: String) -> Task<Result<DecodedPage, OfflineError>, Never> {
+            Task.detached {
+                do throws(OfflineError) { return .success(try await page(link)) } catch { return .failure(error) }
             }
-            var values: [String: PrimitiveValue] = [:]
-            for property in type.properties {
-                guard let json = item[property.name] else { continue }
-                do { values[property.name] = try PrimitiveValue(json: json, for: property) } catch {
-                    throw OfflineError(.server, "The server sent an entity the model refuses: \(error.description)")
-                }
-            }
-            changes.append(
-                (
-                    try Self.entityID(set: set.name, type: type, values: values), values,
-                    item["@odata.etag"]?.stringValue
-                ))
         }
+
+        func page(_ link: String) async throws(OfflineError) -> DecodedPage {
+            guard let url = URL(string: link) else {
+                throw OfflineError(.server, "The server sent a link that is not a URL.")
+            }
+            let response: ClientResponse
+            do {
+                response = try await session.send(
+                    ClientRequest(
+                        url: url,
+                        headers: [
+                            ("Accept", "application/json"),
+                            ("Prefer", "odata.track-changes, odata.maxpagesize=\(pageSize)"),
+                        ]))
+            } catch {
+                throw OfflineStore.offlineError(error, doing: "download '\(query)'")
+            }
+            if response.status == 410 { return DecodedPage(expired: true) }
+            guard response.status == 200, let body = try? JSONValue(parsing: response.body),
+                let items = body["value"]?.arrayValue
+            else {
+                throw OfflineError(.server, "Cannot download '\(query)': the server answered HTTP \(response.status).")
+            }
+            var page = DecodedPage(
+                nextLink: body["@odata.nextLink"]?.stringValue,
+                deltaLink: body["@odata.deltaLink"]?.stringValue.map { (query, $0) })
+            page.changes = try decode(items)
+            return page
+        }
+
+        /// Each entity goes from JSON straight to the row's arguments, in the insert statement's column order.
+        func decode(_ items: [JSONValue]) throws(OfflineError) -> [(id: String, arguments: [DatabaseValue]?)] {
+            var changes: [(id: String, arguments: [DatabaseValue]?)] = []
+            changes.reserveCapacity(items.count)
+            for item in items {
+                if item["@removed"] != nil || item["@odata.removed"] != nil {
+                    guard var id = item["@id"]?.stringValue ?? item["id"]?.stringValue else { continue }
+                    if id.hasPrefix(serviceRoot) { id.removeFirst(serviceRoot.count) }
+                    changes.append((id, nil))
+                    continue
+                }
+                var arguments: [DatabaseValue] = []
+                arguments.reserveCapacity(type.properties.count + 1)
+                var key: [String: PrimitiveValue] = [:]
+                for property in type.properties {
+                    var value = PrimitiveValue.null
+                    let json = item[property.name]
+                    if let json {
+                        do { value = try PrimitiveValue(json: json, for: property) } catch {
+                            throw OfflineError(
+                                .server, "The server sent an entity the model refuses: \(error.description)")
+                        }
+                    }
+                    if type.key.contains(property.name) { key[property.name] = value }
+                    // An accepted decimal is stored from its own text: formatting the Decimal again was a third
+                    // of the decoding.
+                    if case .decimal = value, case .number(let text)? = json {
+                        arguments.append(
+                            dialect.encodeDecimal(canonicalText: PrimitiveValue.canonicalDecimal(text)).databaseValue)
+                    } else {
+                        arguments.append(dialect.encode(value, as: property.type).databaseValue)
+                    }
+                }
+                arguments.append(item["@odata.etag"]?.stringValue.map { $0.databaseValue } ?? .null)
+                changes.append((try OfflineStore.entityID(set: set.name, type: type, values: key), arguments))
+            }
+            return changes
+        }
+    }
+
+    func apply(_ page: DecodedPage, set: EntitySet, report: inout DownloadReport) throws(OfflineError) {
+        let changes = page.changes
+        let deltaLink = page.deltaLink
         var updated = 0
         var removed = 0
         var kept = 0
@@ -133,16 +193,14 @@ extension OfflineStore {
                     kept += 1
                     continue
                 }
-                guard let values = change.values else {
+                guard let arguments = change.arguments else {
                     let (_, _, key) = try self.parseID(change.id)
                     let delete = try translator.delete(from: set.name, key: key)
                     try db.cachedStatement(sql: delete.sql).execute(arguments: delete.statementArguments)
                     removed += db.changesCount
                     continue
                 }
-                let arguments = try translator.insertArguments(
-                    into: set.name, values: values, systemValues: [change.etag.map(SQLValue.text) ?? .null])
-                try statement.execute(arguments: StatementArguments(arguments.map { $0.databaseValue }))
+                try statement.execute(arguments: StatementArguments(arguments))
                 updated += 1
             }
             if let (name, link) = deltaLink {

@@ -75,6 +75,10 @@ public enum SQLDialect: Sendable, Hashable {
         }
     }
 
+    /// The stored form of an `Edm.Decimal` from its canonical text (``PrimitiveValue/canonicalDecimal(_:)`` of a
+    /// numeral `PrimitiveValue(json:for:)` accepted): the same as encoding the decimal, without formatting it.
+    public func encodeDecimal(canonicalText: String) -> SQLValue { .text(canonicalText) }
+
     /// Reads a stored SQL value back as a value of `type`.
     ///
     /// - Throws: ``BatonSQLError`` when the stored value does not decode as `type` (a corrupt or foreign row).

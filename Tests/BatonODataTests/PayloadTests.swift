@@ -161,3 +161,19 @@ import Testing
         #expect(try JSONValue(parsing: value.serialized) == value)
     }
 }
+
+/// Decimal literals are plain numerals (never exponent notation), whatever the value's shape.
+@Suite struct DecimalTextTests {
+    @Test func decimalLiteralsArePlainNumerals() throws {
+        let cases = [
+            ("0", "0"), ("15.10", "15.1"), ("-0.5", "-0.5"), ("100", "100"), ("1e3", "1000"), ("0.000001", "0.000001"),
+            ("123456789012345678", "123456789012345678"), ("-99.990", "-99.99"),
+        ]
+        for (text, expected) in cases {
+            let value = try #require(Decimal(string: text, locale: Locale(identifier: "en_US_POSIX")))
+            #expect(PrimitiveValue.decimal(value).urlLiteral == expected, "\(text)")
+        }
+        let parts = Decimal(sign: .minus, exponent: 30, significand: Decimal(15))
+        #expect(!PrimitiveValue.decimal(parts).urlLiteral.contains("e"))
+    }
+}

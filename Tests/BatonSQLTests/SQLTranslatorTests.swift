@@ -170,3 +170,27 @@ import Testing
         } throws: { ($0 as? BatonSQLError)?.message == "Column 'Day' holds a value that is not a valid Edm.Date" }
     }
 }
+
+/// Storing a decimal from its canonical text (the download's fast path) gives exactly what encoding the decoded
+/// `Decimal` gives.
+@Suite struct DecimalStorageTests {
+    @Test func canonicalTextStoresLikeTheDecodedDecimal() throws {
+        let property = try #require(
+            ServiceModel.aircraftChecks.entityType(named: "Baton.PreflightCheck")?.property(named: "FuelKg"))
+        var generator = SystemRandomNumberGenerator()
+        var numerals = ["0", "-0", "0.0", "-0.0", "10", "100.0", "1.50", "-99.9", "12345678.9", "0.1", "7"]
+        for _ in 0..<3000 {
+            let whole = Int.random(in: -99_999_999...99_999_999, using: &generator)
+            let digit = Int.random(in: 0...9, using: &generator)
+            numerals.append(Bool.random(using: &generator) ? "\(whole)" : "\(whole).\(digit)")
+        }
+        for numeral in numerals {
+            let decoded = try PrimitiveValue(json: .number(numeral), for: property)
+            for dialect in [SQLDialect.sqlite, .postgres] {
+                #expect(
+                    dialect.encodeDecimal(canonicalText: PrimitiveValue.canonicalDecimal(numeral))
+                        == dialect.encode(decoded, as: .decimal), "\(numeral)")
+            }
+        }
+    }
+}

@@ -80,7 +80,15 @@ struct JSONParser {
             }
             let keyStart = index
             let key = try parseString()
-            guard seen.insert(key).inserted else {
+            // Small objects (entities) compare names directly; a set takes over for large ones.
+            let duplicate: Bool
+            if members.count < 24 {
+                duplicate = members.contains { $0.0 == key }
+            } else {
+                if seen.isEmpty { seen = Set(members.map(\.0)) }
+                duplicate = !seen.insert(key).inserted
+            }
+            guard !duplicate else {
                 throw ODataError(.invalidPayload, "Duplicate JSON member '\(key)'", position: keyStart, target: key)
             }
             skipWhitespace()
@@ -153,8 +161,20 @@ struct JSONParser {
     mutating func parseString() throws(ODataError) -> String {
         let start = index
         index += 1
+        // Most strings have no escapes: one scan, one String.
+        let contentStart = index
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                index += 1
+                return String(decoding: bytes[contentStart..<(index - 1)], as: UTF8.self)
+            }
+            if byte == UInt8(ascii: "\\") { break }
+            if byte < 0x20 { throw error("Unescaped control character in string") }
+            index += 1
+        }
         var scalars = String.UnicodeScalarView()
-        var chunkStart = index
+        var chunkStart = contentStart
         func flush(_ upTo: Int) {
             if upTo > chunkStart {
                 scalars.append(contentsOf: String(decoding: bytes[chunkStart..<upTo], as: UTF8.self).unicodeScalars)

@@ -49,7 +49,9 @@ extension PrimitiveValue {
             case .string(let string): text = string
             default: throw fail("a decimal number")
             }
-            guard !text.contains("e") && !text.contains("E"), text.first != "+" else {
+            guard !text.utf8.contains(where: { $0 == UInt8(ascii: "e") || $0 == UInt8(ascii: "E") }),
+                text.utf8.first != UInt8(ascii: "+")
+            else {
                 throw fail("a decimal number written without an exponent")
             }
             // Up to 18 digits the fast parser is exact by construction; longer numerals take Foundation's
@@ -123,32 +125,57 @@ extension PrimitiveValue {
         }
     }
 
-    /// How `Decimal.description` writes the number `text` (sign, no leading zeros, no trailing fraction
-    /// zeros), to detect digits Foundation would drop.
-    static func canonicalDecimal(_ text: String) -> String {
-        var negative = text.hasPrefix("-")
-        var body = negative ? String(text.dropFirst()) : text
-        let parts = body.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
-        var integer = String(parts[0].drop { $0 == "0" })
-        if integer.isEmpty { integer = "0" }
-        var fraction = parts.count > 1 ? parts[1] : ""
-        while fraction.hasSuffix("0") { fraction.removeLast() }
-        body = fraction.isEmpty ? integer : integer + "." + fraction
-        if body == "0" { negative = false }
-        return (negative ? "-" : "") + body
+    /// How `Decimal.description` writes the plain numeral `text` (sign, no leading zeros, no trailing
+    /// fraction zeros) — to detect digits Foundation would drop, and to store an accepted decimal's text
+    /// without formatting the `Decimal` again (which costs more than the rest of decoding it).
+    public static func canonicalDecimal(_ text: String) -> String {
+        var bytes = Array(text.utf8)
+        let negative = bytes.first == UInt8(ascii: "-")
+        if negative { bytes.removeFirst() }
+        var point = bytes.firstIndex(of: UInt8(ascii: ".")) ?? bytes.count
+        if point < bytes.count {
+            while bytes.last == UInt8(ascii: "0") { bytes.removeLast() }
+            if bytes.last == UInt8(ascii: ".") { bytes.removeLast() }
+        }
+        var leading = 0
+        while leading < point - 1, bytes[leading] == UInt8(ascii: "0") { leading += 1 }
+        if point == 0 {
+            bytes.insert(UInt8(ascii: "0"), at: 0)
+            point = 1
+        }
+        bytes.removeFirst(leading)
+        let isZero = bytes == [UInt8(ascii: "0")]
+        if negative, !isZero { bytes.insert(UInt8(ascii: "-"), at: 0) }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     static func checkDecimalFacets(_ text: String, _ property: Property) throws(ODataError) {
-        let unsigned = text.hasPrefix("-") ? text.dropFirst() : Substring(text)
-        let pieces = unsigned.split(separator: ".", omittingEmptySubsequences: false)
-        let integerDigits = pieces[0].drop { $0 == "0" }.count
-        var fraction = pieces.count > 1 ? pieces[1] : ""
-        while fraction.hasSuffix("0") { fraction.removeLast() }
-        if let scale = property.scale, fraction.count > scale {
+        // One pass over the bytes: digits before the point without leading zeros, after it without
+        // trailing zeros.
+        var integerDigits = 0
+        var fractionDigits = 0
+        var fractionZerosPending = 0
+        var inFraction = false
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "-"): continue
+            case UInt8(ascii: "."): inFraction = true
+            case UInt8(ascii: "0") where !inFraction && integerDigits == 0: continue
+            case UInt8(ascii: "0") where inFraction: fractionZerosPending += 1
+            default:
+                if inFraction {
+                    fractionDigits += fractionZerosPending + 1
+                    fractionZerosPending = 0
+                } else {
+                    integerDigits += 1
+                }
+            }
+        }
+        if let scale = property.scale, fractionDigits > scale {
             throw ODataError(
                 .invalidPayload,
                 "Property '\(property.name)' allows \(scale) digit(s) after the decimal point, "
-                    + "but the value has \(fraction.count)", target: property.name)
+                    + "but the value has \(fractionDigits)", target: property.name)
         }
         if let precision = property.precision, integerDigits > precision - (property.scale ?? 0) {
             throw ODataError(
