@@ -215,7 +215,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonOfflineTests",
-            dependencies: ["BatonOffline", "BatonTesting", "BatonFlows", "BatonClient", "BatonOData"],
+            dependencies: ["BatonOffline", "BatonTesting", "BatonFlows", "BatonClient", "BatonOData", "BatonServer"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -41,6 +41,8 @@ extension OfflineStore {
                 query: query.name, set: set, type: type, dialect: translator.dialect, serviceRoot: serviceRoot,
                 pageSize: pageSize, session: session)
             var restarted = false
+            // After an expired delta link: the ids the full download brought, to drop what the server no longer has.
+            var seen: Set<String>?
             // One page of lookahead: the next page is fetched, parsed and decoded off the store's actor while
             // this one is written, so the server's work, the device's decoding and its writes overlap.
             var upcoming: Task<Result<DecodedPage, OfflineError>, Never>? = decoder.start(
@@ -58,6 +60,7 @@ extension OfflineStore {
                     }
                     // The delta link expired: start over with a full download of this query.
                     restarted = true
+                    seen = []
                     try write { db in
                         try db.execute(sql: #"DELETE FROM "$deltaLinks" WHERE query = ?"#, arguments: [query.name])
                     }
@@ -66,12 +69,31 @@ extension OfflineStore {
                 }
                 upcoming = page.nextLink.map { decoder.start($0) }
                 try apply(page, set: set, report: &report)
+                if seen != nil { seen?.formUnion(page.changes.map(\.id)) }
                 report.pages += 1
                 self.report(
                     .download(query: query.name, entities: report.updated + report.removed, pages: report.pages))
             }
+            if let seen { report.removed += try sweep(query, keeping: seen) }
         }
         return report
+    }
+
+    /// Removes the entities of `query` on this device that a full download did not bring (deleted on the
+    /// server while the delta link was too old to tell), except those with changes not uploaded yet.
+    func sweep(_ query: DefiningQuery, keeping seen: Set<String>) throws(OfflineError) -> Int {
+        let stale = try read(query.url).filter { !$0.pending && !seen.contains($0.id) }.map(\.id)
+        let translator = translator
+        return try write { db in
+            var removed = 0
+            for id in stale {
+                let (set, _, key) = try self.parseID(id)
+                let delete = try translator.delete(from: set.name, key: key)
+                try db.execute(sql: delete.sql, arguments: delete.statementArguments)
+                removed += db.changesCount
+            }
+            return removed
+        }
     }
 
     /// One page of a download, decoded into the insert statement's arguments (or removals).

@@ -22,10 +22,12 @@ public final class LiveServer: Sendable {
     ///   - clock: the server's clock.
     ///   - directory: the data directory; a new temporary one when nil.
     ///   - port: the port; any free one when 0.
+    ///   - dataService: limits and retention windows of the OData service.
     /// - Returns: the running server.
     /// - Throws: when the server cannot be set up or does not start listening.
     public static func start(
-        settings: [String: String] = [:], clock: ServerClock = .system, directory: URL? = nil, port: Int = 0
+        settings: [String: String] = [:], clock: ServerClock = .system, directory: URL? = nil, port: Int = 0,
+        dataService: DataServiceConfiguration = DataServiceConfiguration()
     ) async throws -> LiveServer {
         let directory =
             directory
@@ -35,6 +37,7 @@ public final class LiveServer: Sendable {
         configuration.port = port
         configuration.bcryptCost = 4
         configuration.clock = clock
+        configuration.dataService = dataService
         var logger = Logger(label: "baton-live-server")
         logger.logLevel = .critical
         let server = try await BatonServer(configuration: configuration, logger: logger)

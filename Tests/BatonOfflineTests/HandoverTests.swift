@@ -3,6 +3,7 @@ import BatonFlows
 import BatonOData
 import BatonOffline
 import BatonSecureStore
+import BatonServer
 import BatonTesting
 import Crypto
 import Foundation
@@ -327,6 +328,45 @@ import Testing
             #expect(quiet.updated == 0 && quiet.removed == 0)
             return server
         }
+    }
+
+    @Test func anExpiredDeltaLinkStartsOverAndDropsWhatTheServerNoLongerHas() async throws {
+        var retention = DataServiceConfiguration()
+        retention.deltaRetention = 1
+        let server = try await LiveServer.start(dataService: retention)
+        defer { Task { await server.shutDown() } }
+        try await server.addUser("alice", displayName: "Alice", password: Self.alicePassword)
+        _ = try await server.server.seed(aircraft: 4, checks: 6)
+        let device = try await makeDevice(server)
+        let alice = try await device.manager.open()
+        try await device.open(alice)
+        _ = try await device.store.download(using: alice.authorized)
+        let ids = try await device.store.read("PreflightChecks?$orderby=ID").map(\.id)
+        func send(_ method: String, _ id: String, _ body: String?) async throws -> Int {
+            try await alice.authorized.send(
+                ClientRequest(
+                    method: method, url: try #require(URL(string: server.url.absoluteString + "/odata/" + id)),
+                    headers: [("Content-Type", "application/json"), ("If-Match", "*")], body: Array((body ?? "").utf8))
+            ).status
+        }
+        #expect(try await send("DELETE", ids[0], nil) == 204)
+        #expect(try await send("PATCH", ids[1], #"{"Remarks":"rechecked"}"#) < 300)
+        try await device.store.update(ids[4], values: ["Remarks": .string("mine, not uploaded")])
+        // Past the retention window, the next deletion purges the first one's tombstone: the device's delta
+        // link can no longer say that ids[0] went.
+        try await Task.sleep(for: .milliseconds(1500))
+        #expect(try await send("DELETE", ids[3], nil) == 204)
+
+        let report = try await device.store.download(using: alice.authorized)
+        #expect(try await device.store.read(ids[0]).isEmpty, "a deletion the expired link could not report")
+        #expect(try await device.store.read(ids[3]).isEmpty)
+        #expect(try await device.store.read(ids[1]).first?.values["Remarks"] == .string("rechecked"))
+        #expect(try await device.store.read(ids[4]).first?.values["Remarks"] == .string("mine, not uploaded"))
+        #expect(try await device.store.count("PreflightChecks") == 4)
+        #expect(report.removed >= 2)
+        // The new delta link works: nothing more to bring.
+        let quiet = try await device.store.download(using: alice.authorized)
+        #expect(quiet.updated == 0 && quiet.removed == 0)
     }
 
     @Test func lockingClosesTheStore() async throws {
