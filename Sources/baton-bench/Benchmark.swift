@@ -33,7 +33,10 @@ struct Benchmark: AsyncParsableCommand {
         help: "Profile: send this many key reads and filtered pages through the router in-process (no sockets).")
     var inProcess: Int?
 
+    @Flag(help: .hidden) var downloadClient = false
+
     func run() async throws {
+        if downloadClient { return try await OfflineBenchmark.downloadClient() }
         if flows { return try await FlowsBenchmark(repetitions: repetitions).run() }
         if offline { return try await OfflineBenchmark(checks: checks, changes: changes).run() }
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/wrk") else {

@@ -96,11 +96,88 @@ struct OfflineBenchmark {
         var usage = rusage()
         getrusage(RUSAGE_SELF.rawValue, &usage)
         print(pad("peak memory (client and server)") + String(format: "%10.0f MB", Double(usage.ru_maxrss) / 1024))
+        let child = try downloadInChildProcess(server: server)
+        line("download, client in own process", rate: child.rate, unit: "entities/s")
+        print(pad("peak memory of that client") + String(format: "%10.0f MB", child.peakMB) + "   (target ≤ 150 MB)")
         print(
             String(
                 format: "\ndownload / plain insert %.2f (target ≥ 0.5); encryption overhead %.1f%% (target ≤ 15%%)",
                 downloadRate / plainRate, (plainRate / encryptedRate - 1) * 100))
         print("Targets: download ≥ 50,000 entities/s; upload ≥ 5,000 changes/s; indexed local query p50 ≤ 2 ms.")
+    }
+
+    /// What the child process reports.
+    struct ChildReport: Codable {
+        var server: String?
+        var password: String?
+        var entities = 0
+        var rate = 0.0
+        var peakMB = 0.0
+    }
+
+    /// Runs the initial download in a child process (this executable with `--download-client`), so its peak
+    /// memory is the client's alone. The password goes to the child on standard input.
+    func downloadInChildProcess(server: LiveServer) throws -> ChildReport {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
+        process.arguments = ["--download-client"]
+        let input = Pipe()
+        let output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        let request = ChildReport(server: server.url.absoluteString, password: "load-generator-secret-1")
+        input.fileHandleForWriting.write(try JSONEncoder().encode(request))
+        try input.fileHandleForWriting.close()
+        let data = output.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw BenchmarkFailure("the download client failed") }
+        return try JSONDecoder().decode(ChildReport.self, from: data)
+    }
+
+    /// `--download-client`: onboards a new device as the bench user and downloads every check, then reports
+    /// the rate and this process's peak memory as JSON.
+    static func downloadClient() async throws {
+        let request = try JSONDecoder().decode(
+            ChildReport.self, from: FileHandle.standardInput.readDataToEndOfFile())
+        guard let server = request.server.flatMap(URL.init(string:)), let password = request.password else {
+            throw BenchmarkFailure("no server or password on standard input")
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-client-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var configuration = FlowsConfiguration(mode: .singleUser)
+        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
+        let manager = try OnboardingSessionManager(
+            serverURL: server, directory: directory, configuration: configuration,
+            presenter: ScriptedPresenter([
+                .credentials("bench", password), .newPasscode("12345678", confirmation: "12345678"),
+            ]))
+        let session = try await manager.open()
+        let store = try OfflineStore(
+            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
+            deviceID: manager.deviceID, definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")])
+        try await store.open(
+            as: OfflineUser(name: "bench", signingKey: try session.signingKey()),
+            key: SymmetricKey(data: session.storeKey ?? Data(count: 32)))
+        let clock = ContinuousClock()
+        var report = DownloadReport()
+        let time = try await clock.measure { report = try await store.download(using: session.authorized) }
+        await store.close()
+        let seconds = Double(time.components.seconds) + Double(time.components.attoseconds) / 1e18
+        let result = ChildReport(
+            entities: report.updated, rate: Double(report.updated) / seconds, peakMB: peakResidentMB())
+        FileHandle.standardOutput.write(try JSONEncoder().encode(result))
+    }
+
+    /// This process's peak resident memory (VmHWM). Not `ru_maxrss`: on Linux a child started by fork and exec
+    /// inherits the parent's high-water mark there.
+    static func peakResidentMB() -> Double {
+        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+            let kilobytes = line.split(separator: " ").compactMap { Double($0) }.first ?? 0
+            return kilobytes / 1024
+        }
+        return 0
     }
 
     func line(_ name: String, rate: Double, unit: String) {
@@ -177,4 +254,9 @@ struct OfflineBenchmark {
         defer { Task { await store.close() } }
         return try await store.measureBulkInsert(rows, into: "PreflightChecks")
     }
+}
+
+struct BenchmarkFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
 }
