@@ -177,7 +177,7 @@ extension OfflineStore {
         return body
     }
 
-    /// What the server will set, shown locally until the upload returns the server's values.
+    /// What the server will set, shown locally until a download brings the server's values.
     func localServerValues(type: EntityType, author: String) -> [String: PrimitiveValue] {
         var values: [String: PrimitiveValue] = [:]
         if type.property(named: "CheckedBy")?.isComputed == true { values["CheckedBy"] = .string(author) }

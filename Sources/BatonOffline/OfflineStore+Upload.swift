@@ -132,7 +132,8 @@ extension OfflineStore {
             var headers: [(String, String)] = [
                 ("Repeatability-Request-ID", entry.requestID),
                 ("Repeatability-First-Sent", firstSent[entry.sequence] ?? Self.imfFixdate(now())),
-                ("Prefer", "return=representation"),
+                // The new ETag is all the device needs now; server-kept values come with the download.
+                ("Prefer", "return=minimal"),
             ]
             if !entry.body.isEmpty { headers.append(("Content-Type", "application/json")) }
             if entry.method != "POST" { headers.append(("If-Match", entry.ifMatch ?? "*")) }
@@ -176,8 +177,8 @@ extension OfflineStore {
         }
     }
 
-    /// Changes the server applied: they leave the queue, the local rows take the server's ETags and values,
-    /// and later changes to the same entities build on those ETags — all in one transaction.
+    /// Changes the server applied: they leave the queue, the local rows take the server's ETags (and any
+    /// server-kept values the answer carries), and later changes to the same entities build on those ETags — all in one transaction.
     func applied(_ results: [(entry: QueueEntry, response: BatchResponse)]) throws(OfflineError) {
         var updates: [(entry: QueueEntry, etag: String?, update: SQLQuery?)] = []
         for (entry, response) in results {

@@ -137,11 +137,15 @@ import Testing
             #expect((onServer["FuelKg"] as? NSNumber)?.doubleValue == 5200)
             let bobsOnServer = try await serverEntity(back, bobCheck, session: bobSession)
             #expect(bobsOnServer["CheckedBy"] as? String == "bob")
-            // The device now has the server's values and ETags.
+            // The device has the server's ETags at once, and its server-kept values after the download.
+            let uploaded = try #require(try await device.store.read(aliceCheck).first)
+            #expect(!uploaded.pending)
+            #expect(uploaded.etag != nil)
+            _ = try await device.store.download(using: bobSession.authorized)
             let synced = try #require(try await device.store.read(aliceCheck).first)
-            #expect(!synced.pending)
             #expect(synced.values["UploadedBy"] == .string("bob"))
-            #expect(synced.etag != nil)
+            #expect(synced.values["CheckedBy"] == .string("alice"))
+            #expect(synced.etag == uploaded.etag)
             return back
         }
     }

@@ -39,6 +39,16 @@ public struct AuditLog: Sendable {
         try await database.pool.write { db in try entry.insert(db) }
     }
 
+    /// Records entries in one transaction (nothing for none).
+    ///
+    /// - Throws: the database error, if the write fails (then none is recorded).
+    public func record(contentsOf entries: [AuditEntry]) async throws {
+        guard !entries.isEmpty else { return }
+        try await database.pool.write { db in
+            for entry in entries { try entry.insert(db) }
+        }
+    }
+
     /// The newest entries first.
     ///
     /// - Throws: the database error, if the read fails.

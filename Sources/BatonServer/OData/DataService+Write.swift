@@ -170,8 +170,15 @@ extension DataService {
         } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
             throw ServerError.badRequest("The change leaves a required property empty.")
         }
-        guard let entity = try fetch(target, options: QueryOptions(), in: db).first else {
-            throw ServerError(.internalServerError, "InternalError", "The changed entity could not be read back.")
+        // The representation is read back (as stored); a minimal answer needs only the new ETag (the sequence).
+        let entity: StoredEntity
+        if preferences.returnPreference == "representation" {
+            guard let stored = try fetch(target, options: QueryOptions(), in: db).first else {
+                throw ServerError(.internalServerError, "InternalError", "The changed entity could not be read back.")
+            }
+            entity = stored
+        } else {
+            entity = StoredEntity(values: current.values.merging(values) { $1 }, sequence: sequence)
         }
         let canonical = target.canonical ?? ResourcePath.canonicalURL(entitySet: target.set.name, key: key)
         audit.append(auditEntry("entity-updated", canonical, attribution: attribution, context: context))

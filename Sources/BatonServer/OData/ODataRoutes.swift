@@ -61,7 +61,7 @@ struct ODataRoutes {
             return try await batch(dataRequest, context: dataContext, version: version)
         }
         let (response, entries) = await service.execute(dataRequest, context: dataContext)
-        for entry in entries { try await audit.record(entry) }
+        try await audit.record(contentsOf: entries)
         return Self.httpResponse(response, version: version)
     }
 
@@ -108,7 +108,8 @@ struct ODataRoutes {
         }
         context.onBehalf.authors = authors
         let (responses, entries) = await service.batch(requests, context: context)
-        for entry in entries { try await audit.record(entry) }
+        // One transaction for the whole batch's entries (one per change was a commit per change).
+        try await audit.record(contentsOf: entries)
         var headers: HTTPFields = [.odataVersion: version.rawValue]
         if multipart {
             // Lower case: some clients lower-case the whole Content-Type, boundary included.
