@@ -49,33 +49,39 @@ extension OfflineStore {
         var report = UploadReport()
         let total = try read { db in try Int.fetchOne(db, sql: #"SELECT COUNT(*) FROM "$queue""#) ?? 0 }
         self.report(.upload(done: 0, total: total))
+        // Two batches in flight: while the server applies one, the next is chosen, sent and parsed. The second
+        // never holds a change to an entity the first has (each change builds on the ETag the one before got).
+        var inFlight: (chosen: [QueueEntry], answer: Task<Result<[String: BatchResponse], OfflineError>, Never>)?
         while true {
-            let chosen = try nextChunk(for: user, allowOnBehalf: allowOnBehalf, chunkSize: chunkSize)
-            guard !chosen.isEmpty else { break }
-            try markFirstSent(chosen)
-            let responses = try await send(chosen, user: user, session: session)
-            var retryLater = false
-            var succeeded: [(entry: QueueEntry, response: BatchResponse)] = []
-            for entry in chosen {
-                guard let response = responses[String(entry.sequence)] else {
-                    retryLater = true
-                    continue
-                }
-                switch response.status {
-                case 200..<300:
-                    succeeded.append((entry, response))
-                case 424, 408, 429, 500...:
-                    retryLater = true
-                default:
-                    let serverVersion =
-                        response.status == 412 ? try? await fetchServerVersion(entry.entityID, session: session) : nil
-                    report.archived.append(try archive(entry, response: response, serverVersion: serverVersion))
-                }
+            let busy = Set(inFlight?.chosen.map(\.entityID) ?? [])
+            let chosen = try nextChunk(for: user, allowOnBehalf: allowOnBehalf, chunkSize: chunkSize, excluding: busy)
+            var next: (chosen: [QueueEntry], answer: Task<Result<[String: BatchResponse], OfflineError>, Never>)?
+            if !chosen.isEmpty {
+                try markFirstSent(chosen)
+                next = (chosen, Task { await self.sendCatching(chosen, user: user, session: session) })
             }
-            try applied(succeeded)
-            report.uploaded += succeeded.map(\.entry)
+            guard let current = inFlight else {
+                guard let next else { break }
+                inFlight = next
+                continue
+            }
+            inFlight = next
+            let responses: [String: BatchResponse]
+            switch await current.answer.value {
+            case .success(let answers): responses = answers
+            case .failure(let error):
+                // Whatever the other batch did is confirmed by its replay next time (same request ids).
+                _ = await next?.answer.value
+                throw error
+            }
+            let retryLater = try await record(current.chosen, responses: responses, session: session, into: &report)
             self.report(.upload(done: report.uploaded.count + report.archived.count, total: total))
-            if retryLater { break }
+            if retryLater {
+                if let next, case .success(let answers) = await next.answer.value {
+                    _ = try await record(next.chosen, responses: answers, session: session, into: &report)
+                }
+                break
+            }
         }
         // What is left and may not go now: other authors' changes, and changes behind an archived one.
         let blocked = try read { db in Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$archive""#)) }
@@ -85,13 +91,53 @@ extension OfflineStore {
         return report
     }
 
+    /// Records the server's answers to a batch: applied changes leave the queue, refused ones go to the error
+    /// archive. Returns whether some changes must wait for a later upload (no answer, or a temporary failure).
+    func record(
+        _ chosen: [QueueEntry], responses: [String: BatchResponse], session: AuthorizedSession,
+        into report: inout UploadReport
+    ) async throws(OfflineError) -> Bool {
+        var retryLater = false
+        var succeeded: [(entry: QueueEntry, response: BatchResponse)] = []
+        for entry in chosen {
+            guard let response = responses[String(entry.sequence)] else {
+                retryLater = true
+                continue
+            }
+            switch response.status {
+            case 200..<300:
+                succeeded.append((entry, response))
+            case 424, 408, 429, 500...:
+                retryLater = true
+            default:
+                let serverVersion =
+                    response.status == 412 ? try? await fetchServerVersion(entry.entityID, session: session) : nil
+                report.archived.append(try archive(entry, response: response, serverVersion: serverVersion))
+            }
+        }
+        try applied(succeeded)
+        report.uploaded += succeeded.map(\.entry)
+        return retryLater
+    }
+
+    func sendCatching(_ entries: [QueueEntry], user: OfflineUser, session: AuthorizedSession) async -> Result<
+        [String: BatchResponse], OfflineError
+    > {
+        do throws(OfflineError) { return .success(try await send(entries, user: user, session: session)) } catch {
+            return .failure(error)
+        }
+    }
+
     /// The next changes to send, in queue order: at most one per entity (so each builds on the ETag the
-    /// previous one returned), none behind an archived change, none of another author unless allowed.
-    func nextChunk(for user: OfflineUser, allowOnBehalf: Bool, chunkSize: Int) throws(OfflineError) -> [QueueEntry] {
+    /// previous one returned), none for an entity in `excluding` (in flight), none behind an archived change,
+    /// none of another author unless allowed.
+    func nextChunk(for user: OfflineUser, allowOnBehalf: Bool, chunkSize: Int, excluding busy: Set<String> = [])
+        throws(OfflineError) -> [QueueEntry]
+    {
         try read { db in
             let archived = Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$archive""#))
             var chosen: [QueueEntry] = []
-            var seen = Set<String>()
+            var seen = busy
             let rows = try Row.fetchCursor(db, sql: #"SELECT * FROM "$queue" ORDER BY seq"#)
             while let row = try rows.next() {
                 let entityID: String = row["entityID"]

@@ -1,48 +1,59 @@
-/// A small scanner for structured HTTP header values.
+/// Reads the parts of HTTP header values (RFC 9110): tokens, quoted strings, entity tags. Works on the value's
+/// UTF-8 bytes — header syntax is ASCII; other bytes are only ever inside quoted strings, kept as they are.
 struct HeaderScanner {
-    let characters: [Character]
+    let bytes: [UInt8]
     var index = 0
 
-    init(_ text: String) { characters = Array(text) }
+    init(_ text: String) { bytes = Array(text.utf8) }
 
-    var isAtEnd: Bool { index >= characters.count }
+    var isAtEnd: Bool { index >= bytes.count }
 
-    func peek() -> Character? { index < characters.count ? characters[index] : nil }
+    func peek() -> UInt8? { index < bytes.count ? bytes[index] : nil }
 
-    mutating func take(_ character: Character) -> Bool {
-        guard peek() == character else { return false }
+    mutating func take(_ character: Unicode.Scalar) -> Bool {
+        guard character.isASCII, peek() == UInt8(character.value) else { return false }
         index += 1
         return true
     }
 
     mutating func skipSpaces() {
-        while let character = peek(), character == " " || character == "\t" { index += 1 }
+        while let byte = peek(), byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") { index += 1 }
+    }
+
+    /// Whether `byte` is an RFC 9110 `tchar` (visible ASCII except the delimiters).
+    static func isTokenByte(_ byte: UInt8) -> Bool {
+        guard byte > 32, byte < 127 else { return false }
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "("), UInt8(ascii: ")"), UInt8(ascii: ","), UInt8(ascii: "/"),
+            UInt8(ascii: ":"), UInt8(ascii: ";"), UInt8(ascii: "<"), UInt8(ascii: "="), UInt8(ascii: ">"),
+            UInt8(ascii: "?"), UInt8(ascii: "@"), UInt8(ascii: "["), UInt8(ascii: "\\"), UInt8(ascii: "]"),
+            UInt8(ascii: "{"), UInt8(ascii: "}"):
+            return false
+        default:
+            return true
+        }
     }
 
     /// An RFC 9110 token.
     mutating func token() -> String? {
         let start = index
-        while let character = peek(), character.isASCII, !character.isWhitespace,
-            !"\"(),/:;<=>?@[\\]{}".contains(character), let ascii = character.asciiValue, ascii > 32, ascii < 127
-        {
-            index += 1
-        }
-        return index > start ? String(characters[start..<index]) : nil
+        while let byte = peek(), Self.isTokenByte(byte) { index += 1 }
+        return index > start ? String(decoding: bytes[start..<index], as: UTF8.self) : nil
     }
 
     /// A quoted string, unescaped.
     mutating func quotedString() -> String? {
         let start = index
         guard take("\"") else { return nil }
-        var text = ""
-        while let character = peek() {
+        var text: [UInt8] = []
+        while let byte = peek() {
             index += 1
-            if character == "\"" { return text }
-            if character == "\\", let next = peek() {
+            if byte == UInt8(ascii: "\"") { return String(decoding: text, as: UTF8.self) }
+            if byte == UInt8(ascii: "\\"), let next = peek() {
                 index += 1
                 text.append(next)
             } else {
-                text.append(character)
+                text.append(byte)
             }
         }
         index = start
@@ -52,7 +63,7 @@ struct HeaderScanner {
     mutating func etag() -> ETag? {
         let start = index
         var weak = false
-        if peek() == "W", index + 1 < characters.count, characters[index + 1] == "/" {
+        if peek() == UInt8(ascii: "W"), index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "/") {
             weak = true
             index += 2
         }
@@ -61,8 +72,9 @@ struct HeaderScanner {
             return nil
         }
         let opaqueStart = index
-        while let character = peek(), character != "\"" {
-            guard let ascii = character.asciiValue, ascii == 0x21 || ascii >= 0x23, ascii != 0x7F else {
+        while let byte = peek(), byte != UInt8(ascii: "\"") {
+            // etagc: %x21 / %x23-7E (RFC 9110; obs-text is not accepted).
+            guard byte == 0x21 || (byte >= 0x23 && byte < 0x7F) else {
                 index = start
                 return nil
             }
@@ -72,6 +84,6 @@ struct HeaderScanner {
             index = start
             return nil
         }
-        return ETag(String(characters[opaqueStart..<index - 1]), isWeak: weak)
+        return ETag(String(decoding: bytes[opaqueStart..<index - 1], as: UTF8.self), isWeak: weak)
     }
 }

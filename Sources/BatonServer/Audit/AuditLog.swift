@@ -45,7 +45,14 @@ public struct AuditLog: Sendable {
     public func record(contentsOf entries: [AuditEntry]) async throws {
         guard !entries.isEmpty else { return }
         try await database.pool.write { db in
-            for entry in entries { try entry.insert(db) }
+            // One prepared statement for all (the record encoder was most of the cost); same columns and
+            // values as `entry.insert(db)`.
+            let statement = try db.cachedStatement(
+                sql: "INSERT INTO audit (at, actor, action, subject, address, detail) VALUES (?, ?, ?, ?, ?, ?)")
+            for entry in entries {
+                try statement.execute(
+                    arguments: [entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail])
+            }
         }
     }
 

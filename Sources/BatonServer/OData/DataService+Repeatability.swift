@@ -41,7 +41,8 @@ extension DataService {
         }
         let fingerprint = Self.fingerprint(request)
         if let row = try Row.fetchOne(
-            db, sql: #"SELECT * FROM "$repeatability" WHERE requestID = ?"#, arguments: [repeatability.requestID])
+            db.cachedStatement(sql: #"SELECT * FROM "$repeatability" WHERE requestID = ?"#),
+            arguments: [repeatability.requestID])
         {
             guard row["fingerprint"] as String == fingerprint else {
                 var error = ServerError(
@@ -63,14 +64,14 @@ extension DataService {
             case .rawJSON(let bytes): String(decoding: bytes, as: UTF8.self)
             case .text(let text, _): text
             }
-        try db.execute(
+        try db.cachedStatement(
             sql:
-                #"INSERT INTO "$repeatability" (requestID, fingerprint, status, headers, body, createdAt) VALUES (?, ?, ?, ?, ?, ?)"#,
+                #"INSERT INTO "$repeatability" (requestID, fingerprint, status, headers, body, createdAt) VALUES (?, ?, ?, ?, ?, ?)"#
+        ).execute(
             arguments: [
                 repeatability.requestID, fingerprint, response.status, headers, body, now.timeIntervalSince1970,
             ])
-        try db.execute(
-            sql: #"DELETE FROM "$repeatability" WHERE createdAt < ?"#,
+        try db.cachedStatement(sql: #"DELETE FROM "$repeatability" WHERE createdAt < ?"#).execute(
             arguments: [now.addingTimeInterval(-configuration.repeatabilityRetention).timeIntervalSince1970])
         return response
     }

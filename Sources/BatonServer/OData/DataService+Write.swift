@@ -94,7 +94,7 @@ extension DataService {
         let insert = try translator.insert(
             into: target.set.name, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
         do {
-            try db.execute(sql: insert.sql, arguments: insert.statementArguments)
+            try db.cachedStatement(sql: insert.sql).execute(arguments: insert.statementArguments)
         } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
             throw ServerError.conflict("An entity of \(target.set.name) with this key already exists.")
         }
@@ -166,7 +166,7 @@ extension DataService {
         let update = try translator.update(
             target.set.name, key: key, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
         do {
-            try db.execute(sql: update.sql, arguments: update.statementArguments)
+            try db.cachedStatement(sql: update.sql).execute(arguments: update.statementArguments)
         } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
             throw ServerError.badRequest("The change leaves a required property empty.")
         }
@@ -194,7 +194,7 @@ extension DataService {
         let current = try precondition(target, request: request, in: db)
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
         let delete = try translator.delete(from: target.set.name, key: key)
-        try db.execute(sql: delete.sql, arguments: delete.statementArguments)
+        try db.cachedStatement(sql: delete.sql).execute(arguments: delete.statementArguments)
         let sequence = try DataStore.nextSequence(db)
         let canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: key)
         try db.execute(

@@ -73,8 +73,8 @@ struct DataStore: Sendable {
 
     /// Takes the next value of the service-wide sequence, inside the caller's write transaction.
     static func nextSequence(_ db: Database) throws -> Int64 {
-        try db.execute(sql: #"UPDATE "$sequence" SET value = value + 1 WHERE id = 1"#)
-        return try Int64.fetchOne(db, sql: #"SELECT value FROM "$sequence" WHERE id = 1"#) ?? 0
+        try db.cachedStatement(sql: #"UPDATE "$sequence" SET value = value + 1 WHERE id = 1"#).execute()
+        return try Int64.fetchOne(db.cachedStatement(sql: #"SELECT value FROM "$sequence" WHERE id = 1"#)) ?? 0
     }
 
     /// The current sequence value and the oldest delta token still answerable.
