@@ -37,6 +37,19 @@ public actor AuthorizedSession {
         return try await client.send(request, token: tokens.accessToken)
     }
 
+    /// Sends a backup of discarded changes of this device with the user's token (see
+    /// ``BatonClient/sendDiscardedChanges(_:deviceID:author:count:sealed:token:)``).
+    ///
+    /// - Throws: ``BatonClientError`` as that method does.
+    @discardableResult
+    public func sendDiscardedChanges(deviceID: String, author: String, count: Int, sealed: Data)
+        async throws(BatonClientError) -> Int
+    {
+        try await client.sendDiscardedChanges(
+            configuration, deviceID: deviceID, author: author, count: count, sealed: sealed,
+            token: try await accessToken())
+    }
+
     /// Refreshes the tokens now.
     public func refresh() async throws(BatonClientError) {
         if let refreshing {

@@ -81,6 +81,9 @@ public struct ServerConfiguration: Sendable, Hashable, Codable {
     public var deviceRegistrationEndpoint: String
     /// With `{deviceID}` in place of the device id.
     public var deviceStoreKeyEndpoint: String
+    /// With `{deviceID}` in place of the device id; where a device sends backups of discarded changes (nil
+    /// for a server without it).
+    public var deviceDiscardedChangesEndpoint: String?
     public var odataServiceRoot: String
     public var clientID: String
     public var oauthAuthorizationServer: String
@@ -91,6 +94,7 @@ public struct ServerConfiguration: Sendable, Hashable, Codable {
         case userEndpoint = "user_endpoint"
         case deviceRegistrationEndpoint = "device_registration_endpoint"
         case deviceStoreKeyEndpoint = "device_store_key_endpoint"
+        case deviceDiscardedChangesEndpoint = "device_discarded_changes_endpoint"
         case odataServiceRoot = "odata_service_root"
         case clientID = "client_id"
         case oauthAuthorizationServer = "oauth_authorization_server"

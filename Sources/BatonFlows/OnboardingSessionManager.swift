@@ -193,8 +193,8 @@ public actor OnboardingSessionManager {
         state = .closed
     }
 
-    /// Signs the user out: the server revokes their tokens (when reachable); their data on the device stays and
-    /// the next open asks for sign-in again only if the tokens are needed.
+    /// Signs the user out: the server revokes their tokens; their data on the device stays, and their next
+    /// sign-in with network asks for the password again (offline, the passcode still opens their work).
     public func signOut() async throws(FlowsError) {
         guard let session else { throw FlowsError(.notOpen, "Nobody is signed in.") }
         do {
@@ -202,6 +202,8 @@ public actor OnboardingSessionManager {
         } catch {
             throw flowsError(error, doing: "sign out on the server")
         }
+        // The next restore with network asks for the password again (the tokens it has are revoked).
+        try? await session.secureStore.set(true, forKey: SecureStoreKey.signedOut)
         await close()
     }
 

@@ -12,6 +12,8 @@ public enum SecureStoreKey {
     public static let settings = "baton.settings"
     public static let signingKey = "baton.signingKey"
     public static let storeKey = "baton.storeKey"
+    /// Set when the user signed out: their tokens are revoked, so the next restore with network signs in again.
+    public static let signedOut = "baton.signedOut"
 }
 
 extension OnboardingInfoKey where Value == Bool {
@@ -95,8 +97,22 @@ public struct SignInStep: OnboardingStep {
 
     public func restore(_ context: inout OnboardingContext) async throws {
         let store = try context.requireSecureStore(for: name)
+        let user = try await load(ServerUser.self, SecureStoreKey.serverUser, from: store, step: name)
+        let signedOut = (try? await store.value(Bool.self, forKey: SecureStoreKey.signedOut)) ?? false
+        if signedOut, await context.client.isReachable() {
+            // The user signed out (tokens revoked): with network, they sign in again as themselves first.
+            try await signIn(&context, expected: user.name)
+            do {
+                try await store.set(context.info[.tokens], forKey: SecureStoreKey.tokens)
+                try await store.removeValue(forKey: SecureStoreKey.signedOut)
+            } catch {
+                throw FlowsError(.storage, "Cannot keep the new sign-in in the secure store: \(error.message)")
+            }
+            return
+        }
+        // Offline, a signed-out user still works on the device; the first sync after sign-in needs the network.
         context.info[.tokens] = try await load(OAuthTokens.self, SecureStoreKey.tokens, from: store, step: name)
-        context.info[.serverUser] = try await load(ServerUser.self, SecureStoreKey.serverUser, from: store, step: name)
+        context.info[.serverUser] = user
     }
 
     public func reset(_ context: inout OnboardingContext) async {
@@ -142,7 +158,9 @@ public struct SignInStep: OnboardingStep {
             try? await oauth.revoke(tokens)
             throw FlowsError(
                 .userMismatch,
-                "This passcode reset is for another account; sign in as the user whose passcode is being reset.",
+                context.flowType == .resetPasscode
+                    ? "This passcode reset is for another account; sign in as the user whose passcode is being reset."
+                    : "This is \(expected)'s session; sign in as \(expected).",
                 onboardingID: context.onboardingID)
         }
         if expected == nil, let existing = await context.users.user(serverUserID: user.name),

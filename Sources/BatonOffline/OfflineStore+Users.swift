@@ -60,6 +60,26 @@ extension OfflineStore {
         return entries.count
     }
 
+    /// Whose changes a backup written by ``discardPendingChanges(of:backupTo:key:)`` holds, and how many.
+    ///
+    /// - Throws: ``OfflineError`` `Storage` when the backup does not open with `key` or is damaged.
+    public static func describeBackup(_ sealed: Data, key: SymmetricKey) throws(OfflineError) -> (
+        author: String, count: Int
+    ) {
+        struct Entry: Decodable { var author: String }
+        do {
+            let plain = try AES.GCM.open(
+                AES.GCM.SealedBox(combined: sealed), using: key, authenticating: Data("baton-discarded-v1".utf8))
+            let entries = try JSONDecoder().decode([Entry].self, from: plain)
+            guard let author = entries.first?.author else { throw OfflineError(.storage, "The backup is empty.") }
+            return (author, entries.count)
+        } catch let error as OfflineError {
+            throw error
+        } catch {
+            throw OfflineError(.storage, "The backup does not open with this device's store key, or is damaged.")
+        }
+    }
+
     /// Removes every entity, queued change, archived change and delta link (when the last user leaves the
     /// device). The store stays usable for the next onboarding.
     public func wipe() throws(OfflineError) {

@@ -397,6 +397,37 @@ import Testing
                 ClientRequest(url: try #require(URL(string: server.url.absoluteString + "/me"))), token: token)
             #expect(me.status == 401)
             #expect(await device.manager.users.activeUsers.count == 1)
+            // The next sign-in with network asks for the password again, as the same account, and works online.
+            await device.presenter.append([
+                .pick("Alice"), .passcode("12345678"), .credentials("alice", Passwords.alice),
+            ])
+            let again = try await device.manager.open()
+            let transcript = await device.presenter.transcript
+            #expect(transcript.suffix(2).first?.hasPrefix("passcode") == true)
+            #expect(transcript.last == "credentials")
+            let fresh = await again.authorized.tokens.accessToken
+            #expect(fresh != token)
+            let meAgain = try await device.manager.client.send(
+                ClientRequest(url: try #require(URL(string: server.url.absoluteString + "/me"))), token: fresh)
+            #expect(meAgain.status == 200)
+            // Signed in again, the following restore needs only the passcode.
+            await device.manager.lock()
+            await device.presenter.append([.passcode("12345678")])
+            _ = try await device.manager.unlock()
+            #expect(await device.presenter.remaining == 0)
+        }
+    }
+
+    @Test func aSignedOutUserStillOpensTheirWorkOffline() async throws {
+        try await withServer { server in
+            let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "12345678"))
+            _ = try await device.manager.open()
+            try await device.manager.signOut()
+            await server.stop()
+            await device.presenter.append([.pick("Alice"), .passcode("12345678")])
+            let offline = try await device.manager.open()
+            #expect(offline.user.serverUserID == "alice")
+            #expect(await device.presenter.remaining == 0)
         }
     }
 }

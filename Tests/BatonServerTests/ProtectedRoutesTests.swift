@@ -168,6 +168,50 @@ import Testing
         }
     }
 
+    @Test func discardedChangesAreKeptOnlyFromTheDevicesOwnStore() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.addUser("bob")
+        try await server.test { client in
+            let alice = try await client.signIn("alice")
+            let bob = try await client.signIn("bob")
+            #expect(
+                try await Self.register(client, device: "tablet-7", token: alice.access, key: Self.publicKey()).0 == .ok
+            )
+            let (_, body, _) = try await client.get("/devices/tablet-7/store-key", token: alice.access)
+            let key = SymmetricKey(data: try #require(Data(base64Encoded: body["key"] as? String ?? "")))
+            let changes = Data(#"[{"author":"alice","body":"eyJSZW1hcmtzIjoibGVmdCB0eXJlIn0="}]"#.utf8)
+            let sealed = try #require(
+                try AES.GCM.seal(changes, using: key, authenticating: Data("baton-discarded-v1".utf8)).combined)
+            func send(_ token: String, _ backup: Data, count: Int = 1) async throws -> HTTPResponse.Status {
+                try await client.execute(
+                    uri: "/devices/tablet-7/discarded-changes", method: .post,
+                    headers: [.authorization: "Bearer \(token)", .contentType: "application/json"],
+                    body: ByteBuffer(
+                        string: #"{"author":"alice","count":\#(count),"backup":"\#(backup.base64EncodedString())"}"#)
+                ) { $0.status }
+            }
+            #expect(try await send(alice.access, sealed) == .created)
+            // Not registered on the device; sealed with another key; no changes: refused, nothing kept.
+            #expect(try await send(bob.access, sealed) == .forbidden)
+            let foreign = try #require(
+                try AES.GCM.seal(
+                    changes, using: SymmetricKey(size: .bits256), authenticating: Data("baton-discarded-v1".utf8)
+                )
+                .combined)
+            #expect(try await send(alice.access, foreign) == .badRequest)
+            #expect(try await send(alice.access, sealed, count: 0) == .badRequest)
+        }
+        let kept = try await server.server.devices.discardedChanges()
+        #expect(kept.count == 1)
+        #expect(kept.first?.author == "alice" && kept.first?.uploader == "alice" && kept.first?.count == 1)
+        let opened = try await server.server.devices.openDiscardedChanges(try #require(kept.first?.id))
+        #expect(opened == Data(#"[{"author":"alice","body":"eyJSZW1hcmtzIjoibGVmdCB0eXJlIn0="}]"#.utf8))
+        let audit = try await server.server.audit.entries()
+        #expect(audit.contains { $0.action == "changes-discarded" && $0.subject == "alice" })
+    }
+
     @Test func reRegistrationKeepsTheKeyHistory() async throws {
         let server = try await TestServer()
         defer { server.remove() }

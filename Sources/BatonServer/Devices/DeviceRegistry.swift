@@ -186,3 +186,94 @@ public struct DeviceRegistry: Sendable {
         }
     }
 }
+
+// MARK: Discarded changes
+
+extension DeviceRegistry {
+    /// A backup of changes a device discarded (a user removed with changes the server never got).
+    public struct DiscardedChanges: Sendable, Hashable, Codable {
+        public var id: Int64
+        public var device: String
+        /// Whose changes they were.
+        public var author: String
+        /// Who was signed in when they were discarded.
+        public var uploader: String
+        public var count: Int
+        public var receivedAt: Date
+    }
+
+    /// The additional data every backup is sealed with (as the device's offline store writes it).
+    static let discardedChangesContext = Data("baton-discarded-v1".utf8)
+
+    /// Keeps a device's backup of discarded changes. The uploader must be registered on the device, and the
+    /// backup must open with the device's store key — so only that device's own backups are accepted.
+    ///
+    /// - Throws: ``ServerError`` 403 when `uploader` is not registered on `device`; 400 when the backup is not
+    ///   one sealed with the device's store key or `count` is not positive.
+    public func keepDiscardedChanges(device: String, uploader: String, author: String, count: Int, sealed: Data)
+        async throws -> DiscardedChanges
+    {
+        guard count > 0, !author.isEmpty, author.count <= 64 else {
+            throw ServerError.badRequest("A backup names its author and holds at least one change.")
+        }
+        let key = try await storeKey(device: device, user: uploader)
+        guard
+            (try? AES.GCM.open(
+                AES.GCM.SealedBox(combined: sealed), using: key, authenticating: Self.discardedChangesContext))
+                != nil
+        else {
+            throw ServerError.badRequest(
+                "The backup does not open with this device's store key; only the device's own backups are kept.")
+        }
+        let now = clock.now()
+        let id = try await database.pool.write { db -> Int64 in
+            try db.execute(
+                sql: """
+                    INSERT INTO discardedChanges (device, author, uploader, count, receivedAt, sealed)
+                    VALUES (?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [device, author, uploader, count, now.timeIntervalSince1970, sealed])
+            return db.lastInsertedRowID
+        }
+        return DiscardedChanges(
+            id: id, device: device, author: author, uploader: uploader, count: count, receivedAt: now)
+    }
+
+    /// Every kept backup, newest first.
+    ///
+    /// - Throws: the database error, if the read fails.
+    public func discardedChanges() async throws -> [DiscardedChanges] {
+        try await database.pool.read { db in
+            try Row.fetchAll(
+                db,
+                sql: "SELECT id, device, author, uploader, count, receivedAt FROM discardedChanges ORDER BY id DESC"
+            ).map { row in
+                DiscardedChanges(
+                    id: row["id"], device: row["device"], author: row["author"], uploader: row["uploader"],
+                    count: row["count"], receivedAt: Date(timeIntervalSince1970: row["receivedAt"]))
+            }
+        }
+    }
+
+    /// The discarded changes of backup `id`, opened with the device's store key (JSON, as the device wrote them).
+    ///
+    /// - Throws: ``ServerError`` 404 for an unknown id; the error of a damaged backup or device record.
+    public func openDiscardedChanges(_ id: Int64) async throws -> Data {
+        let row = try await database.pool.read { db in
+            try Row.fetchOne(
+                db,
+                sql: """
+                    SELECT b.sealed, d.sealedStoreKey, d.id AS device FROM discardedChanges b
+                    JOIN devices d ON d.id = b.device WHERE b.id = ?
+                    """,
+                arguments: [id])
+        }
+        guard let row, let sealed = row["sealed"] as Data?, let sealedKey = row["sealedStoreKey"] as Data?,
+            let device = row["device"] as String?
+        else { throw ServerError.notFound("No kept backup \(id).") }
+        let keyBox = try AES.GCM.SealedBox(combined: sealedKey)
+        let key = SymmetricKey(data: try AES.GCM.open(keyBox, using: masterKey, authenticating: Data(device.utf8)))
+        return try AES.GCM.open(
+            AES.GCM.SealedBox(combined: sealed), using: key, authenticating: Self.discardedChangesContext)
+    }
+}

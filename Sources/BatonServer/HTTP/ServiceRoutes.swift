@@ -2,8 +2,8 @@ import BatonOData
 import Foundation
 import Hummingbird
 
-/// The device-facing routes: discovery, health, settings exchange, the signed-in user, device registration and
-/// the device store key.
+/// The device-facing routes: discovery, health, settings exchange, the signed-in user, device registration,
+/// the device store key, and backups of discarded changes.
 struct ServiceRoutes {
     let settings: SettingsStore
     let devices: DeviceRegistry
@@ -24,6 +24,10 @@ struct ServiceRoutes {
                     ("user_endpoint", .string("\(issuer)/me")),
                     ("device_registration_endpoint", .string("\(issuer)/devices/{deviceID}/registration")),
                     ("device_store_key_endpoint", .string("\(issuer)/devices/{deviceID}/store-key")),
+                    (
+                        "device_discarded_changes_endpoint",
+                        .string("\(issuer)/devices/{deviceID}/discarded-changes")
+                    ),
                     ("odata_service_root", .string("\(issuer)/odata/")),
                     ("client_id", .string(OAuthClient.device.id)),
                 ]))
@@ -78,6 +82,30 @@ struct ServiceRoutes {
                     at: clock.now(), actor: name, action: "device-unregistered", subject: device,
                     address: context.clientAddress, detail: nil))
             return Response(status: .noContent)
+        }
+        group.post("/devices/{device}/discarded-changes") { request, context in
+            let name = try context.userName()
+            let device = try context.parameters.require("device")
+            guard DeviceRegistry.isValidDeviceID(device) else { throw DeviceRegistry.invalidDeviceID }
+            var request = request
+            let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
+            guard let author = body["author"]?.stringValue, case .number(let countText)? = body["count"],
+                let count = Int(countText),
+                let text = body["backup"]?.stringValue, let sealed = Data(base64Encoded: text)
+            else {
+                throw ServerError.badRequest(
+                    "The body must be {\"author\": \"<user>\", \"count\": <changes>, \"backup\": \"<base64>\"}.")
+            }
+            let kept = try await devices.keepDiscardedChanges(
+                device: device, uploader: name, author: author, count: count, sealed: sealed)
+            try await audit.record(
+                AuditEntry(
+                    at: clock.now(), actor: name, action: "changes-discarded", subject: author,
+                    address: context.clientAddress, detail: "\(count) change(s) on device \(device), backup \(kept.id)")
+            )
+            var response = json(.object([("id", .number(String(kept.id))), ("count", .number(String(count)))]))
+            response.status = .created
+            return response
         }
         group.get("/devices/{device}/store-key") { _, context in
             let name = try context.userName()

@@ -99,6 +99,20 @@ public struct ServerDatabase: Sendable {
                     );
                     """)
         }
+        migrator.registerMigration("discardedChanges") { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE discardedChanges (
+                        id INTEGER PRIMARY KEY AUTOINCREMENT,
+                        device TEXT NOT NULL,
+                        author TEXT NOT NULL,
+                        uploader TEXT NOT NULL,
+                        count INTEGER NOT NULL,
+                        receivedAt REAL NOT NULL,
+                        sealed BLOB NOT NULL
+                    );
+                    """)
+        }
         return migrator
     }
 }

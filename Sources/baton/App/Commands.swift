@@ -161,7 +161,9 @@ struct UsersCommand: AsyncParsableCommand {
                 if discardPending {
                     let discarded = try await device.discardChanges(of: session.user.serverUserID ?? "")
                     if discarded.count > 0 {
-                        ui.warning("Discarded \(discarded.count) change(s); backup at \(discarded.backup.path).")
+                        ui.warning(
+                            "Discarded \(discarded.count) change(s); encrypted backup at \(discarded.backup.path)"
+                                + (discarded.sent ? ", sent to the server." : "; it goes to the server with a sync."))
                     }
                 }
                 try await device.sessions.removeUser(session.user.id)

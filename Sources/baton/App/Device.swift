@@ -224,22 +224,49 @@ struct Device: Sendable {
             throw error
         }
         await notePendingChanges()
+        await sendBackups()
         return summary
     }
 
     // MARK: Removal
 
     /// Discards `author`'s unsynced changes after writing an encrypted backup of them into the device's
-    /// `backups` folder (AES-GCM under the device store key). Returns the number discarded and the file.
-    func discardChanges(of author: String) async throws -> (count: Int, backup: URL) {
+    /// `backups` folder (AES-GCM under the device store key), then sends the backups not sent yet to the server
+    /// when it is reachable (an administrator can recover them there). Returns the number discarded, the file,
+    /// and whether it reached the server.
+    func discardChanges(of author: String) async throws -> (count: Int, backup: URL, sent: Bool) {
         let session = try await session()
         guard let key = session.storeKey else { throw AppError(.failed, "The store key is missing; reset the user.") }
-        let folder = directory.appendingPathComponent("backups")
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        let file = folder.appendingPathComponent("\(author)-\(Int(Date().timeIntervalSince1970)).sealed")
+        try FileManager.default.createDirectory(at: backups, withIntermediateDirectories: true)
+        let file = backups.appendingPathComponent(
+            "\(Int(Date().timeIntervalSince1970))-\(UUID().uuidString.prefix(8)).sealed")
         let count = try await store.discardPendingChanges(of: author, backupTo: file, key: SymmetricKey(data: key))
         await notePendingChanges()
-        return (count, file)
+        let sent = await sendBackups()
+        return (count, file, sent.contains(file.lastPathComponent))
+    }
+
+    var backups: URL { directory.appendingPathComponent("backups") }
+
+    /// Sends every backup of discarded changes the server does not have yet; a sent one is renamed `….sent`.
+    /// Returns the names of the files sent. Offline, or without a session, nothing happens.
+    @discardableResult
+    func sendBackups() async -> [String] {
+        guard let session = await sessions.session, let key = session.storeKey, await isOnline(),
+            let names = try? FileManager.default.contentsOfDirectory(atPath: backups.path)
+        else { return [] }
+        var sent: [String] = []
+        for name in names.sorted() where name.hasSuffix(".sealed") {
+            let file = backups.appendingPathComponent(name)
+            guard let sealed = try? Data(contentsOf: file),
+                let backup = try? OfflineStore.describeBackup(sealed, key: SymmetricKey(data: key)),
+                (try? await session.authorized.sendDiscardedChanges(
+                    deviceID: sessions.deviceID, author: backup.author, count: backup.count, sealed: sealed)) != nil
+            else { continue }
+            try? FileManager.default.moveItem(at: file, to: file.appendingPathExtension("sent"))
+            sent.append(name)
+        }
+        return sent
     }
 
     func encode(_ text: String) -> String {

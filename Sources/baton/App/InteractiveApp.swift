@@ -475,8 +475,8 @@ struct InteractiveApp {
                 }
                 let discarded = try await device.discardChanges(of: user.serverUserID ?? "")
                 ui.notice(
-                    "! Discarded \(discarded.count) change(s); backup at \(discarded.backup.lastPathComponent).",
-                    .warning)
+                    "! Discarded \(discarded.count) change(s); encrypted backup "
+                        + (discarded.sent ? "sent to the server." : "kept here, sent with the next sync."), .warning)
                 try await sessions.removeUser(user.id)
             default:
                 ui.notice("! Nothing was removed.", .warning)

@@ -7,6 +7,8 @@ Usage: app_session.py BATON BATON_SERVER WORKDIR TRANSCRIPT < passwords (alice's
 Prints "terminal ok" when every expectation held.
 """
 
+import atexit
+import base64
 import json
 import os
 import re
@@ -43,6 +45,18 @@ port = free_port()
 url = f"http://127.0.0.1:{port}"
 
 
+servers = []
+
+
+@atexit.register
+def stop_leftover_servers():
+    """A failed expectation must not leave a server running."""
+    for process in servers:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 def start_server():
     process = subprocess.Popen(
         [server_binary, "serve", "--data-dir", server_dir, "--port", str(port)],
@@ -50,6 +64,7 @@ def start_server():
         stderr=subprocess.DEVNULL,
         text=True,
     )
+    servers.append(process)
     line = process.stdout.readline()
     assert line.startswith("listening on"), line
     return process
@@ -279,11 +294,14 @@ assert app.exitstatus == 0, app.exitstatus
 
 # 7. Removing the last user with an unsynced change: refused, a wrong confirmation discards nothing, then a
 # confirmed discard keeps an encrypted backup, and the device goes back to onboarding.
-step("alice removes herself with a pending change (--offline)")
-app = spawn("--offline")
+step("alice signs in again after signing out, then removes herself with a pending change")
+app = spawn()
 answer(app, "Choose:", "1")
 answer(app, "Passcode for Alice (hidden):", "alice-2468")
-expect(app, "OFFLINE")
+# She signed out: with the network there, her password is asked again.
+expect(app, "User: alice")
+answer(app, "Password (hidden):", alice_password)
+expect(app, "Signed in as Alice.")
 answer(app, "Choose:", "2")
 answer(app, "Aircraft tail number:", tail)
 answer(app, "Flight (Enter for none):", "")
@@ -307,16 +325,25 @@ answer(app, "Number · Enter back:", "1")
 answer(app, "[y/N]", "y")
 answer(app, "Choose:", "d")
 answer(app, "Type DISCARD to confirm:", "DISCARD")
-expect(app, "Discarded 1 change(s); backup at alice-")
-expect(app, "Cannot reach the server")
-answer(app, "Enter tries again · q quits:", "q")
+expect(app, "Discarded 1 change(s); encrypted backup sent to the server.")
+# The last user left: the device starts onboarding again.
+expect(app, "Sign in to")
+expect(app, "User name:")
+app.sendeof()
 app.expect(pexpect.EOF)
 app.close()
 assert app.exitstatus == 0, app.exitstatus
 backups = os.listdir(os.path.join(device_dir, "backups"))
-assert len(backups) == 1, backups
+assert len(backups) == 1 and backups[0].endswith(".sealed.sent"), backups
 with open(os.path.join(device_dir, "backups", backups[0]), "rb") as f:
     assert b"Left main tyre worn" not in f.read(), "the backup is not encrypted"
+listed = server_command("backups", "list")
+assert "1 change(s) by alice, sent by alice" in listed, listed
+backup_id = listed.split()[0]
+shown = json.loads(server_command("backups", "show", backup_id))
+assert shown[0]["author"] == "alice", shown
+assert b"Left main tyre worn" in base64.b64decode(shown[0]["body"]), shown
+transcript.write("\n$ baton-server backups list\n" + listed)
 
 # 8. The end of input at a prompt never crashes the app.
 step("end of input")
