@@ -296,7 +296,7 @@ struct TokenService: Sendable {
         // disabled user takes effect at once — also when an admin command changed them from another process.
         let row: Row?
         do {
-            row = try database.pool.readInline { db in
+            row = try database.pool.readStatement { db in
                 try Row.fetchOne(
                     db.cachedStatement(
                         sql: """

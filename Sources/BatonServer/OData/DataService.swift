@@ -32,13 +32,23 @@ struct DataService: Sendable {
     }
 
     /// Runs one request and returns the response and the audit entries its changes produced.
+    /// `EntitySet(key)` with no `$expand` or delta token: the read is a single SELECT.
+    static func isSingleStatementRead(_ url: ODataURL) -> Bool {
+        guard case .resource(let segments) = url.path, segments.count == 2, case .entitySet = segments[0],
+            case .key = segments[1]
+        else { return false }
+        return url.query.expand.isEmpty && url.query.deltaToken == nil
+    }
+
     func execute(_ request: DataRequest, context: Context) async -> (DataResponse, [AuditEntry]) {
         do {
             let url = try parse(request.url)
             if request.method == "GET" {
-                let response = try store.pool.readInline { db in
-                    try read(url, request: request, in: db, context: context)
-                }
+                let body = { (db: Database) in try read(url, request: request, in: db, context: context) }
+                // An entity by key is one SELECT: atomic on its own, without a transaction around it.
+                let response =
+                    Self.isSingleStatementRead(url)
+                    ? try store.pool.readStatement(body) : try store.pool.readInline(body)
                 return (response, [])
             }
             return try await store.pool.write { db in

@@ -8,4 +8,11 @@ extension DatabasePool {
     func readInline<T>(_ body: (Database) throws -> T) throws -> T {
         try read(body)
     }
+
+    /// Runs a read of exactly one SQL statement on the calling thread, outside a transaction: one statement is
+    /// atomic on its own, and a key read was paying a BEGIN and a COMMIT for nothing. Reads of several
+    /// statements that must see one snapshot use ``readInline(_:)``.
+    func readStatement<T>(_ body: (Database) throws -> T) throws -> T {
+        try unsafeRead(body)
+    }
 }
