@@ -33,7 +33,7 @@ import Testing
 
     @Test func discoversSignsInAndReadsSettingsAndUser() async throws {
         try await withServer(settings: ["passcode.min-length": "10"]) { server, client in
-            #expect(await client.isReachable())
+            #expect(await client.isReachable(timeout: .seconds(15)))
             let (configuration, _, tokens) = try await signIn(client)
             #expect(configuration.issuer == server.url.absoluteString)
             #expect(tokens.refreshToken != nil)

@@ -289,16 +289,8 @@ struct AircraftCommand: AsyncParsableCommand {
                     })
                 return
             }
-            print(InteractiveApp.row("TAIL", "TYPE", "STN", "STATUS", "FUEL kg", "BY", "WHEN"))
-            for row in rows {
-                let check = row.latest?.values
-                print(
-                    InteractiveApp.row(
-                        row.tail, row.aircraft.values["Type"]?.display ?? "",
-                        row.aircraft.values["Station"]?.display ?? "", row.aircraft.values["Status"]?.display ?? "",
-                        check?["FuelKg"]?.display ?? "—", check?["CheckedBy"]?.display ?? "",
-                        row.latest?.pending == true ? "• on device" : check?["ChangedAt"]?.display ?? "—"))
-            }
+            print(InteractiveApp.aircraftHeader)
+            for row in rows { print(InteractiveApp.line(row)) }
         }
     }
 }

@@ -196,15 +196,9 @@ struct InteractiveApp {
             if let station { title += " at \(station.uppercased())" }
             if let status { title += " (\(status))" }
             ui.heading("\(title) — \(rows.count), page \(page + 1) of \(pages)")
-            ui.say(Self.row("TAIL", "TYPE", "STN", "STATUS", "FUEL kg", "BY", "WHEN"))
+            ui.say(Self.aircraftHeader)
             for row in rows.dropFirst(page * pageSize).prefix(pageSize) {
-                let check = row.latest?.values
-                let when = check?["ChangedAt"].map { $0 == .null ? "on device" : $0.display } ?? "—"
-                let line = Self.row(
-                    row.tail, row.aircraft.values["Type"]?.display ?? "", row.aircraft.values["Station"]?.display ?? "",
-                    row.aircraft.values["Status"]?.display ?? "", check?["FuelKg"]?.display ?? "—",
-                    check?["CheckedBy"]?.display ?? "", row.latest?.pending == true ? "• on device" : when)
-                ui.say(line, row.latest?.pending == true ? .warning : .plain)
+                ui.say(Self.line(row), row.latest?.pending == true ? .warning : .plain)
             }
             ui.dim("TAIL opens it · s STATION, t STATUS filters (alone: all) · n/p page · Enter back")
             guard let answer = await ui.ask("Aircraft:"), !answer.isEmpty else { return }
@@ -223,6 +217,19 @@ struct InteractiveApp {
                 }
             }
         }
+    }
+
+    static let aircraftHeader = row("TAIL", "TYPE", "STN", "STATUS", "FUEL kg", "BY", "WHEN")
+
+    /// One aircraft with its latest check, in the columns of ``aircraftHeader``.
+    static func line(_ row: Device.AircraftRow) -> String {
+        let aircraft = row.aircraft.values
+        let check = row.latest?.values
+        let when = check?["ChangedAt"].map { $0 == .null ? "on device" : $0.display } ?? "—"
+        return Self.row(
+            row.tail, aircraft["Type"]?.display ?? "", aircraft["Station"]?.display ?? "",
+            aircraft["Status"]?.display ?? "", check?["FuelKg"]?.display ?? "—", check?["CheckedBy"]?.display ?? "",
+            row.latest?.pending == true ? "• on device" : when)
     }
 
     static func row(_ columns: String...) -> String {

@@ -28,7 +28,7 @@ struct HandoverDemo {
         let seeded = try await server.server.seed(aircraft: 6, checks: 12)
         let client = BatonClient(serverURL: server.url)
         print("1. baton-server on \(server.url.absoluteString) with users alice and bob, \(seeded.aircraft) aircraft")
-        let reachable = await client.isReachable()
+        let reachable = await client.isReachable(timeout: .seconds(10))
         expect(reachable, "the server answers")
 
         let deviceDirectory = directory.appendingPathComponent("device")
