@@ -115,8 +115,9 @@ struct Device: Sendable {
 
     /// One aircraft by tail number, or a clear not-found error.
     func aircraft(tail: String) async throws -> LocalEntity {
-        let key = PrimitiveValue.string(tail.uppercased()).urlLiteral
-        guard let aircraft = try await store.read("Aircraft?$filter=" + encode("TailNumber eq \(key)")).first else {
+        let url = ResourcePath.canonicalURL(
+            entitySet: "Aircraft", key: [KeyValue(name: "TailNumber", value: .string(tail.uppercased()))])
+        guard let aircraft = try await store.read(url).first else {
             throw AppError(.notFound, "No aircraft \(tail.uppercased()) on this device; `baton aircraft` lists them.")
         }
         return aircraft

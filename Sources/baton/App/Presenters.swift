@@ -1,4 +1,5 @@
 import BatonFlows
+import BatonOData
 import BatonSecureStore
 import Foundation
 
@@ -70,7 +71,7 @@ struct ConsolePresenter: OnboardingPresenter {
         if let name = user.serverUserID, name != user.displayName { text += " (\(name))" }
         let pending = user.pendingChanges ?? 0
         if pending > 0 { text += " · \(pending) change\(pending == 1 ? "" : "s") waiting" }
-        if let last = user.lastSignIn { text += " · last in " + PrimitiveValueFormat.time(last) }
+        if let last = user.lastSignIn { text += " · last in " + PrimitiveValue.shortTime(ODataDateTimeOffset(last)) }
         return text
     }
 
@@ -134,11 +135,4 @@ actor ScriptPresenter: OnboardingPresenter {
 
     nonisolated func show(_ message: String) async { ui.warning(message) }
     nonisolated func progress(_ step: String, fraction: Double) async {}
-}
-
-enum PrimitiveValueFormat {
-    static func time(_ date: Date) -> String {
-        let text = ISO8601DateFormatter().string(from: date)
-        return text.prefix(10) + " " + text.dropFirst(11).prefix(5) + "Z"
-    }
 }
