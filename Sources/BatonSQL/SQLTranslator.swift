@@ -162,7 +162,15 @@ public struct SQLTranslator: Sendable {
             case .ne where nullable:
                 return dialect == .sqlite ? "(\(left) IS NOT \(right))" : "(\(left) IS DISTINCT FROM \(right))"
             default:
-                let symbol = ["eq": "=", "ne": "<>", "gt": ">", "ge": ">=", "lt": "<", "le": "<="][op.rawValue] ?? "="
+                let symbol =
+                    switch op {
+                    case .eq: "="
+                    case .ne: "<>"
+                    case .gt: ">"
+                    case .ge: ">="
+                    case .lt: "<"
+                    case .le: "<="
+                    }
                 let comparison = "(\(left) \(symbol) \(right))"
                 return nullable ? "COALESCE(\(comparison), \(falseLiteral))" : comparison
             }

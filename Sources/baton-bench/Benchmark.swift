@@ -3,6 +3,7 @@ import BatonServer
 import Foundation
 import Hummingbird
 import Logging
+import NIOPosix
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -39,6 +40,8 @@ struct Benchmark: AsyncParsableCommand {
         if downloadClient { return try await OfflineBenchmark.downloadClient() }
         if flows { return try await FlowsBenchmark(repetitions: repetitions).run() }
         if offline { return try await OfflineBenchmark(checks: checks, changes: changes).run() }
+        // As `baton-server serve` runs.
+        BatonServer.runConcurrencyOnEventLoops()
         guard FileManager.default.isExecutableFile(atPath: "/usr/bin/wrk") else {
             throw ValidationError("wrk is needed: apt-get install wrk")
         }
@@ -133,6 +136,8 @@ struct Benchmark: AsyncParsableCommand {
         let filtered = "PreflightChecks?$filter=FuelKg%20gt%2050000%20and%20Status%20eq%20'final'&$top=50"
         let runs: [(String, String, String)] = [
             ("bare Hummingbird route", bare + "/bare", ""),
+            ("health (no auth)", server + "/health", ""),
+            ("service document (auth)", server + "/odata/", ""),
             ("key read", server + "/odata/PreflightChecks(\(key))", ""),
             ("filtered page of 50", server + "/odata/" + filtered, ""),
             ("delta page (100 changes)", deltaLink, ""),
@@ -140,7 +145,20 @@ struct Benchmark: AsyncParsableCommand {
         ]
         var baseline = 0.0
         print("\nwrk -t2 -c\(connections) -d\(duration)s over loopback, 2 cores shared with the server:\n")
-        print("request".padding(toLength: 28, withPad: " ", startingAt: 0) + "req/s      share of bare route")
+        print(
+            "request".padding(toLength: 28, withPad: " ", startingAt: 0)
+                + "req/s    share   CPU/req  switches/req  cores: server / wrk  RSS MB")
+        // Warm up both servers first (connections, caches, lazily built state): the first run measured cold
+        // varied by a fifth.
+        let warmUp = directory.appendingPathComponent("warm-up.lua")
+        guard
+            FileManager.default.createFile(
+                atPath: warmUp.path, contents: Data(#"wrk.headers["Authorization"] = "\#(auth)""#.utf8),
+                attributes: [.posixPermissions: 0o600])
+        else { throw ValidationError("Cannot write \(warmUp.path).") }
+        for url in [bare + "/bare", server + "/odata/PreflightChecks(\(key))"] {
+            _ = try await NIOThreadPool.singleton.runIfActive { try wrk(url, script: warmUp, seconds: 2) }
+        }
         for (index, (name, url, script)) in runs.enumerated()
         where index == 0 || only.map({ name.contains($0) }) ?? true {
             // The token goes in a private script file, never on wrk's command line.
@@ -150,10 +168,19 @@ struct Benchmark: AsyncParsableCommand {
                 FileManager.default.createFile(
                     atPath: file.path, contents: Data((header + script).utf8), attributes: [.posixPermissions: 0o600])
             else { throw ValidationError("Cannot write \(file.path).") }
-            let rate = try wrk(url, script: file)
+            let before = CPUTime.now()
+            let rate = try await NIOThreadPool.singleton.runIfActive { try wrk(url, script: file) }
+            let used = CPUTime.now() - before
             if baseline == 0 { baseline = rate }
             let share = baseline > 0 ? String(format: "%5.1f%%", rate / baseline * 100) : "-"
-            print(name.padding(toLength: 28, withPad: " ", startingAt: 0) + String(format: "%-10.0f %@", rate, share))
+            // What each request cost the server, and how much of the two cores each side used.
+            let requests = rate * Double(duration)
+            print(
+                name.padding(toLength: 28, withPad: " ", startingAt: 0)
+                    + String(
+                        format: "%-8.0f %@  %7.1f µs  %5.2f  %5.2f / %4.2f", rate, share, used.server / requests * 1e6,
+                        used.switches / requests, used.server / Double(duration), used.generator / Double(duration))
+                    + String(format: "  %4d", InProcessProfile.residentMegabytes()))
         }
         print("\nTargets: key read ≥ 30%, filtered page ≥ 15% of the bare route.")
     }
@@ -163,11 +190,12 @@ struct Benchmark: AsyncParsableCommand {
         return url
     }
 
-    /// Runs wrk with a Lua script and returns its requests per second.
-    func wrk(_ url: String, script: URL) throws -> Double {
+    /// Runs wrk with a Lua script and returns its requests per second. Blocks until wrk is done: call it on a
+    /// thread of NIO's pool, never on one that serves requests.
+    func wrk(_ url: String, script: URL, seconds: Int? = nil) throws -> Double {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/wrk")
-        process.arguments = ["-t2", "-c\(connections)", "-d\(duration)s", "-s", script.path, url]
+        process.arguments = ["-t2", "-c\(connections)", "-d\(seconds ?? duration)s", "-s", script.path, url]
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -180,5 +208,35 @@ struct Benchmark: AsyncParsableCommand {
             let rate = Double(line.split(separator: " ").last ?? "")
         else { throw ValidationError("Cannot read wrk's output:\n\(text)") }
         return rate
+    }
+}
+
+/// CPU seconds used so far by this process (the servers) and by its finished children (wrk), and this
+/// process's context switches.
+struct CPUTime {
+    var server: Double
+    var generator: Double
+    var switches: Double
+
+    static func now() -> CPUTime {
+        func usage(_ who: Int32) -> rusage {
+            var usage = rusage()
+            getrusage(who, &usage)
+            return usage
+        }
+        func seconds(_ usage: rusage) -> Double {
+            Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec)
+                + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+        }
+        let own = usage(RUSAGE_SELF.rawValue)
+        return CPUTime(
+            server: seconds(own), generator: seconds(usage(RUSAGE_CHILDREN.rawValue)),
+            switches: Double(own.ru_nvcsw + own.ru_nivcsw))
+    }
+
+    static func - (lhs: CPUTime, rhs: CPUTime) -> CPUTime {
+        CPUTime(
+            server: lhs.server - rhs.server, generator: lhs.generator - rhs.generator,
+            switches: lhs.switches - rhs.switches)
     }
 }

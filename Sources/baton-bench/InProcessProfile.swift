@@ -33,11 +33,13 @@ struct InProcessProfile {
             }
             let filtered = "/odata/PreflightChecks?$filter=FuelKg%20gt%2050000%20and%20Status%20eq%20'final'&$top=50"
             let runs = [
-                ("/health (harness)", "/health"), ("key read", "/odata/PreflightChecks(\(key))"),
+                ("/health (harness)", "/health"), ("service document", "/odata/"),
+                ("key read", "/odata/PreflightChecks(\(key))"),
                 ("filtered page of 50", filtered),
             ]
             for (name, uri) in runs where only.map({ name.contains($0) }) ?? true {
                 let clock = ContinuousClock()
+                let before = CPUTime.now()
                 let elapsed = try await clock.measure {
                     for _ in 0..<requests {
                         let response = try await client.execute(uri: uri, method: .get, headers: headers)
@@ -45,11 +47,23 @@ struct InProcessProfile {
                     }
                 }
                 let micros = Double(elapsed.components.attoseconds) / 1e12 + Double(elapsed.components.seconds) * 1e6
+                let used = CPUTime.now() - before
                 print(
                     name.padding(toLength: 24, withPad: " ", startingAt: 0)
-                        + String(format: "%8.1f µs", micros / Double(requests)))
+                        + String(
+                            format: "%8.1f µs, CPU %6.1f µs, %4.2f switches", micros / Double(requests),
+                            used.server / Double(requests) * 1e6, used.switches / Double(requests))
+                        + " rss \(Self.residentMegabytes()) MB")
             }
         }
+    }
+}
+
+extension InProcessProfile {
+    static func residentMegabytes() -> Int {
+        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+        return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) / 1024
     }
 }
 

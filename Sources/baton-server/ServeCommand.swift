@@ -32,6 +32,7 @@ struct ServeCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        BatonServer.runConcurrencyOnEventLoops()
         keepFilesPrivate()
         LoggingSystem.bootstrap(StreamLogHandler.standardError)
         var logger = Logger(label: "baton-server")

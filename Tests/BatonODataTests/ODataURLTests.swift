@@ -53,6 +53,38 @@ import Testing
                 ]))
     }
 
+    /// GUIDs are decoded by hand (Foundation's parser was a sixth of a key read): every hex digit in either
+    /// case gives Foundation's UUID, and the same text percent-encoded (the byte-by-byte path) gives the same.
+    @Test func guidLiteralsDecodeAsFoundationDoes() throws {
+        for _ in 0..<200 {
+            let uuid = UUID()
+            for text in [uuid.uuidString, uuid.uuidString.lowercased()] {
+                let expected = PathSegment.key([KeyValue(name: "ID", value: .guid(uuid))])
+                #expect(
+                    try parse("PreflightChecks(\(text))").path == .resource([.entitySet("PreflightChecks"), expected]))
+                let encoded = text.replacingOccurrences(of: "-", with: "%2D")
+                #expect(
+                    try parse("PreflightChecks(\(encoded))").path
+                        == .resource([.entitySet("PreflightChecks"), expected]))
+            }
+        }
+        #expect(failure("PreflightChecks(0f8fad5b-d9cb-469f-a165-70867728950g)")?.code == .syntax)
+    }
+
+    /// Error positions count characters of the raw URL the same on the plain-ASCII fast path and on the
+    /// percent-decoding path.
+    @Test func errorPositionsAgreeWithAndWithoutEscapes() throws {
+        let plain = failure("PreflightChecks?$top=1&$filter=FuelKg gt 1 and Nope eq 1")
+        let escaped = failure("PreflightChecks?$top=1&$filter=FuelKg%20gt%201%20and%20Nope%20eq%201")
+        #expect(plain?.code == .unknownName)
+        #expect(escaped?.code == .unknownName)
+        // Each %20 is three raw characters for one decoded space: four of them before 'Nope'.
+        #expect(plain?.position == 47)
+        #expect(escaped?.position == 55)
+        #expect(failure("Aircraft('D-AIBL')/Nope")?.position == 19)
+        #expect(failure("Aircraft('D-ÄIBL')/Nope")?.position == 19)
+    }
+
     @Test func queryOptionNamesAreCaseInsensitiveAndDollarIsOptional() throws {
         let url = try parse(
             "PreflightChecks?FILTER=FuelKg GT 5&$TOP=3&skip=1&$Count=TRUE&orderBy=FuelKg DESC&select=FuelKg")

@@ -26,17 +26,17 @@ public struct ODataURL: Sendable, Hashable {
             text = text.dropFirst()
             offset = 1
         }
-        if let hash = text.firstIndex(of: "#") { text = text[..<hash] }
+        if let hash = text.firstIndex(ofByte: UInt8(ascii: "#")) { text = text[..<hash] }
         let rawPath: Substring
         let rawQuery: Substring?
-        if let question = text.firstIndex(of: "?") {
+        if let question = text.firstIndex(ofByte: UInt8(ascii: "?")) {
             rawPath = text[..<question]
-            rawQuery = text[text.index(after: question)...]
+            rawQuery = text[text.utf8.index(after: question)...]
         } else {
             rawPath = text
             rawQuery = nil
         }
-        let queryOffset = offset + rawPath.count + 1
+        let queryOffset = offset + rawPath.characterCount + 1
         let (path, target) = try Self.parsePath(rawPath, baseOffset: offset, model: model)
         self.path = path
         self.target = target
@@ -59,7 +59,7 @@ public struct ODataURL: Sendable, Hashable {
     {
         var options = QueryOptions()
         var offset = baseOffset
-        for part in raw.split(separator: "&", omittingEmptySubsequences: false) {
+        for part in raw.pieces(separatedBy: UInt8(ascii: "&")) {
             defer { offset += part.count + 1 }
             guard !part.isEmpty else { continue }
             let pieces = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
@@ -89,10 +89,10 @@ public struct ODataURL: Sendable, Hashable {
         var isCollection = false
         var lastWasPrimitive = false
         var terminal: String?
-        var rawSegments = raw.split(separator: "/", omittingEmptySubsequences: false)
+        var rawSegments = raw.pieces(separatedBy: UInt8(ascii: "/"))
         if rawSegments.count > 1, rawSegments.last?.isEmpty == true { rawSegments.removeLast() }
         for (position, rawSegment) in rawSegments.enumerated() {
-            defer { offset += rawSegment.count + 1 }
+            defer { offset += rawSegment.characterCount + 1 }
             let source = try SourceText(raw: rawSegment, baseOffset: offset)
             var name = source.string
             var keyText: SourceText?

@@ -14,15 +14,15 @@ struct QueryOptionsParser {
         var options = QueryOptions()
         var seen: Set<String> = []
         var offset = baseOffset
-        for part in raw.split(separator: "&", omittingEmptySubsequences: false) {
-            defer { offset += part.count + 1 }
+        for part in raw.pieces(separatedBy: UInt8(ascii: "&")) {
+            defer { offset += part.characterCount + 1 }
             if part.isEmpty { continue }
-            let equals = part.firstIndex(of: "=")
+            let equals = part.firstIndex(ofByte: UInt8(ascii: "="))
             let rawName = equals.map { part[part.startIndex..<$0] } ?? part[...]
             let name = try SourceText(raw: rawName, baseOffset: offset).string
-            let valueOffset = offset + rawName.count + 1
-            let rawValue = equals.map { part[part.index(after: $0)...] } ?? ""
-            if let hash = part.firstIndex(of: "#") {
+            let valueOffset = offset + rawName.characterCount + 1
+            let rawValue = equals.map { part[part.utf8.index(after: $0)...] } ?? ""
+            if let hash = part.firstIndex(ofByte: UInt8(ascii: "#")) {
                 throw ODataError(
                     .syntax, "'#' must be percent-encoded (%23) in a query option",
                     position: offset + part.distance(from: part.startIndex, to: hash))

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import JWTKit
 import Logging
 import Synchronization
@@ -294,25 +295,32 @@ struct TokenService: Sendable {
         let user = claims.sub.value
         // Revocation and the user's current status are read on every request (one query), so a revocation or a
         // disabled user takes effect at once — also when an admin command changed them from another process.
-        let row: Row?
+        var status: (disabled: Bool, role: String?, revoked: Bool)?
         do {
-            row = try database.pool.readStatement { db in
-                try Row.fetchOne(
-                    db.cachedStatement(
-                        sql: """
-                            SELECT disabled, role, EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?) AS revoked
-                            FROM users WHERE name = ?
-                            """),
-                    arguments: [jti, user])
+            try database.pool.readStatement { db in
+                try db.cachedStatement(
+                    sql: """
+                        SELECT disabled, role, EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?) AS revoked
+                        FROM users WHERE name = ?
+                        """
+                )
+                .forEachRow(arguments: [jti, user]) { row in
+                    status = (
+                        sqlite3_column_int64(row, 0) != 0,
+                        String.fromDatabaseValue(DatabaseValue(sqliteStatement: row, index: 1)),
+                        sqlite3_column_int64(row, 2) != 0
+                    )
+                    return false
+                }
             }
         } catch {
             throw ServerError(
                 .serviceUnavailable, "Unavailable", "The server cannot check the token right now; try again.")
         }
-        guard let row, !(row["disabled"] as Bool), let role = User.Role(rawValue: row["role"]) else {
+        guard let status, !status.disabled, let role = status.role.flatMap(User.Role.init(rawValue:)) else {
             throw .unauthorized("The user is disabled or no longer exists.")
         }
-        guard !(row["revoked"] as Bool) else { throw .unauthorized("The access token was revoked.") }
+        guard !status.revoked else { throw .unauthorized("The access token was revoked.") }
         return (claims, role)
     }
 

@@ -9,6 +9,8 @@ struct DataService: Sendable {
     let store: DataStore
     let configuration: DataServiceConfiguration
     let clock: ServerClock
+    /// The JSON writers of the read statements seen so far.
+    let writers = RowJSONWriter.Cache()
 
     var model: ServiceModel { store.model }
     var translator: SQLTranslator {
@@ -192,17 +194,23 @@ struct DataService: Sendable {
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
         let statement = try db.cachedStatement(sql: query.sql)
-        let cursor = try Row.fetchCursor(statement, arguments: query.statementArguments)
-        let writer = RowJSONWriter(names: statement.columnNames, type: target.type)
-        var count = 0
-        var sequence: Int64?
-        while try cursor.next() != nil {
-            guard count < limit else { return (count, true, sequence) }
-            if count > 0 { out.append(UInt8(ascii: ",")) }
-            sequence = try writer.write(statement.sqliteStatement, to: &out)
-            count += 1
+        let writer = writers.writer(for: query.sql, type: target.type) {
+            RowJSONWriter(names: statement.columnNames, type: target.type)
         }
-        return (count, false, sequence)
+        var count = 0
+        var more = false
+        var sequence: Int64?
+        try statement.forEachRow(arguments: query.statementArguments) { row in
+            guard count < limit else {
+                more = true
+                return false
+            }
+            if count > 0 { out.append(UInt8(ascii: ",")) }
+            sequence = try writer.write(row, to: &out)
+            count += 1
+            return true
+        }
+        return (count, more, sequence)
     }
 
     /// Decodes rows of a `select` whose last column is `$seq`, reading columns by position (looking columns up

@@ -2,6 +2,7 @@ import BatonOData
 import BatonSQL
 import GRDB
 import GRDBSQLite
+import Synchronization
 
 /// Writes entities as OData JSON straight from SQLite's column buffers.
 ///
@@ -10,8 +11,8 @@ import GRDBSQLite
 /// `PrimitiveValue`s and formatting them again. Anything that does not match the expected shape (non-ASCII
 /// text, text that needs escaping, an unexpected storage class) takes the general path — decode, then
 /// ``BatonOData/PrimitiveValue/json(as:)`` — so the output is the same either way.
-struct RowJSONWriter {
-    struct Column {
+struct RowJSONWriter: Sendable {
+    struct Column: Sendable {
         /// The column's position in the statement.
         let index: Int32
         let property: Property
@@ -21,6 +22,24 @@ struct RowJSONWriter {
 
     let columns: [Column]
     let sequenceIndex: Int32
+
+    /// Writers by statement: a statement's columns, and so its writer, never change, and making one looks up
+    /// every column's property and spells its key. Bounded: emptied when it reaches `capacity` statements.
+    final class Cache: Sendable {
+        let storage = Mutex<[String: RowJSONWriter]>([:])
+        static let capacity = 512
+
+        func writer(for sql: String, type: EntityType, make: () -> RowJSONWriter) -> RowJSONWriter {
+            let key = type.name + "\u{0}" + sql
+            if let writer = storage.withLock({ $0[key] }) { return writer }
+            let writer = make()
+            storage.withLock { writers in
+                if writers.count >= Self.capacity { writers.removeAll(keepingCapacity: true) }
+                writers[key] = writer
+            }
+            return writer
+        }
+    }
 
     /// A writer for the rows of a `select` whose columns are `names` (the last one `$seq`).
     init(names: [String], type: EntityType) {
