@@ -297,7 +297,7 @@ struct TokenService: Sendable {
         // disabled user takes effect at once — also when an admin command changed them from another process.
         var status: (disabled: Bool, role: String?, revoked: Bool)?
         do {
-            try database.pool.readStatement { db in
+            try database.readers.readStatement { db in
                 try db.cachedStatement(
                     sql: """
                         SELECT disabled, role, EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?) AS revoked

@@ -50,7 +50,7 @@ struct DataService: Sendable {
                 // An entity by key is one SELECT: atomic on its own, without a transaction around it.
                 let response =
                     Self.isSingleStatementRead(url)
-                    ? try store.pool.readStatement(body) : try store.pool.readInline(body)
+                    ? try store.readers.readStatement(body) : try store.readers.read(body)
                 return (response, [])
             }
             return try await store.pool.write { db in
@@ -194,7 +194,7 @@ struct DataService: Sendable {
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
         let statement = try db.cachedStatement(sql: query.sql)
-        let writer = writers.writer(for: query.sql, type: target.type) {
+        let writer = writers.writer(for: query.sql) {
             RowJSONWriter(names: statement.columnNames, type: target.type)
         }
         var count = 0

@@ -11,6 +11,8 @@ import GRDB
 /// with the sequence value of the deletion.
 struct DataStore: Sendable {
     let pool: DatabasePool
+    /// This process's connections for the reads done in place.
+    let readers: InlineReaders
     let model: ServiceModel
 
     static let sequenceColumn = "$seq"
@@ -23,6 +25,7 @@ struct DataStore: Sendable {
             pool = try DatabasePool(
                 path: directory.url.appendingPathComponent("data.sqlite").path, configuration: configuration)
             try pool.write { db in try Self.migrate(db, model: model) }
+            readers = InlineReaders(pool: pool)
         } catch let error as ServerSetupError {
             throw error
         } catch {

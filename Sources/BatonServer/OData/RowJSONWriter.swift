@@ -12,15 +12,21 @@ import Synchronization
 /// text, text that needs escaping, an unexpected storage class) takes the general path — decode, then
 /// ``BatonOData/PrimitiveValue/json(as:)`` — so the output is the same either way.
 struct RowJSONWriter: Sendable {
+    /// A column's place in the statement and in ``keys``: plain values, so the per-row loop copies no
+    /// reference (copying a `Property` per value retained and released its strings, a tenth of a page).
     struct Column: Sendable {
         /// The column's position in the statement.
         let index: Int32
-        let property: Property
-        /// `,"Name":`, written before the value.
-        let key: [UInt8]
+        let type: EdmPrimitiveType
+        /// Where `,"Name":`, written before the value, is in ``keys``.
+        let key: Range<Int>
     }
 
     let columns: [Column]
+    /// Each column's `,"Name":`, one after the other.
+    let keys: [UInt8]
+    /// Each column's property name, for the general path.
+    let names: [String]
     let sequenceIndex: Int32
 
     /// Writers by statement: a statement's columns, and so its writer, never change, and making one looks up
@@ -29,28 +35,36 @@ struct RowJSONWriter: Sendable {
         let storage = Mutex<[String: RowJSONWriter]>([:])
         static let capacity = 512
 
-        func writer(for sql: String, type: EntityType, make: () -> RowJSONWriter) -> RowJSONWriter {
-            let key = type.name + "\u{0}" + sql
-            if let writer = storage.withLock({ $0[key] }) { return writer }
+        /// The writer for the statement `sql` (which names its entity set, so its type), made once.
+        func writer(for sql: String, make: () -> RowJSONWriter) -> RowJSONWriter {
+            if let writer = storage.withLock({ $0[sql] }) { return writer }
             let writer = make()
             storage.withLock { writers in
                 if writers.count >= Self.capacity { writers.removeAll(keepingCapacity: true) }
-                writers[key] = writer
+                writers[sql] = writer
             }
             return writer
         }
     }
 
     /// A writer for the rows of a `select` whose columns are `names` (the last one `$seq`).
-    init(names: [String], type: EntityType) {
-        columns = names.enumerated().compactMap { index, name in
-            guard let property = type.property(named: name) else { return nil }
-            var key: [UInt8] = [UInt8(ascii: ",")]
-            Self.string(property.name, to: &key)
-            key.append(UInt8(ascii: ":"))
-            return Column(index: Int32(index), property: property, key: key)
+    init(names columnNames: [String], type: EntityType) {
+        var columns: [Column] = []
+        var keys: [UInt8] = []
+        var names: [String] = []
+        for (index, name) in columnNames.enumerated() {
+            guard let property = type.property(named: name) else { continue }
+            let start = keys.count
+            keys.append(UInt8(ascii: ","))
+            Self.string(property.name, to: &keys)
+            keys.append(UInt8(ascii: ":"))
+            columns.append(Column(index: Int32(index), type: property.type, key: start..<keys.count))
+            names.append(property.name)
         }
-        sequenceIndex = Int32(names.count - 1)
+        self.columns = columns
+        self.keys = keys
+        self.names = names
+        sequenceIndex = Int32(columnNames.count - 1)
     }
 
     private static let etagOpen = Array(#"{"@odata.etag":"W/\""#.utf8)
@@ -64,44 +78,54 @@ struct RowJSONWriter: Sendable {
         out.append(contentsOf: Self.etagOpen)
         out.append(contentsOf: String(sequence).utf8)
         out.append(contentsOf: Self.etagClose)
-        for column in columns {
-            out.append(contentsOf: column.key)
-            try Self.value(statement, column: column, to: &out)
+        try keys.withUnsafeBufferPointer { keys in
+            for (position, column) in columns.enumerated() {
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: keys[column.key]))
+                if !Self.copyValue(statement, column: column, to: &out) {
+                    try Self.convertValue(statement, column: column, name: names[position], to: &out)
+                }
+            }
         }
         out.append(UInt8(ascii: "}"))
         return sequence
     }
 
-    static func value(_ statement: SQLiteStatement, column: Column, to out: inout [UInt8]) throws {
+    /// Writes a value of the expected storage and shape straight from SQLite's buffer; `false` when it needs
+    /// ``convertValue(_:column:name:to:)``.
+    static func copyValue(_ statement: SQLiteStatement, column: Column, to out: inout [UInt8]) -> Bool {
         let index = column.index
         switch sqlite3_column_type(statement, index) {
         case SQLITE_NULL:
             out.append(contentsOf: null)
-            return
+            return true
         case SQLITE_INTEGER:
             let number = sqlite3_column_int64(statement, index)
-            if column.property.type == .boolean {
+            if column.type == .boolean {
                 out.append(contentsOf: (number != 0 ? "true" : "false").utf8)
-                return
+                return true
             }
-            if column.property.type.isIntegral {
+            if column.type.isIntegral {
                 out.append(contentsOf: String(number).utf8)
-                return
+                return true
             }
+            return false
         case SQLITE_TEXT:
             // sqlite3_column_text before sqlite3_column_bytes, as SQLite's documentation asks.
-            if let text = sqlite3_column_text(statement, index) {
-                let bytes = UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, index)))
-                if copyText(bytes, as: column.property.type, to: &out) { return }
-            }
+            guard let text = sqlite3_column_text(statement, index) else { return false }
+            let bytes = UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(statement, index)))
+            return copyText(bytes, as: column.type, to: &out)
         default:
-            break
+            return false
         }
-        // The general path, for everything else.
+    }
+
+    /// The general path, for everything else: decode, then format.
+    static func convertValue(_ statement: SQLiteStatement, column: Column, name: String, to out: inout [UInt8]) throws {
+        let index = column.index
         let stored = DatabaseValue(sqliteStatement: statement, index: index)
         let decoded = try SQLDialect.sqlite.decode(
-            SQLValue(stored), as: column.property.type, column: column.property.name)
-        out.append(contentsOf: decoded.json(as: column.property.type).serializedBytes)
+            SQLValue(stored), as: column.type, column: name)
+        out.append(contentsOf: decoded.json(as: column.type).serializedBytes)
     }
 
     /// Copies canonical ASCII text of the expected shape; `false` when the value needs the general path.

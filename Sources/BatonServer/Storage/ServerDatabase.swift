@@ -6,6 +6,8 @@ import GRDB
 public struct ServerDatabase: Sendable {
     /// The GRDB pool.
     let pool: DatabasePool
+    /// This process's connections for the reads done in place.
+    let readers: InlineReaders
 
     /// Opens the database in a data directory and runs pending migrations.
     ///
@@ -16,6 +18,7 @@ public struct ServerDatabase: Sendable {
             configuration.busyMode = .timeout(5)
             pool = try DatabasePool(path: directory.databaseURL.path, configuration: configuration)
             try Self.migrator.migrate(pool)
+            readers = InlineReaders(pool: pool)
         } catch {
             throw ServerSetupError("Cannot open the database in '\(directory.url.path)': \(error)")
         }
