@@ -5,9 +5,8 @@ import Testing
 
 @testable import BatonServer
 
-/// The per-thread read-only connections of the reads done in place: they see every committed write at once,
-/// keep a snapshot inside ``InlineReaders/read(_:)``, refuse writes, and fall back to the pool past their
-/// capacity.
+/// The read-only connections of the reads done in place: they see every committed write at once, keep a
+/// snapshot inside ``InlineReaders/read(_:)``, refuse writes, and fall back to the pool when all are busy.
 @Suite struct InlineReadersTests {
     let directory: URL
     let pool: DatabasePool
@@ -63,7 +62,7 @@ import Testing
         let threads = InlineReaders.capacity + 8
         let results = Mutex<[Int]>([])
         let done = DispatchSemaphore(value: 0)
-        // Plain threads, all alive at once, so each one asks for its own connection.
+        // Plain threads, all reading at once, more than there are connections.
         let gate = DispatchGroup()
         gate.enter()
         for _ in 0..<threads {

@@ -3,18 +3,19 @@ import GRDB
 import GRDBSQLite
 import Synchronization
 
-/// Read-only connections for the short reads a request does in place (an entity by key, a page through an
-/// index, the token check), one per thread that does them.
+/// Read-only connections for the short reads a request does in place (an entity by key, a page, the token
+/// check).
 ///
-/// `DatabasePool`'s reads take a reader from its pool, which builds a key path at run time on every call, then
-/// check the schema version: together a tenth of a key read. A thread's own connection needs neither: no
-/// other thread uses it, and the server changes no schema while it runs. Past ``capacity`` threads (a thread
-/// pool that grew), reads go to the pool.
+/// `DatabasePool`'s reads take a reader from its pool, which builds a key path at run time on every call, and
+/// check the schema version: together a tenth of a key read. These connections are taken from a plain stack
+/// under a lock, last returned first out (so the connection taken is the one whose page cache is warm), and
+/// skip the schema check: the server changes no schema while it runs. With ``capacity`` connections busy,
+/// a read goes to the pool.
 final class InlineReaders: Sendable {
     let pool: DatabasePool
     private let configuration: Configuration
-    private let connections = Mutex<[UInt: DatabaseQueue]>([:])
-    static let capacity = 16
+    private let state = Mutex<(idle: [DatabaseQueue], opened: Int)>(([], 0))
+    static let capacity = 8
 
     init(pool: DatabasePool) {
         self.pool = pool
@@ -28,13 +29,15 @@ final class InlineReaders: Sendable {
     /// transaction around it paid a BEGIN and a COMMIT for nothing). Reads of several statements that must
     /// see one snapshot use ``read(_:)``.
     func readStatement<T>(_ body: (Database) throws -> T) throws -> T {
-        guard let connection = try connection() else { return try pool.unsafeRead(body) }
+        guard let connection = try take() else { return try pool.unsafeRead(body) }
+        defer { give(connection) }
         return try connection.unsafeRead(body)
     }
 
     /// Runs a read in one read transaction, so its statements see one snapshot.
     func read<T>(_ body: (Database) throws -> T) throws -> T {
-        guard let connection = try connection() else { return try pool.read(body) }
+        guard let connection = try take() else { return try pool.read(body) }
+        defer { give(connection) }
         return try connection.unsafeRead { db in
             var result: Result<T, any Error>?
             try db.inTransaction(.deferred) {
@@ -46,16 +49,26 @@ final class InlineReaders: Sendable {
         }
     }
 
-    /// This thread's connection, opened on first use; `nil` past ``capacity``.
-    private func connection() throws -> DatabaseQueue? {
-        let thread = UInt(pthread_self())
-        return try connections.withLock { connections in
-            if let connection = connections[thread] { return connection }
-            guard connections.count < Self.capacity else { return nil }
-            let connection = try DatabaseQueue(path: pool.path, configuration: configuration)
-            connections[thread] = connection
-            return connection
+    /// The most recently returned idle connection, or a new one; `nil` when ``capacity`` are busy.
+    private func take() throws -> DatabaseQueue? {
+        let (idle, mayOpen) = state.withLock { state -> (DatabaseQueue?, Bool) in
+            if let connection = state.idle.popLast() { return (connection, false) }
+            guard state.opened < Self.capacity else { return (nil, false) }
+            state.opened += 1
+            return (nil, true)
         }
+        if let idle { return idle }
+        guard mayOpen else { return nil }
+        do {
+            return try DatabaseQueue(path: pool.path, configuration: configuration)
+        } catch {
+            state.withLock { $0.opened -= 1 }
+            throw error
+        }
+    }
+
+    private func give(_ connection: DatabaseQueue) {
+        state.withLock { $0.idle.append(connection) }
     }
 }
 
