@@ -9,8 +9,9 @@ import Synchronization
 /// `DatabasePool`'s reads take a reader from its pool, which builds a key path at run time on every call, and
 /// check the schema version: together a tenth of a key read. These connections are taken from a plain stack
 /// under a lock, last returned first out (so the connection taken is the one whose page cache is warm), and
-/// skip the schema check: the server changes no schema while it runs. With ``capacity`` connections busy,
-/// a read goes to the pool.
+/// need no schema check: these reads use none of GRDB's schema introspection, and SQLite prepares a statement
+/// again by itself when another process changed the schema. With ``capacity`` connections busy, a read goes
+/// to the pool.
 final class InlineReaders: Sendable {
     let pool: DatabasePool
     private let configuration: Configuration
