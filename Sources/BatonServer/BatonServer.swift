@@ -90,9 +90,14 @@ public struct BatonServer: Sendable {
         } catch {
             throw ServerSetupError("The bundled model cannot be loaded: \(error)")
         }
-        data = DataService(
-            store: try DataStore(directory: directory, model: model), configuration: configuration.dataService,
-            clock: clock)
+        let store = try DataStore(directory: directory, model: model)
+        // Audit entries of changes committed just before a crash wait in the data database's outbox.
+        do {
+            try await AuditLog(database: database).collect(from: store.pool)
+        } catch {
+            throw ServerSetupError("Cannot move the pending audit entries into the audit log: \(error)")
+        }
+        data = DataService(store: store, configuration: configuration.dataService, clock: clock)
         tokens = TokenService(
             configuration: configuration.oauth, issuer: issuer, database: database, clock: clock, keys: keys,
             keyID: keyID,

@@ -16,6 +16,8 @@ public struct AuditEntry: Sendable, Hashable, Codable, FetchableRecord, Persista
     public var address: String?
     /// More detail; never a secret.
     public var detail: String?
+    /// The key of the entry in the data database's audit outbox, for entries of data changes.
+    var outboxKey: String?
 
     /// Creates an entry.
     public init(at: Date, actor: String?, action: String, subject: String?, address: String?, detail: String?) {
@@ -39,21 +41,69 @@ public struct AuditLog: Sendable {
         try await database.pool.write { db in try entry.insert(db) }
     }
 
-    /// Records entries in one transaction (nothing for none).
+    /// Records the entries of a committed data change, already in the data database's `outbox`, in one
+    /// transaction; the outbox drops them with the next change. Adding an entry that is in the log already
+    /// does nothing.
     ///
-    /// - Throws: the database error, if the write fails (then none is recorded).
-    public func record(contentsOf entries: [AuditEntry]) async throws {
+    /// - Throws: the database error, if the write fails (then the entries stay in the outbox, for the next
+    ///   start).
+    func record(staged entries: [AuditEntry], outbox: AuditOutbox) async throws {
         guard !entries.isEmpty else { return }
-        try await database.pool.write { db in
-            // One prepared statement for all (the record encoder was most of the cost); same columns and
-            // values as `entry.insert(db)`.
-            let statement = try db.cachedStatement(
-                sql: "INSERT INTO audit (at, actor, action, subject, address, detail) VALUES (?, ?, ?, ?, ?, ?)")
-            for entry in entries {
-                try statement.execute(
-                    arguments: [entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail])
+        try await database.pool.write { db in try Self.insert(entries, in: db) }
+        outbox.recorded(entries.compactMap(\.outboxKey))
+    }
+
+    static func insert(_ entries: [AuditEntry], in db: Database) throws {
+        // One prepared statement for all (the record encoder was most of the cost).
+        let statement = try db.cachedStatement(
+            sql: """
+                INSERT OR IGNORE INTO audit (at, actor, action, subject, address, detail, outboxKey)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """)
+        for entry in entries {
+            try statement.execute(
+                arguments: [
+                    entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail, entry.outboxKey,
+                ])
+        }
+    }
+
+    /// Moves every entry in the data database's outbox to the log, then empties the outbox: at start-up, for
+    /// the entries of changes committed just before a crash. A crash at any point leaves the entries in the
+    /// outbox, and moving one again adds it once (its outbox key is unique in the log).
+    ///
+    /// - Returns: how many entries were moved.
+    /// - Throws: the database error, if a read or write fails (the entries stay in the outbox).
+    @discardableResult
+    func collect(from data: DatabasePool) async throws -> Int {
+        let outbox = DataStore.auditOutbox
+        let staged = try await data.read { db in
+            try Row.fetchAll(
+                db, sql: #"SELECT key, at, actor, action, subject, address, detail FROM "\#(outbox)" ORDER BY rowid"#
+            ).map { row in
+                (
+                    key: row["key"] as String,
+                    entry: AuditEntry(
+                        at: row["at"], actor: row["actor"], action: row["action"], subject: row["subject"],
+                        address: row["address"], detail: row["detail"])
+                )
             }
         }
+        guard !staged.isEmpty else { return 0 }
+        try await database.pool.write { db in
+            try Self.insert(
+                staged.map { key, entry in
+                    var entry = entry
+                    entry.outboxKey = key
+                    return entry
+                }, in: db)
+        }
+        let keys = staged.map(\.key)
+        try await data.write { db in
+            let statement = try db.cachedStatement(sql: #"DELETE FROM "\#(outbox)" WHERE key = ?"#)
+            for key in keys { try statement.execute(arguments: [key]) }
+        }
+        return staged.count
     }
 
     /// The newest entries first.

@@ -72,6 +72,7 @@ extension DataService {
                         }
                         results.append((request, response))
                     }
+                    try outbox.stage(&entries, in: db)
                     return (results, entries, unitLocations)
                 }
                 for (request, response) in outcome.0 {
@@ -141,6 +142,7 @@ extension DataService {
                     }
                     responses.append(Self.batchResponse(request, response))
                 }
+                try outbox.stage(&audit, in: db)
                 return (responses, audit, locations, failed)
             }
         } catch {

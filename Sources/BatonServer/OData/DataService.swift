@@ -11,6 +11,8 @@ struct DataService: Sendable {
     let clock: ServerClock
     /// The JSON writers of the read statements seen so far.
     let writers = RowJSONWriter.Cache()
+    /// Where the audit entries of changes wait, committed with the change, for the audit log.
+    let outbox = AuditOutbox()
 
     var model: ServiceModel { store.model }
     var translator: SQLTranslator {
@@ -56,6 +58,7 @@ struct DataService: Sendable {
             return try await store.pool.write { db in
                 var audit: [AuditEntry] = []
                 let response = try change(url, request: request, in: db, context: context, audit: &audit)
+                try outbox.stage(&audit, in: db)
                 return (response, audit)
             }
         } catch let error as ServerError {

@@ -61,7 +61,8 @@ struct ODataRoutes {
             return try await batch(dataRequest, context: dataContext, version: version)
         }
         let (response, entries) = await service.execute(dataRequest, context: dataContext)
-        try await audit.record(contentsOf: entries)
+        // The entries are in the data database's outbox already, committed with the change.
+        try await audit.record(staged: entries, outbox: service.outbox)
         return Self.httpResponse(response, version: version)
     }
 
@@ -108,8 +109,8 @@ struct ODataRoutes {
         }
         context.onBehalf.authors = authors
         let (responses, entries) = await service.batch(requests, context: context)
-        // One transaction for the whole batch's entries (one per change was a commit per change).
-        try await audit.record(contentsOf: entries)
+        // Committed with the changes in the data database's outbox; recorded in the log in one transaction.
+        try await audit.record(staged: entries, outbox: service.outbox)
         var headers: HTTPFields = [.odataVersion: version.rawValue]
         if multipart {
             // Lower case: some clients lower-case the whole Content-Type, boundary included.

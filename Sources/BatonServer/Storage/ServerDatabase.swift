@@ -102,6 +102,15 @@ public struct ServerDatabase: Sendable {
                     );
                     """)
         }
+        migrator.registerMigration("auditOutbox") { db in
+            // The key of an entry moved from the data database's outbox (see `AuditLog.collect(from:)`): moving
+            // it twice after a crash adds it once.
+            try db.execute(
+                sql: """
+                    ALTER TABLE audit ADD COLUMN outboxKey TEXT;
+                    CREATE UNIQUE INDEX auditOutboxKey ON audit (outboxKey) WHERE outboxKey IS NOT NULL;
+                    """)
+        }
         migrator.registerMigration("discardedChanges") { db in
             try db.execute(
                 sql: """

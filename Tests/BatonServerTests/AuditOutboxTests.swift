@@ -1,0 +1,103 @@
+import Foundation
+import GRDB
+import Logging
+import Testing
+
+@testable import BatonServer
+
+/// A change's audit entries are committed with the change, in the data database's outbox, then moved to the
+/// audit log: a crash between the two databases loses none and moving twice adds each once.
+@Suite struct AuditOutboxTests {
+    static func entry(_ action: String) -> AuditEntry {
+        AuditEntry(
+            at: Date(timeIntervalSince1970: 1_795_000_000), actor: "alice", action: action, subject: "PreflightChecks",
+            address: "127.0.0.1", detail: "by bob")
+    }
+
+    func reopen(_ directory: URL) async throws -> BatonServer {
+        var configuration = BatonServerConfiguration()
+        configuration.dataDirectory = directory
+        configuration.bcryptCost = 4
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        return try await BatonServer(configuration: configuration, logger: logger)
+    }
+
+    func outboxCount(_ server: BatonServer) async throws -> Int {
+        try await server.data.store.pool.read { db in
+            try Int.fetchOne(db, sql: #"SELECT count(*) FROM "\#(DataStore.auditOutbox)""#) ?? -1
+        }
+    }
+
+    @Test func entriesLeftByACrashAreMovedAtTheNextStart() async throws {
+        let first = try await TestServer()
+        defer { first.remove() }
+        // A change committed with its entries, and the process gone before they reached the log.
+        let outbox = first.server.data.outbox
+        try await first.server.data.store.pool.write { db in
+            var entries = [Self.entry("crash-window-1"), Self.entry("crash-window-2")]
+            try outbox.stage(&entries, in: db)
+        }
+        #expect(try await outboxCount(first.server) == 2)
+        let restarted = try await reopen(first.directory)
+        let actions = try await restarted.audit.entries(limit: 1_000).map(\.action)
+        #expect(actions.filter { $0.hasPrefix("crash-window") }.sorted() == ["crash-window-1", "crash-window-2"])
+        #expect(try await outboxCount(restarted) == 0)
+        // A third start finds nothing more to move.
+        let again = try await reopen(first.directory)
+        #expect(try await again.audit.entries(limit: 1_000).filter { $0.action.hasPrefix("crash-window") }.count == 2)
+    }
+
+    @Test func movingAnEntryTwiceAddsItOnce() async throws {
+        let test = try await TestServer()
+        defer { test.remove() }
+        let pool = test.server.data.store.pool
+        let outbox = test.server.data.outbox
+        try await pool.write { db in
+            var entries = [Self.entry("moved-once")]
+            try outbox.stage(&entries, in: db)
+        }
+        try await pool.write { db in
+            try db.execute(sql: #"CREATE TABLE kept AS SELECT * FROM "\#(DataStore.auditOutbox)""#)
+        }
+        #expect(try await test.server.audit.collect(from: pool) == 1)
+        // As after a crash between writing the log and emptying the outbox: the same row is there again.
+        try await pool.write { db in
+            try db.execute(sql: #"INSERT INTO "\#(DataStore.auditOutbox)" SELECT * FROM kept"#)
+        }
+        #expect(try await test.server.audit.collect(from: pool) == 1)
+        let moved = try await test.server.audit.entries(limit: 1_000).filter { $0.action == "moved-once" }
+        #expect(moved.count == 1)
+        #expect(moved.first?.actor == "alice")
+        #expect(moved.first?.detail == "by bob")
+        #expect(try await outboxCount(test.server) == 0)
+    }
+
+    @Test func recordedEntriesLeaveTheOutboxWithTheNextChange() async throws {
+        let test = try await TestServer()
+        defer { test.remove() }
+        let pool = test.server.data.store.pool
+        let outbox = test.server.data.outbox
+        let staged = try await pool.write { db in
+            var entries = [Self.entry("change-1"), Self.entry("change-1b")]
+            try outbox.stage(&entries, in: db)
+            return entries
+        }
+        #expect(staged.allSatisfy { $0.outboxKey != nil })
+        try await test.server.audit.record(staged: staged, outbox: outbox)
+        // Recorded, and still in the outbox until the next change's transaction…
+        #expect(try await outboxCount(test.server) == 2)
+        try await pool.write { db in
+            var entries = [Self.entry("change-2")]
+            try outbox.stage(&entries, in: db)
+        }
+        // …which deletes them and stages its own.
+        #expect(try await outboxCount(test.server) == 1)
+        let actions = try await test.server.audit.entries(limit: 100).map(\.action)
+        #expect(actions.filter { $0.hasPrefix("change-1") }.count == 2)
+        // A restart now moves only the one the log lacks.
+        let restarted = try await reopen(test.directory)
+        let after = try await restarted.audit.entries(limit: 100).map(\.action)
+        #expect(after.filter { $0.hasPrefix("change-") }.sorted() == ["change-1", "change-1b", "change-2"])
+    }
+}
