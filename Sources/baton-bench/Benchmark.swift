@@ -180,7 +180,7 @@ struct Benchmark: AsyncParsableCommand {
                     + String(
                         format: "%-8.0f %@  %7.1f µs  %5.2f  %5.2f / %4.2f", rate, share, used.server / requests * 1e6,
                         used.switches / requests, used.server / Double(duration), used.generator / Double(duration))
-                    + String(format: "  %4d", InProcessProfile.residentMegabytes()))
+                    + String(format: "  %4.0f", memoryMegabytes("VmRSS")))
         }
         print("\nTargets: key read ≥ 30%, filtered page ≥ 15% of the bare route.")
     }
@@ -239,4 +239,13 @@ struct CPUTime {
             server: lhs.server - rhs.server, generator: lhs.generator - rhs.generator,
             switches: lhs.switches - rhs.switches)
     }
+}
+
+/// A memory figure of this process from `/proc/self/status` (`VmRSS`, `VmHWM`), in MB; 0 if absent.
+func memoryMegabytes(_ field: String) -> Double {
+    let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+    for line in status.split(separator: "\n") where line.hasPrefix(field + ":") {
+        return (line.split(separator: " ").compactMap { Double($0) }.first ?? 0) / 1024
+    }
+    return 0
 }

@@ -55,17 +55,9 @@ struct InProcessProfile {
                         + String(
                             format: "%8.1f µs, CPU %6.1f µs, %4.2f switches", micros / Double(requests),
                             used.server / Double(requests) * 1e6, used.switches / Double(requests))
-                        + " rss \(Self.residentMegabytes()) MB")
+                        + String(format: " rss %.0f MB", memoryMegabytes("VmRSS")))
             }
         }
-    }
-}
-
-extension InProcessProfile {
-    static func residentMegabytes() -> Int {
-        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
-        let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
-        return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) / 1024
     }
 }
 

@@ -171,14 +171,7 @@ struct OfflineBenchmark {
 
     /// This process's peak resident memory (VmHWM). Not `ru_maxrss`: on Linux a child started by fork and exec
     /// inherits the parent's high-water mark there.
-    static func peakResidentMB() -> Double {
-        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
-        for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
-            let kilobytes = line.split(separator: " ").compactMap { Double($0) }.first ?? 0
-            return kilobytes / 1024
-        }
-        return 0
-    }
+    static func peakResidentMB() -> Double { memoryMegabytes("VmHWM") }
 
     func line(_ name: String, rate: Double, unit: String) {
         print(pad(name) + String(format: "%10.0f ", rate) + unit)

@@ -28,14 +28,15 @@ import Testing
     }
 
     @Test func readsSeeEveryCommittedWriteAtOnce() throws {
+        defer { try? FileManager.default.removeItem(at: directory) }
         for expected in 1...20 {
             try pool.write { db in try db.execute(sql: "UPDATE counter SET value = value + 1 WHERE id = 1") }
             #expect(try value() == expected)
         }
-        try? FileManager.default.removeItem(at: directory)
     }
 
     @Test func aReadKeepsOneSnapshot() throws {
+        defer { try? FileManager.default.removeItem(at: directory) }
         let (first, second) = try readers.read { db in
             let first = try Int.fetchOne(db, sql: "SELECT value FROM counter WHERE id = 1")
             // A write committed by another connection while the read is open…
@@ -46,18 +47,18 @@ import Testing
         #expect(first == 0)
         #expect(second == 0)
         #expect(try value() == 99)
-        try? FileManager.default.removeItem(at: directory)
     }
 
     @Test func theConnectionsRefuseWrites() throws {
+        defer { try? FileManager.default.removeItem(at: directory) }
         #expect(throws: DatabaseError.self) {
             try readers.readStatement { db in try db.execute(sql: "UPDATE counter SET value = 5 WHERE id = 1") }
         }
         #expect(try value() == 0)
-        try? FileManager.default.removeItem(at: directory)
     }
 
-    @Test func manyThreadsReadAndThoseBeyondTheCapacityUseThePool() throws {
+    @Test func moreThreadsThanConnectionsAllReadTheLatestValue() throws {
+        defer { try? FileManager.default.removeItem(at: directory) }
         try pool.write { db in try db.execute(sql: "UPDATE counter SET value = 7 WHERE id = 1") }
         let threads = InlineReaders.capacity + 8
         let results = Mutex<[Int]>([])
@@ -76,6 +77,5 @@ import Testing
         gate.leave()
         for _ in 0..<threads { done.wait() }
         #expect(results.withLock { $0 } == Array(repeating: 7, count: threads))
-        try? FileManager.default.removeItem(at: directory)
     }
 }

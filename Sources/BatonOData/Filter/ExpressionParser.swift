@@ -524,13 +524,7 @@ struct ExpressionParser {
         bytes.reserveCapacity(16)
         var high: UInt8?
         for scalar in scalars where scalar != "-" {
-            let digit: UInt8
-            switch scalar.value {
-            case 48...57: digit = UInt8(scalar.value - 48)
-            case 97...102: digit = UInt8(scalar.value - 87)
-            case 65...70: digit = UInt8(scalar.value - 55)
-            default: return nil
-            }
+            guard scalar.isASCII, let digit = hexDigitValue(UInt8(scalar.value)) else { return nil }
             if let first = high {
                 bytes.append(first << 4 | digit)
                 high = nil

@@ -76,34 +76,12 @@ public struct AuditLog: Sendable {
     /// - Throws: the database error, if a read or write fails (the entries stay in the outbox).
     @discardableResult
     func collect(from data: DatabasePool) async throws -> Int {
-        let outbox = DataStore.auditOutbox
-        let staged = try await data.read { db in
-            try Row.fetchAll(
-                db, sql: #"SELECT key, at, actor, action, subject, address, detail FROM "\#(outbox)" ORDER BY rowid"#
-            ).map { row in
-                (
-                    key: row["key"] as String,
-                    entry: AuditEntry(
-                        at: row["at"], actor: row["actor"], action: row["action"], subject: row["subject"],
-                        address: row["address"], detail: row["detail"])
-                )
-            }
-        }
-        guard !staged.isEmpty else { return 0 }
-        try await database.pool.write { db in
-            try Self.insert(
-                staged.map { key, entry in
-                    var entry = entry
-                    entry.outboxKey = key
-                    return entry
-                }, in: db)
-        }
-        let keys = staged.map(\.key)
-        try await data.write { db in
-            let statement = try db.cachedStatement(sql: #"DELETE FROM "\#(outbox)" WHERE key = ?"#)
-            for key in keys { try statement.execute(arguments: [key]) }
-        }
-        return staged.count
+        let pending = try await data.read { db in try AuditOutbox.pending(in: db) }
+        guard !pending.isEmpty else { return 0 }
+        try await database.pool.write { db in try Self.insert(pending, in: db) }
+        let keys = pending.compactMap(\.outboxKey)
+        try await data.write { db in try AuditOutbox.delete(keys, in: db) }
+        return pending.count
     }
 
     /// The newest entries first.

@@ -2,7 +2,6 @@ import BatonOData
 import BatonSQL
 import Foundation
 import GRDB
-import Synchronization
 
 /// The entity data of the OData service: one SQLite file (`data.sqlite`) with a table per entity set, created
 /// and migrated from the model.
@@ -105,48 +104,5 @@ struct DataStore: Sendable {
         else { return }
         try db.execute(sql: #"DELETE FROM "$removed" WHERE seq <= ?"#, arguments: [newest])
         try db.execute(sql: #"UPDATE "$sequence" SET horizon = max(horizon, ?) WHERE id = 1"#, arguments: [newest])
-    }
-}
-
-/// The audit entries of data changes, written in each change's own transaction into the data database
-/// (`$auditOutbox`) so that a crash between the two databases loses none, then recorded in the audit log.
-/// Entries the log has are deleted from the outbox in the next change's transaction (no transaction of its
-/// own); what a crash leaves behind is moved at the next start (``AuditLog/collect(from:)``).
-final class AuditOutbox: Sendable {
-    private let recordedKeys = Mutex<[String]>([])
-    /// Keys are this process's random prefix and a counter: unique in the log across restarts, and cheap (a
-    /// random UUID per entry cost a third of a batch).
-    private let prefix = UUID().uuidString
-    private let counter = Atomic<Int>(0)
-
-    /// Gives each entry its outbox key and writes it, inside the change's transaction; first deletes the
-    /// entries the log has recorded since the last change.
-    func stage(_ entries: inout [AuditEntry], in db: Database) throws {
-        let recorded = recordedKeys.withLock { keys in
-            defer { keys.removeAll(keepingCapacity: true) }
-            return keys
-        }
-        if !recorded.isEmpty {
-            let delete = try db.cachedStatement(sql: #"DELETE FROM "\#(DataStore.auditOutbox)" WHERE key = ?"#)
-            for key in recorded { try delete.execute(arguments: [key]) }
-        }
-        guard !entries.isEmpty else { return }
-        let insert = try db.cachedStatement(
-            sql: """
-                INSERT INTO "\(DataStore.auditOutbox)" (key, at, actor, action, subject, address, detail)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
-                """)
-        for index in entries.indices {
-            let key = prefix + ":" + String(counter.add(1, ordering: .relaxed).newValue)
-            entries[index].outboxKey = key
-            let entry = entries[index]
-            try insert.execute(
-                arguments: [key, entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail])
-        }
-    }
-
-    /// Notes entries the audit log now holds, for deletion with the next change.
-    func recorded(_ keys: [String]) {
-        recordedKeys.withLock { $0 += keys }
     }
 }

@@ -2,6 +2,7 @@ import BatonOData
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Logging
 
 /// Mounts the data service at `/odata/` behind bearer authentication.
 struct ODataRoutes {
@@ -58,16 +59,17 @@ struct ODataRoutes {
             guard request.method == .post else {
                 throw ServerError(.methodNotAllowed, "MethodNotAllowed", "Send $batch requests with POST.")
             }
-            return try await batch(dataRequest, context: dataContext, version: version)
+            return try await batch(dataRequest, context: dataContext, version: version, logger: context.logger)
         }
         let (response, entries) = await service.execute(dataRequest, context: dataContext)
-        // The entries are in the data database's outbox already, committed with the change.
-        try await audit.record(staged: entries, outbox: service.outbox)
+        await recordAudit(entries, logger: context.logger)
         return Self.httpResponse(response, version: version)
     }
 
     /// Decodes a JSON or multipart batch, runs it, and encodes the answer in the same format.
-    func batch(_ request: DataRequest, context: DataService.Context, version: ODataVersion) async throws -> Response {
+    func batch(_ request: DataRequest, context: DataService.Context, version: ODataVersion, logger: Logger)
+        async throws -> Response
+    {
         if request.header("Repeatability-Request-ID") != nil || request.header("Repeatability-First-Sent") != nil {
             throw ServerError.badRequest(
                 "Repeatability headers belong on the requests inside a $batch, not on the $batch itself.",
@@ -109,8 +111,7 @@ struct ODataRoutes {
         }
         context.onBehalf.authors = authors
         let (responses, entries) = await service.batch(requests, context: context)
-        // Committed with the changes in the data database's outbox; recorded in the log in one transaction.
-        try await audit.record(staged: entries, outbox: service.outbox)
+        await recordAudit(entries, logger: logger)
         var headers: HTTPFields = [.odataVersion: version.rawValue]
         if multipart {
             // Lower case: some clients lower-case the whole Content-Type, boundary included.
@@ -125,6 +126,19 @@ struct ODataRoutes {
         return Response(
             status: .ok, headers: headers,
             body: .init(byteBuffer: ByteBuffer(string: JSONBatch.encodeResponses(responses).serialized)))
+    }
+
+    /// Records the audit entries of committed changes, which wait in the data database's outbox already. The
+    /// changes are applied, so a failure here does not turn their answer into an error: it is logged, and the
+    /// entries reach the log at the next start.
+    func recordAudit(_ entries: [AuditEntry], logger: Logger) async {
+        do {
+            try await audit.record(staged: entries, outbox: service.outbox)
+        } catch {
+            logger.error(
+                "Audit entries wait in the outbox until the next start",
+                metadata: ["count": "\(entries.count)", "error.type": "\(type(of: error))"])
+        }
     }
 
     /// Fetches what an on-behalf upload needs: the setting, the author's status and key history.
