@@ -50,11 +50,23 @@ public struct BatonClient: Sendable {
     }
 
     /// Registers the user's P-256 signing key (X9.63 bytes) for this device.
+    ///
+    /// - Parameters:
+    ///   - deviceKey: the device's public key (X9.63), which a device's first registration must send.
+    ///   - deviceProof: the device key's raw ECDSA signature over the join message (see the BatonServer article
+    ///     "Uploading another user's changes"): a user of the device approves this registration. Without it
+    ///     only a user already registered on the device may register again.
+    /// - Throws: ``BatonClientError``; `Forbidden` with server code `DeviceProofRequired` when the device must
+    ///   approve the registration.
     public func registerDevice(
-        _ configuration: ServerConfiguration, deviceID: String, publicKey: Data, token: String
+        _ configuration: ServerConfiguration, deviceID: String, publicKey: Data, deviceKey: Data? = nil,
+        deviceProof: Data? = nil, token: String
     ) async throws(BatonClientError) {
         let url = try endpoint(configuration.deviceRegistrationEndpoint, deviceID: deviceID)
-        let body = try? JSONEncoder().encode(["publicKey": publicKey.base64EncodedString()])
+        var fields = ["publicKey": publicKey.base64EncodedString()]
+        fields["deviceKey"] = deviceKey?.base64EncodedString()
+        fields["deviceProof"] = deviceProof?.base64EncodedString()
+        let body = try? JSONEncoder().encode(fields)
         let response = try await send(
             ClientRequest(
                 method: "PUT", url: url, headers: [("Content-Type", "application/json")], body: Array(body ?? Data())),
@@ -148,10 +160,26 @@ public struct BatonClient: Sendable {
     }
 
     func url(_ path: String) throws(BatonClientError) -> URL {
-        guard let scheme = serverURL.scheme, scheme == "http" || scheme == "https", serverURL.host != nil else {
-            throw BatonClientError(.invalidServerURL, "The server URL must be http(s)://host[:port].")
-        }
+        try Self.checkTransport(serverURL)
         return serverURL.appendingPathComponent(path)
+    }
+
+    /// Refuses a URL that would send passwords and tokens in the clear: `https://` anywhere, `http://` only to
+    /// this machine (127.0.0.0/8, `::1`, `localhost`).
+    ///
+    /// - Throws: ``BatonClientError`` `InvalidServerURL`.
+    public static func checkTransport(_ url: URL) throws(BatonClientError) {
+        guard let scheme = url.scheme?.lowercased(), let host = url.host?.lowercased(), !host.isEmpty else {
+            throw BatonClientError(.invalidServerURL, "The server URL must be https://host[:port].")
+        }
+        if scheme == "https" { return }
+        let loopback = host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+        guard scheme == "http", loopback else {
+            throw BatonClientError(
+                .invalidServerURL,
+                "Use https:// for \(host): passwords and tokens are never sent unencrypted (http:// only to this machine)."
+            )
+        }
     }
 
     func endpoint(_ template: String, deviceID: String? = nil) throws(BatonClientError) -> URL {
@@ -163,6 +191,7 @@ public struct BatonClient: Sendable {
         guard let url = URL(string: text) else {
             throw BatonClientError(.invalidResponse, "The server's configuration has an endpoint that is not a URL.")
         }
+        try Self.checkTransport(url)
         return url
     }
 

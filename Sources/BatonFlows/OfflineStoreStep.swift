@@ -21,6 +21,11 @@ public struct OfflineStoreStep: OnboardingStep {
     public init(store: OfflineStore) { self.store = store }
 
     public func onboard(_ context: inout OnboardingContext) async throws {
+        // The device's first user: a store left behind is under a store key nobody receives any more (the server
+        // gives a device that all its users left a new one), so it goes aside, kept, and a new one starts.
+        if await context.users.activeUsers.allSatisfy({ $0.onboardingID == context.onboardingID }) {
+            do { try await store.setFilesAside() } catch { throw FlowsError(.storage, error.message) }
+        }
         let session = try await open(&context)
         do {
             _ = try await store.download(using: session)

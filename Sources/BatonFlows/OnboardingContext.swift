@@ -56,6 +56,8 @@ extension OnboardingInfoKey where Value == Data {
     public static var storeKey: Self { Self("baton.storeKey") }
     /// The user's P-256 signing key, raw representation (device registration).
     public static var signingKey: Self { Self("baton.signingKey") }
+    /// The device key, raw representation: held by the device's users to approve another joining.
+    public static var deviceKey: Self { Self("baton.deviceKey") }
 }
 
 extension OnboardingInfoKey where Value == AuthorizedSession {

@@ -35,4 +35,28 @@ public protocol OnboardingPresenter: Sendable {
     func show(_ message: String) async
     /// Progress of a flow: the step running and how far the flow is (0...1).
     func progress(_ step: String, fraction: Double) async
+    /// Which of `users` (already on this device) approves `newUser` joining it, and their passcode: joining a
+    /// device needs the device key, which only its users' secure stores hold. `problem` says what was wrong with
+    /// the last answer. The default asks ``pickUser(_:)`` (when there is more than one) and
+    /// ``passcode(user:problem:)``.
+    func approver(for newUser: String, among users: [UserManager.User], problem: String?) async throws
+        -> (onboardingID: UUID, passcode: String)
+}
+
+extension OnboardingPresenter {
+    public func approver(for newUser: String, among users: [UserManager.User], problem: String?) async throws
+        -> (onboardingID: UUID, passcode: String)
+    {
+        if problem == nil {
+            await show("\(newUser) joins this device: one of its users approves with their passcode.")
+        }
+        var chosen = users.first
+        if users.count > 1, case .user(let id) = try await pickUser(users) {
+            chosen = users.first { $0.onboardingID == id }
+        }
+        guard let chosen else {
+            throw FlowsError(.cancelled, "Nobody on this device approved \(newUser) joining it.")
+        }
+        return (chosen.onboardingID, try await passcode(user: chosen.displayName, problem: problem))
+    }
 }

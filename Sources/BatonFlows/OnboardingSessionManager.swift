@@ -88,8 +88,11 @@ public actor OnboardingSessionManager {
     @discardableResult
     public func addUser() async throws(FlowsError) -> OnboardingSession {
         try requireMultiUser("add a user")
+        // The open session approves the newcomer with its device key (no passcode needed: it is unlocked).
+        var info = OnboardingInfo()
+        info[.deviceKey] = session?.info[.deviceKey]
         await lock()
-        return try await run(.onboard(UUID()))
+        return try await run(.onboard(UUID()), info: info)
     }
 
     /// Locks the open session and opens another user's: `onboardingID`, or the one picked in the user list.
@@ -107,14 +110,16 @@ public actor OnboardingSessionManager {
         return try await run(try await idManager.decide(users: users, presenter: presenter))
     }
 
-    func run(_ decision: OnboardingDecision) async throws(FlowsError) -> OnboardingSession {
+    func run(_ decision: OnboardingDecision, info: OnboardingInfo = OnboardingInfo()) async throws(FlowsError)
+        -> OnboardingSession
+    {
         let (type, id): (OnboardingFlowType, UUID)
         switch decision {
         case .onboard(let new): (type, id) = (.onboard, new)
         case .restore(let existing): (type, id) = (.restore, existing)
         }
         do {
-            let context = try await controller.run(type, for: id)
+            let context = try await controller.run(type, for: id, info: info)
             return try await assemble(context)
         } catch {
             if error.code == .userAlreadyExists, let existing = error.onboardingID {

@@ -12,6 +12,8 @@ public enum SecureStoreKey {
     public static let settings = "baton.settings"
     public static let signingKey = "baton.signingKey"
     public static let storeKey = "baton.storeKey"
+    /// The device key (P-256, raw): proves to the server that a user of this device approves another joining it.
+    public static let deviceKey = "baton.deviceKey"
     /// Set when the user signed out: their tokens are revoked, so the next restore with network signs in again.
     public static let signedOut = "baton.signedOut"
 }
@@ -324,6 +326,13 @@ public struct PasscodeStep: OnboardingStep {
 
 /// Creates the user's P-256 signing key in their secure store and registers its public half for this device,
 /// so the server can verify changes they made here even when another user uploads them.
+///
+/// The server registers a user on a device only with the device's approval: a signature by the device key,
+/// which lives in the secure stores of the device's users. The first user of a device creates the device key;
+/// a user added from an open session gets it from that session; otherwise a user already on the device
+/// approves with their passcode (``OnboardingPresenter/approver(for:among:problem:)``). A user registered on
+/// the device before (a passcode reset) needs no approval. So a tablet's files and someone's password are not
+/// enough to join it and receive its store key.
 public struct DeviceRegistrationStep: OnboardingStep {
     public var name: String { "device registration" }
     public init() {}
@@ -335,20 +344,77 @@ public struct DeviceRegistrationStep: OnboardingStep {
         }
         let key = P256.Signing.PrivateKey()
         try await save(key.rawRepresentation, SecureStoreKey.signingKey, in: store)
-        do {
+        var deviceKey = context.info[.deviceKey].flatMap { try? P256.Signing.PrivateKey(rawRepresentation: $0) }
+        let others = await context.users.activeUsers.filter { $0.onboardingID != context.onboardingID }
+        if deviceKey == nil && others.isEmpty { deviceKey = P256.Signing.PrivateKey() }
+        let user = context.info[.serverUser]?.name ?? ""
+        func register(_ deviceKey: P256.Signing.PrivateKey?) async throws(BatonClientError) {
+            var proof: Data?
+            if let deviceKey {
+                let message = Self.joinMessage(device: context.deviceID, user: user, key: key.publicKey)
+                proof = try? deviceKey.signature(for: message).rawRepresentation
+            }
             try await context.client.registerDevice(
                 configuration, deviceID: context.deviceID, publicKey: key.publicKey.x963Representation,
-                token: tokens.accessToken)
+                deviceKey: deviceKey?.publicKey.x963Representation, deviceProof: proof, token: tokens.accessToken)
+        }
+        do {
+            try await register(deviceKey)
+        } catch where error.serverCode == "DeviceProofRequired" && deviceKey == nil && !others.isEmpty {
+            let approved = try await Self.approvedDeviceKey(&context, others: others, newUser: user)
+            do { try await register(approved) } catch { throw flowsError(error, doing: "register this device") }
+            deviceKey = approved
         } catch {
             throw flowsError(error, doing: "register this device")
+        }
+        if let deviceKey {
+            try await save(deviceKey.rawRepresentation, SecureStoreKey.deviceKey, in: store)
+            context.info[.deviceKey] = deviceKey.rawRepresentation
         }
         context.info[.signingKey] = key.rawRepresentation
         context.info[.registeredDevice] = true
     }
 
+    /// The bytes the device key signs to let `user` register `key` here (as the server checks them).
+    static func joinMessage(device: String, user: String, key: P256.Signing.PublicKey) -> Data {
+        let keyID = Data(SHA256.hash(data: key.x963Representation)).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+        return Data(["baton-device-join-v1", device, user, keyID].joined(separator: "\n").utf8)
+    }
+
+    /// The device key from the secure store of a user of this device who approves, asked until the passcode is
+    /// right (wrong passcodes count against that user's retry limit, as at unlock).
+    static func approvedDeviceKey(_ context: inout OnboardingContext, others: [UserManager.User], newUser: String)
+        async throws -> P256.Signing.PrivateKey
+    {
+        var problem: String?
+        while true {
+            let (id, passcode) = try await context.presenter.approver(for: newUser, among: others, problem: problem)
+            let approver = others.first { $0.onboardingID == id }?.displayName ?? "that user"
+            let store: SecureStore
+            do {
+                store = try SecureStore.open(at: context.storage.secureStoreURL(for: id), passcode: passcode)
+            } catch where error.code == .wrongPasscode {
+                problem = error.message
+                continue
+            } catch {
+                throw FlowsError(.stepFailed, "\(approver) cannot approve: \(error.message)")
+            }
+            guard let raw = try? await store.value(Data.self, forKey: SecureStoreKey.deviceKey),
+                let key = try? P256.Signing.PrivateKey(rawRepresentation: raw)
+            else {
+                problem = "\(approver)'s secure store holds no device key (onboarded before device keys); another user approves."
+                continue
+            }
+            return key
+        }
+    }
+
     public func restore(_ context: inout OnboardingContext) async throws {
         let store = try context.requireSecureStore(for: name)
         context.info[.signingKey] = try await load(Data.self, SecureStoreKey.signingKey, from: store, step: name)
+        context.info[.deviceKey] = try? await store.value(Data.self, forKey: SecureStoreKey.deviceKey)
     }
 
     public func reset(_ context: inout OnboardingContext) async {

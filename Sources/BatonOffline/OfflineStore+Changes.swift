@@ -112,19 +112,20 @@ extension OfflineStore {
         let requestID = UUID().uuidString.lowercased()
         let createdAt = ODataDateTimeOffset(now()).description
         let digest = SHA256.hash(data: body).lowercaseHex
+        let signedIfMatch = method == "POST" ? "" : (ifMatch ?? "*")
         let message = ChangeSignature.canonicalMessage(
             requestID: requestID, method: method, url: url, bodySHA256: digest, createdAt: createdAt, device: deviceID,
-            author: user.name)
+            author: user.name, ifMatch: signedIfMatch)
         let signature = try user.signingKey.signature(for: Data(message)).rawRepresentation.base64URLEncoded
         try db.execute(
             sql: """
                 INSERT INTO "$queue" (seq, requestID, author, device, createdAt, method, url, body, ifMatch, signature,
-                    entityID)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    entityID, signedIfMatch)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 sequence, requestID, user.name, deviceID, createdAt, method, url, Data(body), ifMatch, signature,
-                entityID,
+                entityID, signedIfMatch,
             ])
     }
 
@@ -132,7 +133,8 @@ extension OfflineStore {
         QueueEntry(
             sequence: row["seq"], requestID: row["requestID"], author: row["author"], device: row["device"],
             createdAt: row["createdAt"], method: row["method"], url: row["url"], body: Array(row["body"] as Data),
-            ifMatch: row["ifMatch"], signature: row["signature"], entityID: row["entityID"])
+            ifMatch: row["ifMatch"], signedIfMatch: row["signedIfMatch"], signature: row["signature"],
+            entityID: row["entityID"])
     }
 
     // MARK: Helpers
@@ -225,13 +227,5 @@ extension OfflineStore {
         } catch {
             throw OfflineError(.storage, "Cannot read the offline store: \(error)")
         }
-    }
-}
-
-extension Data {
-    /// Base64url without padding (RFC 4648 §5).
-    var base64URLEncoded: String {
-        base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
     }
 }

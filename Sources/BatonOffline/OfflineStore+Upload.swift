@@ -183,12 +183,13 @@ extension OfflineStore {
             ]
             if !entry.body.isEmpty { headers.append(("Content-Type", "application/json")) }
             if entry.method != "POST" { headers.append(("If-Match", entry.ifMatch ?? "*")) }
-            if entry.author != user.name {
-                headers += [
-                    ("Baton-Author", entry.author), ("Baton-Author-Signature", entry.signature),
-                    ("Baton-Device", entry.device), ("Baton-Created-At", entry.createdAt),
-                ]
-            }
+            // Every queued change travels signed, the uploader's own too: the server checks each against its
+            // author's key and keeps its request id under that author and device.
+            headers += [
+                ("Baton-Author", entry.author), ("Baton-Author-Signature", entry.signature),
+                ("Baton-Device", entry.device), ("Baton-Created-At", entry.createdAt),
+                ("Baton-If-Match", entry.signedIfMatch),
+            ]
             let body: JSONValue?
             do { body = entry.body.isEmpty ? nil : try JSONValue(parsing: entry.body) } catch {
                 throw OfflineError(.storage, "Queued change \(entry.sequence) has a damaged body.")
@@ -278,13 +279,13 @@ extension OfflineStore {
             try db.execute(
                 sql: """
                     INSERT INTO "$archive" (seq, requestID, author, device, createdAt, method, url, body, ifMatch,
-                        signature, entityID, status, code, message, serverVersion)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        signature, entityID, status, code, message, serverVersion, signedIfMatch)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                 arguments: [
                     entry.sequence, entry.requestID, entry.author, entry.device, entry.createdAt, entry.method,
                     entry.url, Data(entry.body), entry.ifMatch, entry.signature, entry.entityID, response.status, code,
-                    message, serverVersion?.serialized,
+                    message, serverVersion?.serialized, entry.signedIfMatch,
                 ])
         }
         return ArchiveEntry(

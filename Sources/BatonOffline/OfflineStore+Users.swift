@@ -33,14 +33,14 @@ extension OfflineStore {
             + archivedEntries().filter { $0.entry.author == author }.map(\.entry)
         guard !entries.isEmpty else { return 0 }
         struct Backup: Encodable {
-            var requestID, author, device, createdAt, method, url, body, signature, entityID: String
+            var requestID, author, device, createdAt, method, url, body, signature, entityID, signedIfMatch: String
             var ifMatch: String?
         }
         let backup = entries.map {
             Backup(
                 requestID: $0.requestID, author: $0.author, device: $0.device, createdAt: $0.createdAt,
                 method: $0.method, url: $0.url, body: Data($0.body).base64EncodedString(), signature: $0.signature,
-                entityID: $0.entityID, ifMatch: $0.ifMatch)
+                entityID: $0.entityID, signedIfMatch: $0.signedIfMatch, ifMatch: $0.ifMatch)
         }
         do {
             let plain = try JSONEncoder().encode(backup)
@@ -89,6 +89,29 @@ extension OfflineStore {
             try db.execute(sql: #"DELETE FROM "$queue"; DELETE FROM "$archive"; DELETE FROM "$deltaLinks""#)
         }
         user = nil
+    }
+
+    /// Closes the store and moves its files (database, write-ahead log) aside, to `NAME.orphan-TIMESTAMP`, so a
+    /// new store starts empty: for a device whose users all left. Nothing is deleted — the old files stay
+    /// encrypted under their old store key.
+    ///
+    /// - Returns: where the database went, or `nil` when there was none.
+    /// - Throws: ``OfflineError`` `Storage` when a file cannot be moved.
+    @discardableResult
+    public func setFilesAside() throws(OfflineError) -> URL? {
+        close()
+        guard FileManager.default.fileExists(atPath: url.path) else { return nil }
+        let stamp = Int(now().timeIntervalSince1970)
+        for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: url.path + suffix) {
+            do {
+                try FileManager.default.moveItem(
+                    atPath: url.path + suffix, toPath: url.path + suffix + ".orphan-\(stamp)")
+            } catch {
+                throw OfflineError(.storage, "Cannot move the old offline store file \(url.lastPathComponent)\(suffix) aside.")
+            }
+        }
+        try? FileManager.default.removeItem(atPath: url.path + "-shm")
+        return URL(fileURLWithPath: url.path + ".orphan-\(stamp)")
     }
 }
 

@@ -53,6 +53,9 @@ public struct QueueEntry: Sendable, Hashable {
     public var url: String
     public var body: [UInt8]
     public var ifMatch: String?
+    /// The `If-Match` the author signed (`Baton-If-Match`): the ETag the change was recorded against, `*`, or
+    /// empty for a create. `ifMatch` may move on to versions this device's earlier changes made; this never does.
+    public var signedIfMatch: String
     /// The author's signature over the canonical form (base64url), made when the change was recorded.
     public var signature: String
     /// The entity the change is about (canonical URL).
@@ -128,6 +131,14 @@ public actor OfflineStore {
                     code TEXT NOT NULL, message TEXT NOT NULL, serverVersion TEXT);
                 CREATE TABLE IF NOT EXISTS "$deltaLinks" (query TEXT PRIMARY KEY NOT NULL, link TEXT NOT NULL);
                 """)
+        // The signed If-Match (baton-change-v2); changes queued before it carry v1 signatures, which the server
+        // refuses into the error archive, where their author records them again.
+        for table in ["$queue", "$archive"] {
+            let columns = try Row.fetchAll(db, sql: "PRAGMA table_info(\"\(table)\")").map { $0["name"] as String }
+            if !columns.contains("signedIfMatch") {
+                try db.execute(sql: "ALTER TABLE \"\(table)\" ADD COLUMN signedIfMatch TEXT NOT NULL DEFAULT ''")
+            }
+        }
     }
 
     // MARK: Users
@@ -152,6 +163,10 @@ public actor OfflineStore {
                 let queue = try DatabaseQueue(path: url.path, configuration: configuration)
                 let model = model
                 try queue.write { db in try Self.migrate(db, model: model) }
+                // Encrypted, but still nobody else's business: owner-only, like the secure stores.
+                for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: url.path + suffix) {
+                    try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path + suffix)
+                }
                 database = queue
             } catch {
                 EncryptedVFS.unregister(url.path)

@@ -13,6 +13,8 @@ public struct BatonSQLError: Error, Sendable, Equatable, CustomStringConvertible
         public static let corruptValue = Code("SQLCorruptValue")
         /// The query names an entity set or property the model does not have.
         public static let unknownName = Code("SQLUnknownName")
+        /// The query would translate to more SQL, or more parameters, than the translator allows.
+        public static let limitExceeded = Code("LimitExceeded")
     }
 
     /// What kind of failure this is.

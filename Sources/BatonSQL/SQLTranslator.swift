@@ -111,12 +111,23 @@ public struct SQLTranslator: Sendable {
             }
             return "COALESCE((\(matches.joined(separator: " OR "))), \(falseLiteral))"
         case .not(let inner): return "(NOT \(searchCondition(inner, type: type, builder: &builder)))"
-        case .and(let lhs, let rhs):
-            return
-                "(\(searchCondition(lhs, type: type, builder: &builder)) AND \(searchCondition(rhs, type: type, builder: &builder)))"
-        case .or(let lhs, let rhs):
-            return
-                "(\(searchCondition(lhs, type: type, builder: &builder)) OR \(searchCondition(rhs, type: type, builder: &builder)))"
+        case .and, .or:
+            // One flat list per chain of one operator, as for `$filter`'s `and`/`or`.
+            let isAnd = if case .and = search { true } else { false }
+            var operands: [SearchExpression] = []
+            var node = search
+            while true {
+                switch node {
+                case .and(let lhs, let rhs) where isAnd, .or(let lhs, let rhs) where !isAnd:
+                    operands.append(rhs)
+                    node = lhs
+                    continue
+                default: operands.append(node)
+                }
+                break
+            }
+            let parts = operands.reversed().map { searchCondition($0, type: type, builder: &builder) }
+            return "(" + parts.joined(separator: isAnd ? " AND " : " OR ") + ")"
         }
     }
 
@@ -138,8 +149,30 @@ public struct SQLTranslator: Sendable {
         }
     }
 
+    /// The most SQL text one expression may translate to (`mod` and null-safe `in` repeat their operands, so
+    /// the text can grow faster than the expression). Default: 64 KiB.
+    public static let maximumExpressionLength = 64 * 1024
+    /// The most bound parameters one query may use (far below SQLite's and PostgreSQL's own limits).
+    public static let maximumParameters = 2_000
+
     /// The SQL for an expression's value. In SQLite, decimal values are compared and computed as `REAL`.
+    ///
+    /// - Throws: ``BatonSQLError`` (`limitExceeded`) when the SQL would exceed ``maximumExpressionLength`` or
+    ///   ``maximumParameters``; checked at every level, so the text never grows past twice the limit.
     func value(_ expression: ODataExpression, set: EntitySet, builder: inout SQLBuilder) throws(BatonSQLError) -> String
+    {
+        let sql = try unboundedValue(expression, set: set, builder: &builder)
+        guard sql.utf8.count <= Self.maximumExpressionLength, builder.arguments.count <= Self.maximumParameters else {
+            throw BatonSQLError(
+                .limitExceeded,
+                "The query is too large to run: its SQL would exceed \(Self.maximumExpressionLength / 1024) KiB or \(Self.maximumParameters) parameters. Use fewer or simpler terms."
+            )
+        }
+        return sql
+    }
+
+    func unboundedValue(_ expression: ODataExpression, set: EntitySet, builder: inout SQLBuilder)
+        throws(BatonSQLError) -> String
     {
         switch expression {
         case .literal(let literal):
@@ -174,10 +207,20 @@ public struct SQLTranslator: Sendable {
                 let comparison = "(\(left) \(symbol) \(right))"
                 return nullable ? "COALESCE(\(comparison), \(falseLiteral))" : comparison
             }
-        case .logical(let op, let lhs, let rhs):
-            let left = try value(lhs, set: set, builder: &builder)
-            let right = try value(rhs, set: set, builder: &builder)
-            return "(\(left) \(op == .and ? "AND" : "OR") \(right))"
+        case .logical(let op, _, _):
+            // A chain of one operator (`a or b or c`, parsed left-deep) becomes one flat SQL list: no recursion per
+            // term here, and no bracket per term for SQLite's parser stack. Both operators are associative in SQL's
+            // three-valued logic, which is OData's.
+            var operands: [ODataExpression] = []
+            var node = expression
+            while case .logical(let nodeOp, let lhs, let rhs) = node, nodeOp == op {
+                operands.append(rhs)
+                node = lhs
+            }
+            operands.append(node)
+            var parts: [String] = []
+            for operand in operands.reversed() { parts.append(try value(operand, set: set, builder: &builder)) }
+            return "(" + parts.joined(separator: op == .and ? " AND " : " OR ") + ")"
         case .arithmetic(let op, let lhs, let rhs):
             return try arithmetic(op, lhs, rhs, set: set, builder: &builder)
         case .in(let lhs, let elements):

@@ -28,6 +28,11 @@ public struct BatonServerConfiguration: Sendable {
     public var passwordPolicy = PasswordPolicy()
     /// The OData data service: its model and limits.
     public var dataService = DataServiceConfiguration()
+    /// Timeouts and connection limits.
+    public var connections = ConnectionLimits()
+    /// The addresses of load balancers whose `X-Forwarded-For` names the client. Default: none — the header is
+    /// ignored.
+    public var trustedProxies: Set<String> = []
 
     /// The defaults.
     public init() {}
@@ -111,6 +116,7 @@ public struct BatonServer: Sendable {
         -> some ApplicationProtocol
     {
         let router = Router(context: BatonRequestContext.self)
+        router.add(middleware: ForwardedAddressMiddleware(trustedProxies: configuration.trustedProxies))
         router.add(middleware: RequestLogMiddleware())
         router.add(middleware: ErrorMiddleware())
         OAuthRoutes(tokens: tokens, configuration: configuration.oauth).add(to: router)
@@ -126,8 +132,11 @@ public struct BatonServer: Sendable {
         let issuer = self.issuer
         let fixedIssuer = configuration.fixedIssuer
         let host = configuration.host
+        let counter = ConnectionCounter(limits: configuration.connections)
         return Application(
             router: router,
+            server: .http1(
+                configuration: .init(additionalChannelHandlers: [ConnectionGuard(counter: counter)], idleTimeout: nil)),
             configuration: .init(address: .hostname(host, port: configuration.port), serverName: "baton-server"),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? 0

@@ -14,6 +14,24 @@ struct ExpressionParser {
     /// Recursion depth guard: deeply nested input is refused, never a stack overflow.
     var depth = 0
     static let maximumDepth = 100
+    /// Work guard: the operands, list items and expanded properties parsed so far. A flat chain
+    /// (`true or true or …`) nests no brackets but still costs the translator, the evaluator and the database
+    /// work in proportion to its length, so the whole expression — every option of a URL that shares this
+    /// parser — is bounded.
+    var nodes = 0
+    /// The most operands, list items and expanded properties one query option may hold.
+    public static let maximumNodes = 200
+
+    /// Counts one node and refuses the expression once it holds more than ``maximumNodes``.
+    mutating func countNode() throws(ODataError) {
+        nodes += 1
+        guard nodes <= Self.maximumNodes else {
+            throw error(
+                .limitExceeded,
+                "The expression has more than \(Self.maximumNodes) terms (operands, list items and expanded properties); this server's limit is \(Self.maximumNodes). Split the request or filter with fewer terms"
+            )
+        }
+    }
 
     init(source: SourceText, model: ServiceModel, entityType: EntityType, index: Int = 0) {
         self.source = source
@@ -246,6 +264,7 @@ struct ExpressionParser {
         guard depth <= Self.maximumDepth else {
             throw error(.limitExceeded, "The expression nests deeper than \(Self.maximumDepth) levels")
         }
+        try countNode()
         let start = index
         if peek() == "-", let next = peek(1), !(("0"..."9").contains(next) || isINF(at: index + 1)) {
             index += 1

@@ -1,8 +1,8 @@
-/// The canonical form an author signs (ECDSA P-256 over its bytes) for a change that another user may upload
-/// on their behalf — shared by the device that signs and the server that verifies. See the BatonServer
-/// article "Uploading another user's changes".
+/// The canonical form an author signs (ECDSA P-256 over its bytes) for every change the device queues, and the
+/// server verifies before it applies one — shared by the device that signs and the server that verifies. See
+/// the BatonServer article "Uploading another user's changes".
 public enum ChangeSignature {
-    /// `baton-change-v1` and the fields, one per line.
+    /// `baton-change-v2` and the fields, one per line.
     ///
     /// - Parameters:
     ///   - requestID: the `Repeatability-Request-ID` of the change.
@@ -12,14 +12,18 @@ public enum ChangeSignature {
     ///   - createdAt: `Baton-Created-At`, as sent.
     ///   - device: `Baton-Device`.
     ///   - author: `Baton-Author`.
+    ///   - ifMatch: `Baton-If-Match`: the `If-Match` the change was recorded against (an ETag or `*`; empty for a
+    ///     create). The server refuses the change if it is sent with any other `If-Match`, except an ETag that a
+    ///     change recorded on the same device produced (the device moves queued changes onto the versions its
+    ///     earlier changes created).
     /// - Returns: the UTF-8 bytes to sign or verify.
     public static func canonicalMessage(
         requestID: String, method: String, url: String, bodySHA256: String, createdAt: String, device: String,
-        author: String
+        author: String, ifMatch: String
     ) -> [UInt8] {
         Array(
-            ["baton-change-v1", requestID, method, url, bodySHA256, createdAt, device, author].joined(separator: "\n")
-                .utf8)
+            ["baton-change-v2", requestID, method, url, bodySHA256, createdAt, device, author, ifMatch]
+                .joined(separator: "\n").utf8)
     }
 }
 

@@ -158,6 +158,9 @@ struct QueryOptionsParser {
         return all ? nil : names
     }
 
+    /// The most sort keys one `$orderby` may hold.
+    static let maximumOrderByItems = 32
+
     func parseOrderBy(_ parser: inout ExpressionParser, until terminator: Unicode.Scalar?) throws(ODataError)
         -> [OrderByItem]
     {
@@ -173,6 +176,12 @@ struct QueryOptionsParser {
                 parser.index = before
             }
             items.append(OrderByItem(expression, descending: descending))
+            guard items.count <= Self.maximumOrderByItems else {
+                throw parser.error(
+                    .limitExceeded,
+                    "$orderby has more than \(Self.maximumOrderByItems) items; this server sorts by at most \(Self.maximumOrderByItems)",
+                    target: "$orderby")
+            }
         } while parser.take(",")
         if terminator == nil { try parser.expectEnd() }
         return items
@@ -231,6 +240,7 @@ struct QueryOptionsParser {
                 throw parser.error(
                     .notImplemented, "$ref, casts and paths in $expand are not implemented", target: name)
             }
+            try parser.countNode()
             var nested = QueryOptions()
             if parser.take("(") {
                 let nestedParser = QueryOptionsParser(model: model, entityType: target)
@@ -250,6 +260,8 @@ struct QueryOptionsParser {
         var options = QueryOptions()
         var parser = ExpressionParser(source: outer.source, model: model, entityType: entityType, index: outer.index)
         parser.depth = outer.depth + 1
+        parser.nodes = outer.nodes
+        defer { outer.nodes = parser.nodes }
         guard parser.depth < ExpressionParser.maximumDepth else {
             throw parser.error(.limitExceeded, "$expand nests too deeply")
         }

@@ -3,8 +3,22 @@
 struct SearchParser {
     let source: SourceText
     var index = 0
+    /// Words and phrases parsed so far; each costs a match against every string column.
+    var terms = 0
+    /// The most words and phrases one `$search` may hold.
+    static let maximumTerms = 64
 
     init(source: SourceText) { self.source = source }
+
+    mutating func countTerm() throws(ODataError) {
+        terms += 1
+        guard terms <= Self.maximumTerms else {
+            throw ODataError(
+                .limitExceeded,
+                "$search has more than \(Self.maximumTerms) words and phrases; this server's limit is \(Self.maximumTerms)",
+                position: source.rawOffsets[min(index, source.rawOffsets.count - 1)], target: "$search")
+        }
+    }
 
     func error(_ message: String) -> ODataError {
         ODataError(
@@ -68,8 +82,13 @@ struct SearchParser {
 
     mutating func parseUnary(depth: Int) throws(ODataError) -> SearchExpression {
         skipSpaces()
-        if keyword("NOT") { return .not(try parseUnary(depth: depth + 1)) }
+        if keyword("NOT") {
+            guard depth < 50 else { throw ODataError(.limitExceeded, "$search nests too deeply", target: "$search") }
+            try countTerm()
+            return .not(try parseUnary(depth: depth + 1))
+        }
         guard index < source.scalars.count else { throw error("$search expected a word or phrase but ended") }
+        if source.scalars[index] != "(" { try countTerm() }
         if source.scalars[index] == "(" {
             index += 1
             skipSpaces()

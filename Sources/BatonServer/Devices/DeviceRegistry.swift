@@ -78,41 +78,109 @@ public struct DeviceRegistry: Sendable {
             .replacingOccurrences(of: "=", with: "")
     }
 
-    /// Registers `user` on `device` with a signing key. The first registration creates the device and its store
-    /// key. A new key replaces the previous one, which stays on record with the time it was replaced.
+    /// What a device proves when a user registers on it: a signature by the device key over
+    /// ``joinMessage(device:user:keyID:)``. The device key's private half lives only in the secure stores of
+    /// the device's users, so a proof means a user of the device unlocked their store for this registration.
+    public struct DeviceProof: Sendable {
+        /// The device's public key: required for a device's first registration, ignored once the server knows it.
+        public var deviceKey: P256.Signing.PublicKey?
+        /// The device key's signature over the join message.
+        public var signature: P256.Signing.ECDSASignature
+
+        /// Creates a proof.
+        public init(deviceKey: P256.Signing.PublicKey?, signature: P256.Signing.ECDSASignature) {
+            self.deviceKey = deviceKey
+            self.signature = signature
+        }
+    }
+
+    /// The bytes a device key signs to let `user` register `keyID` on `device` (shared with the device app).
+    public static func joinMessage(device: String, user: String, keyID: String) -> Data {
+        Data(["baton-device-join-v1", device, user, keyID].joined(separator: "\n").utf8)
+    }
+
+    /// Registers `user` on `device` with a signing key, if the device allows it:
     ///
-    /// - Throws: ``ServerError`` (400) for a bad device id or key.
-    public func register(device: String, user: String, publicKey: P256.Signing.PublicKey) async throws -> Registration {
+    /// - A new device: the proof must carry the device's public key and verify with it (possession). The device,
+    ///   its key and a new store key are created.
+    /// - A known device: the proof must verify with the device's key — a user of this device approved — unless
+    ///   `user` is registered there already (a re-registration after a passcode reset), or nobody is registered
+    ///   there any more, in which case the proof's new device key replaces the old one together with a new store
+    ///   key, so nothing the device held before can be decrypted with what the new user receives.
+    ///
+    /// A new signing key retires the previous one, which stays on record with the time it was retired. A key
+    /// belongs to one user on one device for ever: registering a key the server has seen for anyone else, or a
+    /// retired one, is refused.
+    ///
+    /// - Throws: ``ServerError`` 400 for a bad device id or key; 403 `DeviceProofRequired` without the device's
+    ///   proof; 409 `KeyInUse` for a key registered before.
+    public func register(
+        device: String, user: String, publicKey: P256.Signing.PublicKey, proof: DeviceProof?
+    ) async throws -> Registration {
         guard Self.isValidDeviceID(device) else { throw Self.invalidDeviceID }
         let now = clock.now()
         let keyID = Self.keyID(publicKey)
-        let storeKey = SymmetricKey(size: .bits256)
-        let sealed = try AES.GCM.seal(
-            storeKey.withUnsafeBytes { Data($0) }, using: masterKey, authenticating: Data(device.utf8))
-        guard let sealedBytes = sealed.combined else {
-            throw ServerError(.internalServerError, "Internal", "Sealing failed.")
+        let message = Self.joinMessage(device: device, user: user, keyID: keyID)
+        @Sendable func proves(_ key: P256.Signing.PublicKey?) -> Bool {
+            guard let key, let proof else { return false }
+            return key.isValidSignature(proof.signature, for: message)
         }
+        let freshStoreKey = try sealStoreKey(SymmetricKey(size: .bits256), device: device)
         return try await database.pool.write { db in
-            try db.execute(
-                sql: "INSERT INTO devices (id, sealedStoreKey, createdAt) VALUES (?, ?, ?) ON CONFLICT(id) DO NOTHING",
-                arguments: [device, sealedBytes, now.timeIntervalSince1970])
-            let current = try Row.fetchOne(
-                db,
-                sql: "SELECT id, registeredAt FROM signingKeys WHERE device = ? AND user = ? AND replacedAt IS NULL",
-                arguments: [device, user])
+            let existing = try Row.fetchOne(db, sql: "SELECT publicKey FROM devices WHERE id = ?", arguments: [device])
+            let active = try Int.fetchOne(
+                db, sql: "SELECT COUNT(*) FROM deviceRegistrations WHERE device = ? AND active = 1", arguments: [device]
+            ) ?? 0
+            let userActive =
+                try Bool.fetchOne(
+                    db, sql: "SELECT active FROM deviceRegistrations WHERE device = ? AND user = ?",
+                    arguments: [device, user]) ?? false
+            if let existing {
+                let stored = (existing["publicKey"] as Data?).flatMap {
+                    try? P256.Signing.PublicKey(x963Representation: $0)
+                }
+                let approved = stored.map(proves) ?? false
+                if !approved && !userActive {
+                    guard active == 0 || stored == nil, let offered = proof?.deviceKey, proves(offered) else {
+                        throw Self.proofRequired(device)
+                    }
+                    // Nobody is on the device (or it predates device keys and nobody is on it): a new device key,
+                    // and a new store key so the old one reaches nobody new.
+                    try db.execute(
+                        sql: "UPDATE devices SET publicKey = ?, sealedStoreKey = ? WHERE id = ?",
+                        arguments: [offered.x963Representation, freshStoreKey, device])
+                } else if !approved, stored == nil || active == 1, let offered = proof?.deviceKey, proves(offered) {
+                    // A device from before device keys, or whose only user lost the key with their secure store
+                    // (a passcode reset), takes the key that user offers.
+                    try db.execute(
+                        sql: "UPDATE devices SET publicKey = ? WHERE id = ?",
+                        arguments: [offered.x963Representation, device])
+                }
+            } else {
+                guard let offered = proof?.deviceKey, proves(offered) else { throw Self.proofRequired(device) }
+                try db.execute(
+                    sql: "INSERT INTO devices (id, sealedStoreKey, createdAt, publicKey) VALUES (?, ?, ?, ?)",
+                    arguments: [device, freshStoreKey, now.timeIntervalSince1970, offered.x963Representation])
+            }
+            let owner = try Row.fetchOne(
+                db, sql: "SELECT user, device, registeredAt, replacedAt FROM signingKeys WHERE id = ?",
+                arguments: [keyID])
             var registeredAt = now
-            if let current, current["id"] as String == keyID {
-                registeredAt = Date(timeIntervalSince1970: current["registeredAt"])
+            if let owner {
+                guard owner["user"] as String == user, owner["device"] as String == device,
+                    owner["replacedAt"] as Double? == nil
+                else {
+                    throw ServerError.conflict(
+                        "This signing key was registered before (for another user or device, or retired); create a new key.",
+                        target: "publicKey")
+                }
+                registeredAt = Date(timeIntervalSince1970: owner["registeredAt"])
             } else {
                 try db.execute(
                     sql: "UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND user = ? AND replacedAt IS NULL",
                     arguments: [now.timeIntervalSince1970, device, user])
                 try db.execute(
-                    sql: """
-                        INSERT INTO signingKeys (id, device, user, publicKey, registeredAt) VALUES (?, ?, ?, ?, ?)
-                        ON CONFLICT(id) DO UPDATE SET device = excluded.device, user = excluded.user,
-                            registeredAt = excluded.registeredAt, replacedAt = NULL
-                        """,
+                    sql: "INSERT INTO signingKeys (id, device, user, publicKey, registeredAt) VALUES (?, ?, ?, ?, ?)",
                     arguments: [keyID, device, user, publicKey.x963Representation, now.timeIntervalSince1970])
             }
             try db.execute(
@@ -125,15 +193,38 @@ public struct DeviceRegistry: Sendable {
         }
     }
 
-    /// Removes `user` from `device`. Their key history stays, so changes they signed still verify.
+    static func proofRequired(_ device: String) -> ServerError {
+        ServerError(
+            .forbidden, "DeviceProofRequired",
+            "Registering on device '\(device.prefix(128))' needs the approval of one of its users (a proof signed with the device key).",
+            target: "deviceProof")
+    }
+
+    /// A store key sealed under the master key, bound to its device id.
+    func sealStoreKey(_ key: SymmetricKey, device: String) throws -> Data {
+        let sealed = try AES.GCM.seal(
+            key.withUnsafeBytes { Data($0) }, using: masterKey, authenticating: Data(device.utf8))
+        guard let bytes = sealed.combined else {
+            throw ServerError(.internalServerError, "Internal", "Sealing failed.")
+        }
+        return bytes
+    }
+
+    /// Removes `user` from `device` and retires their signing key there: changes they signed before still verify,
+    /// anything signed later does not.
     ///
     /// - Throws: ``ServerError`` (404) when the user is not registered there.
     public func unregister(device: String, user: String) async throws {
+        let now = clock.now().timeIntervalSince1970
         let changed = try await database.pool.write { db -> Bool in
             try db.execute(
                 sql: "UPDATE deviceRegistrations SET active = 0 WHERE device = ? AND user = ? AND active = 1",
                 arguments: [device, user])
-            return db.changesCount > 0
+            let changed = db.changesCount > 0
+            try db.execute(
+                sql: "UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND user = ? AND replacedAt IS NULL",
+                arguments: [now, device, user])
+            return changed
         }
         guard changed else { throw ServerError.notFound("'\(user)' is not registered on device '\(device)'.") }
     }
@@ -229,10 +320,10 @@ extension DeviceRegistry {
         let id = try await database.pool.write { db -> Int64 in
             try db.execute(
                 sql: """
-                    INSERT INTO discardedChanges (device, author, uploader, count, receivedAt, sealed)
-                    VALUES (?, ?, ?, ?, ?, ?)
+                    INSERT INTO discardedChanges (device, author, uploader, count, receivedAt, sealed, sealedStoreKey)
+                    VALUES (?, ?, ?, ?, ?, ?, (SELECT sealedStoreKey FROM devices WHERE id = ?))
                     """,
-                arguments: [device, author, uploader, count, now.timeIntervalSince1970, sealed])
+                arguments: [device, author, uploader, count, now.timeIntervalSince1970, sealed, device])
             return db.lastInsertedRowID
         }
         return DiscardedChanges(
@@ -263,7 +354,8 @@ extension DeviceRegistry {
             try Row.fetchOne(
                 db,
                 sql: """
-                    SELECT b.sealed, d.sealedStoreKey, d.id AS device FROM discardedChanges b
+                    SELECT b.sealed, COALESCE(b.sealedStoreKey, d.sealedStoreKey) AS sealedStoreKey, d.id AS device
+                    FROM discardedChanges b
                     JOIN devices d ON d.id = b.device WHERE b.id = ?
                     """,
                 arguments: [id])

@@ -8,6 +8,8 @@ public struct BatonRequestContext: RequestContext, RemoteAddressRequestContext {
     public var coreContext: CoreRequestContextStorage
     /// The client's address, when the request came over a socket.
     public let remoteAddress: SocketAddress?
+    /// The client's address as a trusted load balancer reported it (``ForwardedAddressMiddleware``).
+    var forwardedAddress: String?
     /// The authenticated user's claims, set by ``BearerAuthenticationMiddleware``.
     var claims: AccessTokenClaims?
     /// The authenticated user's current role, read with the token checks.
@@ -22,7 +24,7 @@ public struct BatonRequestContext: RequestContext, RemoteAddressRequestContext {
     public var maxUploadSize: Int { 64 * 1024 }
 
     /// The client address as text, for throttling and the audit log.
-    var clientAddress: String { remoteAddress?.ipAddress ?? "local" }
+    var clientAddress: String { forwardedAddress ?? remoteAddress?.ipAddress ?? "local" }
 
     /// The signed-in user's name.
     func userName() throws(ServerError) -> String {

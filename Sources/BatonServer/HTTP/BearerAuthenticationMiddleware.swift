@@ -22,6 +22,14 @@ struct BearerAuthenticationMiddleware: RouterMiddleware {
         }
         var context = context
         let verified = try await tokens.verifyAccessToken(String(parts[1]))
+        if let scope = Self.requiredScope(request.uri.path), !verified.claims.grants(scope) {
+            var error = ServerError(
+                .forbidden, "InsufficientScope", "This access token was not granted the '\(scope)' scope this needs.")
+            error.headers = [
+                (.wwwAuthenticate, "Bearer realm=\"baton\", error=\"insufficient_scope\", scope=\"\(scope)\"")
+            ]
+            throw error
+        }
         context.claims = verified.claims
         context.role = verified.role
         if let version = request.headers[.batonAppVersion] {
@@ -33,6 +41,18 @@ struct BearerAuthenticationMiddleware: RouterMiddleware {
             }
         }
         return try await next(request, context)
+    }
+}
+
+extension BearerAuthenticationMiddleware {
+    /// The OAuth scope a protected path needs (RFC 6750 §3.1): `odata` for the data service, `settings` for the
+    /// settings exchange, `devices` for device registration, store keys and backups; none for `/me`. Anything
+    /// else behind a token counts as data, so a path spelled another way never needs less.
+    static func requiredScope(_ path: String) -> String? {
+        if path == "/me" { return nil }
+        if path == "/settings" { return "settings" }
+        if path.hasPrefix("/devices/") { return "devices" }
+        return "odata"
     }
 }
 

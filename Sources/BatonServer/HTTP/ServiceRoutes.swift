@@ -1,4 +1,5 @@
 import BatonOData
+import Crypto
 import Foundation
 import Hummingbird
 
@@ -60,10 +61,22 @@ struct ServiceRoutes {
             let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
             guard let text = body["publicKey"]?.stringValue else {
                 throw ServerError.badRequest(
-                    "The body must be {\"publicKey\": \"<base64 P-256 public key>\"}.", target: "publicKey")
+                    "The body must be {\"publicKey\": \"<base64 P-256 public key>\", \"deviceKey\": …, \"deviceProof\": …}.", target: "publicKey")
             }
             let key = try DeviceRegistry.parsePublicKey(text)
-            let registration = try await devices.register(device: device, user: name, publicKey: key)
+            var proof: DeviceRegistry.DeviceProof?
+            if let proofText = body["deviceProof"]?.stringValue {
+                guard let data = Data(base64URLEncoded: proofText),
+                    let signature = try? P256.Signing.ECDSASignature(rawRepresentation: data)
+                else {
+                    throw ServerError.badRequest(
+                        "deviceProof must be a base64 raw ECDSA P-256 signature (64 bytes).", target: "deviceProof")
+                }
+                proof = .init(
+                    deviceKey: try body["deviceKey"]?.stringValue.map(DeviceRegistry.parsePublicKey),
+                    signature: signature)
+            }
+            let registration = try await devices.register(device: device, user: name, publicKey: key, proof: proof)
             try await audit.record(
                 AuditEntry(
                     at: clock.now(), actor: name, action: "device-registered", subject: device,

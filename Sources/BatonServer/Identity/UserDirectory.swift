@@ -62,12 +62,16 @@ public struct UserDirectory: Sendable {
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
     }
 
-    /// Deletes a user and their tokens and device registrations. Their signing-key history stays, so changes
-    /// they signed before can still be verified.
+    /// Deletes a user and their tokens and device registrations, and retires their signing keys. A user added
+    /// later under the same name inherits none of it: changes are verified only with keys registered after the
+    /// account was created.
     ///
     /// - Throws: ``ServerError`` (404) for an unknown user.
     public func delete(_ name: String) async throws {
+        let now = clock.now().timeIntervalSince1970
         let found = try await database.pool.write { db -> Bool in
+            try db.execute(
+                sql: "UPDATE signingKeys SET replacedAt = ? WHERE user = ? AND replacedAt IS NULL", arguments: [now, name])
             try db.execute(sql: "DELETE FROM users WHERE name = ?", arguments: [name])
             let changed = db.changesCount > 0
             try db.execute(sql: "DELETE FROM refreshTokens WHERE user = ?", arguments: [name])

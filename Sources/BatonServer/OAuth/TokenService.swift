@@ -1,3 +1,4 @@
+import BatonOData
 import Foundation
 import GRDB
 import GRDBSQLite
@@ -54,9 +55,7 @@ struct TokenService: Sendable {
             throw OAuthError.invalidRequest("The grant_type parameter is missing.")
         }
         guard let client = configuration.client(form["client_id"]) else {
-            throw OAuthError.invalidClient(
-                "Unknown client_id. This server's clients are: \(configuration.clients.map(\.id).joined(separator: ", "))."
-            )
+            throw OAuthError.invalidClient("Unknown client_id; use the client id your app was registered with.")
         }
         guard ["password", "refresh_token", "authorization_code"].contains(grantType) else {
             throw OAuthError("unsupported_grant_type", "Grant type '\(grantType.prefix(40))' is not supported.")
@@ -100,13 +99,15 @@ struct TokenService: Sendable {
         }
         guard let user = try await users.authenticate(name: name, password: password) else {
             await throttle.recordFailure(user: name, address: caller.address)
+            // A name that is no user is often a password typed into the wrong field: it never reaches the log.
+            let known = try await users.user(named: name) != nil
             try await audit.record(
                 AuditEntry(
-                    at: clock.now(), actor: nil, action: "sign-in-failed", subject: String(name.prefix(64)),
-                    address: caller.address, detail: "client \(clientID)"))
+                    at: clock.now(), actor: nil, action: "sign-in-failed", subject: known ? name : nil,
+                    address: caller.address, detail: known ? "client \(clientID)" : "unknown user name, client \(clientID)"))
             throw OAuthError.invalidGrant("The user name or password is wrong, or the user is disabled.")
         }
-        await throttle.recordSuccess(user: name)
+        await throttle.recordSuccess(user: name, address: caller.address)
         try await audit.record(
             AuditEntry(
                 at: clock.now(), actor: user.name, action: "sign-in", subject: user.name, address: caller.address,
@@ -251,8 +252,8 @@ struct TokenService: Sendable {
             iss: IssuerClaim(value: issuer.value), sub: SubjectClaim(value: user),
             aud: AudienceClaim(value: configuration.audience), scope: scope,
             exp: ExpirationClaim(value: now.addingTimeInterval(lifetime)), iat: IssuedAtClaim(value: now),
-            jti: IDClaim(value: UUID().uuidString), clientID: client.id)
-        let accessToken = try await keys.sign(claims, kid: JWKIdentifier(string: keyID))
+            jti: IDClaim(value: UUID().uuidString), clientID: client.id, family: family)
+        let accessToken = Self.withLowS(try await keys.sign(claims, kid: JWKIdentifier(string: keyID)))
         let refreshToken = randomSecret()
         try await database.pool.write { db in
             try db.execute(
@@ -276,6 +277,9 @@ struct TokenService: Sendable {
         if let cached = verified.claims(for: token) {
             claims = cached
         } else {
+            guard Self.isStrictES256(token, keyID: keyID) else {
+                throw .unauthorized("The access token is malformed or its signature is invalid.")
+            }
             do {
                 claims = try await keys.verify(token, as: AccessTokenClaims.self)
             } catch {
@@ -300,11 +304,13 @@ struct TokenService: Sendable {
             try database.readers.readStatement { db in
                 try db.cachedStatement(
                     sql: """
-                        SELECT disabled, role, EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?) AS revoked
+                        SELECT disabled, role,
+                            EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?)
+                            OR EXISTS (SELECT 1 FROM refreshTokens WHERE family = ? AND revokedAt IS NOT NULL) AS revoked
                         FROM users WHERE name = ?
                         """
                 )
-                .forEachRow(arguments: [jti, user]) { row in
+                .forEachRow(arguments: [jti, claims.family ?? "", user]) { row in
                     status = (
                         sqlite3_column_int64(row, 0) != 0,
                         String.fromDatabaseValue(DatabaseValue(sqliteStatement: row, index: 1)),
@@ -323,6 +329,57 @@ struct TokenService: Sendable {
         guard !status.revoked else { throw .unauthorized("The access token was revoked.") }
         return (claims, role)
     }
+
+    /// Whether `token` is a compact JWS of this server's form: header `alg` ES256 with the current `kid`, and a
+    /// 64-byte signature whose `s` is in the lower half of the group order. ECDSA accepts both `s` and `n - s`;
+    /// taking only the low one makes every token have exactly one valid encoding.
+    static func isStrictES256(_ token: String, keyID: String) -> Bool {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let header = Data(base64URLEncoded: String(parts[0])),
+            let json = try? JSONValue(parsing: Array(header)), json["alg"]?.stringValue == "ES256",
+            json["kid"]?.stringValue == keyID,
+            let signature = Data(base64URLEncoded: String(parts[2])), signature.count == 64
+        else { return false }
+        // s <= n / 2, compared big-endian byte by byte.
+        let s = Array(signature.suffix(32))
+        for (byte, limit) in zip(s, halfOrder) {
+            if byte != limit { return byte < limit }
+        }
+        return true
+    }
+
+    /// The token with its ECDSA `s` replaced by `n - s` when it is in the upper half (BoringSSL signs with either),
+    /// so the server's own tokens pass ``isStrictES256(_:keyID:)``.
+    static func withLowS(_ token: String) -> String {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let signature = Data(base64URLEncoded: String(parts[2])), signature.count == 64 else {
+            return token
+        }
+        let s = Array(signature.suffix(32))
+        guard s.lexicographicallyPrecedes(halfOrder) == false, s != halfOrder else { return token }
+        var difference = [UInt8](repeating: 0, count: 32)
+        var borrow = 0
+        for index in stride(from: 31, through: 0, by: -1) {
+            var value = Int(order[index]) - Int(s[index]) - borrow
+            borrow = value < 0 ? 1 : 0
+            if value < 0 { value += 256 }
+            difference[index] = UInt8(value)
+        }
+        let lowered = Data(signature.prefix(32)) + Data(difference)
+        return "\(parts[0]).\(parts[1]).\(lowered.base64URLEncoded)"
+    }
+
+    /// The order n of P-256, big-endian.
+    static let order: [UInt8] = [
+        0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+        0xBC, 0xE6, 0xFA, 0xAD, 0xA7, 0x17, 0x9E, 0x84, 0xF3, 0xB9, 0xCA, 0xC2, 0xFC, 0x63, 0x25, 0x51,
+    ]
+
+    /// (n - 1) / 2 for P-256, big-endian.
+    static let halfOrder: [UInt8] = [
+        0x7F, 0xFF, 0xFF, 0xFF, 0x80, 0x00, 0x00, 0x00, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+        0xDE, 0x73, 0x7D, 0x56, 0xD3, 0x8B, 0xCF, 0x42, 0x79, 0xDC, 0xE5, 0x61, 0x7E, 0x31, 0x92, 0xA8,
+    ]
 
     /// Revokes a refresh token (its whole family) or an access token (RFC 7009). Unknown tokens are ignored,
     /// as the RFC requires.

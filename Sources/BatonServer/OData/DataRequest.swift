@@ -1,4 +1,5 @@
 import BatonOData
+import BatonSQL
 import Foundation
 import HTTPTypes
 
@@ -60,6 +61,11 @@ struct DataResponse: Sendable {
 }
 
 extension ServerError {
+    /// The HTTP error for a query the SQL translation refuses (too large, unsupported): 400.
+    init(_ error: BatonSQLError) {
+        self.init(.badRequest, error.code.rawValue, error.message)
+    }
+
     /// The HTTP error for a protocol-core error: 501 for what Baton does not implement, 400 otherwise.
     init(_ error: ODataError) {
         let status: HTTPResponse.Status = error.code == .notImplemented ? .notImplemented : .badRequest

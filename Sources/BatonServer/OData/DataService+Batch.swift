@@ -1,7 +1,9 @@
 import BatonOData
+import BatonSQL
 import Foundation
 import GRDB
 import HTTPTypes
+import Synchronization
 
 extension DataService {
     /// A failed request inside an atomicity group: the whole group rolls back.
@@ -172,11 +174,23 @@ extension DataService {
             }
             let data = DataRequest(
                 method: request.method, url: url, headers: request.headers, body: request.body?.serializedBytes ?? [])
-            if request.method == "GET" { return try read(parsed, request: data, in: db, context: context) }
+            if request.method == "GET" {
+                if let budget = context.budget, budget.isSpent {
+                    throw ServerError(
+                        .contentTooLarge, "BatchResponseTooLarge",
+                        "The answers of this $batch passed \(budget.limit / (1024 * 1024)) MiB, so this read was not run; send it in another $batch."
+                    )
+                }
+                let response = try read(parsed, request: data, in: db, context: context)
+                context.budget?.spend(response.size)
+                return response
+            }
             return try change(parsed, request: data, in: db, context: context, audit: &audit)
         } catch let error as ServerError {
             return .error(error)
         } catch let error as ODataError {
+            return .error(ServerError(error))
+        } catch let error as BatonSQLError {
             return .error(ServerError(error))
         } catch {
             return .error(ServerError(.internalServerError, "InternalError", "The request failed."))
@@ -203,5 +217,30 @@ extension DataService {
         return BatchResponse(
             id: request.id, atomicityGroup: request.atomicityGroup, status: response.status, headers: response.headers,
             body: body)
+    }
+}
+
+/// The bytes of answers one `$batch` may produce: reads after the budget is spent are answered 413 instead of
+/// being run, so one request cannot make the server build an unbounded answer.
+final class ResponseBudget: Sendable {
+    let limit: Int
+    let spent = Mutex(0)
+
+    init(limit: Int) { self.limit = limit }
+
+    var isSpent: Bool { spent.withLock { $0 >= limit } }
+
+    func spend(_ bytes: Int) { spent.withLock { $0 += bytes } }
+}
+
+extension DataResponse {
+    /// The size of the body in bytes (a JSON value is serialized to count it).
+    var size: Int {
+        switch body {
+        case .none: 0
+        case .json(let json): json.serializedBytes.count
+        case .rawJSON(let bytes): bytes.count
+        case .text(let text, _): text.utf8.count
+        }
     }
 }

@@ -1,58 +1,94 @@
 import BatonOData
 import Crypto
 import Foundation
+import GRDB
 
 extension DataService {
     /// What the server knows about the authors named in a request, fetched before the data transaction.
     struct OnBehalfPolicy: Sendable {
         /// Whether the settings allow uploading another user's changes.
         var allowed = false
-        /// For each author named in the request: whether they are active, and their key history per device.
+        /// For each author named in the request: their account and their key history per device.
         var authors: [String: Author] = [:]
+        /// The devices the signed-in user is registered on now, among those the request names.
+        var uploaderDevices: Set<String> = []
 
         struct Author: Sendable {
             var active: Bool
+            /// Their role now; `nil` for an unknown user.
+            var role: User.Role?
+            /// When this account was created: keys registered before it belonged to an earlier user of the name.
+            var createdAt: Date
             var keys: [String: [DeviceRegistry.SigningKey]]
         }
     }
 
-    /// The canonical form an author signs for a change uploaded on their behalf; see the OnBehalfUploads
-    /// article.
-    static func canonicalChange(
-        requestID: String, method: String, url: String, body: [UInt8], createdAt: String, device: String, author: String
-    ) -> Data {
-        let bodyHash = SHA256.hash(data: Data(body)).lowercaseHex
+    /// How far in the future a signed `Baton-Created-At` may lie (clock skew between tablet and server).
+    static let signedTimeSkew: TimeInterval = 300
+
+    /// The canonical form an author signs for a queued change; see the OnBehalfUploads article.
+    static func canonicalChange(_ request: DataRequest, requestID: String, signed: SignedFields) -> Data {
+        let bodyHash = SHA256.hash(data: Data(request.body)).lowercaseHex
         return Data(
             ChangeSignature.canonicalMessage(
-                requestID: requestID, method: method, url: url, bodySHA256: bodyHash, createdAt: createdAt,
-                device: device, author: author))
+                requestID: requestID, method: request.method, url: request.url, bodySHA256: bodyHash,
+                createdAt: signed.createdAt, device: signed.device, author: signed.author, ifMatch: signed.ifMatch))
     }
 
-    /// Who a change counts as. Without `Baton-Author` (or naming the signed-in user) it is the user's own.
-    /// Naming another author is accepted only if the settings allow it, the author is active, and
-    /// `Baton-Author-Signature` verifies with a key registered for that author on `Baton-Device` at
-    /// `Baton-Created-At`. Otherwise 403, naming the reason; nothing is applied.
+    /// The fields of a signed change as its headers carry them.
+    struct SignedFields: Sendable {
+        var author: String
+        var device: String
+        var createdAt: String
+        /// `Baton-If-Match`: the `If-Match` the author signed ("" for a create).
+        var ifMatch: String
+    }
+
+    /// Who a change counts as, checked before anything else about it (before its repeatability record is looked
+    /// up, so nobody reads or pre-empts another author's results).
+    ///
+    /// A request without `Baton-Author-Signature` is the signed-in user's own, unsigned change; naming another
+    /// `Baton-Author` then is refused. A signed request (the device app signs every queued change) is accepted
+    /// only if the signature verifies with a key registered for its author on `Baton-Device`, current at
+    /// `Baton-Created-At`, which is no later than now (plus clock skew) and not before the author's account
+    /// existed; the author is active; and, for another user's change, the settings allow on-behalf uploads and
+    /// the uploader is registered on that device. Otherwise 403 naming the reason; nothing is applied.
     func attribution(for request: DataRequest, context: Context) throws -> Attribution {
-        guard let author = request.header("Baton-Author"), author != context.user else {
-            return Attribution(author: context.user, uploader: context.user)
+        guard let signatureText = request.header("Baton-Author-Signature") else {
+            if let author = request.header("Baton-Author"), author != context.user {
+                throw ServerError(
+                    .forbidden, "OnBehalfIncomplete",
+                    "A change uploaded on behalf of '\(author.prefix(64))' needs Baton-Author-Signature, Baton-Device, Baton-Created-At and Repeatability-Request-ID.",
+                    target: "Baton-Author")
+            }
+            return Attribution(author: context.user, uploader: context.user, authorRole: context.role)
         }
         func refuse(_ code: String, _ message: String) -> ServerError {
             ServerError(.forbidden, code, message, target: "Baton-Author")
         }
-        guard context.onBehalf.allowed else {
-            throw refuse(
-                "OnBehalfNotAllowed",
-                "This server does not accept changes uploaded on behalf of another user (setting shared-devices.upload-pending-changes-of-previous-user is false); '\(author.prefix(64))' must upload them."
-            )
-        }
-        guard let signatureText = request.header("Baton-Author-Signature"), let device = request.header("Baton-Device"),
+        guard let author = request.header("Baton-Author"), let device = request.header("Baton-Device"),
             let createdText = request.header("Baton-Created-At"),
-            let requestID = request.header("Repeatability-Request-ID")
+            let requestID = request.header("Repeatability-Request-ID"), request.header("Repeatability-First-Sent") != nil
         else {
             throw refuse(
                 "OnBehalfIncomplete",
-                "A change uploaded on behalf of '\(author.prefix(64))' needs Baton-Author-Signature, Baton-Device, Baton-Created-At and Repeatability-Request-ID."
+                "A signed change needs Baton-Author, Baton-Device, Baton-Created-At, Repeatability-Request-ID and Repeatability-First-Sent."
             )
+        }
+        let onBehalf = author != context.user
+        if onBehalf {
+            guard context.onBehalf.allowed else {
+                throw refuse(
+                    "OnBehalfNotAllowed",
+                    "This server does not accept changes uploaded on behalf of another user (setting shared-devices.upload-pending-changes-of-previous-user is false); '\(author.prefix(64))' must upload them."
+                )
+            }
+            guard context.onBehalf.uploaderDevices.contains(device) else {
+                throw refuse(
+                    "UploaderNotOnDevice",
+                    "Only a user registered on device '\(device.prefix(128))' uploads its changes on another user's behalf."
+                )
+            }
         }
         guard let created = ODataDateTimeOffset(parsing: createdText) else {
             throw ServerError.badRequest(
@@ -69,14 +105,20 @@ extension DataService {
         else {
             throw refuse("SignatureMalformed", "Baton-Author-Signature is not a base64 ECDSA P-256 signature.")
         }
-        let message = Self.canonicalChange(
-            requestID: requestID, method: request.method, url: request.url, body: request.body, createdAt: createdText,
-            device: device,
-            author: author)
         let createdDate = Date(
             timeIntervalSince1970: Double(created.utcSecondsSinceEpoch) + Double(created.time.picoseconds) / 1e12)
+        guard createdDate <= clock.now().addingTimeInterval(Self.signedTimeSkew) else {
+            throw refuse(
+                "SignedTimeInFuture",
+                "Baton-Created-At \(createdText.prefix(40)) lies in the future; a change is signed when it is recorded."
+            )
+        }
+        let signed = SignedFields(
+            author: author, device: device, createdAt: createdText, ifMatch: request.header("Baton-If-Match") ?? "")
+        let message = Self.canonicalChange(request, requestID: requestID, signed: signed)
         let keys = (record.keys[device] ?? []).filter { key in
-            key.registeredAt <= createdDate && (key.replacedAt.map { createdDate < $0 } ?? true)
+            key.registeredAt >= record.createdAt && key.registeredAt <= createdDate
+                && (key.replacedAt.map { createdDate < $0 } ?? true)
         }
         guard keys.contains(where: { $0.publicKey.isValidSignature(signature, for: message) }) else {
             throw refuse(
@@ -84,6 +126,30 @@ extension DataService {
                 "The signature does not verify with any key registered for '\(author.prefix(64))' on device '\(device.prefix(128))' at \(createdText.prefix(40))."
             )
         }
-        return Attribution(author: author, uploader: context.user)
+        guard let role = record.role else {
+            throw refuse("AuthorInactive", "'\(author.prefix(64))' is disabled or unknown.")
+        }
+        return Attribution(author: author, uploader: context.user, authorRole: role, signed: signed)
+    }
+
+    /// Whether the `If-Match` sent is the one the author signed: the same, stricter than a signed `*`, or an ETag
+    /// that a change recorded on the same device produced — the device moves a queued change onto the version
+    /// its earlier changes created. A version made anywhere else is one the author never saw.
+    ///
+    /// - Throws: ``ServerError`` 403 `IfMatchNotSigned` otherwise.
+    func checkSignedPrecondition(_ request: DataRequest, attribution: Attribution, in db: Database) throws {
+        guard let signed = attribution.signed, request.method != "POST" else { return }
+        let sent = request.header("If-Match") ?? ""
+        if sent == signed.ifMatch || signed.ifMatch == "*" { return }
+        if try Bool.fetchOne(
+            db.cachedStatement(sql: #"SELECT 1 FROM "$repeatability" WHERE device = ? AND etag = ?"#),
+            arguments: [signed.device, sent]) == true
+        {
+            return
+        }
+        throw ServerError(
+            .forbidden, "IfMatchNotSigned",
+            "If-Match is neither the one '\(attribution.author.prefix(64))' signed (Baton-If-Match) nor a version their device made; the change is refused. Read the entity again and record the change anew.",
+            target: "If-Match")
     }
 }

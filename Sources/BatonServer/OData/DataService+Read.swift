@@ -387,11 +387,3 @@ extension ODataURL {
         String(raw.split(separator: "?", maxSplits: 1).first ?? "")
     }
 }
-
-extension Data {
-    init?(base64URLEncoded text: String) {
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.count % 4 != 0 { base64 += "=" }
-        self.init(base64Encoded: base64)
-    }
-}

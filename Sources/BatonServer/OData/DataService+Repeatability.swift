@@ -8,17 +8,24 @@ extension DataService {
     /// Applies a change at most once when it carries `Repeatability-Request-ID` and `Repeatability-First-Sent`
     /// (OASIS Repeatable Requests 1.0).
     ///
+    /// Who the change counts as, and whether they may change the addressed entity set, is decided first: the
+    /// stored results are looked up only after that, and under the id's scope — the signing author and device
+    /// for a signed change, the signed-in user otherwise — so nobody reads another author's stored answer or
+    /// takes their request id first.
+    ///
     /// The result is stored in the same transaction as the change, so a crash can never leave a change applied
     /// without its record, or recorded without being applied. A replay with the same id and the same request
     /// returns the stored response with `Repeatability-Result: accepted`; the same id with a different request
     /// gets 409 with `Repeatability-Result: rejected`; a first-sent time older than the retention window gets
-    /// 412. Ids are global, not per user: a change recorded on one user's device and uploaded by another is
-    /// still applied once.
+    /// 412. After the retention window the stored answer is dropped but the id, the request's fingerprint and
+    /// the ETag it produced are kept for ever: a replay, however late, is never applied again.
     func changeRepeatably(
         _ url: ODataURL, request: DataRequest, in db: Database, context: Context, audit: inout [AuditEntry]
     )
         throws -> DataResponse
     {
+        let attribution = try attribution(for: request, context: context)
+        let target = try authorizedTarget(url, request: request, attribution: attribution, context: context, in: db)
         let repeatability: Repeatability?
         do {
             repeatability = try Repeatability(
@@ -28,7 +35,8 @@ extension DataService {
             throw ServerError(error)
         }
         guard let repeatability else {
-            return try apply(url, request: request, in: db, context: context, audit: &audit)
+            return try apply(
+                target, request: request, attribution: attribution, in: db, context: context, audit: &audit)
         }
         let now = clock.now()
         guard now.timeIntervalSince(repeatability.firstSent) <= configuration.repeatabilityRetention else {
@@ -39,22 +47,24 @@ extension DataService {
             error.headers = [(.repeatabilityResult, Repeatability.Result.rejected.rawValue)]
             throw error
         }
+        let scope = attribution.signed.map { "\($0.author)\n\($0.device)" } ?? context.user
         let fingerprint = Self.fingerprint(request)
         if let row = try Row.fetchOne(
-            db.cachedStatement(sql: #"SELECT * FROM "$repeatability" WHERE requestID = ?"#),
-            arguments: [repeatability.requestID])
+            db.cachedStatement(sql: #"SELECT * FROM "$repeatability" WHERE scope = ? AND requestID = ?"#),
+            arguments: [scope, repeatability.requestID])
         {
             guard row["fingerprint"] as String == fingerprint else {
                 var error = ServerError(
                     .conflict, "RepeatabilityConflict",
-                    "Repeatability-Request-ID '\(repeatability.requestID)' was already used for a different request; use a new id for a new request."
+                    "Repeatability-Request-ID '\(repeatability.requestID.prefix(64))' was already used for a different request; use a new id for a new request."
                 )
                 error.headers = [(.repeatabilityResult, Repeatability.Result.rejected.rawValue)]
                 throw error
             }
             return Self.storedResponse(row)
         }
-        var response = try apply(url, request: request, in: db, context: context, audit: &audit)
+        var response = try apply(
+            target, request: request, attribution: attribution, in: db, context: context, audit: &audit)
         response.headers.append(("Repeatability-Result", Repeatability.Result.accepted.rawValue))
         let headers = JSONValue.array(response.headers.map { .array([.string($0.0), .string($0.1)]) }).serialized
         let body: String? =
@@ -64,14 +74,21 @@ extension DataService {
             case .rawJSON(let bytes): String(decoding: bytes, as: UTF8.self)
             case .text(let text, _): text
             }
+        let etag = response.headers.first { $0.0 == "ETag" }?.1
         try db.cachedStatement(
-            sql:
-                #"INSERT INTO "$repeatability" (requestID, fingerprint, status, headers, body, createdAt) VALUES (?, ?, ?, ?, ?, ?)"#
+            sql: #"""
+                INSERT INTO "$repeatability" (scope, requestID, device, fingerprint, status, etag, headers, body, createdAt)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """#
         ).execute(
             arguments: [
-                repeatability.requestID, fingerprint, response.status, headers, body, now.timeIntervalSince1970,
+                scope, repeatability.requestID, attribution.signed?.device, fingerprint, response.status, etag,
+                headers, body, now.timeIntervalSince1970,
             ])
-        try db.cachedStatement(sql: #"DELETE FROM "$repeatability" WHERE createdAt < ?"#).execute(
+        // Past the retention window only the answer goes; the record that the request was applied stays.
+        try db.cachedStatement(
+            sql: #"UPDATE "$repeatability" SET headers = NULL, body = NULL WHERE createdAt < ? AND headers IS NOT NULL"#
+        ).execute(
             arguments: [now.addingTimeInterval(-configuration.repeatabilityRetention).timeIntervalSince1970])
         return response
     }
@@ -88,6 +105,12 @@ extension DataService {
     }
 
     static func storedResponse(_ row: Row) -> DataResponse {
+        guard row["headers"] as String? != nil else {
+            // Applied longer ago than the retention window: only the fact and the ETag are left.
+            var headers = [("Repeatability-Result", Repeatability.Result.accepted.rawValue)]
+            if let etag = row["etag"] as String? { headers.append(("ETag", etag)) }
+            return DataResponse(status: 204, headers: headers)
+        }
         var headers: [(String, String)] = []
         if let text = row["headers"] as String?, case .array(let pairs)? = try? JSONValue(parsing: text) {
             for pair in pairs {

@@ -8,6 +8,17 @@ extension DataService {
     struct Attribution: Sendable {
         var author: String
         var uploader: String
+        /// The author's role now (the signed-in user's, for their own unsigned change).
+        var authorRole: User.Role
+        /// The signed fields, for a signed change.
+        var signed: SignedFields?
+
+        init(author: String, uploader: String, authorRole: User.Role, signed: SignedFields? = nil) {
+            self.author = author
+            self.uploader = uploader
+            self.authorRole = authorRole
+            self.signed = signed
+        }
     }
 
     /// Applies a change; with repeatability headers, at most once (see ``changeRepeatably``).
@@ -17,9 +28,12 @@ extension DataService {
         try changeRepeatably(url, request: request, in: db, context: context, audit: &audit)
     }
 
-    func apply(_ url: ODataURL, request: DataRequest, in db: Database, context: Context, audit: inout [AuditEntry])
-        throws -> DataResponse
-    {
+    /// The entity set a change addresses, once its author may change it: ground staff change only
+    /// ``DataServiceConfiguration/groundStaffWritableSets``. For a change uploaded on someone's behalf it is the
+    /// author's role that counts, not the uploader's.
+    func authorizedTarget(
+        _ url: ODataURL, request: DataRequest, attribution: Attribution, context: Context, in db: Database
+    ) throws -> Target {
         guard case .resource = url.path else {
             throw ServerError(
                 .methodNotAllowed, "MethodNotAllowed", "\(request.method) is not allowed on this resource.")
@@ -30,10 +44,18 @@ extension DataService {
                 .notImplemented, "NotImplemented",
                 "Changing a single property or a count is not implemented; PATCH the entity.")
         }
-        guard context.role != .groundStaff || configuration.groundStaffWritableSets.contains(target.set.name) else {
-            throw ServerError.forbidden("Only supervisors and admins change \(target.set.name).")
+        guard attribution.authorRole != .groundStaff || configuration.groundStaffWritableSets.contains(target.set.name)
+        else {
+            let who = attribution.author == context.user ? "" : " ('\(attribution.author.prefix(64))' is ground staff)"
+            throw ServerError.forbidden("Only supervisors and admins change \(target.set.name)\(who).")
         }
-        let attribution = try attribution(for: request, context: context)
+        return target
+    }
+
+    func apply(
+        _ target: Target, request: DataRequest, attribution: Attribution, in db: Database, context: Context,
+        audit: inout [AuditEntry]
+    ) throws -> DataResponse {
         let preferences = try preferences(request)
         switch request.method {
         case "POST":
@@ -56,11 +78,24 @@ extension DataService {
             guard target.single else {
                 throw ServerError(.methodNotAllowed, "MethodNotAllowed", "DELETE needs one entity: add its key.")
             }
-            return try delete(target, request: request, in: db, context: context, audit: &audit)
+            return try delete(target, request: request, attribution: attribution, in: db, context: context, audit: &audit)
         default:
             throw ServerError(
                 .methodNotAllowed, "MethodNotAllowed", "\(request.method) is not supported by the data service.")
         }
+    }
+
+    /// Refuses a change of a final entity (``DataServiceConfiguration/finalEntities``) by ground staff who are not
+    /// its author: a final check is changed only by whoever recorded it, or by a supervisor or admin.
+    func checkOwnership(_ target: Target, current: StoredEntity, attribution: Attribution) throws {
+        guard attribution.authorRole == .groundStaff, let rule = configuration.finalEntities[target.set.name],
+            current.values[rule.statusProperty] == .string(rule.finalValue),
+            current.values[rule.authorProperty] != .string(attribution.author)
+        else { return }
+        throw ServerError(
+            .forbidden, "NotTheAuthor",
+            "\(target.canonical ?? target.set.name) is \(rule.finalValue) and was recorded by someone else; only its author or a supervisor changes it."
+        )
     }
 
     /// Sets the server-kept properties the type has: `ChangedAt`, `CheckedBy`, `UploadedBy`.
@@ -146,7 +181,9 @@ extension DataService {
         in db: Database,
         context: Context, audit: inout [AuditEntry]
     ) throws -> DataResponse {
+        try checkSignedPrecondition(request, attribution: attribution, in: db)
         let current = try precondition(target, request: request, in: db)
+        try checkOwnership(target, current: current, attribution: attribution)
         let payload = try decode(request, as: target.type, mode: replace ? .replace : .merge)
         for name in target.type.key where payload.values[name] != nil && payload.values[name] != current.values[name] {
             throw ServerError.badRequest(
@@ -187,11 +224,13 @@ extension DataService {
             defaultRepresentation: false)
     }
 
-    func delete(_ target: Target, request: DataRequest, in db: Database, context: Context, audit: inout [AuditEntry])
-        throws
-        -> DataResponse
-    {
+    func delete(
+        _ target: Target, request: DataRequest, attribution: Attribution, in db: Database, context: Context,
+        audit: inout [AuditEntry]
+    ) throws -> DataResponse {
+        try checkSignedPrecondition(request, attribution: attribution, in: db)
         let current = try precondition(target, request: request, in: db)
+        try checkOwnership(target, current: current, attribution: attribution)
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
         let delete = try translator.delete(from: target.set.name, key: key)
         try db.cachedStatement(sql: delete.sql).execute(arguments: delete.statementArguments)
@@ -201,10 +240,7 @@ extension DataService {
             sql: #"INSERT INTO "$removed" (seq, entitySet, keyJSON, removedAt) VALUES (?, ?, ?, ?)"#,
             arguments: [sequence, target.set.name, canonical, clock.now().timeIntervalSince1970])
         try DataStore.purgeTombstones(db, before: clock.now().addingTimeInterval(-configuration.deltaRetention))
-        audit.append(
-            auditEntry(
-                "entity-deleted", canonical, attribution: Attribution(author: context.user, uploader: context.user),
-                context: context))
+        audit.append(auditEntry("entity-deleted", canonical, attribution: attribution, context: context))
         return DataResponse(status: 204)
     }
 

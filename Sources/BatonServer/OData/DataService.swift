@@ -33,6 +33,8 @@ struct DataService: Sendable {
         var version: ODataVersion
         /// What on-behalf uploads in this request may rely on.
         var onBehalf = OnBehalfPolicy()
+        /// The answer budget of the `$batch` this request belongs to.
+        var budget: ResponseBudget?
     }
 
     /// Runs one request and returns the response and the audit entries its changes produced.
@@ -64,7 +66,7 @@ struct DataService: Sendable {
         } catch let error as ServerError {
             return (.error(error), [])
         } catch let error as BatonSQLError {
-            return (.error(ServerError(.badRequest, error.code.rawValue, error.message)), [])
+            return (.error(ServerError(error)), [])
         } catch {
             return (
                 .error(

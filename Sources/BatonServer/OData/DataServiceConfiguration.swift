@@ -12,6 +12,8 @@ public struct DataServiceConfiguration: Sendable {
     public var maximumExpandDepth = 3
     /// The most requests a `$batch` may hold. Default: 100.
     public var maximumBatchRequests = 100
+    /// The most bytes the answers of one `$batch` may hold; later reads in it answer 413. Default: 4 MiB.
+    public var maximumBatchResponseSize = 4 * 1024 * 1024
     /// The largest request body in bytes (a `$batch` included). Default: 1 MiB.
     public var maximumBodySize = 1024 * 1024
     /// How long deletions are remembered for delta links, in seconds; older delta tokens get 410 Gone.
@@ -22,6 +24,28 @@ public struct DataServiceConfiguration: Sendable {
     /// The entity sets ground staff may change; supervisors and admins change every set. Default:
     /// `PreflightChecks`.
     public var groundStaffWritableSets: Set<String> = ["PreflightChecks"]
+    /// Entity sets whose entities, once final, only their author (or a supervisor or admin) may change or delete.
+    /// Default: `PreflightChecks`, final when `Status` is `final`, authored by `CheckedBy`.
+    public var finalEntities: [String: FinalEntityRule] = [
+        "PreflightChecks": FinalEntityRule(authorProperty: "CheckedBy", statusProperty: "Status", finalValue: "final")
+    ]
+
+    /// When an entity counts as final, and who its author is.
+    public struct FinalEntityRule: Sendable {
+        /// The server-kept property naming the author.
+        public var authorProperty: String
+        /// The property holding the status.
+        public var statusProperty: String
+        /// The status value that makes the entity final.
+        public var finalValue: String
+
+        /// Creates a rule.
+        public init(authorProperty: String, statusProperty: String, finalValue: String) {
+            self.authorProperty = authorProperty
+            self.statusProperty = statusProperty
+            self.finalValue = finalValue
+        }
+    }
 
     /// The defaults.
     public init() {}

@@ -74,12 +74,39 @@ struct DataStore: Sendable {
                 INSERT INTO "$sequence" (id, value, horizon) VALUES (1, 0, 0) ON CONFLICT(id) DO NOTHING;
                 CREATE TABLE IF NOT EXISTS "$removed" (seq INTEGER PRIMARY KEY, entitySet TEXT NOT NULL, keyJSON TEXT NOT NULL, removedAt REAL NOT NULL);
                 CREATE INDEX IF NOT EXISTS "$removedSet" ON "$removed" (entitySet, seq);
-                CREATE TABLE IF NOT EXISTS "$repeatability" (
-                    requestID TEXT PRIMARY KEY NOT NULL, fingerprint TEXT NOT NULL, status INTEGER NOT NULL,
-                    headers TEXT NOT NULL, body TEXT, createdAt REAL NOT NULL);
-                -- Every change prunes expired records and tombstones: without these, each prune scans the table.
-                CREATE INDEX IF NOT EXISTS "$repeatabilityCreated" ON "$repeatability" (createdAt);
                 CREATE INDEX IF NOT EXISTS "$removedAt" ON "$removed" (removedAt);
+                """)
+        try migrateRepeatability(db)
+    }
+
+    /// The records of applied repeatable requests: keyed by scope (the signing author and device, or the
+    /// signed-in user) and request id; kept for ever, their stored answers only for the retention window.
+    /// A store from before scopes (ids were global, records deleted after the window) is moved over.
+    static func migrateRepeatability(_ db: Database) throws {
+        let columns = try Row.fetchAll(db, sql: #"PRAGMA table_info("$repeatability")"#).map { $0["name"] as String }
+        guard !columns.contains("scope") else { return }
+        try db.execute(
+            sql: """
+                CREATE TABLE "$repeatabilityScoped" (
+                    scope TEXT NOT NULL, requestID TEXT NOT NULL, device TEXT, fingerprint TEXT NOT NULL,
+                    status INTEGER NOT NULL, etag TEXT, headers TEXT, body TEXT, createdAt REAL NOT NULL,
+                    PRIMARY KEY (scope, requestID));
+                """)
+        if !columns.isEmpty {
+            try db.execute(
+                sql: """
+                    INSERT INTO "$repeatabilityScoped" (scope, requestID, fingerprint, status, headers, body, createdAt)
+                    SELECT '', requestID, fingerprint, status, headers, body, createdAt FROM "$repeatability";
+                    DROP TABLE "$repeatability";
+                    """)
+        }
+        try db.execute(
+            sql: """
+                ALTER TABLE "$repeatabilityScoped" RENAME TO "$repeatability";
+                -- Every change drops the answers past the window: without this index, each prune scans the table.
+                CREATE INDEX "$repeatabilityAnswered" ON "$repeatability" (createdAt) WHERE headers IS NOT NULL;
+                -- A queued change moved onto a version its device made is checked against the ETags made there.
+                CREATE INDEX "$repeatabilityDevice" ON "$repeatability" (device, etag) WHERE device IS NOT NULL;
                 """)
     }
 

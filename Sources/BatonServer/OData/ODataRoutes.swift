@@ -100,16 +100,23 @@ struct ODataRoutes {
         }
         var context = context
         var authors: [String: DataService.OnBehalfPolicy.Author] = [:]
+        var seen: Set<[String]> = []
         for request in requests {
             let inner = DataRequest(method: request.method, url: request.url, headers: request.headers, body: [])
+            // A queue's changes share few (author, device) pairs: each is looked up once.
+            let pair = [inner.header("Baton-Author") ?? "", inner.header("Baton-Device") ?? ""]
+            guard inner.header("Baton-Author-Signature") != nil, seen.insert(pair).inserted else { continue }
             let policy = try await onBehalfPolicy(for: inner, signedIn: context.user)
             context.onBehalf.allowed = context.onBehalf.allowed || policy.allowed
+            context.onBehalf.uploaderDevices.formUnion(policy.uploaderDevices)
             authors.merge(policy.authors) { first, second in
-                DataService.OnBehalfPolicy.Author(
-                    active: first.active, keys: first.keys.merging(second.keys) { a, _ in a })
+                var merged = first
+                merged.keys.merge(second.keys) { a, _ in a }
+                return merged
             }
         }
         context.onBehalf.authors = authors
+        context.budget = ResponseBudget(limit: service.configuration.maximumBatchResponseSize)
         let (responses, entries) = await service.batch(requests, context: context)
         await recordAudit(entries, logger: logger)
         var headers: HTTPFields = [.odataVersion: version.rawValue]
@@ -141,9 +148,12 @@ struct ODataRoutes {
         }
     }
 
-    /// Fetches what an on-behalf upload needs: the setting, the author's status and key history.
+    /// Fetches what a signed change needs: the setting, the author's account and key history on the device
+    /// named, and whether the signed-in user is registered there.
     func onBehalfPolicy(for request: DataRequest, signedIn: String) async throws -> DataService.OnBehalfPolicy {
-        guard let author = request.header("Baton-Author"), author != signedIn else {
+        guard request.header("Baton-Author-Signature") != nil, let author = request.header("Baton-Author"),
+            User.isValidName(author)
+        else {
             return DataService.OnBehalfPolicy()
         }
         var policy = DataService.OnBehalfPolicy()
@@ -152,8 +162,13 @@ struct ODataRoutes {
         var keys: [String: [DeviceRegistry.SigningKey]] = [:]
         if let device = request.header("Baton-Device"), DeviceRegistry.isValidDeviceID(device) {
             keys[device] = try await devices.signingKeys(device: device, user: author)
+            if author != signedIn, try await devices.isRegistered(device: device, user: signedIn) {
+                policy.uploaderDevices.insert(device)
+            }
         }
-        policy.authors[author] = .init(active: user.map { !$0.disabled } ?? false, keys: keys)
+        policy.authors[author] = .init(
+            active: user.map { !$0.disabled } ?? false, role: user?.role, createdAt: user?.createdAt ?? .distantFuture,
+            keys: keys)
         return policy
     }
 

@@ -125,6 +125,30 @@ public struct ServerDatabase: Sendable {
                     );
                     """)
         }
+        migrator.registerMigration("deviceBinding") { db in
+            // Devices prove possession of a device key; a backup keeps the store key it was sealed with (a device
+            // left by all its users gets a new one); signing keys belong to one (user, device) for ever.
+            try db.execute(
+                sql: """
+                    ALTER TABLE devices ADD COLUMN publicKey BLOB;
+                    ALTER TABLE discardedChanges ADD COLUMN sealedStoreKey BLOB;
+                    CREATE TABLE signingKeysOwned (
+                        user TEXT NOT NULL,
+                        device TEXT NOT NULL,
+                        id TEXT NOT NULL,
+                        publicKey BLOB NOT NULL,
+                        registeredAt REAL NOT NULL,
+                        replacedAt REAL,
+                        PRIMARY KEY (user, device, id)
+                    );
+                    INSERT INTO signingKeysOwned (user, device, id, publicKey, registeredAt, replacedAt)
+                        SELECT user, device, id, publicKey, registeredAt, replacedAt FROM signingKeys;
+                    DROP TABLE signingKeys;
+                    ALTER TABLE signingKeysOwned RENAME TO signingKeys;
+                    CREATE UNIQUE INDEX signingKeysID ON signingKeys(id);
+                    CREATE INDEX signingKeysOwner ON signingKeys(device, user);
+                    """)
+        }
         return migrator
     }
 }

@@ -44,7 +44,11 @@ struct Device: Sendable {
         guard let url = URL(string: text), url.scheme == "http" || url.scheme == "https", url.host != nil else {
             throw AppError(.usage, "'\(text)' is not a server URL; give one like http://127.0.0.1:8080.")
         }
-        if saved == nil { try Data(text.utf8).write(to: remembered, options: .atomic) }
+        do { try BatonClient.checkTransport(url) } catch { throw AppError(.usage, error.message) }
+        if saved == nil {
+            try Data(text.utf8).write(to: remembered, options: .atomic)
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: remembered.path)
+        }
 
         let store = try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,

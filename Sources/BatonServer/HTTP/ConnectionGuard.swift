@@ -1,0 +1,117 @@
+import NIOCore
+import NIOHTTPTypes
+import Synchronization
+
+/// How long a connection may keep the server waiting, and how many connections it holds, with every default
+/// stated. Silent or slow connections are closed, so a few hundred of them cannot stop the server answering.
+public struct ConnectionLimits: Sendable {
+    /// From a connection's opening, or the end of its previous answer, until the next request's head has fully
+    /// arrived — the idle time of a kept-alive connection and the time to send headers. Default: 30 seconds.
+    public var headTimeout: TimeAmount = .seconds(30)
+    /// From a request's head until the end of its body. Default: 30 seconds.
+    public var bodyTimeout: TimeAmount = .seconds(30)
+    /// The most open connections. Default: 4,096.
+    public var maximumConnections = 4_096
+    /// The most open connections from one address (a load balancer is one address: raise it there).
+    /// Default: 256.
+    public var maximumConnectionsPerAddress = 256
+
+    /// The defaults.
+    public init() {}
+}
+
+/// Counts the open connections, in all and per address, across every event loop.
+final class ConnectionCounter: Sendable {
+    let limits: ConnectionLimits
+    let state = Mutex<(total: Int, perAddress: [String: Int])>((0, [:]))
+
+    init(limits: ConnectionLimits) { self.limits = limits }
+
+    /// Takes a place for a connection from `address`; `false` when the limits are reached.
+    func open(_ address: String) -> Bool {
+        state.withLock { state in
+            guard state.total < limits.maximumConnections,
+                state.perAddress[address, default: 0] < limits.maximumConnectionsPerAddress
+            else { return false }
+            state.total += 1
+            state.perAddress[address, default: 0] += 1
+            return true
+        }
+    }
+
+    func close(_ address: String) {
+        state.withLock { state in
+            state.total -= 1
+            let left = state.perAddress[address, default: 1] - 1
+            state.perAddress[address] = left > 0 ? left : nil
+        }
+    }
+
+    var openConnections: Int { state.withLock { $0.total } }
+}
+
+/// Enforces ``ConnectionLimits`` on one HTTP/1 connection: refuses it over the connection limits, and closes it
+/// when a request's head or body does not arrive in time. While a request is being answered no timer runs.
+final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPRequestPart
+    typealias InboundOut = HTTPRequestPart
+    typealias OutboundIn = HTTPResponsePart
+    typealias OutboundOut = HTTPResponsePart
+
+    let counter: ConnectionCounter
+    var address: String?
+    var timer: Scheduled<Void>?
+    /// Requests read completely and not yet answered.
+    var unanswered = 0
+    var readingBody = false
+
+    init(counter: ConnectionCounter) { self.counter = counter }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        let address = context.channel.remoteAddress?.ipAddress ?? "local"
+        guard counter.open(address) else {
+            context.close(promise: nil)
+            return
+        }
+        self.address = address
+        arm(context, counter.limits.headTimeout)
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        timer?.cancel()
+        timer = nil
+        if let address {
+            counter.close(address)
+            self.address = nil
+        }
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head:
+            readingBody = true
+            arm(context, counter.limits.bodyTimeout)
+        case .body: break
+        case .end:
+            readingBody = false
+            unanswered += 1
+            timer?.cancel()
+            timer = nil
+        }
+        context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        if case .end = unwrapOutboundIn(data) {
+            unanswered = max(0, unanswered - 1)
+            if unanswered == 0 && !readingBody { arm(context, counter.limits.headTimeout) }
+        }
+        context.write(data, promise: promise)
+    }
+
+    func arm(_ context: ChannelHandlerContext, _ timeout: TimeAmount) {
+        timer?.cancel()
+        let channel = context.channel
+        timer = context.eventLoop.scheduleTask(in: timeout) { channel.close(promise: nil) }
+    }
+}
