@@ -187,7 +187,7 @@ let package = Package(
         // Replays inputs through every parser; built with `-sanitize=fuzzer` it is a libFuzzer target.
         .executableTarget(
             name: "baton-fuzz",
-            dependencies: ["BatonOData"],
+            dependencies: ["BatonOData", "BatonSQL"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -205,6 +205,7 @@ let package = Package(
             dependencies: [
                 "BatonServer",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "PropertyBased", package: "swift-property-based"),
             ],
             resources: [.copy("Interop")],
             swiftSettings: swiftSettings

@@ -1,12 +1,24 @@
 import BatonOData
+import BatonSQL
 import Foundation
 
-/// Feeds one input to every parser; none may crash or hang. Errors are expected and ignored.
+/// Feeds one input to every parser and what parses to the SQL translation; none may crash or hang. Errors are expected and ignored.
 func exercise(_ data: [UInt8]) {
     guard let model = FuzzModel.shared else { return }
     let text = String(decoding: data, as: UTF8.self)
-    _ = try? ODataURL(parsing: text, model: model)
-    _ = try? ODataURL(parsing: "PreflightChecks?$filter=" + text, model: model)
+    for candidate in [text, "PreflightChecks?$filter=" + text, "PreflightChecks?$search=" + text,
+        "PreflightChecks?$orderby=" + text, "Aircraft?$expand=" + text]
+    {
+        // What parses goes on through the SQL translation, in both dialects, as the server and the offline store
+        // run it.
+        guard let url = try? ODataURL(parsing: candidate, model: model),
+            case .resource(let segments) = url.path, case .entitySet(let set)? = segments.first
+        else { continue }
+        for dialect in [SQLDialect.sqlite, .postgres] {
+            _ = try? SQLTranslator(model: model, dialect: dialect).select(from: set, options: url.query)
+            _ = try? SQLTranslator(model: model, dialect: dialect).count(from: set, options: url.query)
+        }
+    }
     _ = try? JSONValue(parsing: data)
     _ = try? JSONBatch.decodeRequests(data)
     _ = try? MultipartBatch.decodeRequests(data, boundary: "b")

@@ -202,7 +202,7 @@ import Testing
         }
     }
 
-    @Test func bruteForceIsThrottledPerUserWithRetryAfter() async throws {
+    @Test func bruteForceIsSlowedDownWithADoublingRetryAfter() async throws {
         let server = try await TestServer()
         defer { server.remove() }
         try await server.addUser("alice")
@@ -211,23 +211,28 @@ import Testing
                 ("grant_type", "password"), ("client_id", "baton-device"), ("username", "alice"),
                 ("password", "guess-guess-1"),
             ]
-            for _ in 0..<5 {
-                let (status, _) = try await client.token(wrong)
-                #expect(status == .badRequest)
+            func attempt(_ form: [(String, String)]) async throws -> (HTTPResponse.Status, String?, [String: Any]) {
+                try await client.execute(uri: "/oauth/token", method: .post, headers: formHeaders, body: formBody(form))
+                {
+                    ($0.status, $0.headers[.retryAfter], TestClient.Response.object($0.body))
+                }
             }
-            let throttled = try await client.execute(
-                uri: "/oauth/token", method: .post, headers: formHeaders, body: formBody(wrong)
-            ) {
-                ($0.status, $0.headers[.retryAfter], TestClient.Response.object($0.body))
+            for _ in 0..<5 { #expect(try await attempt(wrong).0 == .badRequest) }
+            // Past five free failures each further one doubles the wait: 1 s, 2 s, 4 s, …
+            for wait in [1, 2, 4, 8] {
+                let throttled = try await attempt(wrong)
+                #expect(throttled.0 == .tooManyRequests)
+                #expect(throttled.1 == "\(wait)")
+                #expect(
+                    throttled.2["error_description"] as? String
+                        == "Too many failed sign-ins. Try again in \(wait) seconds.")
+                // Even the right password waits.
+                let right = Array(wrong.dropLast()) + [("password", "correct-horse-battery")]
+                #expect(try await attempt(right).0 == .tooManyRequests)
+                server.clock.advance(by: TimeInterval(wait))
+                #expect(try await attempt(wrong).0 == .badRequest)
             }
-            #expect(throttled.0 == .tooManyRequests)
-            #expect(throttled.1 == "900")
-            #expect(
-                throttled.2["error_description"] as? String == "Too many failed sign-ins. Try again in 900 seconds.")
-            // Even the right password waits, until the window passes.
-            let (blocked, _) = try await client.token(Array(wrong.dropLast()) + [("password", "correct-horse-battery")])
-            #expect(blocked == .tooManyRequests)
-            server.clock.advance(by: 901)
+            server.clock.advance(by: 16)
             _ = try await client.signIn("alice")
         }
     }
@@ -238,7 +243,7 @@ import Testing
         let server = try await TestServer()
         defer { server.remove() }
         try await server.test { client in
-            for attempt in 0..<20 {
+            for attempt in 0..<50 {
                 let (status, _) = try await client.token([
                     ("grant_type", "password"), ("client_id", "baton-device"), ("username", "guess\(attempt)"),
                     ("password", "guess-guess-1"),

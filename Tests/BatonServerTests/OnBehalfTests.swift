@@ -15,21 +15,35 @@ import Testing
     static func signedChange(
         _ id: String, requestID: String, key: P256.Signing.PrivateKey, createdAt: String, device: String = "tablet-7",
         method: String = "POST", url: String = "PreflightChecks", body: String? = nil, author: String = "alice",
-        firstSent: String
+        ifMatch: String? = nil, firstSent: String
     ) throws -> (headers: [(String, String)], body: String) {
         let body = body ?? Fixtures.check(id, fuel: "6100.5")
         let message = [
-            "baton-change-v1", requestID, method, url,
+            "baton-change-v2", requestID, method, url,
             SHA256.hash(data: Data(body.utf8)).map { String(format: "%02x", $0) }.joined(), createdAt, device, author,
+            ifMatch ?? "",
         ].joined(separator: "\n")
         let signature = try key.signature(for: Data(message.utf8)).rawRepresentation.base64EncodedString()
-        return (
-            [
-                ("Repeatability-Request-ID", requestID), ("Repeatability-First-Sent", firstSent),
-                ("Baton-Author", author),
-                ("Baton-Author-Signature", signature), ("Baton-Device", device), ("Baton-Created-At", createdAt),
-            ], body
-        )
+        var headers = [
+            ("Repeatability-Request-ID", requestID), ("Repeatability-First-Sent", firstSent),
+            ("Baton-Author", author),
+            ("Baton-Author-Signature", signature), ("Baton-Device", device), ("Baton-Created-At", createdAt),
+        ]
+        if let ifMatch { headers += [("Baton-If-Match", ifMatch), ("If-Match", ifMatch)] }
+        return (headers, body)
+    }
+
+    /// Registers the token's user on `device` with `key`, approved by the device key.
+    static func register(
+        _ client: any TestClientProtocol, _ token: String, device: String = "tablet-7", key: P256.Signing.PrivateKey
+    ) async throws -> HTTPResponse.Status {
+        try await client.execute(
+            uri: "/devices/\(device)/registration", method: .put,
+            headers: [.authorization: "Bearer \(token)", .contentType: "application/json"],
+            body: ByteBuffer(
+                string: DeviceKeys.body(
+                    device: device, token: token, publicKey: key.publicKey.x963Representation.base64EncodedString()))
+        ) { $0.status }
     }
 
     /// A world where alice registered tablet-7 with `key`, and bob is signed in.
@@ -45,13 +59,10 @@ import Testing
                     "shared-devices.upload-pending-changes-of-previous-user", to: "false")
             }
             let key = P256.Signing.PrivateKey()
-            let registered = try await client.execute(
-                uri: "/devices/tablet-7/registration", method: .put,
-                headers: [.authorization: "Bearer \(alice)", .contentType: "application/json"],
-                body: ByteBuffer(string: #"{"publicKey":"\#(key.publicKey.x963Representation.base64EncodedString())"}"#)
-            ) { $0.status }
-            #expect(registered == .ok)
+            #expect(try await Self.register(client, alice, key: key) == .ok)
             let bob = try await client.signIn("bob").access
+            // Bob is a user of tablet-7 too: only its users upload its queue.
+            #expect(try await Self.register(client, bob, key: P256.Signing.PrivateKey()) == .ok)
             try await body(server, client, bob, key, Self.now(server))
         }
     }
@@ -64,13 +75,7 @@ import Testing
     static func reRegisterAnHourLater(_ server: TestServer, _ client: any TestClientProtocol) async throws {
         server.clock.advance(by: 3600)
         let alice = try await client.signIn("alice").access
-        let newKey = P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString()
-        let status = try await client.execute(
-            uri: "/devices/tablet-7/registration", method: .put,
-            headers: [.authorization: "Bearer \(alice)", .contentType: "application/json"],
-            body: ByteBuffer(string: #"{"publicKey":"\#(newKey)"}"#)
-        ) { $0.status }
-        #expect(status == .ok)
+        #expect(try await Self.register(client, alice, key: P256.Signing.PrivateKey()) == .ok)
     }
 
     static func firstSent(_ server: TestServer) -> String {
@@ -162,7 +167,8 @@ import Testing
             default:
                 // Alice re-registered with a new key an hour before this change was created: her old key no longer counts.
                 try await Self.reRegisterAnHourLater(server, client)
-                let later = Self.now(server, plus: 1800)
+                server.clock.advance(by: 1800)
+                let later = Self.now(server, plus: 0)
                 change = try Self.signedChange(
                     Fixtures.id(1), requestID: "r-late", key: key, createdAt: later, firstSent: Self.firstSent(server))
                 expected =

@@ -123,7 +123,7 @@ import Testing
         try await client.execute(
             uri: "/devices/\(device)/registration", method: .put,
             headers: [.authorization: "Bearer \(token)", .contentType: "application/json"],
-            body: ByteBuffer(string: #"{"publicKey":"\#(key)"}"#)
+            body: ByteBuffer(string: DeviceKeys.body(device: device, token: token, publicKey: key))
         ) { ($0.status, TestClient.Response.object($0.body)) }
     }
 
@@ -249,7 +249,10 @@ import Testing
             "tablet-7", #"{"publicKey":"bm90IGEga2V5"}"#,
             "publicKey is not a P-256 public key (X9.63, raw or DER SubjectPublicKeyInfo)."
         ),
-        ("tablet-7", #"{"key":"x"}"#, "The body must be {\"publicKey\": \"<base64 P-256 public key>\"}."),
+        (
+            "tablet-7", #"{"key":"x"}"#,
+            "The body must be {\"publicKey\": \"<base64 P-256 public key>\", \"deviceKey\": …, \"deviceProof\": …}."
+        ),
     ])
     func badRegistrationsAreRefused(device: String, body: String, message: String) async throws {
         let server = try await TestServer()

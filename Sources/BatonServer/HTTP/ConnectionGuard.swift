@@ -70,7 +70,9 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         let address = context.channel.remoteAddress?.ipAddress ?? "local"
         guard counter.open(address) else {
-            context.close(promise: nil)
+            // Closed once set-up has finished, so the server's connection handling sees an ordinary close.
+            let channel = context.channel
+            context.eventLoop.execute { channel.close(promise: nil) }
             return
         }
         self.address = address

@@ -1,0 +1,535 @@
+import BatonOData
+import BatonServer
+import Crypto
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import NIOCore
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The attacks of docs/SECURITY.md, each driven over HTTP by someone who holds an ordinary account (or a stolen
+/// tablet's files, or a captured request) against a real server on 127.0.0.1. Each failed before the fix.
+@Suite struct SecurityTests {
+    /// A server with alice and bob (ground staff) and sam (supervisor), served for real on loopback.
+    static func live(
+        configure: @escaping (inout BatonServerConfiguration) -> Void = { _ in },
+        _ body: @Sendable (TestServer, any TestClientProtocol) async throws -> Void
+    ) async throws {
+        let server = try await TestServer(configure: configure)
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.addUser("bob")
+        try await server.addUser("mallory")
+        try await server.server.users.add(
+            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
+        try await server.server.application().test(.live) { client in try await body(server, client) }
+    }
+
+    // MARK: A stolen tablet plus any account
+
+    @Test func anAccountThatWasNeverOnTheTabletGetsNeitherARegistrationNorItsStoreKey() async throws {
+        try await Self.live { _, client in
+            let alice = try await client.signIn("alice").access
+            #expect(try await OnBehalfTests.register(client, alice, key: P256.Signing.PrivateKey()) == .ok)
+            // The thief knows the device id (it is in a plain file on the tablet) and has mallory's password,
+            // but no passcode of the tablet's users, so no device key.
+            let mallory = try await client.signIn("mallory").access
+            let key = P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString()
+            for body in [
+                #"{"publicKey":"\#(key)"}"#,
+                // A device key of their own, claiming the device anew.
+                DeviceKeys.body(device: "tablet-7", token: mallory, publicKey: key, approver: .init()),
+            ] {
+                let (status, reply) = try await client.execute(
+                    uri: "/devices/tablet-7/registration", method: .put,
+                    headers: [.authorization: "Bearer \(mallory)", .contentType: "application/json"],
+                    body: ByteBuffer(string: body)
+                ) { ($0.status, TestClient.Response.object($0.body)) }
+                #expect(status == .forbidden)
+                #expect(
+                    (reply["error"] as? [String: Any])?["message"] as? String
+                        == "Registering on device 'tablet-7' needs the approval of one of its users (a proof signed with the device key)."
+                )
+            }
+            #expect(try await client.get("/devices/tablet-7/store-key", token: mallory).0 == .forbidden)
+            // With a user's approval (the device key from an unlocked secure store), bob joins.
+            let bob = try await client.signIn("bob").access
+            #expect(try await OnBehalfTests.register(client, bob, key: P256.Signing.PrivateKey()) == .ok)
+            #expect(try await client.get("/devices/tablet-7/store-key", token: bob).0 == .ok)
+        }
+    }
+
+    @Test func aDeviceAllItsUsersLeftGetsANewStoreKeyWithANewDeviceKey() async throws {
+        try await Self.live { _, client in
+            let alice = try await client.signIn("alice").access
+            #expect(try await OnBehalfTests.register(client, alice, key: P256.Signing.PrivateKey()) == .ok)
+            let (_, old, _) = try await client.get("/devices/tablet-7/store-key", token: alice)
+            let left = try await client.execute(
+                uri: "/devices/tablet-7/registration", method: .delete, headers: [.authorization: "Bearer \(alice)"]
+            ) { $0.status }
+            #expect(left == .noContent)
+            let mallory = try await client.signIn("mallory").access
+            let key = P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString()
+            let fresh = DeviceKeys.body(device: "tablet-7", token: mallory, publicKey: key, approver: .init())
+            let status = try await client.execute(
+                uri: "/devices/tablet-7/registration", method: .put,
+                headers: [.authorization: "Bearer \(mallory)", .contentType: "application/json"],
+                body: ByteBuffer(string: fresh)
+            ) { $0.status }
+            #expect(status == .ok)
+            let (_, new, _) = try await client.get("/devices/tablet-7/store-key", token: mallory)
+            #expect(new["key"] as? String != nil)
+            #expect(new["key"] as? String != old["key"] as? String)
+        }
+    }
+
+    // MARK: Signed changes
+
+    /// alice's key on tablet-7, bob registered there too; `body` gets bob's token and alice's key.
+    static func handover(
+        configure: @escaping (inout BatonServerConfiguration) -> Void = { _ in },
+        _ body: @Sendable (TestServer, any TestClientProtocol, String, P256.Signing.PrivateKey) async throws -> Void
+    ) async throws {
+        try await live(configure: configure) { server, client in
+            let alice = try await client.signIn("alice").access
+            let sam = try await client.signIn("sam").access
+            #expect(try await client.odata(.post, "Aircraft", token: sam, body: Fixtures.aircraft).status == .created)
+            let key = P256.Signing.PrivateKey()
+            #expect(try await OnBehalfTests.register(client, alice, key: key) == .ok)
+            let bob = try await client.signIn("bob").access
+            #expect(try await OnBehalfTests.register(client, bob, key: P256.Signing.PrivateKey()) == .ok)
+            try await body(server, client, bob, key)
+        }
+    }
+
+    @Test func aGroundStaffAuthorsChangeToAircraftIsRefusedWhenASupervisorUploadsIt() async throws {
+        try await Self.handover { server, client, _, key in
+            let sam = try await client.signIn("sam").access
+            #expect(try await OnBehalfTests.register(client, sam, key: P256.Signing.PrivateKey()) == .ok)
+            let change = try OnBehalfTests.signedChange(
+                "", requestID: "r-aircraft", key: key, createdAt: OnBehalfTests.now(server), method: "PATCH",
+                url: "Aircraft('D-AIBL')", body: #"{"Status":"grounded"}"#, ifMatch: "*",
+                firstSent: OnBehalfTests.firstSent(server))
+            let reply = try await client.odata(
+                .patch, "Aircraft('D-AIBL')", token: sam, headers: change.headers, body: change.body)
+            #expect(reply.status == .forbidden)
+            #expect(reply.error == "Only supervisors and admins change Aircraft ('alice' is ground staff).")
+            let aircraft = try await client.odata(.get, "Aircraft('D-AIBL')", token: sam)
+            #expect(aircraft.json["Status"] as? String == "ready")
+        }
+    }
+
+    @Test func aSignedChangeRefusedWith412IsNotAppliedWhenResentWithIfMatchStar() async throws {
+        try await Self.handover { server, client, bob, key in
+            let alice = try await client.signIn("alice").access
+            let id = Fixtures.id(1)
+            let created = try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(id))
+            let seen = try #require(created.etag)
+            // Someone changes the check after alice read it.
+            let now = try await client.odata(
+                .patch, "PreflightChecks(\(id))", token: alice, headers: [("If-Match", seen)],
+                body: #"{"Remarks":"moved"}"#)
+            #expect(now.status == .noContent)
+            let change = try OnBehalfTests.signedChange(
+                id, requestID: "r-stale", key: key, createdAt: OnBehalfTests.now(server), method: "PATCH",
+                url: "PreflightChecks(\(id))", body: #"{"FuelKg":1}"#, ifMatch: seen,
+                firstSent: OnBehalfTests.firstSent(server))
+            let stale = try await client.odata(
+                .patch, "PreflightChecks(\(id))", token: bob, headers: change.headers, body: change.body)
+            #expect(stale.status == .preconditionFailed)
+            let forced = change.headers.map { $0.0 == "If-Match" ? ("If-Match", "*") : $0 }
+            let reply = try await client.odata(
+                .patch, "PreflightChecks(\(id))", token: bob, headers: forced, body: change.body)
+            #expect(reply.status == .forbidden)
+            #expect(reply.json["error"].flatMap { ($0 as? [String: Any])?["code"] as? String } == "IfMatchNotSigned")
+            let read = try await client.odata(.get, "PreflightChecks(\(id))", token: bob)
+            #expect(read.json["FuelKg"] as? Double == 5200.5)
+        }
+    }
+
+    @Test func aSignedChangeReplayedAfterTheRetentionWindowIsNotAppliedAgain() async throws {
+        try await Self.handover { server, client, bob, key in
+            let change = try OnBehalfTests.signedChange(
+                Fixtures.id(1), requestID: "r-once", key: key, createdAt: OnBehalfTests.now(server),
+                firstSent: OnBehalfTests.firstSent(server))
+            let first = try await client.odata(
+                .post, "PreflightChecks", token: bob, headers: change.headers, body: change.body)
+            #expect(first.status == .created)
+            let sam = try await client.signIn("sam").access
+            let deleted = try await client.odata(
+                .delete, "PreflightChecks(\(Fixtures.id(1)))", token: sam, headers: [("If-Match", "*")])
+            #expect(deleted.status == .noContent)
+            // Eight days later — other changes have come and gone since — the same signed request comes back with
+            // a fresh first-sent time.
+            server.clock.advance(by: 8 * 86_400)
+            let fresh = try await client.signIn("bob").access
+            let later = try OnBehalfTests.signedChange(
+                Fixtures.id(2), requestID: "r-later", key: key, createdAt: OnBehalfTests.now(server),
+                firstSent: OnBehalfTests.firstSent(server))
+            #expect(
+                try await client.odata(.post, "PreflightChecks", token: fresh, headers: later.headers, body: later.body)
+                    .status == .created)
+            let replayed = change.headers.map {
+                $0.0 == "Repeatability-First-Sent" ? ($0.0, OnBehalfTests.firstSent(server)) : $0
+            }
+            let reply = try await client.odata(
+                .post, "PreflightChecks", token: fresh, headers: replayed, body: change.body)
+            #expect(reply.status == .noContent)
+            #expect(reply.headers[.repeatabilityResultForTests] == "accepted")
+            #expect(try await client.odata(.get, "PreflightChecks/$count", token: fresh).text == "1")
+        }
+    }
+
+    @Test func aChangeSignedInTheFutureIsRefused() async throws {
+        try await Self.handover { server, client, bob, key in
+            let change = try OnBehalfTests.signedChange(
+                Fixtures.id(1), requestID: "r-future", key: key, createdAt: OnBehalfTests.now(server, plus: 86_400),
+                firstSent: OnBehalfTests.firstSent(server))
+            let reply = try await client.odata(
+                .post, "PreflightChecks", token: bob, headers: change.headers, body: change.body)
+            #expect(reply.status == .forbidden)
+            #expect(reply.json["error"].flatMap { ($0 as? [String: Any])?["code"] as? String } == "SignedTimeInFuture")
+        }
+    }
+
+    @Test func requestIDsAreScopedSoNobodyReadsOrPreemptsAnothersResult() async throws {
+        try await Self.handover { server, client, bob, key in
+            let change = try OnBehalfTests.signedChange(
+                Fixtures.id(1), requestID: "r-shared", key: key, createdAt: OnBehalfTests.now(server),
+                firstSent: OnBehalfTests.firstSent(server))
+            // Mallory learns the request id and sends her own request under it first.
+            let mallory = try await client.signIn("mallory").access
+            let preempt = try await client.odata(
+                .post, "PreflightChecks", token: mallory,
+                headers: [
+                    ("Repeatability-Request-ID", "r-shared"),
+                    ("Repeatability-First-Sent", OnBehalfTests.firstSent(server)),
+                ], body: Fixtures.check(Fixtures.id(2)))
+            #expect(preempt.status == .created)
+            let genuine = try await client.odata(
+                .post, "PreflightChecks", token: bob, headers: change.headers, body: change.body)
+            #expect(genuine.status == .created, "\(genuine.text)")
+            #expect(genuine.json["CheckedBy"] as? String == "alice")
+            // Replaying alice's exact request unsigned, mallory gets no stored answer of alice's: it is hers.
+            let unsigned = change.headers.filter { !$0.0.hasPrefix("Baton-") }
+            let read = try await client.odata(
+                .post, "PreflightChecks", token: mallory, headers: unsigned, body: change.body)
+            #expect(read.status == .conflict)
+            #expect(read.json["CheckedBy"] == nil)
+        }
+    }
+
+    // MARK: Signing keys
+
+    @Test func aKeyRetiredAtUnregistrationSignsNothingNew() async throws {
+        try await Self.handover { server, client, bob, key in
+            let alice = try await client.signIn("alice").access
+            let left = try await client.execute(
+                uri: "/devices/tablet-7/registration", method: .delete, headers: [.authorization: "Bearer \(alice)"]
+            ) { $0.status }
+            #expect(left == .noContent)
+            server.clock.advance(by: 60)
+            let change = try OnBehalfTests.signedChange(
+                Fixtures.id(1), requestID: "r-after", key: key, createdAt: OnBehalfTests.now(server, plus: 0),
+                firstSent: OnBehalfTests.firstSent(server))
+            let fresh = try await client.signIn("bob").access
+            let reply = try await client.odata(
+                .post, "PreflightChecks", token: fresh, headers: change.headers, body: change.body)
+            #expect(reply.status == .forbidden)
+            _ = bob
+        }
+    }
+
+    @Test func nobodyTakesOverAnotherUsersPublicKey() async throws {
+        try await Self.handover { server, client, bob, key in
+            let mallory = try await client.signIn("mallory").access
+            #expect(try await OnBehalfTests.register(client, mallory, device: "tablet-9", key: key) == .conflict)
+            #expect(try await OnBehalfTests.register(client, mallory, key: key) == .conflict)
+            // alice's genuine pending change still verifies.
+            let change = try OnBehalfTests.signedChange(
+                Fixtures.id(1), requestID: "r-mine", key: key, createdAt: OnBehalfTests.now(server),
+                firstSent: OnBehalfTests.firstSent(server))
+            let reply = try await client.odata(
+                .post, "PreflightChecks", token: bob, headers: change.headers, body: change.body)
+            #expect(reply.status == .created)
+        }
+    }
+
+    @Test func aRecreatedUserNameInheritsNoKeys() async throws {
+        try await Self.handover { server, client, _, key in
+            let change = try OnBehalfTests.signedChange(
+                Fixtures.id(1), requestID: "r-old-alice", key: key, createdAt: OnBehalfTests.now(server),
+                firstSent: OnBehalfTests.firstSent(server))
+            try await server.server.users.delete("alice")
+            server.clock.advance(by: 60)
+            try await server.addUser("alice")
+            let bob = try await client.signIn("bob").access
+            let reply = try await client.odata(
+                .post, "PreflightChecks", token: bob, headers: change.headers, body: change.body)
+            #expect(reply.status == .forbidden)
+            #expect(try await client.odata(.get, "PreflightChecks/$count", token: bob).text == "0")
+        }
+    }
+
+    // MARK: Ownership and scopes
+
+    @Test func aFinalCheckIsChangedOnlyByItsAuthorOrASupervisor() async throws {
+        try await Self.live { server, client in
+            let alice = try await client.signIn("alice").access
+            let bob = try await client.signIn("bob").access
+            let sam = try await client.signIn("sam").access
+            #expect(try await client.odata(.post, "Aircraft", token: sam, body: Fixtures.aircraft).status == .created)
+            let id = Fixtures.id(1)
+            let created = try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(id))
+            let etag = try #require(created.etag)
+            for method in [HTTPRequest.Method.patch, .delete] {
+                let reply = try await client.odata(
+                    method, "PreflightChecks(\(id))", token: bob, headers: [("If-Match", etag)],
+                    body: method == .patch ? #"{"FuelKg":1}"# : nil)
+                #expect(reply.status == .forbidden)
+                #expect(
+                    reply.error
+                        == "PreflightChecks(\(id)) is final and was recorded by someone else; only its author or a supervisor changes it."
+                )
+            }
+            let own = try await client.odata(
+                .patch, "PreflightChecks(\(id))", token: alice, headers: [("If-Match", etag)],
+                body: #"{"Remarks":"mine"}"#)
+            #expect(own.status == .noContent)
+            let supervised = try await client.odata(
+                .patch, "PreflightChecks(\(id))", token: sam, headers: [("If-Match", "*")],
+                body: #"{"Remarks":"checked"}"#)
+            #expect(supervised.status == .noContent)
+            _ = server
+        }
+    }
+
+    @Test func aTokenWithoutTheODataScopeReadsNoData() async throws {
+        try await Self.live { _, client in
+            let (status, body) = try await client.token([
+                ("grant_type", "password"), ("client_id", "baton-device"), ("username", "alice"),
+                ("password", "correct-horse-battery"), ("scope", "settings"),
+            ])
+            #expect(status == .ok)
+            let token = try #require(body["access_token"] as? String)
+            let (data, _, headers) = try await client.get("/odata/PreflightChecks", token: token)
+            #expect(data == .forbidden)
+            #expect(headers[.wwwAuthenticate]?.contains("insufficient_scope") == true)
+            #expect(try await client.get("/settings", token: token).0 == .ok)
+            #expect(try await client.get("/devices/tablet-7/store-key", token: token).0 == .forbidden)
+        }
+    }
+
+    // MARK: Tokens
+
+    @Test func accessTokensStopWithTheirRevokedFamily() async throws {
+        try await Self.live { _, client in
+            let first = try await client.signIn("alice")
+            let refresh = [
+                ("grant_type", "refresh_token"), ("client_id", "baton-device"), ("refresh_token", first.refresh),
+            ]
+            let (rotated, body) = try await client.token(refresh)
+            #expect(rotated == .ok)
+            let access = try #require(body["access_token"] as? String)
+            #expect(try await client.get("/me", token: access).0 == .ok)
+            // The old refresh token is presented again: theft. The whole sign-in ends, access tokens included.
+            #expect(try await client.token(refresh).0 == .badRequest)
+            #expect(try await client.get("/me", token: access).0 == .unauthorized)
+            #expect(try await client.get("/me", token: first.access).0 == .unauthorized)
+        }
+    }
+
+    /// The token with its signature's `s` replaced by `n - s`: the same signature, encoded the other way.
+    static func highS(_ token: String) throws -> String {
+        let parts = token.split(separator: ".").map(String.init)
+        var signature = Array(try #require(Data(base64URLEncoded: parts[2])))
+        let order: [UInt8] = [
+            0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+            0xBC, 0xE6, 0xFA, 0xAD, 0xA7, 0x17, 0x9E, 0x84, 0xF3, 0xB9, 0xCA, 0xC2, 0xFC, 0x63, 0x25, 0x51,
+        ]
+        var borrow = 0
+        for index in stride(from: 31, through: 0, by: -1) {
+            var value = Int(order[index]) - Int(signature[32 + index]) - borrow
+            borrow = value < 0 ? 1 : 0
+            if value < 0 { value += 256 }
+            signature[32 + index] = UInt8(value)
+        }
+        return "\(parts[0]).\(parts[1]).\(Data(signature).base64URLEncoded)"
+    }
+
+    @Test func tokensWithAHighSSignatureOrAnUnknownKeyIDAreRefused() async throws {
+        try await Self.live { _, client in
+            let token = try await client.signIn("alice").access
+            #expect(try await client.get("/me", token: token).0 == .ok)
+            let parts = token.split(separator: ".").map(String.init)
+            #expect(try await client.get("/me", token: try Self.highS(token)).0 == .unauthorized)
+            let headerData = try #require(Data(base64URLEncoded: parts[0]))
+            var header = try #require(try JSONSerialization.jsonObject(with: headerData) as? [String: Any])
+            header["kid"] = "someone-elses-key"
+            let renamed = try JSONSerialization.data(withJSONObject: header).base64URLEncoded
+            #expect(try await client.get("/me", token: "\(renamed).\(parts[1]).\(parts[2])").0 == .unauthorized)
+        }
+    }
+
+    // MARK: Sign-in throttling
+
+    @Test func guessingFromElsewhereNeverLocksAUserOutOfTheirOwnTablet() async throws {
+        try await Self.live(configure: { $0.trustedProxies = ["127.0.0.1"] }) { server, client in
+            func signIn(_ password: String, from address: String) async throws -> HTTPResponse.Status {
+                var headers = formHeaders
+                headers[HTTPField.Name("X-Forwarded-For")!] = address
+                return try await client.execute(
+                    uri: "/oauth/token", method: .post, headers: headers,
+                    body: formBody([
+                        ("grant_type", "password"), ("client_id", "baton-device"), ("username", "alice"),
+                        ("password", password),
+                    ])
+                ) { $0.status }
+            }
+            // alice's tablet signed in before: a known address.
+            #expect(try await signIn("correct-horse-battery", from: "192.0.2.10") == .ok)
+            // An attacker guesses from many addresses, far past every limit.
+            for attempt in 0..<40 {
+                let status = try await signIn("guess-\(attempt)", from: "198.51.100.\(attempt % 4)")
+                #expect(status == .badRequest || status == .tooManyRequests)
+            }
+            #expect(try await signIn("guess-again", from: "198.51.100.1") == .tooManyRequests)
+            // alice, at her tablet, is not kept out.
+            #expect(try await signIn("correct-horse-battery", from: "192.0.2.10") == .ok)
+            // A new address waits (the guessing slowed every unknown address for alice), but only for a while.
+            #expect(try await signIn("correct-horse-battery", from: "203.0.113.7") == .tooManyRequests)
+            server.clock.advance(by: 901)
+            #expect(try await signIn("correct-horse-battery", from: "203.0.113.7") == .ok)
+        }
+    }
+
+    @Test func forwardedForIsIgnoredFromAnUntrustedPeer() async throws {
+        try await Self.live { _, client in
+            for attempt in 0..<5 {
+                var headers = formHeaders
+                headers[HTTPField.Name("X-Forwarded-For")!] = "198.51.100.\(attempt)"
+                let status = try await client.execute(
+                    uri: "/oauth/token", method: .post, headers: headers,
+                    body: formBody([
+                        ("grant_type", "password"), ("client_id", "baton-device"), ("username", "alice"),
+                        ("password", "guess-\(attempt)"),
+                    ])
+                ) { $0.status }
+                #expect(status == .badRequest)
+            }
+            // Five failures from 127.0.0.1, whatever the header claimed: the next attempt from here waits.
+            let (status, _) = try await client.token([
+                ("grant_type", "password"), ("client_id", "baton-device"), ("username", "alice"),
+                ("password", "guess-5"),
+            ])
+            #expect(status == .tooManyRequests)
+        }
+    }
+
+    @Test func aFailedSignInLogsNoUnknownNameAndInvalidClientListsNoClients() async throws {
+        try await Self.live { server, client in
+            // The password typed into the user-name field.
+            let (status, _) = try await client.token([
+                ("grant_type", "password"), ("client_id", "baton-device"), ("username", "correct-horse-battery"),
+                ("password", "x"),
+            ])
+            #expect(status == .badRequest)
+            let entries = try await server.server.audit.entries()
+            #expect(entries.contains { $0.action == "sign-in-failed" })
+            #expect(!entries.contains { "\($0)".contains("correct-horse-battery") })
+            let (unknown, body) = try await client.token([("grant_type", "password"), ("client_id", "nobody")])
+            #expect(unknown == .unauthorized)
+            #expect(!"\(body)".contains("baton-device"))
+        }
+    }
+
+    // MARK: Connections
+
+    /// Opens a TCP connection to 127.0.0.1:`port` and returns its descriptor.
+    static func connect(port: Int) throws -> Int32 {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { throw TestFailure("socket() failed") }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard result == 0 else {
+            close(socket)
+            throw TestFailure("connect() failed")
+        }
+        return socket
+    }
+
+    @Test func silentConnectionsAreClosedAndDoNotStopTheServer() async throws {
+        try await Self.live(configure: {
+            $0.connections.headTimeout = .seconds(1)
+            $0.connections.maximumConnectionsPerAddress = 400
+        }) { _, client in
+            let port = try #require(client.port)
+            var sockets: [Int32] = []
+            defer { for socket in sockets { close(socket) } }
+            for _ in 0..<300 { sockets.append(try Self.connect(port: port)) }
+            // One more sends half a request head and stops.
+            let slow = try Self.connect(port: port)
+            sockets.append(slow)
+            _ = "GET /health HTTP/1.1\r\nHost: x\r\n".withCString { send(slow, $0, strlen($0), 0) }
+            // The server answers everyone else meanwhile.
+            let (status, body, _) = try await client.get("/health", token: nil)
+            #expect(status == .ok && body["status"] as? String == "ok")
+            // And closes the silent and the slow ones once their time is up: a read sees end of file.
+            try await Task.sleep(for: .seconds(2))
+            var buffer = [UInt8](repeating: 0, count: 16)
+            for socket in [sockets[0], sockets[150], slow] {
+                var timeout = timeval(tv_sec: 3, tv_usec: 0)
+                setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                #expect(recv(socket, &buffer, buffer.count, 0) == 0)
+            }
+        }
+    }
+
+    @Test func connectionsOverTheLimitPerAddressAreRefused() async throws {
+        try await Self.live(configure: { $0.connections.maximumConnectionsPerAddress = 8 }) { _, client in
+            let port = try #require(client.port)
+            var sockets: [Int32] = []
+            defer { for socket in sockets { close(socket) } }
+            for _ in 0..<9 { sockets.append(try Self.connect(port: port)) }
+            var buffer = [UInt8](repeating: 0, count: 16)
+            var timeout = timeval(tv_sec: 3, tv_usec: 0)
+            let last = sockets[8]
+            setsockopt(last, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            #expect(recv(last, &buffer, buffer.count, 0) <= 0)
+            for socket in sockets { close(socket) }
+            sockets = []
+            // Their places free up as the server sees them close: a new connection is served again.
+            var answered = false
+            for _ in 0..<50 where !answered {
+                try await Task.sleep(for: .milliseconds(100))
+                answered = try Self.health(port: port)
+            }
+            #expect(answered)
+        }
+    }
+
+    /// `GET /health` over a new connection; whether the answer was 200.
+    static func health(port: Int) throws -> Bool {
+        let socket = try connect(port: port)
+        defer { close(socket) }
+        var timeout = timeval(tv_sec: 3, tv_usec: 0)
+        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        _ = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".withCString {
+            send(socket, $0, strlen($0), 0)
+        }
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let count = recv(socket, &buffer, buffer.count, 0)
+        return count > 0 && String(decoding: buffer.prefix(count), as: UTF8.self).hasPrefix("HTTP/1.1 200")
+    }
+}
