@@ -74,11 +74,16 @@ public struct BatonClient: Sendable {
         guard response.status == 200 else { throw Self.error(from: response, doing: "register this device") }
     }
 
-    /// Removes the user's registration on this device.
-    public func unregisterDevice(_ configuration: ServerConfiguration, deviceID: String, token: String)
-        async throws(BatonClientError)
-    {
-        let url = try endpoint(configuration.deviceRegistrationEndpoint, deviceID: deviceID)
+    /// Removes the user's registration on this device — or, for an admin's token, `user`'s.
+    public func unregisterDevice(
+        _ configuration: ServerConfiguration, deviceID: String, user: String? = nil, token: String
+    ) async throws(BatonClientError) {
+        var url = try endpoint(configuration.deviceRegistrationEndpoint, deviceID: deviceID)
+        if let user {
+            var components = URLComponents(url: url, resolvingAgainstBaseURL: false)
+            components?.queryItems = [URLQueryItem(name: "user", value: user)]
+            url = components?.url ?? url
+        }
         let response = try await send(ClientRequest(method: "DELETE", url: url), token: token)
         guard response.status == 204 || response.status == 200 else {
             throw Self.error(from: response, doing: "unregister this device")

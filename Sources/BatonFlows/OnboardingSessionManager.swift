@@ -260,6 +260,14 @@ public actor OnboardingSessionManager {
         if let guardRemoval = configuration.removalGuard { try await guardRemoval(user) }
         let info = removingSelf ? (session?.info ?? OnboardingInfo()) : OnboardingInfo()
         _ = try await controller.run(.reset, for: target, info: info)
+        if !removingSelf, let session, let name = user.serverUserID,
+            let configuration = session.info[.serverConfiguration]
+        {
+            // Their registration and signing key on the server go too (best effort: offline, they stay until the
+            // admin's next removal from the cockpit).
+            try? await client.unregisterDevice(
+                configuration, deviceID: deviceID, user: name, token: await session.authorized.tokens.accessToken)
+        }
         try? SecureStore.delete(at: storage.secureStoreURL(for: target))
         try await users.remove(target)
         guard removingSelf else { return session }

@@ -1,5 +1,6 @@
 import BatonOData
 import BatonSQL
+import Crypto
 import Foundation
 import GRDB
 
@@ -88,12 +89,26 @@ extension OfflineStore {
         return entry
     }
 
-    /// Removes one archive entry (never the others); changes queued behind it for the same entity now build
-    /// on `etag`.
+    /// Removes one archive entry (never the others). The signed-in user's own changes queued behind it for the
+    /// same entity now build on `etag`, signed anew (they chose that version); other authors' changes keep the
+    /// version they signed, and go to the archive for their author if it no longer holds.
     func dropArchived(_ entry: ArchiveEntry, rebasingOn etag: String?, in db: Database) throws {
         try db.execute(sql: #"DELETE FROM "$archive" WHERE requestID = ?"#, arguments: [entry.entry.requestID])
-        try db.execute(
-            sql: #"UPDATE "$queue" SET ifMatch = ? WHERE entityID = ? AND method != 'POST'"#,
-            arguments: [etag, entry.entry.entityID])
+        guard let user else { return }
+        let later = try Row.fetchAll(
+            db, sql: #"SELECT * FROM "$queue" WHERE entityID = ? AND method != 'POST' AND author = ?"#,
+            arguments: [entry.entry.entityID, user.name]
+        ).map(Self.entry)
+        for queued in later {
+            let signedIfMatch = etag ?? "*"
+            let message = ChangeSignature.canonicalMessage(
+                requestID: queued.requestID, method: queued.method, url: queued.url,
+                bodySHA256: SHA256.hash(data: queued.body).lowercaseHex, createdAt: queued.createdAt,
+                device: queued.device, author: queued.author, ifMatch: signedIfMatch)
+            let signature = try user.signingKey.signature(for: Data(message)).rawRepresentation.base64URLEncoded
+            try db.execute(
+                sql: #"UPDATE "$queue" SET ifMatch = ?, signedIfMatch = ?, signature = ? WHERE seq = ?"#,
+                arguments: [etag, signedIfMatch, signature, queued.sequence])
+        }
     }
 }

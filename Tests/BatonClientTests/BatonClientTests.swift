@@ -66,9 +66,22 @@ import Testing
             }
             #expect(refused?.code == .forbidden)
             let key = P256.Signing.PrivateKey()
+            // Without the device's proof a new device is not registered.
+            let unproven = await #expect(throws: BatonClientError.self) {
+                try await client.registerDevice(
+                    configuration, deviceID: "tablet-7", publicKey: key.publicKey.x963Representation,
+                    token: tokens.accessToken)
+            }
+            #expect(unproven?.serverCode == "DeviceProofRequired")
+            let deviceKey = P256.Signing.PrivateKey()
+            let keyID = Data(SHA256.hash(data: key.publicKey.x963Representation)).base64EncodedString()
+                .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+                .replacingOccurrences(of: "=", with: "")
+            let join = Data(["baton-device-join-v1", "tablet-7", "alice", keyID].joined(separator: "\n").utf8)
             try await client.registerDevice(
                 configuration, deviceID: "tablet-7", publicKey: key.publicKey.x963Representation,
-                token: tokens.accessToken)
+                deviceKey: deviceKey.publicKey.x963Representation,
+                deviceProof: try deviceKey.signature(for: join).rawRepresentation, token: tokens.accessToken)
             let storeKey = try await client.storeKey(configuration, deviceID: "tablet-7", token: tokens.accessToken)
             #expect(storeKey.count == 32)
             #expect(

@@ -54,7 +54,8 @@ import Testing
     /// Starts a server with alice and bob and a few aircraft.
     func withServer(settings: [String: String] = [:], _ body: (LiveServer) async throws -> LiveServer) async throws {
         let server = try await LiveServer.start(settings: settings)
-        try await server.addUser("alice", displayName: "Alice", password: Self.alicePassword)
+        // Alice leads the shift: the seeded checks are final and someone else's, which only a supervisor changes.
+        try await server.addUser("alice", displayName: "Alice", role: .supervisor, password: Self.alicePassword)
         try await server.addUser("bob", displayName: "Bob", password: Self.bobPassword)
         _ = try await server.server.seed(aircraft: 4, checks: 6)
         var last = server
@@ -339,7 +340,7 @@ import Testing
         retention.deltaRetention = 1
         let server = try await LiveServer.start(dataService: retention)
         defer { Task { await server.shutDown() } }
-        try await server.addUser("alice", displayName: "Alice", password: Self.alicePassword)
+        try await server.addUser("alice", displayName: "Alice", role: .supervisor, password: Self.alicePassword)
         _ = try await server.server.seed(aircraft: 4, checks: 6)
         let device = try await makeDevice(server)
         let alice = try await device.manager.open()

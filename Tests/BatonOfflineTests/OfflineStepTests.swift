@@ -32,7 +32,8 @@ import Testing
     @Test func restoreSyncsAndRemovalWaitsForPendingChanges() async throws {
         let server = try await LiveServer.start()
         defer { Task { await server.shutDown() } }
-        try await server.addUser("alice", displayName: "Alice", password: "blue-harbour-1234")
+        // A supervisor: the seeded checks she corrects are final and someone else's.
+        try await server.addUser("alice", displayName: "Alice", role: .supervisor, password: "blue-harbour-1234")
         try await server.addUser("bob", displayName: "Bob", password: "green-meadow-5678")
         _ = try await server.server.seed(aircraft: 2, checks: 5)
         let (manager, presenter, store, directory) = try device(

@@ -86,14 +86,19 @@ struct ServiceRoutes {
                 status: .ok, headers: [.contentType: "application/json"],
                 body: .init(byteBuffer: ByteBuffer(bytes: data)))
         }
-        group.delete("/devices/{device}/registration") { _, context in
+        group.delete("/devices/{device}/registration") { request, context in
             let name = try context.userName()
             let device = try context.parameters.require("device")
-            try await devices.unregister(device: device, user: name)
+            // `?user=NAME`: an admin removes someone else from the device (their key is retired with it).
+            let target = request.uri.queryParameters["user"].map(String.init) ?? name
+            guard target == name || context.role == .admin else {
+                throw ServerError.forbidden("Only an admin removes another user from a device.")
+            }
+            try await devices.unregister(device: device, user: target)
             try await audit.record(
                 AuditEntry(
                     at: clock.now(), actor: name, action: "device-unregistered", subject: device,
-                    address: context.clientAddress, detail: nil))
+                    address: context.clientAddress, detail: target == name ? nil : "user \(target)"))
             return Response(status: .noContent)
         }
         group.post("/devices/{device}/discarded-changes") { request, context in
