@@ -28,6 +28,9 @@ public struct BatonServerConfiguration: Sendable {
     public var passwordPolicy = PasswordPolicy()
     /// The OData data service: its model and limits.
     public var dataService = DataServiceConfiguration()
+    /// The file holding the master key that seals device store keys; best kept outside the data directory (and
+    /// its backups). Default: `nil` — `keys/master.key` inside the data directory.
+    public var masterKeyFile: URL?
     /// Timeouts and connection limits.
     public var connections = ConnectionLimits()
     /// The addresses of load balancers whose `X-Forwarded-For` names the client. Default: none — the header is
@@ -73,7 +76,9 @@ public struct BatonServer: Sendable {
             database: database, clock: clock, bcryptCost: configuration.bcryptCost, policy: configuration.passwordPolicy
         )
         settings = SettingsStore(database: database)
-        devices = DeviceRegistry(database: database, clock: clock, masterKey: try directory.masterKey())
+        devices = DeviceRegistry(
+            database: database, clock: clock, masterKey: try directory.masterKey(file: configuration.masterKeyFile))
+        try await devices.checkMasterKey()
         audit = AuditLog(database: database)
         let pem = try directory.signingKeyPEM()
         let signingKey: ES256PrivateKey

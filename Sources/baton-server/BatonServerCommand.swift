@@ -22,12 +22,26 @@ struct DataOptions: ParsableArguments {
     @Option(help: "A CSDL JSON model to serve at /odata/ instead of the aircraft-checks model.")
     var model: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "The master-key file that seals device store keys (also BATON_MASTER_KEY_FILE); keep it outside the data directory and its backups. Default: keys/master.key in the data directory.",
+            valueName: "file"))
+    var masterKeyFile: String?
+
+    /// `--master-key-file`, or `BATON_MASTER_KEY_FILE`.
+    var masterKeyURL: URL? {
+        (masterKeyFile ?? ProcessInfo.processInfo.environment["BATON_MASTER_KEY_FILE"]).map {
+            URL(fileURLWithPath: $0)
+        }
+    }
+
     func open(bcryptCost: UInt8 = 12) async throws -> BatonServer {
         keepFilesPrivate()
         var configuration = BatonServerConfiguration()
         configuration.dataDirectory = URL(fileURLWithPath: dataDir)
         configuration.bcryptCost = bcryptCost
         configuration.dataService.model = try loadModel(model)
+        configuration.masterKeyFile = masterKeyURL
         var logger = Logger(label: "baton-server")
         logger.logLevel = .warning
         do {

@@ -22,6 +22,13 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
+    @Option(
+        name: .customLong("trusted-proxy"),
+        help: ArgumentHelp(
+            "The address of a load balancer whose X-Forwarded-For names the client (repeatable); from anyone else the header is ignored.",
+            valueName: "address"))
+    var trustedProxies: [String] = []
+
     func validate() throws {
         guard (0...65_535).contains(port) else {
             throw ValidationError("--port must be between 0 and 65535, not \(port).")
@@ -40,6 +47,8 @@ struct ServeCommand: AsyncParsableCommand {
         var configuration = BatonServerConfiguration()
         configuration.dataDirectory = URL(fileURLWithPath: data.dataDir)
         configuration.dataService.model = try loadModel(data.model)
+        configuration.masterKeyFile = data.masterKeyURL
+        configuration.trustedProxies = Set(trustedProxies)
         configuration.host = host
         configuration.port = port
         if let publicURL {

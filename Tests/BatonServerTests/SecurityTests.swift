@@ -5,6 +5,7 @@ import Foundation
 import HTTPTypes
 import HummingbirdTesting
 import NIOCore
+import PropertyBased
 import Testing
 
 #if canImport(Glibc)
@@ -27,6 +28,63 @@ import Testing
         try await server.server.users.add(
             name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
         try await server.server.application().test(.live) { client in try await body(server, client) }
+    }
+
+    // MARK: Hostile queries
+
+    /// A query built from random choices: long flat chains, deep brackets, repeated `mod`, `not` runs, long
+    /// `$search`, `$orderby` and `$expand` lists — from a few terms to thousands.
+    static func hostileQuery(_ choices: [Int]) -> String {
+        var source = choices.makeIterator()
+        func next(_ range: Int) -> Int { (source.next() ?? 0) % max(range, 1) }
+        let sizes = [1, 3, 40, 199, 201, 400, 1_500, 3_000]
+        let count = sizes[next(sizes.count)]
+        let terms = ["true", "FuelKg gt 5", "FuelKg add 1 gt 0", "FuelKg mod 2 eq 0", "not true", "(true)", "null eq null"]
+        let operators = [" or ", " and ", " add ", " mod "]
+        switch next(5) {
+        case 0:
+            var parts: [String] = []
+            for _ in 0..<count { parts.append(terms[next(terms.count)]) }
+            let op = operators[next(2)]
+            let open = String(repeating: "(", count: next(120))
+            let close = String(repeating: ")", count: open.count)
+            return "PreflightChecks?$filter=" + open + parts.joined(separator: op) + close
+        case 1:
+            let first = "FuelKg" + String(repeating: operators[2 + next(2)] + "2", count: count)
+            return "PreflightChecks?$filter=" + first + " gt 0"
+        case 2:
+            let words = ["fuel", "NOT", "OR", "AND", "(", ")", "\"tyre\""]
+            return "PreflightChecks?$search=" + (0..<count).map { _ in words[next(words.count)] }.joined(separator: " ")
+        case 3:
+            return "PreflightChecks?$orderby=" + Array(repeating: "FuelKg desc", count: count).joined(separator: ",")
+        default:
+            return "Aircraft?$expand=" + Array(repeating: "Checks($filter=true or true)", count: min(count, 600))
+                .joined(separator: ",")
+        }
+    }
+
+    @Test func randomHostileQueriesNeverCrashOrAnswer500() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        _ = try await server.server.seed(aircraft: 3, checks: 20)
+        try await server.test { client in
+            let token = try await client.signIn("alice").access
+            await propertyCheck(count: 120, input: Gen.int(in: 0...9_999).array(of: 4...8_000)) { choices in
+                let query = Self.hostileQuery(choices)
+                let encoded = query.addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed) ?? query
+                do {
+                    let reply = try await client.odata(.get, encoded.replacingOccurrences(of: "+", with: "%2B"), token: token)
+                    #expect(reply.status.code < 500, "\(query.prefix(120)): \(reply.text.prefix(200))")
+                    let batch = #"{"requests":[{"id":"1","method":"GET","url":"\#(encoded)"}]}"#
+                    let batched = try await client.odata(.post, "$batch", token: token, body: batch)
+                    #expect(batched.status.code < 500)
+                    #expect(!batched.text.contains(#""status":500"#), "\(query.prefix(120))")
+                } catch {
+                    Issue.record("\(query.prefix(120)): \(error)")
+                }
+            }
+        }
     }
 
     // MARK: A stolen tablet plus any account
@@ -445,6 +503,74 @@ import Testing
             #expect(unknown == .unauthorized)
             #expect(!"\(body)".contains("baton-device"))
         }
+    }
+
+    // MARK: Stored data and files
+
+    @Test func stringsWithANULOrInvalidUTF8AreRefusedNotCutOrReplaced() async throws {
+        try await Self.live { _, client in
+            let alice = try await client.signIn("alice").access
+            let sam = try await client.signIn("sam").access
+            #expect(try await client.odata(.post, "Aircraft", token: sam, body: Fixtures.aircraft).status == .created)
+            let nul = Fixtures.check(Fixtures.id(1), extra: #","Remarks":"left\u0000right""#)
+            let withNUL = try await client.odata(.post, "PreflightChecks", token: alice, body: nul)
+            #expect(withNUL.status == .badRequest)
+            #expect(withNUL.error?.contains("NUL") == true, "\(withNUL.text)")
+            var bytes = Array(Fixtures.check(Fixtures.id(2), extra: #","Remarks":"caf#"#).utf8)
+            bytes += [0xC3, 0x28] + Array(#""}"#.utf8)
+            let invalid = try await client.execute(
+                uri: "/odata/PreflightChecks", method: .post,
+                headers: [.authorization: "Bearer \(alice)", .contentType: "application/json"],
+                body: ByteBuffer(bytes: bytes)
+            ) { ($0.status, String(buffer: $0.body)) }
+            #expect(invalid.0 == .badRequest)
+            #expect(invalid.1.contains("not valid UTF-8"), "\(invalid.1)")
+            #expect(try await client.odata(.get, "PreflightChecks/$count", token: alice).text == "0")
+        }
+    }
+
+    @Test func aKeysSymlinkInTheDataDirectoryIsRefused() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-link-\(UUID())")
+        let elsewhere = FileManager.default.temporaryDirectory.appendingPathComponent("baton-target-\(UUID())")
+        defer {
+            try? FileManager.default.removeItem(at: directory)
+            try? FileManager.default.removeItem(at: elsewhere)
+        }
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            at: elsewhere, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        try FileManager.default.createSymbolicLink(
+            at: directory.appendingPathComponent("keys"), withDestinationURL: elsewhere)
+        await #expect {
+            _ = try await TestServer { $0.dataDirectory = directory }
+        } throws: { "\($0)".contains("is a symbolic link") }
+        let mode = try FileManager.default.attributesOfItem(atPath: elsewhere.path)[.posixPermissions] as? Int
+        #expect(mode == 0o755)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere.path).isEmpty)
+    }
+
+    @Test func theMasterKeyCanLiveOutsideTheDataDirectoryAndTheWrongOneIsRefused() async throws {
+        let keyFile = FileManager.default.temporaryDirectory.appendingPathComponent("baton-master-\(UUID()).key")
+        defer { try? FileManager.default.removeItem(at: keyFile) }
+        let server = try await TestServer { $0.masterKeyFile = keyFile }
+        defer { server.remove() }
+        #expect(FileManager.default.fileExists(atPath: keyFile.path))
+        #expect(!FileManager.default.fileExists(atPath: server.directory.appendingPathComponent("keys/master.key").path))
+        try await server.addUser("alice")
+        try await server.test { client in
+            let alice = try await client.signIn("alice").access
+            #expect(try await OnBehalfTests.register(client, alice, key: P256.Signing.PrivateKey()) == .ok)
+        }
+        // The data directory alone (a backup of it, say) opens no store key: another master key is refused.
+        let other = FileManager.default.temporaryDirectory.appendingPathComponent("baton-other-\(UUID()).key")
+        defer { try? FileManager.default.removeItem(at: other) }
+        await #expect {
+            var configuration = BatonServerConfiguration()
+            configuration.dataDirectory = server.directory
+            configuration.masterKeyFile = other
+            configuration.bcryptCost = 4
+            _ = try await BatonServer(configuration: configuration, logger: .init(label: "test"))
+        } throws: { "\($0)".contains("does not open the device store keys") }
     }
 
     // MARK: Connections

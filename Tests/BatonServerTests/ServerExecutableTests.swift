@@ -174,3 +174,72 @@ import Testing
         try Self.interopAgainstFreshServer("oauth_interop", seed: false)
     }
 }
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+extension ServerExecutableTests {
+    /// One authenticated request each, that used to overflow the stack (the process died) or hit SQLite's limits
+    /// (500): now each is a 400 that names the limit, and the server goes on answering.
+    @Test func hostileQueriesAreRefusedAndTheServerLives() async throws {
+        let dataDir = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDir) }
+        let added = try Self.server(
+            ["user", "add", "alice", "--data-dir", dataDir, "--password-stdin", "--bcrypt-cost", "4"],
+            input: "correct-horse-battery\n")
+        #expect(added.status == 0)
+        let running = try RunningServer(dataDir: dataDir)
+        defer { _ = running.stop() }
+        let base = try #require(URL(string: running.url))
+        var tokenRequest = URLRequest(url: base.appendingPathComponent("oauth/token"))
+        tokenRequest.httpMethod = "POST"
+        tokenRequest.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        tokenRequest.httpBody = Data(
+            "grant_type=password&client_id=baton-device&username=alice&password=correct-horse-battery".utf8)
+        let (tokenData, _) = try await URLSession.shared.data(for: tokenRequest)
+        let token = try #require(
+            (try JSONSerialization.jsonObject(with: tokenData) as? [String: Any])?["access_token"] as? String)
+
+        func send(_ path: String, method: String = "GET", body: String? = nil) async throws -> (Int, String) {
+            var request = URLRequest(url: try #require(URL(string: running.url + "/odata/" + path)))
+            request.httpMethod = method
+            request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            if let body {
+                request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+                request.httpBody = Data(body.utf8)
+            }
+            let (data, response) = try await URLSession.shared.data(for: request)
+            return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+        }
+        func chain(_ term: String, _ separator: String, _ count: Int) -> String {
+            Array(repeating: term, count: count).joined(separator: separator)
+        }
+        let hostile = [
+            "PreflightChecks?$filter=" + chain("true", "%20or%20", 3000),
+            "PreflightChecks?$filter=" + chain("true", "%20or%20", 400),
+            "PreflightChecks?$filter=" + chain("true", "%20and%20", 1500),
+            "PreflightChecks?$filter=FuelKg%20add%20" + chain("1", "%20add%20", 3000) + "%20gt%200",
+            "PreflightChecks?$filter=FuelKg%20mod%20" + chain("2", "%20mod%20", 60) + "%20eq%200",
+            "PreflightChecks?$search=" + chain("fuel", "%20", 8000),
+            "PreflightChecks?$search=" + chain("NOT", "%20", 3000) + "%20fuel",
+            "PreflightChecks?$orderby=" + chain("FuelKg", ",", 2000),
+            "Aircraft?$expand=" + chain("Checks", ",", 500),
+        ]
+        for path in hostile {
+            let (status, text) = try await send(path)
+            #expect(status == 400, "\(path.prefix(60)): \(status) \(text.prefix(200))")
+            #expect(text.contains("LimitExceeded"), "\(path.prefix(60)): \(text.prefix(200))")
+        }
+        // 2,500 terms inside a 24 KB $batch: the request inside answers 400, the batch 200.
+        let inner = "PreflightChecks?$filter=" + chain("true", "%20or%20", 2500)
+        let (batchStatus, batchText) = try await send(
+            "$batch", method: "POST", body: #"{"requests":[{"id":"1","method":"GET","url":"\#(inner)"}]}"#)
+        #expect(batchStatus == 200)
+        #expect(batchText.contains(#""status":400"#), "\(batchText.prefix(300))")
+        // Ordinary queries still work, and the process is alive.
+        let (ok, _) = try await send("PreflightChecks?$filter=FuelKg%20gt%205000%20or%20FuelKg%20lt%2010&$top=1")
+        #expect(ok == 200)
+        #expect(running.process.isRunning)
+    }
+}

@@ -84,6 +84,13 @@ import Testing
                 """)
     }
 
+    @Test func aThousandsOfTermsChainIsALimitErrorNotACrash() throws {
+        let chain = Array(repeating: "true", count: 3_000).joined(separator: " or ")
+        let result = try Self.run(["sql", "PreflightChecks?$filter=" + chain])
+        #expect(result.status == 1, "\(result.error.prefix(300))")
+        #expect(result.error.contains("more than 200 terms"), "\(result.error.prefix(300))")
+    }
+
     @Test func unknownDialectIsNamed() throws {
         let result = try Self.run(["sql", "Aircraft", "--dialect", "oracle"])
         #expect(result.status != 0)

@@ -167,7 +167,7 @@ struct JSONParser {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
                 index += 1
-                return String(decoding: bytes[contentStart..<(index - 1)], as: UTF8.self)
+                return try text(contentStart..<(index - 1))
             }
             if byte == UInt8(ascii: "\\") { break }
             if byte < 0x20 { throw error("Unescaped control character in string") }
@@ -175,21 +175,19 @@ struct JSONParser {
         }
         var scalars = String.UnicodeScalarView()
         var chunkStart = contentStart
-        func flush(_ upTo: Int) {
-            if upTo > chunkStart {
-                scalars.append(contentsOf: String(decoding: bytes[chunkStart..<upTo], as: UTF8.self).unicodeScalars)
-            }
+        func flush(_ upTo: Int) throws(ODataError) {
+            if upTo > chunkStart { scalars.append(contentsOf: try text(chunkStart..<upTo).unicodeScalars) }
         }
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                flush(index)
+                try flush(index)
                 index += 1
                 return String(scalars)
             }
             if byte < 0x20 { throw error("Unescaped control character in string") }
             if byte == UInt8(ascii: "\\") {
-                flush(index)
+                try flush(index)
                 index += 1
                 guard index < bytes.count else { break }
                 let escape = bytes[index]
@@ -215,6 +213,8 @@ struct JSONParser {
                         code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
                     }
                     guard let scalar = Unicode.Scalar(code) else { throw error("Invalid \\u escape") }
+                    // Stored text ends at a NUL in SQLite's C API: refused rather than cut short on the way back.
+                    guard code != 0 else { throw error("\\u0000 (NUL) is not allowed in a string") }
                     scalars.append(scalar)
                 default: throw error("Invalid escape '\\\(Character(Unicode.Scalar(escape)))'")
                 }
@@ -224,6 +224,14 @@ struct JSONParser {
             index += 1
         }
         throw error("Unterminated string", at: start)
+    }
+
+    /// The bytes as text; invalid UTF-8 is refused, never replaced.
+    func text(_ range: Range<Int>) throws(ODataError) -> String {
+        guard let text = String(validating: bytes[range], as: UTF8.self) else {
+            throw error("The string is not valid UTF-8", at: range.lowerBound)
+        }
+        return text
     }
 
     mutating func parseHex4() throws(ODataError) -> UInt32 {

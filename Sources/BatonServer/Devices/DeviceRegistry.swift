@@ -260,6 +260,23 @@ public struct DeviceRegistry: Sendable {
         return SymmetricKey(data: try AES.GCM.open(box, using: masterKey, authenticating: Data(device.utf8)))
     }
 
+    /// Checks that the master key opens the store keys already sealed in the database.
+    ///
+    /// - Throws: ``ServerSetupError`` when it does not (the wrong master-key file).
+    func checkMasterKey() async throws(ServerSetupError) {
+        let row = try? await database.pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT id, sealedStoreKey FROM devices LIMIT 1")
+        }
+        guard let row, let device = row["id"] as String?, let sealed = row["sealedStoreKey"] as Data? else { return }
+        guard let box = try? AES.GCM.SealedBox(combined: sealed),
+            (try? AES.GCM.open(box, using: masterKey, authenticating: Data(device.utf8))) != nil
+        else {
+            throw ServerSetupError(
+                "The master key does not open the device store keys in this database; give the master-key file it was created with."
+            )
+        }
+    }
+
     /// Every signing key `user` had on `device`, oldest first.
     public func signingKeys(device: String, user: String) async throws -> [SigningKey] {
         try await database.pool.read { db in

@@ -14,6 +14,13 @@ public struct DataDirectory: Sendable {
     /// - Throws: ``ServerSetupError`` when the directory cannot be created or is not writable.
     public init(_ url: URL) throws(ServerSetupError) {
         self.url = url
+        // A `keys` that is a symbolic link would have the server chmod and write into wherever it points.
+        if let attributes = try? FileManager.default.attributesOfItem(atPath: keysURL.path),
+            attributes[.type] as? FileAttributeType == .typeSymbolicLink
+        {
+            throw ServerSetupError(
+                "'\(keysURL.path)' is a symbolic link; the server keeps its keys only in a real directory of its own.")
+        }
         do {
             try FileManager.default.createDirectory(at: keysURL, withIntermediateDirectories: true)
             try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: keysURL.path)
@@ -36,9 +43,11 @@ public struct DataDirectory: Sendable {
         return pem
     }
 
-    /// The master key that encrypts device store keys at rest (256 bits), created on first use.
-    func masterKey() throws(ServerSetupError) -> SymmetricKey {
-        let file = keysURL.appendingPathComponent("master.key")
+    /// The master key that encrypts device store keys at rest (256 bits), created on first use: in `file` when
+    /// given (outside the data directory, so a copy of the data directory alone opens no store key), else in
+    /// `keys/master.key`.
+    func masterKey(file given: URL? = nil) throws(ServerSetupError) -> SymmetricKey {
+        let file = given ?? keysURL.appendingPathComponent("master.key")
         if let data = try? Data(contentsOf: file) {
             guard data.count == 32 else {
                 throw ServerSetupError("The master key file '\(file.path)' is damaged (expected 32 bytes).")
