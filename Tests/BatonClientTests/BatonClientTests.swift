@@ -45,6 +45,21 @@ import Testing
         }
     }
 
+    @Test(arguments: [
+        ("https://baton.example.org", true), ("http://127.0.0.1:8080", true), ("http://localhost:8080", true),
+        ("http://[::1]:8080", true), ("http://baton.example.org", false), ("http://10.1.2.3:8080", false),
+        ("ftp://baton.example.org", false),
+    ])
+    func passwordsAndTokensGoUnencryptedOnlyToThisMachine(url: String, allowed: Bool) throws {
+        let parsed = try #require(URL(string: url))
+        if allowed {
+            try BatonClient.checkTransport(parsed)
+        } else {
+            let error = #expect(throws: BatonClientError.self) { try BatonClient.checkTransport(parsed) }
+            #expect(error?.code == .invalidServerURL)
+        }
+    }
+
     @Test func wrongPasswordIsInvalidCredentials() async throws {
         try await withServer { _, client in
             let (configuration, metadata) = try await client.discover()

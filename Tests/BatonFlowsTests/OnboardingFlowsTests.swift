@@ -460,3 +460,55 @@ struct FlakyStep: OnboardingStep {
         if log.entries.count < 2 { throw Flake() }
     }
 }
+
+/// Joining a device needs one of its users: the device key that approves a registration lives only in their
+/// secure stores, so a tablet's files and someone's password do not get its store key.
+@Suite struct DeviceJoinTests {
+    @Test func aNewUserJoinsOnlyWithTheApprovalOfAUserOfTheDevice() async throws {
+        try await withServer { server in
+            let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "12345678"))
+            let alice = try await device.manager.open()
+            await device.manager.close()
+            // Someone with the tablet and bob's password, but not Alice's passcode.
+            let tablet = try device.restarted(
+                server: server,
+                [.addUser] + onboarding("bob", Passwords.bob, passcode: "bobcode12") + [
+                    .passcode("not-alices"), .cancel,
+                ])
+            let refused = await #expect(throws: FlowsError.self) { try await tablet.manager.open() }
+            #expect(refused?.code == .cancelled)
+            let transcript = await tablet.presenter.transcript
+            #expect(transcript.contains("message: bob joins this device: one of its users approves with their passcode."))
+            #expect(transcript.contains { $0.hasPrefix("passcode(Alice): The passcode is wrong") })
+            await #expect(throws: (any Error).self) {
+                try await server.server.devices.storeKey(device: alice.deviceID, user: "bob")
+            }
+            // With Alice's passcode, Bob joins and gets the device's store key.
+            let approved = try device.restarted(
+                server: server,
+                [.addUser] + onboarding("bob", Passwords.bob, passcode: "bobcode12") + [.passcode("12345678")])
+            let bob = try await approved.manager.open()
+            #expect(bob.storeKey == alice.storeKey)
+            // Bob, now a user of the device, approves the next one from his open session without a passcode.
+            await approved.presenter.append(onboarding("ada", Passwords.admin, passcode: "adacode12"))
+            let ada = try await approved.manager.addUser()
+            #expect(ada.storeKey == alice.storeKey)
+        }
+    }
+
+    @Test func deletingTheUserListDoesNotMakeTheTabletNew() async throws {
+        try await withServer { server in
+            let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "12345678"))
+            let alice = try await device.manager.open()
+            await device.manager.close()
+            // The thief removes the user list, so the app believes it is a fresh tablet and makes a new device key.
+            try FileManager.default.removeItem(at: device.directory.appendingPathComponent("users.registry"))
+            let tablet = try device.restarted(server: server, onboarding("bob", Passwords.bob, passcode: "bobcode12"))
+            let refused = await #expect(throws: FlowsError.self) { try await tablet.manager.open() }
+            #expect(refused?.message.contains("needs the approval of one of its users") == true)
+            await #expect(throws: (any Error).self) {
+                try await server.server.devices.storeKey(device: alice.deviceID, user: "bob")
+            }
+        }
+    }
+}

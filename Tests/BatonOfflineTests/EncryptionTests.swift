@@ -53,6 +53,12 @@ import Testing
             }
         }
         try scan()
+        // Nobody else on the machine reads them either.
+        for name in ["offline.sqlite", "offline.sqlite-wal"] {
+            let mode = try FileManager.default.attributesOfItem(atPath: directory.appendingPathComponent(name).path)[
+                .posixPermissions] as? Int
+            #expect(mode == 0o600, "\(name)")
+        }
         await store.close()
         try scan()
         // Reopened with the key, everything is there.
