@@ -183,13 +183,16 @@ extension OfflineStore {
             ]
             if !entry.body.isEmpty { headers.append(("Content-Type", "application/json")) }
             if entry.method != "POST" { headers.append(("If-Match", entry.ifMatch ?? "*")) }
-            // Every queued change travels signed, the uploader's own too: the server checks each against its
-            // author's key and keeps its request id under that author and device.
-            headers += [
-                ("Baton-Author", entry.author), ("Baton-Author-Signature", entry.signature),
-                ("Baton-Device", entry.device), ("Baton-Created-At", entry.createdAt),
-                ("Baton-If-Match", entry.signedIfMatch),
-            ]
+            // Every queued change names its device: the server keeps its request id under (author, device), and
+            // lets later changes queued here build on the version it makes. Another author's change carries their
+            // signature (the uploader's own token proves their own).
+            headers.append(("Baton-Device", entry.device))
+            if entry.author != user.name {
+                headers += [
+                    ("Baton-Author", entry.author), ("Baton-Author-Signature", entry.signature),
+                    ("Baton-Created-At", entry.createdAt), ("Baton-If-Match", entry.signedIfMatch),
+                ]
+            }
             let body: JSONValue?
             do { body = entry.body.isEmpty ? nil : try JSONValue(parsing: entry.body) } catch {
                 throw OfflineError(.storage, "Queued change \(entry.sequence) has a damaged body.")

@@ -209,6 +209,41 @@ import Testing
         }
     }
 
+    @Test func aQueuedChangeMayBuildOnAVersionItsOwnDeviceMadeButNoOther() async throws {
+        try await Self.handover { server, client, bob, key in
+            let id = Fixtures.id(1)
+            let draft = Fixtures.check(id).replacingOccurrences(of: #""final""#, with: #""draft""#)
+            let created = try await client.odata(.post, "PreflightChecks", token: bob, body: draft)
+            let seen = try #require(created.etag)
+            // On tablet-7, bob's change was queued first; alice's, signed against the version both saw, after it.
+            let first = try await client.odata(
+                .patch, "PreflightChecks(\(id))", token: bob,
+                headers: [
+                    ("If-Match", seen), ("Baton-Device", "tablet-7"), ("Repeatability-Request-ID", "r-bob"),
+                    ("Repeatability-First-Sent", OnBehalfTests.firstSent(server)),
+                ], body: #"{"Remarks":"bob"}"#)
+            let made = try #require(first.etag)
+            func alices(_ requestID: String, sending ifMatch: String) async throws -> ODataReply {
+                let change = try OnBehalfTests.signedChange(
+                    id, requestID: requestID, key: key, createdAt: OnBehalfTests.now(server), method: "PATCH",
+                    url: "PreflightChecks(\(id))", body: #"{"OilQuarts":14}"#, ifMatch: seen,
+                    firstSent: OnBehalfTests.firstSent(server))
+                let moved = change.headers.map { $0.0 == "If-Match" ? ("If-Match", ifMatch) : $0 }
+                return try await client.odata(
+                    .patch, "PreflightChecks(\(id))", token: bob, headers: moved, body: change.body)
+            }
+            // Moved onto the version tablet-7 made: applied.
+            #expect(try await alices("r-moved", sending: made).status == .noContent)
+            // Moved onto a version made elsewhere (no device named): refused.
+            let current = try #require(try await client.odata(.get, "PreflightChecks(\(id))", token: bob).etag)
+            let elsewhere = try await client.odata(
+                .patch, "PreflightChecks(\(id))", token: bob, headers: [("If-Match", current)],
+                body: #"{"Remarks":"from another tablet"}"#)
+            let other = try #require(elsewhere.etag)
+            #expect(try await alices("r-elsewhere", sending: other).status == .forbidden)
+        }
+    }
+
     @Test func aSignedChangeReplayedAfterTheRetentionWindowIsNotAppliedAgain() async throws {
         try await Self.handover { server, client, bob, key in
             let change = try OnBehalfTests.signedChange(

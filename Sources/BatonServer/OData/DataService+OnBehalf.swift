@@ -47,54 +47,53 @@ extension DataService {
     /// Who a change counts as, checked before anything else about it (before its repeatability record is looked
     /// up, so nobody reads or pre-empts another author's results).
     ///
-    /// A request without `Baton-Author-Signature` is the signed-in user's own, unsigned change; naming another
-    /// `Baton-Author` then is refused. A signed request (the device app signs every queued change) is accepted
-    /// only if the signature verifies with a key registered for its author on `Baton-Device`, current at
-    /// `Baton-Created-At`, which is no later than now (plus clock skew) and not before the author's account
-    /// existed; the author is active; and, for another user's change, the settings allow on-behalf uploads and
-    /// the uploader is registered on that device. Otherwise 403 naming the reason; nothing is applied.
+    /// A request naming no other `Baton-Author` is the signed-in user's own: their token is the proof. With
+    /// `Baton-Device` naming a device they are registered on (the device app sends it with every queued change),
+    /// it counts as made on that device, so changes queued behind it there may build on the version it makes.
+    ///
+    /// A change of another author is accepted only if it is signed, and the signature verifies with a key
+    /// registered for its author on `Baton-Device`, current at `Baton-Created-At`, which is no later than now
+    /// (plus clock skew) and not before the author's account existed; the author is active; the settings allow
+    /// on-behalf uploads; and the uploader is registered on that device. Otherwise 403 naming the reason;
+    /// nothing is applied.
     func attribution(for request: DataRequest, context: Context) throws -> Attribution {
-        guard let signatureText = request.header("Baton-Author-Signature") else {
-            if let author = request.header("Baton-Author"), author != context.user {
-                throw ServerError(
-                    .forbidden, "OnBehalfIncomplete",
-                    "A change uploaded on behalf of '\(author.prefix(64))' needs Baton-Author-Signature, Baton-Device, Baton-Created-At and Repeatability-Request-ID.",
-                    target: "Baton-Author")
+        let author = request.header("Baton-Author") ?? context.user
+        guard author != context.user else {
+            var own = Attribution(author: context.user, uploader: context.user, authorRole: context.role)
+            if let device = request.header("Baton-Device"), context.onBehalf.uploaderDevices.contains(device) {
+                own.device = device
             }
-            return Attribution(author: context.user, uploader: context.user, authorRole: context.role)
+            return own
         }
         func refuse(_ code: String, _ message: String) -> ServerError {
             ServerError(.forbidden, code, message, target: "Baton-Author")
         }
-        guard let author = request.header("Baton-Author"), let device = request.header("Baton-Device"),
+        guard let signatureText = request.header("Baton-Author-Signature"), let device = request.header("Baton-Device"),
             let createdText = request.header("Baton-Created-At"),
             let requestID = request.header("Repeatability-Request-ID"), request.header("Repeatability-First-Sent") != nil
         else {
             throw refuse(
                 "OnBehalfIncomplete",
-                "A signed change needs Baton-Author, Baton-Device, Baton-Created-At, Repeatability-Request-ID and Repeatability-First-Sent."
+                "A change uploaded on behalf of '\(author.prefix(64))' needs Baton-Author-Signature, Baton-Device, Baton-Created-At and Repeatability-Request-ID."
             )
         }
-        let onBehalf = author != context.user
-        if onBehalf {
-            guard context.onBehalf.allowed else {
-                throw refuse(
-                    "OnBehalfNotAllowed",
-                    "This server does not accept changes uploaded on behalf of another user (setting shared-devices.upload-pending-changes-of-previous-user is false); '\(author.prefix(64))' must upload them."
-                )
-            }
-            guard context.onBehalf.uploaderDevices.contains(device) else {
-                throw refuse(
-                    "UploaderNotOnDevice",
-                    "Only a user registered on device '\(device.prefix(128))' uploads its changes on another user's behalf."
-                )
-            }
+        guard context.onBehalf.allowed else {
+            throw refuse(
+                "OnBehalfNotAllowed",
+                "This server does not accept changes uploaded on behalf of another user (setting shared-devices.upload-pending-changes-of-previous-user is false); '\(author.prefix(64))' must upload them."
+            )
+        }
+        guard context.onBehalf.uploaderDevices.contains(device) else {
+            throw refuse(
+                "UploaderNotOnDevice",
+                "Only a user registered on device '\(device.prefix(128))' uploads its changes on another user's behalf."
+            )
         }
         guard let created = ODataDateTimeOffset(parsing: createdText) else {
             throw ServerError.badRequest(
                 "Baton-Created-At must be a date-time like 2026-11-21T08:30:00Z.", target: "Baton-Created-At")
         }
-        guard let record = context.onBehalf.authors[author], record.active else {
+        guard let record = context.onBehalf.authors[author], record.active, let role = record.role else {
             throw refuse(
                 "AuthorInactive",
                 "'\(author.prefix(64))' is disabled or unknown; changes signed by them are not accepted.")
@@ -126,10 +125,9 @@ extension DataService {
                 "The signature does not verify with any key registered for '\(author.prefix(64))' on device '\(device.prefix(128))' at \(createdText.prefix(40))."
             )
         }
-        guard let role = record.role else {
-            throw refuse("AuthorInactive", "'\(author.prefix(64))' is disabled or unknown.")
-        }
-        return Attribution(author: author, uploader: context.user, authorRole: role, signed: signed)
+        var attribution = Attribution(author: author, uploader: context.user, authorRole: role, signed: signed)
+        attribution.device = device
+        return attribution
     }
 
     /// Whether the `If-Match` sent is the one the author signed: the same, stricter than a signed `*`, or an ETag

@@ -47,7 +47,7 @@ extension DataService {
             error.headers = [(.repeatabilityResult, Repeatability.Result.rejected.rawValue)]
             throw error
         }
-        let scope = attribution.signed.map { "\($0.author)\n\($0.device)" } ?? context.user
+        let scope = attribution.device.map { "\(attribution.author)\n\($0)" } ?? context.user
         let fingerprint = Self.fingerprint(request)
         if let row = try Row.fetchOne(
             db.cachedStatement(sql: #"SELECT * FROM "$repeatability" WHERE scope = ? AND requestID = ?"#),
@@ -82,7 +82,7 @@ extension DataService {
                 """#
         ).execute(
             arguments: [
-                scope, repeatability.requestID, attribution.signed?.device, fingerprint, response.status, etag,
+                scope, repeatability.requestID, attribution.device, fingerprint, response.status, etag,
                 headers, body, now.timeIntervalSince1970,
             ])
         // Past the retention window only the answer goes; the record that the request was applied stays.

@@ -10,8 +10,11 @@ extension DataService {
         var uploader: String
         /// The author's role now (the signed-in user's, for their own unsigned change).
         var authorRole: User.Role
-        /// The signed fields, for a signed change.
+        /// The signed fields, for a change uploaded on its author's behalf (verified).
         var signed: SignedFields?
+        /// The device the change was recorded on, when known: its request id is kept under (author, device), and
+        /// changes queued after it there may build on the ETag it produces.
+        var device: String?
 
         init(author: String, uploader: String, authorRole: User.Role, signed: SignedFields? = nil) {
             self.author = author

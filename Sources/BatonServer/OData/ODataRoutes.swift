@@ -105,7 +105,7 @@ struct ODataRoutes {
             let inner = DataRequest(method: request.method, url: request.url, headers: request.headers, body: [])
             // A queue's changes share few (author, device) pairs: each is looked up once.
             let pair = [inner.header("Baton-Author") ?? "", inner.header("Baton-Device") ?? ""]
-            guard inner.header("Baton-Author-Signature") != nil, seen.insert(pair).inserted else { continue }
+            guard inner.header("Baton-Device") != nil, seen.insert(pair).inserted else { continue }
             let policy = try await onBehalfPolicy(for: inner, signedIn: context.user)
             context.onBehalf.allowed = context.onBehalf.allowed || policy.allowed
             context.onBehalf.uploaderDevices.formUnion(policy.uploaderDevices)
@@ -151,24 +151,19 @@ struct ODataRoutes {
     /// Fetches what a signed change needs: the setting, the author's account and key history on the device
     /// named, and whether the signed-in user is registered there.
     func onBehalfPolicy(for request: DataRequest, signedIn: String) async throws -> DataService.OnBehalfPolicy {
-        guard request.header("Baton-Author-Signature") != nil, let author = request.header("Baton-Author"),
-            User.isValidName(author)
-        else {
-            return DataService.OnBehalfPolicy()
-        }
         var policy = DataService.OnBehalfPolicy()
+        guard let device = request.header("Baton-Device"), DeviceRegistry.isValidDeviceID(device) else {
+            return policy
+        }
+        if try await devices.isRegistered(device: device, user: signedIn) { policy.uploaderDevices.insert(device) }
+        guard let author = request.header("Baton-Author"), author != signedIn, User.isValidName(author),
+            request.header("Baton-Author-Signature") != nil
+        else { return policy }
         policy.allowed = try await settings.current().sharedDevices.uploadPendingChangesOfPreviousUser
         let user = try await users.user(named: author)
-        var keys: [String: [DeviceRegistry.SigningKey]] = [:]
-        if let device = request.header("Baton-Device"), DeviceRegistry.isValidDeviceID(device) {
-            keys[device] = try await devices.signingKeys(device: device, user: author)
-            if author != signedIn, try await devices.isRegistered(device: device, user: signedIn) {
-                policy.uploaderDevices.insert(device)
-            }
-        }
         policy.authors[author] = .init(
             active: user.map { !$0.disabled } ?? false, role: user?.role, createdAt: user?.createdAt ?? .distantFuture,
-            keys: keys)
+            keys: [device: try await devices.signingKeys(device: device, user: author)])
         return policy
     }
 
