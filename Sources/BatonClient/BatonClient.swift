@@ -52,10 +52,14 @@ public struct BatonClient: Sendable {
     /// Registers the user's P-256 signing key (X9.63 bytes) for this device.
     ///
     /// - Parameters:
+    ///   - configuration: the server's endpoints (discovery).
+    ///   - deviceID: this device's id.
+    ///   - publicKey: the user's signing key (X9.63).
     ///   - deviceKey: the device's public key (X9.63), which a device's first registration must send.
     ///   - deviceProof: the device key's raw ECDSA signature over the join message (see the BatonServer article
     ///     "Uploading another user's changes"): a user of the device approves this registration. Without it
     ///     only a user already registered on the device may register again.
+    ///   - token: the user's access token.
     /// - Throws: ``BatonClientError``; `Forbidden` with server code `DeviceProofRequired` when the device must
     ///   approve the registration.
     public func registerDevice(

@@ -360,7 +360,7 @@ public struct DeviceRegistrationStep: OnboardingStep {
         }
         do {
             try await register(deviceKey)
-        } catch where error.serverCode == "DeviceProofRequired" && deviceKey == nil && !others.isEmpty {
+        } catch  where error.serverCode == "DeviceProofRequired" && deviceKey == nil && !others.isEmpty {
             let approved = try await Self.approvedDeviceKey(&context, others: others, newUser: user)
             do { try await register(approved) } catch { throw flowsError(error, doing: "register this device") }
             deviceKey = approved
@@ -395,7 +395,7 @@ public struct DeviceRegistrationStep: OnboardingStep {
             let store: SecureStore
             do {
                 store = try SecureStore.open(at: context.storage.secureStoreURL(for: id), passcode: passcode)
-            } catch where error.code == .wrongPasscode {
+            } catch  where error.code == .wrongPasscode {
                 problem = error.message
                 continue
             } catch {
@@ -404,7 +404,8 @@ public struct DeviceRegistrationStep: OnboardingStep {
             guard let raw = try? await store.value(Data.self, forKey: SecureStoreKey.deviceKey),
                 let key = try? P256.Signing.PrivateKey(rawRepresentation: raw)
             else {
-                problem = "\(approver)'s secure store holds no device key (onboarded before device keys); another user approves."
+                problem =
+                    "\(approver)'s secure store holds no device key (onboarded before device keys); another user approves."
                 continue
             }
             return key

@@ -107,7 +107,8 @@ extension OfflineStore {
                 try FileManager.default.moveItem(
                     atPath: url.path + suffix, toPath: url.path + suffix + ".orphan-\(stamp)")
             } catch {
-                throw OfflineError(.storage, "Cannot move the old offline store file \(url.lastPathComponent)\(suffix) aside.")
+                throw OfflineError(
+                    .storage, "Cannot move the old offline store file \(url.lastPathComponent)\(suffix) aside.")
             }
         }
         try? FileManager.default.removeItem(atPath: url.path + "-shm")

@@ -6,9 +6,10 @@ import Foundation
 func exercise(_ data: [UInt8]) {
     guard let model = FuzzModel.shared else { return }
     let text = String(decoding: data, as: UTF8.self)
-    for candidate in [text, "PreflightChecks?$filter=" + text, "PreflightChecks?$search=" + text,
-        "PreflightChecks?$orderby=" + text, "Aircraft?$expand=" + text]
-    {
+    for candidate in [
+        text, "PreflightChecks?$filter=" + text, "PreflightChecks?$search=" + text,
+        "PreflightChecks?$orderby=" + text, "Aircraft?$expand=" + text,
+    ] {
         // What parses goes on through the SQL translation, in both dialects, as the server and the offline store
         // run it.
         guard let url = try? ODataURL(parsing: candidate, model: model),

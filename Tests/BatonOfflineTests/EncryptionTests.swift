@@ -55,8 +55,9 @@ import Testing
         try scan()
         // Nobody else on the machine reads them either.
         for name in ["offline.sqlite", "offline.sqlite-wal"] {
-            let mode = try FileManager.default.attributesOfItem(atPath: directory.appendingPathComponent(name).path)[
-                .posixPermissions] as? Int
+            let mode =
+                try FileManager.default.attributesOfItem(atPath: directory.appendingPathComponent(name).path)[
+                    .posixPermissions] as? Int
             #expect(mode == 0o600, "\(name)")
         }
         await store.close()

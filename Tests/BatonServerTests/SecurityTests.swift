@@ -39,7 +39,9 @@ import Testing
         func next(_ range: Int) -> Int { (source.next() ?? 0) % max(range, 1) }
         let sizes = [1, 3, 40, 199, 201, 400, 1_500, 3_000]
         let count = sizes[next(sizes.count)]
-        let terms = ["true", "FuelKg gt 5", "FuelKg add 1 gt 0", "FuelKg mod 2 eq 0", "not true", "(true)", "null eq null"]
+        let terms = [
+            "true", "FuelKg gt 5", "FuelKg add 1 gt 0", "FuelKg mod 2 eq 0", "not true", "(true)", "null eq null",
+        ]
         let operators = [" or ", " and ", " add ", " mod "]
         switch next(5) {
         case 0:
@@ -58,7 +60,8 @@ import Testing
         case 3:
             return "PreflightChecks?$orderby=" + Array(repeating: "FuelKg desc", count: count).joined(separator: ",")
         default:
-            return "Aircraft?$expand=" + Array(repeating: "Checks($filter=true or true)", count: min(count, 600))
+            return "Aircraft?$expand="
+                + Array(repeating: "Checks($filter=true or true)", count: min(count, 600))
                 .joined(separator: ",")
         }
     }
@@ -74,7 +77,8 @@ import Testing
                 let query = Self.hostileQuery(choices)
                 let encoded = query.addingPercentEncoding(withAllowedCharacters: .urlQueryAllowed) ?? query
                 do {
-                    let reply = try await client.odata(.get, encoded.replacingOccurrences(of: "+", with: "%2B"), token: token)
+                    let reply = try await client.odata(
+                        .get, encoded.replacingOccurrences(of: "+", with: "%2B"), token: token)
                     #expect(reply.status.code < 500, "\(query.prefix(120)): \(reply.text.prefix(200))")
                     let batch = #"{"requests":[{"id":"1","method":"GET","url":"\#(encoded)"}]}"#
                     let batched = try await client.odata(.post, "$batch", token: token, body: batch)
@@ -590,7 +594,8 @@ import Testing
         let server = try await TestServer { $0.masterKeyFile = keyFile }
         defer { server.remove() }
         #expect(FileManager.default.fileExists(atPath: keyFile.path))
-        #expect(!FileManager.default.fileExists(atPath: server.directory.appendingPathComponent("keys/master.key").path))
+        #expect(
+            !FileManager.default.fileExists(atPath: server.directory.appendingPathComponent("keys/master.key").path))
         try await server.addUser("alice")
         try await server.test { client in
             let alice = try await client.signIn("alice").access

@@ -128,9 +128,11 @@ public struct DeviceRegistry: Sendable {
         let freshStoreKey = try sealStoreKey(SymmetricKey(size: .bits256), device: device)
         return try await database.pool.write { db in
             let existing = try Row.fetchOne(db, sql: "SELECT publicKey FROM devices WHERE id = ?", arguments: [device])
-            let active = try Int.fetchOne(
-                db, sql: "SELECT COUNT(*) FROM deviceRegistrations WHERE device = ? AND active = 1", arguments: [device]
-            ) ?? 0
+            let active =
+                try Int.fetchOne(
+                    db, sql: "SELECT COUNT(*) FROM deviceRegistrations WHERE device = ? AND active = 1",
+                    arguments: [device]
+                ) ?? 0
             let userActive =
                 try Bool.fetchOne(
                     db, sql: "SELECT active FROM deviceRegistrations WHERE device = ? AND user = ?",

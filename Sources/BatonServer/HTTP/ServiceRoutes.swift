@@ -61,7 +61,8 @@ struct ServiceRoutes {
             let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
             guard let text = body["publicKey"]?.stringValue else {
                 throw ServerError.badRequest(
-                    "The body must be {\"publicKey\": \"<base64 P-256 public key>\", \"deviceKey\": …, \"deviceProof\": …}.", target: "publicKey")
+                    "The body must be {\"publicKey\": \"<base64 P-256 public key>\", \"deviceKey\": …, \"deviceProof\": …}.",
+                    target: "publicKey")
             }
             let key = try DeviceRegistry.parsePublicKey(text)
             var proof: DeviceRegistry.DeviceProof?

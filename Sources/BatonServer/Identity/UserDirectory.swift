@@ -71,7 +71,8 @@ public struct UserDirectory: Sendable {
         let now = clock.now().timeIntervalSince1970
         let found = try await database.pool.write { db -> Bool in
             try db.execute(
-                sql: "UPDATE signingKeys SET replacedAt = ? WHERE user = ? AND replacedAt IS NULL", arguments: [now, name])
+                sql: "UPDATE signingKeys SET replacedAt = ? WHERE user = ? AND replacedAt IS NULL",
+                arguments: [now, name])
             try db.execute(sql: "DELETE FROM users WHERE name = ?", arguments: [name])
             let changed = db.changesCount > 0
             try db.execute(sql: "DELETE FROM refreshTokens WHERE user = ?", arguments: [name])

@@ -104,7 +104,8 @@ struct TokenService: Sendable {
             try await audit.record(
                 AuditEntry(
                     at: clock.now(), actor: nil, action: "sign-in-failed", subject: known ? name : nil,
-                    address: caller.address, detail: known ? "client \(clientID)" : "unknown user name, client \(clientID)"))
+                    address: caller.address,
+                    detail: known ? "client \(clientID)" : "unknown user name, client \(clientID)"))
             throw OAuthError.invalidGrant("The user name or password is wrong, or the user is disabled.")
         }
         await throttle.recordSuccess(user: name, address: caller.address)

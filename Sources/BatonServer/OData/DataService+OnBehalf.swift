@@ -70,7 +70,8 @@ extension DataService {
         }
         guard let signatureText = request.header("Baton-Author-Signature"), let device = request.header("Baton-Device"),
             let createdText = request.header("Baton-Created-At"),
-            let requestID = request.header("Repeatability-Request-ID"), request.header("Repeatability-First-Sent") != nil
+            let requestID = request.header("Repeatability-Request-ID"),
+            request.header("Repeatability-First-Sent") != nil
         else {
             throw refuse(
                 "OnBehalfIncomplete",

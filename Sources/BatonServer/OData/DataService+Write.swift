@@ -81,7 +81,8 @@ extension DataService {
             guard target.single else {
                 throw ServerError(.methodNotAllowed, "MethodNotAllowed", "DELETE needs one entity: add its key.")
             }
-            return try delete(target, request: request, attribution: attribution, in: db, context: context, audit: &audit)
+            return try delete(
+                target, request: request, attribution: attribution, in: db, context: context, audit: &audit)
         default:
             throw ServerError(
                 .methodNotAllowed, "MethodNotAllowed", "\(request.method) is not supported by the data service.")
