@@ -84,6 +84,7 @@ let package = Package(
             name: "BatonFlows",
             dependencies: [
                 "BatonClient",
+                "BatonOData",
                 "BatonOffline",
                 "BatonSecureStore",
                 .product(name: "Crypto", package: "swift-crypto"),

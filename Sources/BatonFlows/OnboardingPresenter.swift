@@ -51,7 +51,10 @@ extension OnboardingPresenter {
             await show("\(newUser) joins this device: one of its users approves with their passcode.")
         }
         var chosen = users.first
-        if users.count > 1, case .user(let id) = try await pickUser(users) {
+        if users.count > 1 {
+            guard case .user(let id) = try await pickUser(users) else {
+                throw FlowsError(.cancelled, "Nobody on this device approved \(newUser) joining it.")
+            }
             chosen = users.first { $0.onboardingID == id }
         }
         guard let chosen else {

@@ -1,4 +1,5 @@
 import BatonClient
+import BatonOData
 import BatonSecureStore
 import Crypto
 import Foundation
@@ -380,7 +381,7 @@ public struct DeviceRegistrationStep: OnboardingStep {
         let keyID = Data(SHA256.hash(data: key.x963Representation)).base64EncodedString()
             .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
             .replacingOccurrences(of: "=", with: "")
-        return Data(["baton-device-join-v1", device, user, keyID].joined(separator: "\n").utf8)
+        return Data(DeviceJoin.message(device: device, user: user, keyID: keyID))
     }
 
     /// The device key from the secure store of a user of this device who approves, asked until the passcode is

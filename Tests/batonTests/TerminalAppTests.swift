@@ -24,6 +24,60 @@ import Testing
         }
     }
 
+    @Test func aSecondUserJoinsFromAScriptOnlyWithAnApprover() throws {
+        let work = FileManager.default.temporaryDirectory.appendingPathComponent("baton-join-\(UUID())")
+        try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: work) }
+        let serverData = work.appendingPathComponent("server").path
+        let serverBinary = BatonExecutableTests.executable.deletingLastPathComponent().appendingPathComponent(
+            "baton-server")
+        for (name, password) in [("alice", "blue-harbour-1234"), ("bob", "green-meadow-5678")] {
+            let added = try BatonExecutableTests.run(
+                ["user", "add", name, "--data-dir", serverData, "--password-stdin", "--bcrypt-cost", "4"],
+                executable: serverBinary, input: password + "\n")
+            #expect(added.status == 0, "\(added.error)")
+        }
+        let server = Process()
+        server.executableURL = serverBinary
+        server.arguments = ["serve", "--port", "0", "--data-dir", serverData, "--log-level", "error"]
+        let output = Pipe()
+        server.standardOutput = output
+        server.standardError = FileHandle.nullDevice
+        try server.run()
+        defer {
+            server.terminate()
+            server.waitUntilExit()
+        }
+        var line = Data()
+        while !line.contains(UInt8(ascii: "\n")) {
+            let chunk = output.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { break }
+            line.append(chunk)
+        }
+        let url = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            .replacingOccurrences(of: "listening on ", with: "")
+        let device = work.appendingPathComponent("device").path
+        func add(_ arguments: [String], input: String) throws -> BatonExecutableTests.Result {
+            try BatonExecutableTests.run(
+                ["users", "add", "--data-dir", device, "--server", url, "--password-stdin"] + arguments, input: input)
+        }
+        let alice = try add(["--user", "alice"], input: "blue-harbour-1234\nalice-2468x\n")
+        #expect(alice.status == 0, "\(alice.error)")
+        // Bob's password alone does not get him onto the tablet.
+        let alone = try add(["--user", "bob"], input: "green-meadow-5678\nbob-13579x\n")
+        #expect(alone.status != 0)
+        #expect(alone.error.contains("Name them with --approver USER"), "\(alone.error)")
+        let wrong = try add(
+            ["--user", "bob", "--approver", "alice"], input: "green-meadow-5678\nbob-13579x\nnot-it-123\n")
+        #expect(wrong.status == 3, "\(wrong.error)")
+        let approved = try add(
+            ["--user", "bob", "--approver", "alice"], input: "green-meadow-5678\nbob-13579x\nalice-2468x\n")
+        #expect(approved.status == 0, "\(approved.error)")
+        let users = try BatonExecutableTests.run(["users", "--data-dir", device])
+        #expect(users.output.contains("Alice") || users.output.contains("alice"))
+        #expect(users.output.contains("bob"))
+    }
+
     @Test func scriptableCommandsRefuseBadInputWithDocumentedExitStatus() throws {
         let work = FileManager.default.temporaryDirectory.appendingPathComponent("baton-script-\(UUID())")
         defer { try? FileManager.default.removeItem(at: work) }

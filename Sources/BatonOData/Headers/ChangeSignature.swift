@@ -27,6 +27,18 @@ public enum ChangeSignature {
     }
 }
 
+/// What a device key signs to approve a user joining the device — shared by the device that approves and the
+/// server that checks the approval before it registers the user and hands out the device's store key.
+public enum DeviceJoin {
+    /// `baton-device-join-v1`, the device id, the user name and the id of the user's new signing key (the
+    /// base64url SHA-256 of its X9.63 form), one per line.
+    ///
+    /// - Returns: the UTF-8 bytes to sign or verify.
+    public static func message(device: String, user: String, keyID: String) -> [UInt8] {
+        Array(["baton-device-join-v1", device, user, keyID].joined(separator: "\n").utf8)
+    }
+}
+
 extension Sequence<UInt8> {
     /// The bytes as lower-case hex (a SHA-256 digest as the canonical form wants it), without Foundation's
     /// slow `String(format:)`.

@@ -1,3 +1,4 @@
+import BatonOData
 import Crypto
 import Foundation
 import GRDB
@@ -96,7 +97,7 @@ public struct DeviceRegistry: Sendable {
 
     /// The bytes a device key signs to let `user` register `keyID` on `device` (shared with the device app).
     public static func joinMessage(device: String, user: String, keyID: String) -> Data {
-        Data(["baton-device-join-v1", device, user, keyID].joined(separator: "\n").utf8)
+        Data(DeviceJoin.message(device: device, user: user, keyID: keyID))
     }
 
     /// Registers `user` on `device` with a signing key, if the device allows it:

@@ -38,14 +38,14 @@ struct SignInOptions: ParsableArguments {
 /// error and the documented exit status.
 func runScripted(
     _ options: DeviceOptions, signIn: SignInOptions?, onboarding newUser: String? = nil, password: String? = nil,
-    passcode: String? = nil, _ body: (Device, ConsoleUI) async throws -> Void
+    passcode: String? = nil, approver: Approver? = nil, _ body: (Device, ConsoleUI) async throws -> Void
 ) async throws {
     let ui = ConsoleUI()
     do {
         var passcode = passcode
         if let signIn, signIn.passcodeStdin, passcode == nil { passcode = readSecretLine("passcode") }
         let presenter = ScriptPresenter(
-            ui: ui, username: signIn?.user ?? newUser, password: password, passcode: passcode)
+            ui: ui, username: signIn?.user ?? newUser, password: password, passcode: passcode, approver: approver)
         let device = try await Device.open(
             directory: options.directory, server: options.server, offline: options.offline, presenter: presenter,
             askServer: { throw AppError(.usage, "This device has no server yet; give --server URL.") })
@@ -132,13 +132,26 @@ struct UsersCommand: AsyncParsableCommand {
             abstract: "Onboard a user: sign-in, passcode, device registration, first download.")
         @OptionGroup var device: DeviceOptions
         @Option(help: "The user's name on the server.") var user: String
-        @Flag(help: "Read the password, then the new passcode, one per line from standard input.")
+        @Option(
+            help: ArgumentHelp(
+                "A user of this device who approves the new one joining it, with their passcode (read after the new user's, or asked); needed once the device has users.",
+                valueName: "user"))
+        var approver: String?
+        @Flag(
+            help:
+                "Read the password, then the new passcode, then (with --approver) the approving user's passcode, one per line from standard input."
+        )
         var passwordStdin = false
 
         func run() async throws {
             let password = passwordStdin ? readSecretLine("password") : nil
             let passcode = passwordStdin ? readSecretLine("passcode") : nil
-            try await runScripted(device, signIn: nil, onboarding: user, password: password, passcode: passcode) {
+            let approving = approver.map {
+                Approver(user: $0, passcode: passwordStdin ? readSecretLine("passcode") : nil)
+            }
+            try await runScripted(
+                device, signIn: nil, onboarding: user, password: password, passcode: passcode, approver: approving
+            ) {
                 device, ui in
                 let existing = await device.sessions.users.activeUsers
                 let session = existing.isEmpty ? try await device.sessions.open() : try await device.sessions.addUser()

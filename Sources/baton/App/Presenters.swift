@@ -88,13 +88,37 @@ actor ScriptPresenter: OnboardingPresenter {
     let username: String?
     var password: String?
     var passcode: String?
+    var approving: Approver?
     let ui: ConsoleUI
 
-    init(ui: ConsoleUI, username: String?, password: String?, passcode: String?) {
+    init(ui: ConsoleUI, username: String?, password: String?, passcode: String?, approver: Approver? = nil) {
         self.ui = ui
         self.username = username
         self.password = password
         self.passcode = passcode
+        self.approving = approver
+    }
+
+    /// The user named with `--approver`, with their passcode: never the new user's own.
+    func approver(for newUser: String, among users: [UserManager.User], problem: String?) async throws
+        -> (onboardingID: UUID, passcode: String)
+    {
+        if let problem { throw FlowsError(.wrongPasscode, problem) }
+        guard let approving else {
+            throw FlowsError(
+                .notAllowed,
+                "\(newUser) joins a device that has users: one of them approves. Name them with --approver USER.")
+        }
+        guard let user = users.first(where: { $0.serverUserID == approving.user }) else {
+            throw FlowsError(.unknownUser, "\(approving.user) is not on this device; `baton users` lists who is.")
+        }
+        if self.approving?.passcode == nil {
+            self.approving?.passcode = await ui.askSecret("Passcode of \(user.displayName), who approves (hidden):")
+        }
+        guard let code = self.approving?.passcode else {
+            throw FlowsError(.wrongPasscode, "No passcode was given for \(approving.user).")
+        }
+        return (user.onboardingID, code)
     }
 
     func credentials(server: String, username: String?, problem: String?) async throws -> Credentials {
@@ -135,4 +159,10 @@ actor ScriptPresenter: OnboardingPresenter {
 
     nonisolated func show(_ message: String) async { ui.warning(message) }
     nonisolated func progress(_ step: String, fraction: Double) async {}
+}
+
+/// `--approver`: who approves a new user joining the device, and their passcode if already read.
+struct Approver: Sendable {
+    var user: String
+    var passcode: String?
 }
