@@ -205,6 +205,7 @@ let package = Package(
             name: "BatonServerTests",
             dependencies: [
                 "BatonServer",
+                "BatonTesting",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ],
@@ -243,7 +244,7 @@ let package = Package(
         // Runs the built `baton` executable, as a user would.
         .testTarget(
             name: "batonTests",
-            dependencies: ["baton"],
+            dependencies: ["baton", "BatonTesting"],
             resources: [.copy("Terminal")],
             swiftSettings: swiftSettings
         ),

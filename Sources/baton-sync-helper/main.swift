@@ -6,8 +6,8 @@ import Foundation
 
 // Test helper for the sync's crash safety: reads from standard input (never from the command line) a JSON
 // object with the server URL, the store file, the device id, the user, the store key, the signing key and
-// the tokens; then uploads the store's queue a few changes per $batch until it is empty, printing each
-// round. The test kills it at random moments.
+// the tokens; then prints "ready" and uploads the store's queue a few changes per $batch until it is empty,
+// printing each round. The test kills it at random moments.
 struct Input: Decodable {
     var server: String
     var storePath: String
@@ -43,6 +43,7 @@ do {
         url: URL(fileURLWithPath: input.storePath), model: try ServiceModel.aircraftChecks, deviceID: input.deviceID,
         definingQueries: [])
     try await store.open(as: OfflineUser(name: input.user, signingKey: signingKey), key: SymmetricKey(data: storeKey))
+    FileHandle.standardOutput.write(Data("ready\n".utf8))
     while try await !store.pendingEntries().isEmpty {
         let report = try await store.upload(using: session, allowOnBehalf: true, chunkSize: 2)
         FileHandle.standardOutput.write(Data("uploaded \(report.uploaded.count)\n".utf8))

@@ -171,3 +171,64 @@ import Testing
         }
     }
 }
+
+/// Query strings as everyday HTTP libraries build them: form encoding writes a space as `+` (Python's `requests`
+/// and `urlencode`, `curl --data-urlencode`, Java's `URLEncoder`, HTML forms), while OData's own literals use a
+/// literal `+` (`1E+10`, `+01:00`).
+@Suite struct FormEncodedQueryTests {
+    let model: ServiceModel
+
+    init() throws { model = try ServiceModel.aircraftChecks }
+
+    func options(_ text: String) throws -> QueryOptions { try ODataURL(parsing: text, model: model).query }
+
+    @Test(arguments: [
+        // requests.get(url, params={"$filter": …}) and urllib.parse.urlencode: everything escaped, spaces as +.
+        (
+            "PreflightChecks?%24filter=FuelKg+gt+5000+and+Remarks+eq+%27a%2Bb%27",
+            "PreflightChecks?$filter=FuelKg%20gt%205000%20and%20Remarks%20eq%20'a+b'"
+        ),
+        // curl -G --data-urlencode '$filter=…': the name as written, spaces as +.
+        ("PreflightChecks?$filter=FuelKg+gt+5000", "PreflightChecks?$filter=FuelKg%20gt%205000"),
+        (
+            "PreflightChecks?$filter=ChangedAt+gt+2026-01-01T00%3A00%3A00%2B01%3A00&$top=2",
+            "PreflightChecks?$filter=ChangedAt%20gt%202026-01-01T00:00:00+01:00&$top=2"
+        ),
+        ("PreflightChecks?%24search=fuel+tyre", "PreflightChecks?$search=fuel%20tyre"),
+        ("PreflightChecks?%24orderby=FuelKg+desc%2CID", "PreflightChecks?$orderby=FuelKg%20desc,ID"),
+        ("Aircraft?%24expand=Checks(%24filter%3DFuelKg+gt+5)", "Aircraft?$expand=Checks($filter=FuelKg%20gt%205)"),
+        (
+            "Aircraft?%24expand=Checks%28%24filter%3DFuelKg+gt+5000%3B%24select%3DID%29&%24top=2",
+            "Aircraft?$expand=Checks($filter=FuelKg%20gt%205000;$select=ID)&$top=2"
+        ),
+    ])
+    func formEncodedQueriesMeanWhatTheirClientMeant(form: String, strict: String) throws {
+        let fromForm = try options(form)
+        let fromStrict = try options(strict)
+        #expect(fromForm == fromStrict)
+    }
+
+    @Test func literalPlusSignsStayWhereOnlyTheStrictReadingWorks() throws {
+        // Spaces written as %20: a + is OData's own.
+        let offset = try options("PreflightChecks?$filter=ChangedAt%20gt%202026-01-01T00:00:00+01:00")
+        let encoded = try options("PreflightChecks?$filter=ChangedAt%20gt%202026-01-01T00:00:00%2B01:00")
+        #expect(offset == encoded)
+        let exponent = try options("PreflightChecks?$filter=FuelKg%20gt%201E+3")
+        let exponentEncoded = try options("PreflightChecks?$filter=FuelKg%20gt%201E%2B3")
+        #expect(exponent == exponentEncoded)
+        let plus = try options("PreflightChecks?$filter=Remarks%20eq%20'a+b'")
+        let space = try options("PreflightChecks?$filter=Remarks%20eq%20'a%20b'")
+        #expect(plus != space)
+    }
+
+    @Test func errorsPointIntoTheValueAsTheClientWroteIt() throws {
+        // "$filter=FuelKg+gt+" is 19 characters after "PreflightChecks?" (16): the position of "5000x".
+        let text = "PreflightChecks?$filter=FuelKg+gt+5000x"
+        var caught: ODataError?
+        do { _ = try options(text) } catch { caught = error as? ODataError }
+        let error = try #require(caught)
+        let position = try #require(error.position)
+        #expect(position >= 34 && position <= 38, "\(error.message) at \(position)")
+        #expect(!error.message.contains("'+'"), "\(error.message)")
+    }
+}

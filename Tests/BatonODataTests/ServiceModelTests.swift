@@ -38,6 +38,37 @@ import Testing
         #expect(xml.contains("Org.OData.Repeatability.V1.Supported"))
     }
 
+    @Test func defaultValuesLoadAreDescribedAndApplyToCreatesOnly() throws {
+        let model = try ServiceModel.aircraftChecks
+        let checks = try #require(model.entityType(named: "PreflightCheck"))
+        #expect(checks.properties.first { $0.name == "Status" }?.defaultValue == .string("final"))
+        #expect(
+            model.csdlXML.contains(
+                #"<Property Name="Status" Type="Edm.String" Nullable="false" MaxLength="20" DefaultValue="final"/>"#))
+        #expect(model.csdlJSONDocument.serialized.contains(#""$DefaultValue":"final""#))
+        let body =
+            #"{"ID":"0f8fad5b-d9cb-469f-a165-70867728950e","TailNumber":"D-AIBL","FuelKg":1,"TyrePressureMainPsi":1,"TyrePressureNosePsi":1,"OilQuarts":1}"#
+        let created = try EntityPayload(decoding: Array(body.utf8), as: checks, mode: .create, model: model)
+        #expect(created.values["Status"] == .string("final"))
+        let given = body.replacingOccurrences(of: "}", with: #","Status":"draft"}"#)
+        #expect(
+            try EntityPayload(decoding: Array(given.utf8), as: checks, mode: .create, model: model).values["Status"]
+                == .string("draft"))
+        // A PATCH changes only what it names.
+        let merged = try EntityPayload(
+            decoding: Array(#"{"Remarks":"ok"}"#.utf8), as: checks, mode: .merge, model: model)
+        #expect(merged.values["Status"] == nil)
+        // A default that does not fit its property is a model error that names it.
+        #expect {
+            try ServiceModel(
+                csdlJSON: Self.document(
+                    #""T": {"$Kind": "EntityType", "$Key": ["ID"], "ID": {}, "N": {"$Type": "Edm.Int32", "$DefaultValue": "many"}}, "C": {"$Kind": "EntityContainer"}"#
+                ))
+        } throws: { error in
+            (error as? ODataError)?.message.hasPrefix("The $DefaultValue of 'T/N' is not a valid Edm.Int32") == true
+        }
+    }
+
     @Test func compositeKeysLoad() throws {
         let model = try ServiceModel(
             csdlJSON: Self.document(

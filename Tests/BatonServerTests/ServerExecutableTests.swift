@@ -1,3 +1,4 @@
+import BatonTesting
 import Foundation
 import Testing
 
@@ -18,7 +19,11 @@ import Testing
         var error: String
     }
 
-    static func run(_ executable: URL, _ arguments: [String], input: String? = nil) throws -> Result {
+    static func run(_ executable: URL, _ arguments: [String], input: String? = nil) async throws -> Result {
+        try await offThePool { try runBlocking(executable, arguments, input: input) }
+    }
+
+    static func runBlocking(_ executable: URL, _ arguments: [String], input: String?) throws -> Result {
         let process = Process()
         process.executableURL = executable
         process.arguments = arguments
@@ -39,12 +44,13 @@ import Testing
             error: String(decoding: err, as: UTF8.self))
     }
 
-    static func server(_ arguments: [String], input: String? = nil) throws -> Result {
-        try run(buildDirectory.appendingPathComponent("baton-server"), arguments, input: input)
+    static func server(_ arguments: [String], input: String? = nil) async throws -> Result {
+        try await run(buildDirectory.appendingPathComponent("baton-server"), arguments, input: input)
     }
 
     /// A `baton-server serve --port 0` process and its URL.
-    final class RunningServer {
+    /// Unchecked: its process is started in `init` and only stopped after, by the one test that holds it.
+    final class RunningServer: @unchecked Sendable {
         let process = Process()
         let url: String
 
@@ -78,11 +84,12 @@ import Testing
     }
 
     /// Runs a Python interop script against `running`, with alice's password on its standard input.
-    static func interop(_ name: String, against running: RunningServer) throws {
+    static func interop(_ name: String, against running: RunningServer) async throws {
         let script = try #require(Bundle.module.url(forResource: name, withExtension: "py", subdirectory: "Interop"))
-        let python = try run(
-            URL(fileURLWithPath: "/usr/bin/env"), ["python3", script.path, running.url, "alice"],
-            input: "correct-horse-battery\n")
+        let missing = TestPython.missing(["requests", "authlib", "odatapy", "httpx", "odata"])
+        try #require(missing == nil, "\(missing ?? "")")
+        let python = try await run(
+            TestPython.executable, [script.path, running.url, "alice"], input: "correct-horse-battery\n")
         #expect(python.status == 0, "\(python.output)\(python.error)")
         #expect(python.output.contains("interop ok"), "\(python.output)\(python.error)")
     }
@@ -91,11 +98,11 @@ import Testing
         FileManager.default.temporaryDirectory.appendingPathComponent("baton-cli-\(UUID().uuidString)").path
     }
 
-    @Test func adminCommandsWorkWhileTheServerRunsAndShutdownIsGraceful() throws {
+    @Test func adminCommandsWorkWhileTheServerRunsAndShutdownIsGraceful() async throws {
         let dataDir = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDir) }
-        let running = try RunningServer(dataDir: dataDir)
-        let added = try Self.server(
+        let running = try await offThePool { try RunningServer(dataDir: dataDir) }
+        let added = try await Self.server(
             [
                 "user", "add", "alice", "--display-name", "Alice A.", "--data-dir", dataDir, "--password-stdin",
                 "--bcrypt-cost", "4",
@@ -103,11 +110,11 @@ import Testing
             input: "correct-horse-battery\n")
         #expect(added.status == 0, "\(added.error)")
         #expect(added.output == "Added alice (ground-staff).\n")
-        let list = try Self.server(["user", "list", "--data-dir", dataDir])
+        let list = try await Self.server(["user", "list", "--data-dir", dataDir])
         #expect(list.output.contains("alice  ground-staff  active    Alice A."))
-        let set = try Self.server(["settings", "set", "passcode.min-length", "6", "--data-dir", dataDir])
+        let set = try await Self.server(["settings", "set", "passcode.min-length", "6", "--data-dir", dataDir])
         #expect(set.output == "passcode.min-length = 6\n")
-        let show = try Self.server(["settings", "show", "--data-dir", dataDir])
+        let show = try await Self.server(["settings", "show", "--data-dir", dataDir])
         #expect(show.output.contains("passcode.min-length = 6\n"))
         #expect(running.stop() == 0)
         // Every file the server wrote is private to its owner.
@@ -117,61 +124,62 @@ import Testing
         }
     }
 
-    @Test func adminErrorsAreClearAndPasswordsAreNeverArguments() throws {
+    @Test func adminErrorsAreClearAndPasswordsAreNeverArguments() async throws {
         let dataDir = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDir) }
-        let unknown = try Self.server(["settings", "set", "passcode.colour", "blue", "--data-dir", dataDir])
+        let unknown = try await Self.server(["settings", "set", "passcode.colour", "blue", "--data-dir", dataDir])
         #expect(unknown.status == 1)
         #expect(
             unknown.error.hasPrefix(
                 "Error: Unknown setting 'passcode.colour'. Known settings: shared-devices.multi-user,"))
-        let weak = try Self.server(["user", "add", "bob", "--data-dir", dataDir, "--password-stdin"], input: "short\n")
+        let weak = try await Self.server(
+            ["user", "add", "bob", "--data-dir", dataDir, "--password-stdin"], input: "short\n")
         #expect(weak.status == 1)
         #expect(weak.error == "Error: The password must have at least 10 characters.\n")
-        let noStdin = try Self.server(["user", "add", "bob", "--data-dir", dataDir])
+        let noStdin = try await Self.server(["user", "add", "bob", "--data-dir", dataDir])
         #expect(noStdin.status != 0)
         #expect(
             noStdin.error.contains(
                 "Pass --password-stdin and give the password on standard input; it is never an argument."))
-        let missing = try Self.server(["user", "disable", "nobody", "--data-dir", dataDir])
+        let missing = try await Self.server(["user", "disable", "nobody", "--data-dir", dataDir])
         #expect(missing.error == "Error: There is no user named 'nobody'.\n")
     }
 
     /// Adds alice (and optionally seed data) to a fresh data directory, serves it, and runs an interop script.
-    static func interopAgainstFreshServer(_ script: String, seed: Bool) throws {
+    static func interopAgainstFreshServer(_ script: String, seed: Bool) async throws {
         let dataDir = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDir) }
         if seed {
-            #expect(try server(["seed", "--aircraft", "5", "--checks", "40", "--data-dir", dataDir]).status == 0)
+            #expect(try await server(["seed", "--aircraft", "5", "--checks", "40", "--data-dir", dataDir]).status == 0)
         }
-        let added = try server(
+        let added = try await server(
             ["user", "add", "alice", "--data-dir", dataDir, "--password-stdin", "--bcrypt-cost", "4"],
             input: "correct-horse-battery\n")
         #expect(added.status == 0)
-        let running = try RunningServer(dataDir: dataDir)
+        let running = try await offThePool { try RunningServer(dataDir: dataDir) }
         defer { _ = running.stop() }
-        try interop(script, against: running)
+        try await interop(script, against: running)
     }
 
-    @Test(arguments: ["odatapy_interop", "python_odata_interop"])
-    func thirdPartyODataClientsInteroperate(script name: String) throws {
-        try Self.interopAgainstFreshServer(name, seed: true)
+    @Test(arguments: ["odatapy_interop", "python_odata_interop", "query_encoding_interop"])
+    func thirdPartyODataClientsInteroperate(script name: String) async throws {
+        try await Self.interopAgainstFreshServer(name, seed: true)
     }
 
-    @Test func seedFillsTheModelWithRealisticData() throws {
+    @Test func seedFillsTheModelWithRealisticData() async throws {
         let dataDir = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDir) }
-        let seeded = try Self.server(["seed", "--aircraft", "12", "--checks", "300", "--data-dir", dataDir])
+        let seeded = try await Self.server(["seed", "--aircraft", "12", "--checks", "300", "--data-dir", dataDir])
         #expect(seeded.output == "Added 12 aircraft, 12 flights and 300 pre-flight checks.\n")
-        let again = try Self.server(["seed", "--aircraft", "12", "--checks", "300", "--data-dir", dataDir])
+        let again = try await Self.server(["seed", "--aircraft", "12", "--checks", "300", "--data-dir", dataDir])
         #expect(again.status == 1)
         #expect(
             again.error.hasPrefix(
                 "Error: Seeding failed (seeding twice with the same --seed repeats tail numbers; pick another seed)"))
     }
 
-    @Test func aThirdPartyOAuthClientInteroperates() throws {
-        try Self.interopAgainstFreshServer("oauth_interop", seed: false)
+    @Test func aThirdPartyOAuthClientInteroperates() async throws {
+        try await Self.interopAgainstFreshServer("oauth_interop", seed: false)
     }
 }
 
@@ -185,11 +193,11 @@ extension ServerExecutableTests {
     @Test func hostileQueriesAreRefusedAndTheServerLives() async throws {
         let dataDir = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDir) }
-        let added = try Self.server(
+        let added = try await Self.server(
             ["user", "add", "alice", "--data-dir", dataDir, "--password-stdin", "--bcrypt-cost", "4"],
             input: "correct-horse-battery\n")
         #expect(added.status == 0)
-        let running = try RunningServer(dataDir: dataDir)
+        let running = try await offThePool { try RunningServer(dataDir: dataDir) }
         defer { _ = running.stop() }
         let base = try #require(URL(string: running.url))
         var tokenRequest = URLRequest(url: base.appendingPathComponent("oauth/token"))

@@ -1,3 +1,4 @@
+import BatonTesting
 import Foundation
 import Testing
 
@@ -19,7 +20,11 @@ import Testing
         return directory.appendingPathComponent("baton")
     }
 
-    static func run(_ arguments: [String], executable: URL = executable, input: String? = nil) throws -> Result {
+    static func run(_ arguments: [String], executable: URL = executable, input: String? = nil) async throws -> Result {
+        try await offThePool { try runBlocking(arguments, executable: executable, input: input) }
+    }
+
+    static func runBlocking(_ arguments: [String], executable: URL, input: String?) throws -> Result {
         let process = Process()
         process.executableURL = executable
         process.arguments = arguments
@@ -40,8 +45,8 @@ import Testing
             error: String(decoding: errorData, as: UTF8.self))
     }
 
-    @Test func demoPassesEveryExpectation() throws {
-        let result = try Self.run(["demo"])
+    @Test func demoPassesEveryExpectation() async throws {
+        let result = try await Self.run(["demo"])
         #expect(result.status == 0, "\(result.output)\(result.error)")
         #expect(result.output.contains("All expectations met."))
         #expect(!result.output.contains("✗"))
@@ -51,29 +56,29 @@ import Testing
         #expect(result.output.contains("✓ the server cannot be reached"))
     }
 
-    @Test func demoKeepsItsDataWhenAsked() throws {
+    @Test func demoKeepsItsDataWhenAsked() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-keep-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
-        let result = try Self.run(["demo", "--keep", directory.path])
+        let result = try await Self.run(["demo", "--keep", directory.path])
         #expect(result.status == 0, "\(result.output)\(result.error)")
         #expect(FileManager.default.fileExists(atPath: directory.appendingPathComponent("device/offline.sqlite").path))
         #expect(FileManager.default.fileExists(atPath: directory.appendingPathComponent("server").path))
         // An existing directory is refused, not overwritten.
-        let again = try Self.run(["demo", "--keep", directory.path])
+        let again = try await Self.run(["demo", "--keep", directory.path])
         #expect(again.status != 0)
         #expect(again.error.contains("exists already"))
     }
 
-    @Test func sqlPrintsParameterisedSQL() throws {
-        let result = try Self.run(["sql", "PreflightChecks?$filter=Remarks eq 'secret'&$top=2"])
+    @Test func sqlPrintsParameterisedSQL() async throws {
+        let result = try await Self.run(["sql", "PreflightChecks?$filter=Remarks eq 'secret'&$top=2"])
         #expect(result.status == 0)
         #expect(result.output.contains(#"WHERE (t0."Remarks" IS ?1) ORDER BY t0."ID" ASC LIMIT ?2"#))
         #expect(!result.output.contains("secret"))
         #expect(result.output.contains("-- 2 bound argument(s)"))
     }
 
-    @Test func badURLIsAnErrorWithACaret() throws {
-        let result = try Self.run(["sql", "PreflightChecks?$filter=FuelKgs gt 5"])
+    @Test func badURLIsAnErrorWithACaret() async throws {
+        let result = try await Self.run(["sql", "PreflightChecks?$filter=FuelKgs gt 5"])
         #expect(result.status != 0)
         #expect(
             result.error == """
@@ -84,15 +89,15 @@ import Testing
                 """)
     }
 
-    @Test func aThousandsOfTermsChainIsALimitErrorNotACrash() throws {
+    @Test func aThousandsOfTermsChainIsALimitErrorNotACrash() async throws {
         let chain = Array(repeating: "true", count: 3_000).joined(separator: " or ")
-        let result = try Self.run(["sql", "PreflightChecks?$filter=" + chain])
+        let result = try await Self.run(["sql", "PreflightChecks?$filter=" + chain])
         #expect(result.status == 1, "\(result.error.prefix(300))")
         #expect(result.error.contains("more than 200 terms"), "\(result.error.prefix(300))")
     }
 
-    @Test func unknownDialectIsNamed() throws {
-        let result = try Self.run(["sql", "Aircraft", "--dialect", "oracle"])
+    @Test func unknownDialectIsNamed() async throws {
+        let result = try await Self.run(["sql", "Aircraft", "--dialect", "oracle"])
         #expect(result.status != 0)
         #expect(result.error.contains("Unknown dialect 'oracle'. Use 'sqlite' or 'postgres'."))
     }

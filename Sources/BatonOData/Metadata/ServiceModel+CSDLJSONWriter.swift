@@ -14,6 +14,9 @@ extension ServiceModel {
                 if let maxLength = property.maxLength { facets.append(("$MaxLength", .number(String(maxLength)))) }
                 if let precision = property.precision { facets.append(("$Precision", .number(String(precision)))) }
                 if let scale = property.scale { facets.append(("$Scale", .number(String(scale)))) }
+                if let defaultValue = property.defaultValue {
+                    facets.append(("$DefaultValue", defaultValue.json(as: property.type)))
+                }
                 if property.isComputed { facets.append(("@Org.OData.Core.V1.Computed", .bool(true))) }
                 members.append((property.name, .object(facets)))
             }

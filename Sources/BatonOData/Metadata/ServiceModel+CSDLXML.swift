@@ -20,6 +20,10 @@ extension ServiceModel {
                 if let maxLength = property.maxLength { xml += " MaxLength=\"\(maxLength)\"" }
                 if let precision = property.precision { xml += " Precision=\"\(precision)\"" }
                 if let scale = property.scale { xml += " Scale=\"\(scale)\"" }
+                if let defaultValue = property.defaultValue {
+                    let text = if case .string(let string) = defaultValue { string } else { defaultValue.urlLiteral }
+                    xml += " DefaultValue=\"\(escapeXML(text))\""
+                }
                 if property.isComputed {
                     xml += ">\n          <Annotation Term=\"Org.OData.Core.V1.Computed\" Bool=\"true\"/>\n"
                     xml += "        </Property>\n"

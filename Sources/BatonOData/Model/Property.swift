@@ -16,11 +16,14 @@ public struct Property: Sendable, Hashable {
     public var scale: Int?
     /// Whether the server computes the value (`Core.Computed`): clients may not set it.
     public var isComputed: Bool
+    /// The value a create (or a replace) stores when the body leaves the property out (CSDL `DefaultValue`).
+    /// Default: none, so a non-nullable property must be sent.
+    public var defaultValue: PrimitiveValue?
 
     /// Creates a property. Every facet defaults to CSDL's default.
     public init(
         name: String, type: EdmPrimitiveType, isNullable: Bool = true, maxLength: Int? = nil,
-        precision: Int? = nil, scale: Int? = nil, isComputed: Bool = false
+        precision: Int? = nil, scale: Int? = nil, isComputed: Bool = false, defaultValue: PrimitiveValue? = nil
     ) {
         self.name = name
         self.type = type
@@ -29,5 +32,6 @@ public struct Property: Sendable, Hashable {
         self.precision = precision
         self.scale = scale
         self.isComputed = isComputed
+        self.defaultValue = defaultValue
     }
 }

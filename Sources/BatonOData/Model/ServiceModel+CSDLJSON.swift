@@ -114,14 +114,24 @@ extension ServiceModel {
                         .notImplemented, "Property '\(target)' is a collection; Baton supports single values only.",
                         target: member)
                 }
-                properties.append(
-                    Property(
-                        name: member, type: type, isNullable: nullable,
-                        maxLength: try intFacet("$MaxLength", value, target),
-                        precision: try intFacet("$Precision", value, target),
-                        scale: try intFacet("$Scale", value, target),
-                        isComputed: annotation("Core.Computed", in: value, vocabulary: "Org.OData.Core.V1")?.boolValue
-                            ?? false))
+                var property = Property(
+                    name: member, type: type, isNullable: nullable,
+                    maxLength: try intFacet("$MaxLength", value, target),
+                    precision: try intFacet("$Precision", value, target),
+                    scale: try intFacet("$Scale", value, target),
+                    isComputed: annotation("Core.Computed", in: value, vocabulary: "Org.OData.Core.V1")?.boolValue
+                        ?? false)
+                if let given = value["$DefaultValue"] {
+                    do {
+                        property.defaultValue = try PrimitiveValue(json: given, for: property)
+                    } catch {
+                        throw ODataError(
+                            .invalidModel,
+                            "The $DefaultValue of '\(target)' is not a valid \(typeName): \(error.message)",
+                            target: member)
+                    }
+                }
+                properties.append(property)
             case "NavigationProperty":
                 var constraints: [NavigationProperty.ReferentialConstraint] = []
                 for (dependent, principal) in value["$ReferentialConstraint"]?.objectMembers ?? [] {

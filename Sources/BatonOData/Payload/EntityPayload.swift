@@ -76,6 +76,12 @@ public struct EntityPayload: Sendable, Hashable {
             values[property] = value
         }
         if mode != .merge {
+            // A left-out property with a default gets it (OData: a create or replace sets what the body omits to
+            // its default value).
+            for property in type.properties
+            where values[property.name] == nil && !property.isComputed && !type.key.contains(property.name) {
+                if let defaultValue = property.defaultValue { values[property.name] = defaultValue }
+            }
             for property in type.properties
             where !property.isNullable && !property.isComputed && values[property.name] == nil
                 && !(mode == .replace && type.key.contains(property.name))

@@ -14,6 +14,7 @@ struct QueryOptionsParser {
         var options = QueryOptions()
         var seen: Set<String> = []
         var offset = baseOffset
+        let formEncoded = Self.looksFormEncoded(raw)
         for part in raw.pieces(separatedBy: UInt8(ascii: "&")) {
             defer { offset += part.characterCount + 1 }
             if part.isEmpty { continue }
@@ -42,7 +43,9 @@ struct QueryOptionsParser {
                         position: offset, target: name)
                 }
                 options.customOptions.append(
-                    CustomOption(name: name, value: try SourceText(raw: rawValue, baseOffset: valueOffset).string))
+                    CustomOption(
+                        name: name,
+                        value: try SourceText(raw: rawValue, baseOffset: valueOffset, plusAsSpace: formEncoded).string))
                 continue
             }
             guard equals != nil else {
@@ -60,10 +63,50 @@ struct QueryOptionsParser {
                     .notImplemented, "System query option '$\(lowered)' is not implemented", position: offset,
                     target: "$\(lowered)")
             }
-            let value = try SourceText(raw: rawValue, baseOffset: valueOffset)
-            try apply(lowered, value, to: &options)
+            try apply(lowered, rawValue, at: valueOffset, formEncoded: formEncoded, to: &options)
         }
         return options
+    }
+
+    /// Applies one option whose raw value may hold an unescaped `+`: OData reads it as a `+` (`1E+10`,
+    /// `+01:00`), form encoding (Python's `requests`, `urlencode`, Java's `URLEncoder`, HTML forms) as a space.
+    /// The reading the query's encoding suggests goes first; when it fails, the other is tried; when both fail,
+    /// the first one's error is thrown, its position in the value as the client wrote it.
+    func apply(
+        _ name: String, _ raw: Substring, at offset: Int, formEncoded: Bool, to options: inout QueryOptions
+    ) throws(ODataError) {
+        let strict = try SourceText(raw: raw, baseOffset: offset)
+        guard raw.utf8.contains(UInt8(ascii: "+")) else { return try apply(name, strict, to: &options) }
+        let form = try SourceText(raw: raw, baseOffset: offset, plusAsSpace: true)
+        let (first, second) = formEncoded ? (form, strict) : (strict, form)
+        var attempt = options
+        do {
+            try apply(name, first, to: &attempt)
+        } catch {
+            var other = options
+            guard (try? apply(name, second, to: &other)) != nil else { throw error }
+            attempt = other
+        }
+        options = attempt
+    }
+
+    /// Whether a query string looks form-encoded: it has an unescaped `+` and no space, neither raw nor as `%20`.
+    /// A strict client writes a space as `%20` and a literal plus as `%2B` (as the OData ABNF advises); a form
+    /// encoder writes every space as `+`.
+    static func looksFormEncoded(_ raw: Substring) -> Bool {
+        var plus = false
+        var percent = 0
+        for byte in raw.utf8 {
+            switch (byte, percent) {
+            case (UInt8(ascii: "+"), _): plus = true
+            case (UInt8(ascii: " "), _): return false
+            case (UInt8(ascii: "%"), _): percent = 1
+            case (UInt8(ascii: "2"), 1): percent = 2
+            case (UInt8(ascii: "0"), 2): return false
+            default: percent = 0
+            }
+        }
+        return plus
     }
 
     /// Parses one option's decoded value into `options`.
@@ -307,8 +350,7 @@ struct QueryOptionsParser {
                 var quoted = false
                 while let scalar = parser.peek() {
                     // A percent-encoded character is data, never a separator.
-                    let literal =
-                        parser.source.rawOffsets[parser.index + 1] - parser.source.rawOffsets[parser.index] == 1
+                    let literal = parser.source.isDelimiter(at: parser.index)
                     if scalar == "'" { quoted.toggle() }
                     if !quoted && literal {
                         if scalar == "(" { depth += 1 }
@@ -336,5 +378,6 @@ extension SourceText {
     init(slicing other: SourceText, _ range: Range<Int>) {
         self.scalars = Array(other.scalars[range])
         self.rawOffsets = Array(other.rawOffsets[range.lowerBound...range.upperBound])
+        self.escapedDelimitersAreData = other.escapedDelimitersAreData
     }
 }

@@ -5,16 +5,24 @@ struct SourceText: Sendable {
     var scalars: [Unicode.Scalar]
     /// `rawOffsets[i]` is the raw offset of scalar `i`; the last entry is the raw end offset.
     var rawOffsets: [Int]
+    /// Whether a percent-encoded delimiter is data, never a separator (RFC 3986). Form encoding escapes every
+    /// delimiter, so text read as form-encoded has it `false`. Default: true.
+    var escapedDelimitersAreData = true
 
-    /// Decodes `raw`, whose first character stands at `baseOffset` in the whole input.
+    /// Decodes `raw`, whose first character stands at `baseOffset` in the whole input. With `plusAsSpace`, an
+    /// unescaped `+` is read as a space, as HTML forms and most HTTP libraries' query builders encode it
+    /// (`application/x-www-form-urlencoded`); `%2B` is a `+` either way. Offsets are unchanged: one raw `+`, one
+    /// decoded space.
     ///
     /// - Throws: ``ODataError`` (`syntax`) for a malformed `%` escape or bytes that are not UTF-8.
-    init(raw: some StringProtocol, baseOffset: Int = 0) throws(ODataError) {
+    init(raw: some StringProtocol, baseOffset: Int = 0, plusAsSpace: Bool = false) throws(ODataError) {
         var bytes: [UInt8] = []
         var byteOffsets: [Int] = []
+        let plus = UInt8(ascii: "+")
+        escapedDelimitersAreData = !plusAsSpace
         // Most URLs are plain ASCII without escapes: one scalar per byte, at its own offset.
         if raw.utf8.allSatisfy({ $0 < 0x80 && $0 != UInt8(ascii: "%") }) {
-            scalars = raw.utf8.map { Unicode.Scalar($0) }
+            scalars = raw.utf8.map { plusAsSpace && $0 == plus ? " " : Unicode.Scalar($0) }
             rawOffsets = Array(baseOffset...(baseOffset + scalars.count))
             return
         }
@@ -43,7 +51,7 @@ struct SourceText: Sendable {
                 byteOffsets.append(baseOffset + scalarIndexOfByte[index])
                 index += 3
             } else {
-                bytes.append(byte)
+                bytes.append(plusAsSpace && byte == plus ? UInt8(ascii: " ") : byte)
                 byteOffsets.append(baseOffset + scalarIndexOfByte[index])
                 index += 1
             }
@@ -96,6 +104,11 @@ struct SourceText: Sendable {
             }
         }
         return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Whether scalar `index` may act as a delimiter: it was written as itself, or the text is form-encoded.
+    func isDelimiter(at index: Int) -> Bool {
+        !escapedDelimitersAreData || rawOffsets[index + 1] - rawOffsets[index] == 1
     }
 
     /// The whole decoded text.

@@ -178,7 +178,7 @@ extension DataService {
                 if let budget = context.budget, budget.isSpent {
                     throw ServerError(
                         .contentTooLarge, "BatchResponseTooLarge",
-                        "The answers of this $batch passed \(budget.limit / (1024 * 1024)) MiB, so this read was not run; send it in another $batch."
+                        "The answers of this $batch passed \(Self.describe(bytes: budget.limit)), so this read was not run; send it in another $batch."
                     )
                 }
                 let response = try read(parsed, request: data, in: db, context: context)
@@ -242,5 +242,14 @@ extension DataResponse {
         case .rawJSON(let bytes): bytes.count
         case .text(let text, _): text.utf8.count
         }
+    }
+}
+
+extension DataService {
+    /// A size for a message: whole MiB or KiB where it divides, bytes otherwise.
+    static func describe(bytes: Int) -> String {
+        if bytes >= 1024 * 1024, bytes % (1024 * 1024) == 0 { return "\(bytes / (1024 * 1024)) MiB" }
+        if bytes >= 1024, bytes % 1024 == 0 { return "\(bytes / 1024) KiB" }
+        return "\(bytes) bytes"
     }
 }

@@ -97,7 +97,8 @@ extension DataService {
                         ("value", value.json(as: property.type)),
                     ])))
         }
-        var json = try entityJSON(entity, target: target, options: url.query, depth: 0, in: db)
+        var expanded = 0
+        var json = try entityJSON(entity, target: target, options: url.query, depth: 0, expanded: &expanded, in: db)
         if case .object(var members) = json {
             members.insert(
                 (
@@ -117,9 +118,14 @@ extension DataService {
     }
 
     /// An entity as JSON with `@odata.etag`, selected properties and expanded navigation properties.
-    func entityJSON(_ entity: StoredEntity, target: Target, options: QueryOptions, depth: Int, in db: Database) throws
-        -> JSONValue
-    {
+    ///
+    /// `expanded` counts the entities that `$expand` has added to the whole answer so far; past
+    /// ``DataServiceConfiguration/maximumExpandedEntities`` the read stops with a 400 `LimitExceeded`, so that one
+    /// request cannot make an answer that grows with the square of the data.
+    func entityJSON(
+        _ entity: StoredEntity, target: Target, options: QueryOptions, depth: Int, expanded: inout Int,
+        in db: Database
+    ) throws -> JSONValue {
         // Key properties are always written, so clients can identify entities whatever they select.
         let select = options.select.map { selected in selected + target.type.key.filter { !selected.contains($0) } }
         var json = EntityPayload(values: entity.values).json(as: target.type, select: select, etag: entity.etag)
@@ -136,9 +142,24 @@ extension DataService {
             let conditions = try navigationConditions(
                 navigation, from: target.type, to: nextType, parent: entity.values)
             let next = Target(set: nextSet, type: nextType, conditions: conditions, single: !navigation.isCollection)
-            let related = try fetch(next, options: item.options, in: db)
-            let jsons = try related.map {
-                try entityJSON($0, target: next, options: item.options, depth: depth + 1, in: db)
+            var limited = item.options
+            let allowed = configuration.maximumExpandedEntities - expanded
+            // One row more than is allowed tells that the limit was passed, without reading all of them.
+            limited.top = min(item.options.top ?? Int.max, allowed + 1)
+            let related = try fetch(next, options: limited, in: db)
+            expanded += related.count
+            guard expanded <= configuration.maximumExpandedEntities else {
+                throw ServerError(
+                    .badRequest, "LimitExceeded",
+                    "This read expands more than \(configuration.maximumExpandedEntities) entities; ask for fewer with $top, or with $top or $filter inside $expand.",
+                    target: "$expand")
+            }
+            var jsons: [JSONValue] = []
+            jsons.reserveCapacity(related.count)
+            for entity in related {
+                jsons.append(
+                    try entityJSON(
+                        entity, target: next, options: item.options, depth: depth + 1, expanded: &expanded, in: db))
             }
             members.append((item.navigationProperty, navigation.isCollection ? .array(jsons) : (jsons.first ?? .null)))
         }
@@ -181,8 +202,10 @@ extension DataService {
             followed = rows.count > pageLimit
             if followed { rows.removeLast() }
             consumed = offset + rows.count
-            values = try Self.entities(from: rows, type: target.type).map {
-                try entityJSON($0, target: target, options: url.query, depth: 0, in: db)
+            var expanded = 0
+            for entity in try Self.entities(from: rows, type: target.type) {
+                values.append(
+                    try entityJSON(entity, target: target, options: url.query, depth: 0, expanded: &expanded, in: db))
             }
         }
         var nextLink: String?
@@ -259,7 +282,12 @@ extension DataService {
         options.top = size
         options.skip = offset
         let changed = try fetchRange(target, options: options, range: range, in: db)
-        var values = try changed.map { try entityJSON($0, target: target, options: url.query, depth: 0, in: db) }
+        var expanded = 0
+        var values: [JSONValue] = []
+        for entity in changed {
+            values.append(
+                try entityJSON(entity, target: target, options: url.query, depth: 0, expanded: &expanded, in: db))
+        }
         let format: ODataPayload.DeltaFormat = context.version == .v40 ? .v40 : .v401
         let contextBase = context.serviceRoot + "$metadata"
         if offset == 0 {

@@ -10,6 +10,9 @@ public struct DataServiceConfiguration: Sendable {
     public var maximumPageSize = 1000
     /// How deep `$expand` may nest. Default: 3.
     public var maximumExpandDepth = 3
+    /// The most entities `$expand` may add to one read's answer (over all its entities and levels); a read that
+    /// would add more answers 400 `LimitExceeded`. Default: 10,000.
+    public var maximumExpandedEntities = 10_000
     /// The most requests a `$batch` may hold. Default: 100.
     public var maximumBatchRequests = 100
     /// The most bytes the answers of one `$batch` may hold; later reads in it answer 413. Default: 4 MiB.

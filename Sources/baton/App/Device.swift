@@ -45,10 +45,9 @@ struct Device: Sendable {
             throw AppError(.usage, "'\(text)' is not a server URL; give one like http://127.0.0.1:8080.")
         }
         do { try BatonClient.checkTransport(url) } catch { throw AppError(.usage, error.message) }
-        if saved == nil {
-            try Data(text.utf8).write(to: remembered, options: .atomic)
-            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: remembered.path)
-        }
+        if saved == nil { try Data(text.utf8).write(to: remembered, options: .atomic) }
+        // Owner-only, also when an older version (or a copy) left it readable by others.
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: remembered.path)
 
         let store = try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
