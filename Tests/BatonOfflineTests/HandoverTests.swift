@@ -9,7 +9,7 @@ import Crypto
 import Foundation
 import Testing
 
-/// The shift handover of DESIGN.md, end to end on real components: a live server on loopback, real
+/// The shift handover (docs/ARCHITECTURE.md), end to end on real components: a live server on loopback, real
 /// secure stores, the network cut by stopping the server.
 @Suite struct HandoverTests {
     static let alicePassword = "blue-harbour-1234"

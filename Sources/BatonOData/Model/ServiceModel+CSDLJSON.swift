@@ -57,7 +57,7 @@ extension ServiceModel {
             entitySets: entitySets, supportsRepeatableRequests: repeatable)
     }
 
-    /// The model Baton ships: aircraft, flights and pre-flight checks (see DESIGN.md).
+    /// The model Baton ships: aircraft, flights and pre-flight checks (see docs/ARCHITECTURE.md).
     public static var aircraftChecks: ServiceModel {
         get throws(ODataError) {
             guard let url = Bundle.module.url(forResource: "AircraftChecks.csdl", withExtension: "json"),

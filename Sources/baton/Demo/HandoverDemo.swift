@@ -5,7 +5,7 @@ import BatonOffline
 import BatonTesting
 import Foundation
 
-/// The shift handover of DESIGN.md, played on real components: an embedded baton-server on 127.0.0.1, a
+/// The shift handover (docs/ARCHITECTURE.md), played on real components: an embedded baton-server on 127.0.0.1, a
 /// shared device with real secure stores and the offline store, the network cut by stopping the server.
 /// The people's answers (credentials, passcodes, user picks) come from a script.
 struct HandoverDemo {
