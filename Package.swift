@@ -37,6 +37,10 @@ let package = Package(
         .package(url: "https://github.com/jpsim/Yams.git", from: "6.2.2"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
         .package(url: "https://github.com/vapor/console-kit.git", from: "4.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
+        .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
     ],
     targets: [
         // OData 4.01 protocol core: model, $metadata, URLs, $filter, payloads, batch, headers. No I/O.
@@ -63,7 +67,10 @@ let package = Package(
         // The device's HTTP client: transport, OAuth 2.0, settings, device registration, store key.
         .target(
             name: "BatonClient",
-            dependencies: [.product(name: "AsyncHTTPClient", package: "async-http-client")],
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
+            ],
             swiftSettings: swiftSettings
         ),
         // The offline OData store: local OData on SQLite, request queue, upload, download, error archive.
@@ -107,14 +114,18 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTPTypes", package: "swift-nio-extras"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
             ],
             swiftSettings: swiftSettings
         ),
         // Test helper: writes to a secure store until killed (crash-safety test).
         .executableTarget(
             name: "baton-store-writer",
-            dependencies: ["BatonSecureStore"],
+            dependencies: ["BatonSecureStore", "BatonTesting"],
             swiftSettings: swiftSettings
         ),
         // Test helper: uploads an offline store's queue until killed (sync crash-safety test).
@@ -145,6 +156,7 @@ let package = Package(
                 "BatonOData",
                 "BatonServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -229,7 +241,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonSecureStoreTests",
-            dependencies: ["BatonSecureStore"],
+            dependencies: ["BatonSecureStore", "BatonTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

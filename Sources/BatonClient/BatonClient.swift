@@ -143,11 +143,13 @@ public struct BatonClient: Sendable {
 
     // MARK: Plumbing
 
-    /// Sends a request with the app version and, when given, the bearer token.
+    /// Sends a request with the app version, the `traceparent` of the current ``RequestTrace`` and, when given, the
+    /// bearer token.
     public func send(_ request: ClientRequest, token: String?) async throws(BatonClientError) -> ClientResponse {
         var request = request
         if let token { request.headers.append(("Authorization", "Bearer \(token)")) }
         if let appVersion { request.headers.append(("Baton-App-Version", appVersion)) }
+        if let traceparent = RequestTrace.nextParentHeader() { request.headers.append(("traceparent", traceparent)) }
         let response = try await transport.send(request)
         if response.status == 403, Self.serverError(response)?.code == "AppVersionInactive" {
             throw BatonClientError(

@@ -116,8 +116,12 @@ extension OfflineStore {
         let session: AuthorizedSession
 
         func start(_ link: String) -> Task<Result<DecodedPage, OfflineError>, Never> {
-            Task.detached {
-                do throws(OfflineError) { return .success(try await page(link)) } catch { return .failure(error) }
+            // A detached task inherits no task-local values: the sync's trace is handed over by hand.
+            let trace = RequestTrace.current
+            return Task.detached {
+                await RequestTrace.$current.withValue(trace) {
+                    do throws(OfflineError) { return .success(try await page(link)) } catch { return .failure(error) }
+                }
             }
         }
 

@@ -36,6 +36,13 @@ public struct BatonServerConfiguration: Sendable {
     /// The addresses of load balancers whose `X-Forwarded-For` names the client. Default: none — the header is
     /// ignored.
     public var trustedProxies: Set<String> = []
+    /// Whether every request is logged at `info` (method, path, status, duration); otherwise at `debug`.
+    /// Default: `false`.
+    public var accessLog = false
+    /// The port of the metrics endpoint (`GET /metrics`, Prometheus' text format) on `host`, served by
+    /// ``BatonServer/metricsApplication(onListening:)`` apart from the API so that it can stay unreachable from
+    /// outside; 0 picks a free port. Default: `nil` — `baton-server serve` serves no metrics.
+    public var metricsPort: Int?
 
     /// The defaults.
     public init() {}
@@ -58,6 +65,8 @@ public struct BatonServer: Sendable {
     public let devices: DeviceRegistry
     /// The audit log.
     public let audit: AuditLog
+    /// This server's metrics (requests, sign-ins, uploads, refusals, delta pages, batch sizes, database time).
+    public let metrics = ServerMetrics()
     let tokens: TokenService
     let data: DataService
     let issuer: IssuerBox
@@ -122,9 +131,9 @@ public struct BatonServer: Sendable {
     {
         let router = Router(context: BatonRequestContext.self)
         router.add(middleware: ForwardedAddressMiddleware(trustedProxies: configuration.trustedProxies))
-        router.add(middleware: RequestLogMiddleware())
+        router.add(middleware: RequestTelemetryMiddleware(metrics: metrics, accessLog: configuration.accessLog))
         router.add(middleware: ErrorMiddleware())
-        OAuthRoutes(tokens: tokens, configuration: configuration.oauth).add(to: router)
+        OAuthRoutes(tokens: tokens, configuration: configuration.oauth, metrics: metrics).add(to: router)
         let routes = ServiceRoutes(
             settings: settings, devices: devices, users: users, audit: audit, clock: configuration.clock,
             issuerBox: issuer)
@@ -132,8 +141,10 @@ public struct BatonServer: Sendable {
         let protected = router.group().add(
             middleware: BearerAuthenticationMiddleware(tokens: tokens, settings: settings))
         routes.addProtected(to: protected)
-        ODataRoutes(service: data, users: users, devices: devices, settings: settings, audit: audit, issuer: issuer)
-            .add(to: protected)
+        ODataRoutes(
+            service: data, users: users, devices: devices, settings: settings, audit: audit, issuer: issuer,
+            metrics: metrics
+        ).add(to: protected)
         let issuer = self.issuer
         let fixedIssuer = configuration.fixedIssuer
         let host = configuration.host
@@ -148,6 +159,30 @@ public struct BatonServer: Sendable {
                 if !fixedIssuer { issuer.set("http://\(host):\(port)") }
                 onListening(host, port)
             },
+            logger: logger)
+    }
+}
+
+extension BatonServer {
+    /// The metrics endpoint: `GET /metrics` in Prometheus' text format, on `configuration.host` and
+    /// `configuration.metricsPort` (any free port when that is 0 or nil). It has no authentication: keep its port
+    /// reachable only by the scraper. `onListening` is called with the bound host and port.
+    public func metricsApplication(onListening: @escaping @Sendable (String, Int) -> Void = { _, _ in })
+        -> some ApplicationProtocol
+    {
+        let router = Router()
+        let metrics = self.metrics
+        router.get("/metrics") { _, _ in
+            Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
+        }
+        return Application(
+            router: router,
+            configuration: .init(
+                address: .hostname(configuration.host, port: configuration.metricsPort ?? 0),
+                serverName: "baton-server-metrics"),
+            onServerRunning: { channel in onListening(configuration.host, channel.localAddress?.port ?? 0) },
             logger: logger)
     }
 }

@@ -23,11 +23,12 @@ public final class LiveServer: Sendable {
     ///   - directory: the data directory; a new temporary one when nil.
     ///   - port: the port; any free one when 0.
     ///   - dataService: limits and retention windows of the OData service.
+    ///   - logger: where the server logs, with every request at `info` (its access log); none when nil.
     /// - Returns: the running server.
     /// - Throws: when the server cannot be set up or does not start listening.
     public static func start(
         settings: [String: String] = [:], clock: ServerClock = .system, directory: URL? = nil, port: Int = 0,
-        dataService: DataServiceConfiguration = DataServiceConfiguration()
+        dataService: DataServiceConfiguration = DataServiceConfiguration(), logger: Logger? = nil
     ) async throws -> LiveServer {
         let directory =
             directory
@@ -38,8 +39,10 @@ public final class LiveServer: Sendable {
         configuration.bcryptCost = 4
         configuration.clock = clock
         configuration.dataService = dataService
-        var logger = Logger(label: "baton-live-server")
-        logger.logLevel = .critical
+        configuration.accessLog = logger != nil
+        var quiet = Logger(label: "baton-live-server")
+        quiet.logLevel = .critical
+        let logger = logger ?? quiet
         let server = try await BatonServer(configuration: configuration, logger: logger)
         for (key, value) in settings { _ = try await server.settings.set(key, to: value) }
         let (ports, continuation) = AsyncStream<Int>.makeStream()

@@ -37,7 +37,7 @@ public enum TestPython {
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output
-        do { try process.run() } catch {
+        do { try process.runAlone() } catch {
             return
                 "No Python at \(executable.path) (\(error)). Run scripts/test, the README's test command: it installs what the tests need."
         }
@@ -61,5 +61,18 @@ public enum TestPython {
 public func offThePool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
         Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
+extension Process {
+    private static let spawnLock = NSLock()
+
+    /// Starts the process while no other test starts one.
+    ///
+    /// Foundation's `Process.run()` on Linux lists the parent's open descriptors to close them in the child; with
+    /// many tests starting processes from threads of their own at once, concurrent calls crashed the test process
+    /// (SIGSEGV in `Process.run`). Tests start processes only through this method.
+    public func runAlone() throws {
+        try Self.spawnLock.withLock { try run() }
     }
 }

@@ -20,7 +20,9 @@ struct OfflineBenchmark {
     func run() async throws {
         let server = try await LiveServer.start()
         defer { Task { await server.shutDown() } }
-        try await server.addUser("bench", displayName: "Bench", password: "load-generator-secret-1")
+        // A supervisor: the upload corrects seeded checks that others recorded, which ground staff may not.
+        try await server.addUser(
+            "bench", displayName: "Bench", role: .supervisor, password: "load-generator-secret-1")
         _ = try await server.server.seed(aircraft: 200, checks: checks)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-offline-bench-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -83,8 +85,15 @@ struct OfflineBenchmark {
             if extra.isEmpty { break }
         }
         let queued = try await store.pendingEntries().count
+        var report = UploadReport()
         let uploadTime = try await clock.measure {
-            _ = try await store.upload(using: session.authorized, allowOnBehalf: true)
+            report = try await store.upload(using: session.authorized, allowOnBehalf: true)
+        }
+        // A refused change goes to the error archive, which is another (slower) path: measure only applied ones.
+        guard report.uploaded.count == queued, report.archived.isEmpty else {
+            throw BenchmarkFailure(
+                "The upload applied \(report.uploaded.count) of \(queued) changes; first refusal: "
+                    + (report.archived.first.map { "\($0.code): \($0.message)" } ?? "none"))
         }
         line("upload of \(queued) changes", rate: Double(queued) / seconds(uploadTime), unit: "changes/s")
 

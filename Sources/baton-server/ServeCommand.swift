@@ -3,6 +3,7 @@ import BatonServer
 import Foundation
 import Hummingbird
 import Logging
+import ServiceLifecycle
 
 /// `baton-server serve`: runs the HTTP server until SIGINT or SIGTERM.
 struct ServeCommand: AsyncParsableCommand {
@@ -22,6 +23,18 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
+    @Option(help: "Log format: text (one human line per event) or json (one JSON object per line, for log collectors).")
+    var logFormat: LogFormat = .text
+
+    @Flag(help: "Log every request at info (method, path, status, duration, trace id); otherwise at debug.")
+    var accessLog = false
+
+    @Option(
+        help: ArgumentHelp(
+            "Serve Prometheus metrics at GET /metrics on this port of --host, apart from the API and without authentication; 0 picks a free port.",
+            valueName: "port"))
+    var metricsPort: Int?
+
     @Option(
         name: .customLong("trusted-proxy"),
         help: ArgumentHelp(
@@ -33,6 +46,14 @@ struct ServeCommand: AsyncParsableCommand {
         guard (0...65_535).contains(port) else {
             throw ValidationError("--port must be between 0 and 65535, not \(port).")
         }
+        if let metricsPort {
+            guard (0...65_535).contains(metricsPort) else {
+                throw ValidationError("--metrics-port must be between 0 and 65535, not \(metricsPort).")
+            }
+            guard metricsPort == 0 || metricsPort != port else {
+                throw ValidationError("--metrics-port must differ from --port: metrics are served apart from the API.")
+            }
+        }
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
         }
@@ -41,7 +62,10 @@ struct ServeCommand: AsyncParsableCommand {
     func run() async throws {
         BatonServer.runConcurrencyOnEventLoops()
         keepFilesPrivate()
-        LoggingSystem.bootstrap(StreamLogHandler.standardError)
+        switch logFormat {
+        case .text: LoggingSystem.bootstrap(StreamLogHandler.standardError)
+        case .json: LoggingSystem.bootstrap { JSONLogHandler.standardError(label: $0, metadataProvider: nil) }
+        }
         var logger = Logger(label: "baton-server")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         var configuration = BatonServerConfiguration()
@@ -51,6 +75,8 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.trustedProxies = Set(trustedProxies)
         configuration.host = host
         configuration.port = port
+        configuration.accessLog = accessLog
+        configuration.metricsPort = metricsPort
         if let publicURL {
             configuration.oauth.issuer = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
             configuration.fixedIssuer = true
@@ -61,10 +87,24 @@ struct ServeCommand: AsyncParsableCommand {
         } catch let error as ServerSetupError {
             throw CommandFailure(error.description)
         }
+        // Unbuffered, so a parent process reading the pipe sees it at once.
         let application = server.application { host, port in
-            // Unbuffered, so a parent process reading the pipe sees it at once.
             FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
         }
-        try await application.runService(gracefulShutdownSignals: [.sigterm, .sigint])
+        var services: [any Service] = [application]
+        if metricsPort != nil {
+            services.append(
+                server.metricsApplication { host, port in
+                    FileHandle.standardOutput.write(Data("metrics on http://\(host):\(port)/metrics\n".utf8))
+                })
+        }
+        let group = ServiceGroup(
+            configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
     }
+}
+
+/// How `baton-server serve` writes its log.
+enum LogFormat: String, ExpressibleByArgument, CaseIterable {
+    case text, json
 }

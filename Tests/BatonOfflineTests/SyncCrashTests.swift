@@ -87,7 +87,7 @@ import Testing
             process.standardInput = stdin
             process.standardOutput = stdout
             process.standardError = stderr
-            try process.run()
+            try process.runAlone()
             stdin.fileHandleForWriting.write(input)
             try stdin.fileHandleForWriting.close()
             var killed = false

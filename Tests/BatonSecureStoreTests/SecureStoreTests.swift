@@ -1,4 +1,5 @@
 import BatonSecureStore
+import BatonTesting
 import Foundation
 import Testing
 
@@ -209,7 +210,7 @@ import Testing
             let output = Pipe()
             process.standardInput = input
             process.standardOutput = output
-            try process.run()
+            try process.runAlone()
             input.fileHandleForWriting.write(Data("1234\n".utf8))
             try input.fileHandleForWriting.close()
             // Let it write for a random while, then kill it without warning.

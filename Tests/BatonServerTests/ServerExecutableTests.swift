@@ -33,7 +33,7 @@ import Testing
         process.standardOutput = output
         process.standardError = error
         process.standardInput = stdin
-        try process.run()
+        try process.runAlone()
         if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
         try stdin.fileHandleForWriting.close()
         let out = output.fileHandleForReading.readDataToEndOfFile()
@@ -54,25 +54,38 @@ import Testing
         let process = Process()
         let url: String
 
-        init(dataDir: String) throws {
+        /// `http://127.0.0.1:PORT/metrics` when `--metrics-port` was given.
+        let metricsURL: String?
+
+        /// Starts `serve` with `arguments` after the data directory's; its standard error goes to `errorLog`
+        /// (a file, which a server that logs much can never fill as it could a pipe nobody reads).
+        init(dataDir: String, arguments: [String] = ["--log-level", "warning"], errorLog: URL? = nil) throws {
             process.executableURL = ServerExecutableTests.buildDirectory.appendingPathComponent("baton-server")
-            process.arguments = ["serve", "--port", "0", "--data-dir", dataDir, "--log-level", "warning"]
+            process.arguments = ["serve", "--port", "0", "--data-dir", dataDir] + arguments
             let output = Pipe()
             process.standardOutput = output
-            process.standardError = FileHandle.nullDevice
-            try process.run()
-            var line = Data()
-            while !line.contains(UInt8(ascii: "\n")) {
+            if let errorLog {
+                FileManager.default.createFile(atPath: errorLog.path, contents: nil)
+                process.standardError = try FileHandle(forWritingTo: errorLog)
+            } else {
+                process.standardError = FileHandle.nullDevice
+            }
+            try process.runAlone()
+            // The API and the metrics endpoint start side by side: their lines come in either order.
+            let expected = arguments.contains("--metrics-port") ? 2 : 1
+            var text = ""
+            while text.filter({ $0 == "\n" }).count < expected {
                 let chunk = output.fileHandleForReading.availableData
                 guard !chunk.isEmpty else { break }
-                line.append(chunk)
+                text += String(decoding: chunk, as: UTF8.self)
             }
-            let text = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            guard text.hasPrefix("listening on http://127.0.0.1:") else {
+            let lines = text.split(separator: "\n").map(String.init)
+            guard let listening = lines.first(where: { $0.hasPrefix("listening on http://127.0.0.1:") }) else {
                 process.terminate()
                 throw TestFailure("serve printed '\(text)'")
             }
-            url = String(text.dropFirst("listening on ".count))
+            url = String(listening.dropFirst("listening on ".count))
+            metricsURL = lines.first { $0.hasPrefix("metrics on ") }.map { String($0.dropFirst("metrics on ".count)) }
         }
 
         /// Sends SIGTERM and returns the exit status.
@@ -122,6 +135,61 @@ import Testing
             let attributes = try FileManager.default.attributesOfItem(atPath: dataDir + "/" + file)
             #expect((attributes[.posixPermissions] as? Int) == 0o600, "\(file)")
         }
+    }
+
+    @Test func serveLogsJSONWithTraceIDsAndServesMetricsOnItsOwnPort() async throws {
+        let dataDir = Self.temporaryDirectory()
+        let errorLog = URL(fileURLWithPath: dataDir + ".stderr")
+        defer {
+            try? FileManager.default.removeItem(atPath: dataDir)
+            try? FileManager.default.removeItem(at: errorLog)
+        }
+        let running = try await offThePool {
+            try RunningServer(
+                dataDir: dataDir, arguments: ["--log-format", "json", "--access-log", "--metrics-port", "0"],
+                errorLog: errorLog)
+        }
+        let metricsURL = try #require(running.metricsURL.flatMap(URL.init(string:)))
+        let trace = "0af7651916cd43dd8448eb211c80319c"
+        for _ in 0..<3 {
+            var request = URLRequest(url: try #require(URL(string: running.url + "/health")))
+            request.setValue("00-\(trace)-b7ad6b7169203331-01", forHTTPHeaderField: "traceparent")
+            let (_, response) = try await URLSession.shared.data(for: request)
+            #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        }
+        let (body, response) = try await URLSession.shared.data(from: metricsURL)
+        #expect((response as? HTTPURLResponse)?.statusCode == 200)
+        let metrics = String(decoding: body, as: UTF8.self)
+        #expect(
+            metrics.contains(#"baton_http_requests_total{route="/health",method="GET",status="200"} 3"#), "\(metrics)")
+        #expect(metrics.contains(#"baton_http_request_duration_seconds_count{route="/health",method="GET"} 3"#))
+        // The API's port does not serve the metrics.
+        let (_, onAPI) = try await URLSession.shared.data(from: try #require(URL(string: running.url + "/metrics")))
+        #expect((onAPI as? HTTPURLResponse)?.statusCode == 404)
+        #expect(running.stop() == 0)
+        let lines = try String(contentsOf: errorLog, encoding: .utf8).split(separator: "\n")
+        #expect(!lines.isEmpty)
+        var traced = 0
+        for line in lines {
+            let object = try #require(
+                try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], "not JSON: \(line)")
+            #expect(object["level"] is String && object["message"] is String && object["timestamp"] is String)
+            if object["message"] as? String == "GET /health 200" {
+                #expect(object["trace_id"] as? String == trace)
+                #expect(object["parent_span_id"] as? String == "b7ad6b7169203331")
+                traced += 1
+            }
+        }
+        #expect(traced == 3)
+    }
+
+    @Test func metricsPortMustDifferFromTheAPIPort() async throws {
+        let result = try await Self.server(["serve", "--port", "8123", "--metrics-port", "8123"])
+        #expect(result.status != 0)
+        #expect(result.error.contains("--metrics-port must differ from --port"), "\(result.error)")
+        let format = try await Self.server(["serve", "--log-format", "xml"])
+        #expect(format.status != 0)
+        #expect(format.error.contains("xml"), "\(format.error)")
     }
 
     @Test func adminErrorsAreClearAndPasswordsAreNeverArguments() async throws {

@@ -24,7 +24,7 @@ struct TestServer {
 
     static let issuer = "http://127.0.0.1:8080"
 
-    init(configure: (inout BatonServerConfiguration) -> Void = { _ in }) async throws {
+    init(logger: Logger? = nil, configure: (inout BatonServerConfiguration) -> Void = { _ in }) async throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-server-\(UUID().uuidString)")
         clock = TestClock()
         var configuration = BatonServerConfiguration()
@@ -34,9 +34,9 @@ struct TestServer {
         configuration.port = 0
         configuration.fixedIssuer = true
         configure(&configuration)
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        server = try await BatonServer(configuration: configuration, logger: logger)
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        server = try await BatonServer(configuration: configuration, logger: logger ?? quiet)
     }
 
     func remove() { try? FileManager.default.removeItem(at: directory) }

@@ -34,7 +34,7 @@ import Testing
         process.standardOutput = output
         process.standardError = error
         process.standardInput = standardInput
-        try process.run()
+        try process.runAlone()
         if let input { standardInput.fileHandleForWriting.write(Data(input.utf8)) }
         try standardInput.fileHandleForWriting.close()
         let outputData = output.fileHandleForReading.readDataToEndOfFile()

@@ -46,7 +46,7 @@ import Testing
         let output = Pipe()
         server.standardOutput = output
         server.standardError = FileHandle.nullDevice
-        try server.run()
+        try server.runAlone()
         defer {
             server.terminate()
             server.waitUntilExit()

@@ -8,6 +8,7 @@ import Hummingbird
 struct OAuthRoutes {
     let tokens: TokenService
     let configuration: OAuthConfiguration
+    let metrics: ServerMetrics
 
     func add(to router: Router<BatonRequestContext>) {
         router.get("/.well-known/oauth-authorization-server") { _, _ in
@@ -21,7 +22,15 @@ struct OAuthRoutes {
         }
         router.post("/oauth/token") { request, context in
             let form = try await FormBody.read(request, context: context)
-            let response = try await tokens.grant(form.values, caller: .init(address: context.clientAddress))
+            let grant = form["grant_type"] ?? ""
+            let response: TokenService.TokenResponse
+            do {
+                response = try await tokens.grant(form.values, caller: .init(address: context.clientAddress))
+            } catch let error as OAuthError {
+                metrics.signIn(grant: grant, result: error.error)
+                throw error
+            }
+            metrics.signIn(grant: grant, result: "success")
             let data = try JSONEncoder().encode(response)
             return Response(
                 status: .ok, headers: [.contentType: "application/json", .cacheControl: "no-store"],
@@ -54,10 +63,12 @@ struct OAuthRoutes {
                     name: form["username"] ?? "", password: form["password"] ?? "", clientID: authorization.client.id,
                     caller: .init(address: context.clientAddress))
             } catch let error as OAuthError where error.error == "invalid_grant" || error.error == "too_many_attempts" {
+                metrics.signIn(grant: "sign_in_page", result: error.error)
                 var response = html(LoginPage.html(parameters: form.values, error: error.description))
                 response.status = error.status == .tooManyRequests ? .tooManyRequests : .unauthorized
                 return response
             }
+            metrics.signIn(grant: "sign_in_page", result: "success")
             let code = try await tokens.createAuthorizationCode(
                 user: user.name, client: authorization.client, redirectURI: authorization.redirectURI,
                 challenge: authorization.challenge, scope: authorization.scope)

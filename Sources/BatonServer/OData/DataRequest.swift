@@ -51,6 +51,12 @@ struct DataResponse: Sendable {
             body: .json(.object([("error", .object(members))])))
     }
 
+    /// The OData error code of an error response.
+    var errorCode: String? {
+        guard case .json(let value) = body else { return nil }
+        return value["error"]?["code"]?.stringValue
+    }
+
     var jsonBody: JSONValue? {
         switch body {
         case .json(let value): return value

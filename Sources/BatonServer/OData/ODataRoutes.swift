@@ -12,6 +12,7 @@ struct ODataRoutes {
     let settings: SettingsStore
     let audit: AuditLog
     let issuer: IssuerBox
+    let metrics: ServerMetrics
 
     func add(to group: RouterGroup<BatonRequestContext>) {
         for path in ["/odata", "/odata/**"] {
@@ -61,7 +62,13 @@ struct ODataRoutes {
             }
             return try await batch(dataRequest, context: dataContext, version: version, logger: context.logger)
         }
+        let start = ContinuousClock.now
         let (response, entries) = await service.execute(dataRequest, context: dataContext)
+        let reading = request.method == .get || request.method == .head
+        metrics.database(reading ? "read" : "change", ContinuousClock.now - start)
+        if reading, response.status == 200, url.contains("deltatoken") { metrics.deltaPage() }
+        if !reading, response.status >= 400 { metrics.refusedChange(code: response.errorCode ?? "unknown") }
+        count(entries, uploadedBy: name)
         await recordAudit(entries, logger: context.logger)
         return Self.httpResponse(response, version: version)
     }
@@ -117,7 +124,15 @@ struct ODataRoutes {
         }
         context.onBehalf.authors = authors
         context.budget = ResponseBudget(limit: service.configuration.maximumBatchResponseSize)
+        metrics.batch(size: requests.count)
+        let start = ContinuousClock.now
         let (responses, entries) = await service.batch(requests, context: context)
+        metrics.database("batch", ContinuousClock.now - start)
+        let methods = Dictionary(requests.map { ($0.id, $0.method) }) { first, _ in first }
+        for response in responses where methods[response.id] != "GET" && response.status >= 400 {
+            metrics.refusedChange(code: response.body?["error"]?["code"]?.stringValue ?? "unknown")
+        }
+        count(entries, uploadedBy: context.user)
         await recordAudit(entries, logger: logger)
         var headers: HTTPFields = [.odataVersion: version.rawValue]
         if multipart {
@@ -133,6 +148,13 @@ struct ODataRoutes {
         return Response(
             status: .ok, headers: headers,
             body: .init(byteBuffer: ByteBuffer(string: JSONBatch.encodeResponses(responses).serialized)))
+    }
+
+    /// Counts applied changes (each has one audit entry, its actor the author): the uploader's own, or on behalf.
+    func count(_ entries: [AuditEntry], uploadedBy uploader: String) {
+        for entry in entries {
+            metrics.uploaded(onBehalf: entry.actor != uploader)
+        }
     }
 
     /// Records the audit entries of committed changes, which wait in the data database's outbox already. The

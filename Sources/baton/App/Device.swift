@@ -171,6 +171,8 @@ struct Device: Sendable {
         var upload = UploadReport()
         var download = DownloadReport()
         var me = ""
+        /// The W3C trace id every request of the sync carried (`traceparent`), to find it in the server's logs.
+        var traceID = ""
 
         /// "uploaded 3 changes: 2 yours, 1 alice's on their behalf; downloaded 12 updates".
         var text: String {
@@ -218,11 +220,21 @@ struct Device: Sendable {
         }
         defer { listener.cancel() }
         var summary = SyncSummary(me: session.user.serverUserID ?? "")
+        // One trace for the whole sync: the server logs its id with every request of it.
+        let outcome: Result<SyncSummary, any Error> = await RequestTrace.run { traceID in
+            summary.traceID = traceID
+            do {
+                summary.upload = try await store.upload(
+                    using: session.authorized,
+                    allowOnBehalf: session.settings.sharedDevices.uploadPendingChangesOfPreviousUser)
+                summary.download = try await store.download(using: session.authorized)
+                return .success(summary)
+            } catch {
+                return .failure(error)
+            }
+        }
         do {
-            summary.upload = try await store.upload(
-                using: session.authorized,
-                allowOnBehalf: session.settings.sharedDevices.uploadPendingChangesOfPreviousUser)
-            summary.download = try await store.download(using: session.authorized)
+            summary = try outcome.get()
         } catch {
             await notePendingChanges()
             throw error

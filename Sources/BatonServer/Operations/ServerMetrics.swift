@@ -1,0 +1,131 @@
+import CoreMetrics
+import Foundation
+import Prometheus
+import Synchronization
+
+/// One server's metrics, recorded through swift-metrics into a Prometheus registry of its own (several servers in
+/// one process keep separate counts), and scraped at `/metrics` of ``BatonServer/metricsApplication(onListening:)``.
+///
+/// The series (see the README's "Operating Baton" for what each means):
+/// - `baton_http_requests_total{route,method,status}`, `baton_http_request_duration_seconds{route,method}`
+/// - `baton_sign_ins_total{grant,result}`
+/// - `baton_uploaded_changes_total{kind}` — `own` or `on_behalf`
+/// - `baton_refused_changes_total{code}` — what devices move to their error archive
+/// - `baton_delta_pages_total`, `baton_batch_requests` (requests per `$batch`)
+/// - `baton_database_duration_seconds{operation}` — `read`, `change` or `batch`
+///
+/// Every label takes its values from a small fixed set (routes, methods, status codes, error codes, grant
+/// types), never from what a client wrote, so no request can make the registry grow.
+public final class ServerMetrics: Sendable {
+    /// The registry the metrics live in.
+    public let registry = PrometheusCollectorRegistry()
+    let factory: PrometheusMetricsFactory
+    let enabled = Atomic<Bool>(true)
+
+    let uploadedChanges: (own: CoreMetrics.Counter, onBehalf: CoreMetrics.Counter)
+    let deltaPages: CoreMetrics.Counter
+    let batchSizes: Recorder
+
+    static let durationBuckets: [Duration] = [
+        .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .milliseconds(2.5),
+        .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
+        .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5), .seconds(5), .seconds(10),
+    ]
+
+    /// Creates the metrics, all at zero.
+    public init() {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.defaultDurationHistogramBuckets = Self.durationBuckets
+        factory.valueHistogramBuckets = ["baton_batch_requests": [1, 2, 5, 10, 20, 50, 100]]
+        self.factory = factory
+        uploadedChanges = (
+            Counter(label: "baton_uploaded_changes_total", dimensions: [("kind", "own")], factory: factory),
+            Counter(label: "baton_uploaded_changes_total", dimensions: [("kind", "on_behalf")], factory: factory)
+        )
+        deltaPages = Counter(label: "baton_delta_pages_total", factory: factory)
+        batchSizes = Recorder(label: "baton_batch_requests", factory: factory)
+    }
+
+    /// Whether requests are counted and timed and their trace context is read. On by default; the benchmark
+    /// turns it off to measure what it costs.
+    public var isEnabled: Bool {
+        get { enabled.load(ordering: .relaxed) }
+        set { enabled.store(newValue, ordering: .relaxed) }
+    }
+
+    /// Counts one change applied from an upload: the uploader's own, or another user's on their behalf.
+    func uploaded(onBehalf: Bool) {
+        guard isEnabled else { return }
+        (onBehalf ? uploadedChanges.onBehalf : uploadedChanges.own).increment()
+    }
+
+    /// Counts one delta page answered.
+    func deltaPage() {
+        guard isEnabled else { return }
+        deltaPages.increment()
+    }
+
+    /// Records the number of requests in one `$batch`.
+    func batch(size: Int) {
+        guard isEnabled else { return }
+        batchSizes.record(size)
+    }
+
+    /// Counts one answered HTTP request and its duration.
+    func request(route: String, method: String, status: Int, duration: Duration) {
+        guard isEnabled else { return }
+        Counter(
+            label: "baton_http_requests_total",
+            dimensions: [("route", route), ("method", method), ("status", String(status))], factory: factory
+        ).increment()
+        Timer(
+            label: "baton_http_request_duration_seconds", dimensions: [("route", route), ("method", method)],
+            factory: factory
+        ).recordNanoseconds(Self.nanoseconds(duration))
+    }
+
+    /// Counts one sign-in attempt at the token endpoint or the sign-in page: `result` is `success` or the OAuth
+    /// error (`invalid_grant`, `too_many_attempts`, …).
+    func signIn(grant: String, result: String) {
+        guard isEnabled else { return }
+        let grants: Set<String> = ["password", "refresh_token", "authorization_code", "sign_in_page"]
+        Counter(
+            label: "baton_sign_ins_total",
+            dimensions: [("grant", grants.contains(grant) ? grant : "other"), ("result", Self.label(result))],
+            factory: factory
+        ).increment()
+    }
+
+    /// Counts one change the data service refused (what a device moves to its error archive), by error code.
+    func refusedChange(code: String) {
+        guard isEnabled else { return }
+        Counter(label: "baton_refused_changes_total", dimensions: [("code", Self.label(code))], factory: factory)
+            .increment()
+    }
+
+    /// Records how long the data service's database work for one request took.
+    func database(_ operation: String, _ duration: Duration) {
+        guard isEnabled else { return }
+        Timer(label: "baton_database_duration_seconds", dimensions: [("operation", operation)], factory: factory)
+            .recordNanoseconds(Self.nanoseconds(duration))
+    }
+
+    static func nanoseconds(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
+    }
+
+    /// A label value made of letters, digits and `_` only, at most 40 of them (codes are Baton's own words).
+    static func label(_ text: String) -> String {
+        let cleaned = text.unicodeScalars.prefix(40).map {
+            ($0.properties.isAlphabetic && $0.isASCII) || ("0"..."9").contains($0) || $0 == "_" ? Character($0) : "_"
+        }
+        return cleaned.isEmpty ? "unknown" : String(cleaned)
+    }
+
+    /// The metrics in Prometheus' text exposition format.
+    public func exposition() -> [UInt8] {
+        var buffer: [UInt8] = []
+        registry.emit(into: &buffer)
+        return buffer
+    }
+}
