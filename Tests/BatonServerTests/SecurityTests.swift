@@ -233,6 +233,51 @@ import Testing
         }
     }
 
+    @Test func aGroundStaffAuthorsChangeToAnothersFinalCheckIsRefusedWhenASupervisorUploadsIt() async throws {
+        try await Self.handover { server, client, _, key in
+            let sam = try await client.signIn("sam").access
+            #expect(try await OnBehalfTests.register(client, sam, key: P256.Signing.PrivateKey()) == .ok)
+            // A final check sam recorded himself.
+            let id = Fixtures.id(7)
+            #expect(
+                try await client.odata(.post, "PreflightChecks", token: sam, body: Fixtures.check(id)).status
+                    == .created)
+            // alice (ground staff) signs a correction of it offline; sam's sync uploads it on her behalf.
+            let change = try OnBehalfTests.signedChange(
+                "", requestID: "r-not-hers", key: key, createdAt: OnBehalfTests.now(server), method: "PATCH",
+                url: "PreflightChecks(\(id))", body: #"{"FuelKg":1}"#, ifMatch: "*",
+                firstSent: OnBehalfTests.firstSent(server))
+            let reply = try await client.odata(
+                .patch, "PreflightChecks(\(id))", token: sam, headers: change.headers, body: change.body)
+            #expect(reply.status == .forbidden)
+            #expect((reply.json["error"] as? [String: Any])?["code"] as? String == "NotTheAuthor")
+            let check = try await client.odata(.get, "PreflightChecks(\(id))", token: sam)
+            #expect((check.json["FuelKg"] as? NSNumber)?.doubleValue == 5200.5)
+            #expect(check.json["CheckedBy"] as? String == "sam")
+        }
+    }
+
+    @Test func onlyAUserOfTheDeviceUploadsItsChangesOnAnothersBehalf() async throws {
+        try await Self.handover { server, client, _, key in
+            // mallory holds an account but was never a user of tablet-7; she got alice's signed request somehow.
+            let mallory = try await client.signIn("mallory").access
+            let change = try OnBehalfTests.signedChange(
+                Fixtures.id(8), requestID: "r-stolen", key: key, createdAt: OnBehalfTests.now(server),
+                firstSent: OnBehalfTests.firstSent(server))
+            let reply = try await client.odata(
+                .post, "PreflightChecks", token: mallory, headers: change.headers, body: change.body)
+            #expect(reply.status == .forbidden)
+            #expect((reply.json["error"] as? [String: Any])?["code"] as? String == "UploaderNotOnDevice")
+            #expect(try await client.odata(.get, "PreflightChecks/$count", token: mallory).text == "0")
+            // Nor does mallory's attempt spend alice's request id: the genuine upload by a user of the device works.
+            let bob = try await client.signIn("bob").access
+            let genuine = try await client.odata(
+                .post, "PreflightChecks", token: bob, headers: change.headers, body: change.body)
+            #expect(genuine.status == .created, "\(genuine.text)")
+            #expect(genuine.json["CheckedBy"] as? String == "alice")
+        }
+    }
+
     @Test func aSignedChangeRefusedWith412IsNotAppliedWhenResentWithIfMatchStar() async throws {
         try await Self.handover { server, client, bob, key in
             let alice = try await client.signIn("alice").access
@@ -712,6 +757,34 @@ import Testing
                 }
             }
             #expect(reads == [0, 0, 0])
+        }
+    }
+
+    @Test func aRequestWhoseBodyStallsIsClosedWhenItsTimeIsUp() async throws {
+        try await Self.live(configure: { $0.connections.bodyTimeout = .seconds(1) }) { _, client in
+            let port = try #require(client.port)
+            let socket = try Self.connect(port: port)
+            defer { close(socket) }
+            // A head announcing 100 bytes of body, then 10 of them, then nothing.
+            let head = "POST /oauth/token HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\ngrant_type"
+            _ = head.withCString { send(socket, $0, strlen($0), 0) }
+            let started = ContinuousClock.now
+            let read = try await offThePool {
+                var buffer = [UInt8](repeating: 0, count: 512)
+                var timeout = timeval(tv_sec: 10, tv_usec: 0)
+                setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                // Whatever the server says first (nothing, or a 408), the connection ends: read to end of file.
+                var total = 0
+                while true {
+                    let count = recv(socket, &buffer, buffer.count, 0)
+                    if count <= 0 { return count == 0 ? total : -1 }
+                    total += count
+                }
+            }
+            #expect(read >= 0, "the connection was not closed within 10 s")
+            #expect(ContinuousClock.now - started < .seconds(10))
+            // The server still answers others.
+            #expect(try await offThePool { try Self.health(port: port) })
         }
     }
 

@@ -65,7 +65,9 @@ import Testing
             let output = Pipe()
             process.standardOutput = output
             if let errorLog {
-                FileManager.default.createFile(atPath: errorLog.path, contents: nil)
+                guard FileManager.default.createFile(atPath: errorLog.path, contents: nil) else {
+                    throw TestFailure("cannot create \(errorLog.path)")
+                }
                 process.standardError = try FileHandle(forWritingTo: errorLog)
             } else {
                 process.standardError = FileHandle.nullDevice
