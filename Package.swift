@@ -149,6 +149,11 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Test-only: the trait that keeps the number of tests serving Baton at once small.
+        .target(
+            name: "BatonTestSupport",
+            swiftSettings: swiftSettings
+        ),
         // The server executable: serve, user, settings.
         .executableTarget(
             name: "baton-server",
@@ -216,6 +221,7 @@ let package = Package(
         .testTarget(
             name: "BatonServerTests",
             dependencies: [
+                "BatonTestSupport",
                 "BatonServer",
                 "BatonTesting",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
@@ -226,17 +232,20 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonClientTests",
-            dependencies: ["BatonClient", "BatonTesting"],
+            dependencies: ["BatonTestSupport", "BatonClient", "BatonTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "BatonFlowsTests",
-            dependencies: ["BatonFlows", "BatonTesting", "BatonSecureStore", "BatonClient"],
+            dependencies: ["BatonTestSupport", "BatonFlows", "BatonTesting", "BatonSecureStore", "BatonClient"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
             name: "BatonOfflineTests",
-            dependencies: ["BatonOffline", "BatonTesting", "BatonFlows", "BatonClient", "BatonOData", "BatonServer"],
+            dependencies: [
+                "BatonTestSupport", "BatonOffline", "BatonTesting", "BatonFlows", "BatonClient", "BatonOData",
+                "BatonServer",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -256,7 +265,7 @@ let package = Package(
         // Runs the built `baton` executable, as a user would.
         .testTarget(
             name: "batonTests",
-            dependencies: ["baton", "BatonTesting"],
+            dependencies: ["BatonTestSupport", "baton", "BatonTesting"],
             resources: [.copy("Terminal")],
             swiftSettings: swiftSettings
         ),

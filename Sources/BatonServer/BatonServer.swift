@@ -39,10 +39,23 @@ public struct BatonServerConfiguration: Sendable {
     /// Whether every request is logged at `info` (method, path, status, duration); otherwise at `debug`.
     /// Default: `false`.
     public var accessLog = false
-    /// The port of the metrics endpoint (`GET /metrics`, Prometheus' text format) on `host`, served by
-    /// ``BatonServer/metricsApplication(onListening:)`` apart from the API so that it can stay unreachable from
-    /// outside; 0 picks a free port. Default: `nil` — `baton-server serve` serves no metrics.
+    /// The port of the metrics endpoint (`GET /metrics`, Prometheus' text format) on ``metricsHost``, served by
+    /// ``BatonServer/metricsApplication(onListening:)`` apart from the API; 0 picks a free port. Default: `nil` —
+    /// `baton-server serve` serves no metrics.
     public var metricsPort: Int?
+    /// The address the metrics endpoint listens on: it has no authentication, so it stays on loopback unless
+    /// the operator names the scraper's network. Default: `127.0.0.1`, whatever ``host`` is.
+    public var metricsHost = "127.0.0.1"
+    /// The metrics endpoint's connections: a scraper needs few, and silent ones are closed as on the API.
+    /// Default: 16 connections, 4 per address, 10-second timeouts.
+    public var metricsConnections: ConnectionLimits = {
+        var limits = ConnectionLimits()
+        limits.maximumConnections = 16
+        limits.maximumConnectionsPerAddress = 4
+        limits.headTimeout = .seconds(10)
+        limits.bodyTimeout = .seconds(10)
+        return limits
+    }()
 
     /// The defaults.
     public init() {}
@@ -71,6 +84,7 @@ public struct BatonServer: Sendable {
     let data: DataService
     let issuer: IssuerBox
     let logger: Logger
+    let database: ServerDatabase
 
     /// Opens (creating on first use) the data directory, database and keys.
     ///
@@ -80,6 +94,7 @@ public struct BatonServer: Sendable {
         self.logger = logger
         let directory = try DataDirectory(configuration.dataDirectory)
         let database = try ServerDatabase(directory)
+        self.database = database
         let clock = configuration.clock
         users = UserDirectory(
             database: database, clock: clock, bcryptCost: configuration.bcryptCost, policy: configuration.passwordPolicy
@@ -164,9 +179,19 @@ public struct BatonServer: Sendable {
 }
 
 extension BatonServer {
-    /// The metrics endpoint: `GET /metrics` in Prometheus' text format, on `configuration.host` and
-    /// `configuration.metricsPort` (any free port when that is 0 or nil). It has no authentication: keep its port
-    /// reachable only by the scraper. `onListening` is called with the bound host and port.
+    /// Closes the server's databases (every connection, so their files are no longer open in this process).
+    /// Call it once the application has stopped: later requests fail.
+    public func close() {
+        data.store.close()
+        database.close()
+    }
+}
+
+extension BatonServer {
+    /// The metrics endpoint: `GET /metrics` in Prometheus' text format, on `configuration.metricsHost` and
+    /// `configuration.metricsPort` (any free port when that is 0 or nil), within
+    /// `configuration.metricsConnections`. It has no authentication: keep it reachable only by the scraper.
+    /// `onListening` is called with the bound host and port.
     public func metricsApplication(onListening: @escaping @Sendable (String, Int) -> Void = { _, _ in })
         -> some ApplicationProtocol
     {
@@ -177,12 +202,15 @@ extension BatonServer {
                 status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                 body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
         }
+        let host = configuration.metricsHost
+        let counter = ConnectionCounter(limits: configuration.metricsConnections)
         return Application(
             router: router,
+            server: .http1(
+                configuration: .init(additionalChannelHandlers: [ConnectionGuard(counter: counter)], idleTimeout: nil)),
             configuration: .init(
-                address: .hostname(configuration.host, port: configuration.metricsPort ?? 0),
-                serverName: "baton-server-metrics"),
-            onServerRunning: { channel in onListening(configuration.host, channel.localAddress?.port ?? 0) },
+                address: .hostname(host, port: configuration.metricsPort ?? 0), serverName: "baton-server-metrics"),
+            onServerRunning: { channel in onListening(host, channel.localAddress?.port ?? 0) },
             logger: logger)
     }
 }

@@ -1,3 +1,5 @@
+import BatonFlows
+import BatonSecureStore
 import BatonServer
 import Foundation
 import Hummingbird
@@ -80,15 +82,18 @@ public final class LiveServer: Sendable {
         _ = try? await task.value
     }
 
-    /// Stops this server and starts a new one on the same port and data (the network comes back).
+    /// Stops this server, closes its databases, and starts a new one on the same port and data (the network
+    /// comes back).
     public func restarted(clock: ServerClock = .system) async throws -> LiveServer {
         await stop()
+        server.close()
         return try await LiveServer.start(clock: clock, directory: directory, port: url.port ?? 0)
     }
 
-    /// Stops the server and deletes its data.
+    /// Stops the server, closes its databases and deletes its data.
     public func shutDown() async {
         await stop()
+        server.close()
         try? FileManager.default.removeItem(at: directory)
     }
 }
@@ -96,4 +101,23 @@ public final class LiveServer: Sendable {
 /// The live server did not start listening.
 public struct LiveServerError: Error, CustomStringConvertible {
     public var description: String { "The live server did not start listening on 127.0.0.1." }
+}
+
+extension LiveServer {
+    /// Onboards `user` on a new single-user device in `directory`: signs in with `password`, sets `passcode`,
+    /// with cheap key derivation.
+    ///
+    /// - Returns: the device's session manager and the open session.
+    public func onboardSingleUserDevice(
+        _ user: String, password: String, passcode: String = "alice-pass-1", directory: URL
+    ) async throws -> (manager: OnboardingSessionManager, session: OnboardingSession) {
+        var configuration = FlowsConfiguration(mode: .singleUser)
+        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
+        let manager = try OnboardingSessionManager(
+            serverURL: url, directory: directory, configuration: configuration,
+            presenter: ScriptedPresenter([
+                .credentials(user, password), .newPasscode(passcode, confirmation: passcode),
+            ]))
+        return (manager, try await manager.open())
+    }
 }

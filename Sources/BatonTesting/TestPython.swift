@@ -69,9 +69,11 @@ extension Process {
 
     /// Starts the process while no other test starts one.
     ///
-    /// Foundation's `Process.run()` on Linux lists the parent's open descriptors to close them in the child; with
-    /// many tests starting processes from threads of their own at once, concurrent calls crashed the test process
-    /// (SIGSEGV in `Process.run`). Tests start processes only through this method.
+    /// Foundation's `Process.run()` on Linux lists `/proc/self/fd` to close every descriptor in the child, and
+    /// copies 256 bytes of each entry's name: with about 1,360 descriptors open the last entry lies at the end of
+    /// glibc's 32 KiB directory buffer and the copy can read past it (SIGSEGV). Test suites that serve Baton
+    /// hold a slot each (`BatonTestSupport`'s `.serverSlot`) so the test process stays far below that; starting
+    /// one process at a time keeps the listings from overlapping too.
     public func runAlone() throws {
         try Self.spawnLock.withLock { try run() }
     }

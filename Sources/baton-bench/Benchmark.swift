@@ -174,6 +174,7 @@ struct Benchmark: AsyncParsableCommand {
             else { throw ValidationError("Cannot write \(file.path).") }
             // Metrics and trace context are switched off for one run only, to measure what they cost.
             metrics.isEnabled = !name.contains("no metrics")
+            metrics.readsTraceContext = metrics.isEnabled
             let before = CPUTime.now()
             let rate = try await NIOThreadPool.singleton.runIfActive { try wrk(url, script: file) }
             let used = CPUTime.now() - before
@@ -189,6 +190,7 @@ struct Benchmark: AsyncParsableCommand {
                     + String(format: "  %4.0f", memoryMegabytes("VmRSS")))
         }
         metrics.isEnabled = true
+        metrics.readsTraceContext = true
         print(
             "\nTargets: key read ≥ 30%, filtered page ≥ 15% of the bare route; metrics and tracing cost ≤ 3% of the key read."
         )

@@ -26,14 +26,8 @@ struct OfflineBenchmark {
         _ = try await server.server.seed(aircraft: 200, checks: checks)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-offline-bench-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
-        var configuration = FlowsConfiguration(mode: .singleUser)
-        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
-        let manager = try OnboardingSessionManager(
-            serverURL: server.url, directory: directory, configuration: configuration,
-            presenter: ScriptedPresenter([
-                .credentials("bench", "load-generator-secret-1"), .newPasscode("12345678", confirmation: "12345678"),
-            ]))
-        let session = try await manager.open()
+        let (manager, session) = try await server.onboardSingleUserDevice(
+            "bench", password: "load-generator-secret-1", passcode: "12345678", directory: directory)
         let key = SymmetricKey(data: session.storeKey ?? Data(count: 32))
         let user = OfflineUser(name: "bench", signingKey: try session.signingKey())
         let model = try ServiceModel.aircraftChecks

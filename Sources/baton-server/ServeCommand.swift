@@ -36,6 +36,12 @@ struct ServeCommand: AsyncParsableCommand {
     var metricsPort: Int?
 
     @Option(
+        help: ArgumentHelp(
+            "The address the metrics listen on; only the scraper should reach it (default 127.0.0.1, whatever --host is).",
+            valueName: "address"))
+    var metricsHost: String = "127.0.0.1"
+
+    @Option(
         name: .customLong("trusted-proxy"),
         help: ArgumentHelp(
             "The address of a load balancer whose X-Forwarded-For names the client (repeatable); from anyone else the header is ignored.",
@@ -77,6 +83,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.port = port
         configuration.accessLog = accessLog
         configuration.metricsPort = metricsPort
+        configuration.metricsHost = metricsHost
         if let publicURL {
             configuration.oauth.issuer = publicURL.hasSuffix("/") ? String(publicURL.dropLast()) : publicURL
             configuration.fixedIssuer = true
@@ -84,6 +91,8 @@ struct ServeCommand: AsyncParsableCommand {
         let server: BatonServer
         do {
             server = try await BatonServer(configuration: configuration, logger: logger)
+            // Nothing is counted that nobody can scrape; trace ids are logged either way.
+            server.metrics.isEnabled = metricsPort != nil
         } catch let error as ServerSetupError {
             throw CommandFailure(error.description)
         }

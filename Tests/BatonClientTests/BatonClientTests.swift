@@ -1,11 +1,12 @@
 import BatonClient
+import BatonTestSupport
 import BatonTesting
 import Crypto
 import Foundation
 import Testing
 
 /// The client against a real baton-server on loopback.
-@Suite struct BatonClientTests {
+@Suite(.serverSlot) struct BatonClientTests {
     static let password = "correct-horse-battery-1"
 
     func withServer(

@@ -1,13 +1,14 @@
 import BatonClient
 import BatonFlows
 import BatonSecureStore
+import BatonTestSupport
 import BatonTesting
 import Foundation
 import Synchronization
 import Testing
 
 /// Every flow path, end to end against a live baton-server on loopback.
-@Suite struct OnboardingFlowsTests {
+@Suite(.serverSlot) struct OnboardingFlowsTests {
     @Test func firstOnboardingThenRestoreAfterRestart() async throws {
         try await withServer(settings: ["passcode.min-length": "6"]) { server in
             let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "1234ab"))
@@ -463,7 +464,7 @@ struct FlakyStep: OnboardingStep {
 
 /// Joining a device needs one of its users: the device key that approves a registration lives only in their
 /// secure stores, so a tablet's files and someone's password do not get its store key.
-@Suite struct DeviceJoinTests {
+@Suite(.serverSlot) struct DeviceJoinTests {
     @Test func aNewUserJoinsOnlyWithTheApprovalOfAUserOfTheDevice() async throws {
         try await withServer { server in
             let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "12345678"))

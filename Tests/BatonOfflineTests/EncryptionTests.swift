@@ -1,11 +1,12 @@
 import BatonOData
 import BatonOffline
+import BatonTestSupport
 import Crypto
 import Foundation
 import Testing
 
 /// The offline store's files hold no plaintext, and altered bytes or another key are errors.
-@Suite struct EncryptionTests {
+@Suite(.serverSlot) struct EncryptionTests {
     func makeStore(_ directory: URL) throws -> OfflineStore {
         try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,

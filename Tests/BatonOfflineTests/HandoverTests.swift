@@ -4,6 +4,7 @@ import BatonOData
 import BatonOffline
 import BatonSecureStore
 import BatonServer
+import BatonTestSupport
 import BatonTesting
 import Crypto
 import Foundation
@@ -11,7 +12,7 @@ import Testing
 
 /// The shift handover (docs/ARCHITECTURE.md), end to end on real components: a live server on loopback, real
 /// secure stores, the network cut by stopping the server.
-@Suite struct HandoverTests {
+@Suite(.serverSlot) struct HandoverTests {
     static let alicePassword = "blue-harbour-1234"
     static let bobPassword = "green-meadow-5678"
 

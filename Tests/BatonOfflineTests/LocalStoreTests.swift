@@ -1,11 +1,12 @@
 import BatonOData
 import BatonOffline
+import BatonTestSupport
 import Crypto
 import Foundation
 import Testing
 
 /// Local OData on the device store, without a server.
-@Suite struct LocalStoreTests {
+@Suite(.serverSlot) struct LocalStoreTests {
     @Test func stringKeysThatNeedEncodingAreAddressedCanonically() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-local-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

@@ -3,6 +3,7 @@ import BatonFlows
 import BatonOData
 import BatonOffline
 import BatonSecureStore
+import BatonTestSupport
 import BatonTesting
 import Crypto
 import Foundation
@@ -10,7 +11,7 @@ import Testing
 
 /// The offline store inside the onboarding lifecycle: opened per user, synced on restore, and the
 /// pending-changes rule on user removal.
-@Suite struct OfflineStepTests {
+@Suite(.serverSlot) struct OfflineStepTests {
     func device(_ server: LiveServer, answers: [ScriptedPresenter.Answer]) throws -> (
         OnboardingSessionManager, ScriptedPresenter, OfflineStore, URL
     ) {

@@ -4,6 +4,7 @@ import BatonOData
 import BatonOffline
 import BatonSecureStore
 import BatonServer
+import BatonTestSupport
 import BatonTesting
 import Crypto
 import Foundation
@@ -12,7 +13,7 @@ import Synchronization
 import Testing
 
 /// One sync is one trace: the server's log carries its id on every request of it, and on nothing else.
-@Suite struct RequestTraceTests {
+@Suite(.serverSlot) struct RequestTraceTests {
     @Test func everyRequestOfASyncCarriesItsTraceIDIntoTheServersLog() async throws {
         let lines = Mutex<[Data]>([])
         var logger = Logger(label: "baton-server") { label in
@@ -24,14 +25,8 @@ import Testing
         defer { try? FileManager.default.removeItem(at: directory) }
         try await server.addUser("alice", role: .supervisor, password: "blue-harbour-1234")
         _ = try await server.server.seed(aircraft: 2, checks: 3)
-        var configuration = FlowsConfiguration(mode: .singleUser)
-        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
-        let manager = try OnboardingSessionManager(
-            serverURL: server.url, directory: directory, configuration: configuration,
-            presenter: ScriptedPresenter([
-                .credentials("alice", "blue-harbour-1234"), .newPasscode("alice-pass-1", confirmation: "alice-pass-1"),
-            ]))
-        let session = try await manager.open()
+        let (manager, session) = try await server.onboardSingleUserDevice(
+            "alice", password: "blue-harbour-1234", directory: directory)
         let store = try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
             deviceID: manager.deviceID, definingQueries: [DefiningQuery(name: "aircraft", url: "Aircraft")])

@@ -3,6 +3,7 @@ import BatonFlows
 import BatonOData
 import BatonOffline
 import BatonSecureStore
+import BatonTestSupport
 import BatonTesting
 import Crypto
 import Foundation
@@ -10,7 +11,7 @@ import Testing
 
 /// The sync killed at random points (a child process, SIGKILL) at least 50 times: every change reaches the
 /// server exactly once, nothing is lost, and the encrypted store recovers each time.
-@Suite struct SyncCrashTests {
+@Suite(.serverSlot) struct SyncCrashTests {
     static var helper: URL {
         var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         for _ in 0..<4
@@ -28,14 +29,8 @@ import Testing
         _ = try await server.server.seed(aircraft: 2, checks: 0)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-kill-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
-        var configuration = FlowsConfiguration(mode: .singleUser)
-        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
-        let manager = try OnboardingSessionManager(
-            serverURL: server.url, directory: directory, configuration: configuration,
-            presenter: ScriptedPresenter([
-                .credentials("alice", "blue-harbour-1234"), .newPasscode("alice-pass-1", confirmation: "alice-pass-1"),
-            ]))
-        let session = try await manager.open()
+        let (manager, session) = try await server.onboardSingleUserDevice(
+            "alice", password: "blue-harbour-1234", directory: directory)
         let storeKey = try #require(session.storeKey)
         let user = OfflineUser(name: "alice", signingKey: try session.signingKey())
         let storeURL = directory.appendingPathComponent("offline.sqlite")

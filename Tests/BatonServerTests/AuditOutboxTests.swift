@@ -1,3 +1,4 @@
+import BatonTestSupport
 import Foundation
 import GRDB
 import Logging
@@ -7,7 +8,7 @@ import Testing
 
 /// A change's audit entries are committed with the change, in the data database's outbox, then moved to the
 /// audit log: a crash between the two databases loses none and moving twice adds each once.
-@Suite struct AuditOutboxTests {
+@Suite(.serverSlot) struct AuditOutboxTests {
     static func entry(_ action: String) -> AuditEntry {
         AuditEntry(
             at: Date(timeIntervalSince1970: 1_795_000_000), actor: "alice", action: action, subject: "PreflightChecks",

@@ -1,4 +1,5 @@
 import BatonServer
+import BatonTestSupport
 import Crypto
 import Foundation
 import HTTPTypes
@@ -6,7 +7,7 @@ import HummingbirdTesting
 import NIOCore
 import Testing
 
-@Suite struct AuthorizationCodeTests {
+@Suite(.serverSlot) struct AuthorizationCodeTests {
     static let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk-extra-chars"
     static var challenge: String {
         Data(SHA256.hash(data: Data(verifier.utf8))).base64EncodedString()

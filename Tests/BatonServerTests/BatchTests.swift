@@ -1,12 +1,13 @@
 import BatonOData
 import BatonServer
+import BatonTestSupport
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
 import NIOCore
 import Testing
 
-@Suite struct ServerBatchTests {
+@Suite(.serverSlot) struct ServerBatchTests {
     static func jsonBatch(_ client: any TestClientProtocol, token: String, _ requests: String) async throws -> [[String:
         Any]]
     {

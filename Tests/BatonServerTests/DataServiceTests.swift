@@ -1,4 +1,5 @@
 import BatonServer
+import BatonTestSupport
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
@@ -62,7 +63,7 @@ enum Fixtures {
     }
 }
 
-@Suite struct DataServiceTests {
+@Suite(.serverSlot) struct DataServiceTests {
     @Test func createReadUpdateDeleteWithETags() async throws {
         try await Fixtures.world { _, client, alice, _ in
             let id = Fixtures.id(1)

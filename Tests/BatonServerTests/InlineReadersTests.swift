@@ -1,3 +1,4 @@
+import BatonTestSupport
 import Foundation
 import GRDB
 import Synchronization
@@ -7,7 +8,7 @@ import Testing
 
 /// The read-only connections of the reads done in place: they see every committed write at once, keep a
 /// snapshot inside ``InlineReaders/read(_:)``, refuse writes, and fall back to the pool when all are busy.
-@Suite struct InlineReadersTests {
+@Suite(.serverSlot) struct InlineReadersTests {
     let directory: URL
     let pool: DatabasePool
     let readers: InlineReaders

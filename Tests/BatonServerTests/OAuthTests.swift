@@ -1,4 +1,5 @@
 import BatonServer
+import BatonTestSupport
 import Crypto
 import Foundation
 import HTTPTypes
@@ -7,7 +8,7 @@ import JWTKit
 import NIOCore
 import Testing
 
-@Suite struct OAuthTests {
+@Suite(.serverSlot) struct OAuthTests {
     @Test func metadataNamesEveryEndpoint() async throws {
         let server = try await TestServer()
         defer { server.remove() }
@@ -238,7 +239,7 @@ import Testing
     }
 }
 
-@Suite struct AddressThrottleTests {
+@Suite(.serverSlot) struct AddressThrottleTests {
     @Test func manyFailuresFromOneAddressAreThrottledAcrossUserNames() async throws {
         let server = try await TestServer()
         defer { server.remove() }

@@ -1,5 +1,6 @@
 import BatonOData
 import BatonServer
+import BatonTestSupport
 import Crypto
 import Foundation
 import HTTPTypes
@@ -8,7 +9,7 @@ import NIOCore
 import Testing
 
 /// The shift handover on the server: Bob uploads the change Alice signed offline.
-@Suite struct OnBehalfTests {
+@Suite(.serverSlot) struct OnBehalfTests {
     static let firstSent = "Sun, 06 Nov 1994 08:49:37 GMT"
 
     /// The headers and body of a change Alice recorded on `device` at `createdAt`, signed with `key`.

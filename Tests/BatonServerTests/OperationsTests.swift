@@ -1,4 +1,5 @@
 import BatonServer
+import BatonTestSupport
 import Crypto
 import Foundation
 import HTTPTypes
@@ -9,7 +10,7 @@ import Synchronization
 import Testing
 
 /// What an operator sees: the metrics endpoint, the JSON log, and the trace id of each request.
-@Suite struct OperationsTests {
+@Suite(.serverSlot) struct OperationsTests {
     /// The metrics as Prometheus' text format gives them: one value per series (`name{labels}`).
     static func scrape(_ server: TestServer) async throws -> [String: Double] {
         let text = try await server.server.metricsApplication().test(.router) { client in
@@ -49,7 +50,11 @@ import Testing
                 ("password", "wrong-password-1"),
             ])
             #expect(refused == .badRequest)
-            _ = try await client.signIn("bob")
+            let bobAgain = try await client.signIn("bob")
+            let (refreshed, _) = try await client.token([
+                ("grant_type", "refresh_token"), ("client_id", "baton-device"), ("refresh_token", bobAgain.refresh),
+            ])
+            #expect(refreshed == .ok)
             // Bob uploads Alice's change on her behalf; the network drops the answer and his device sends it again.
             let change = try OnBehalfTests.signedChange(
                 Fixtures.id(1), requestID: "r-1", key: key, createdAt: createdAt,
@@ -72,6 +77,15 @@ import Testing
             let deltaLink = try #require(tracked.json["@odata.deltaLink"] as? String)
             let deltaPath = String(deltaLink.dropFirst("\(TestServer.issuer)/odata/".count))
             #expect(try await client.odata(.get, deltaPath, token: alice).status == .ok)
+            // A filter that mentions the word is not a delta page.
+            let mention = try await client.odata(
+                .get, "Aircraft?$filter=contains(Station,'deltatoken')", token: alice)
+            #expect(mention.status == .ok, "\(mention.text)")
+            // An atomicity group whose second change is refused: one refusal, not one per member (the first
+            // is answered 424, which a device retries).
+            let group =
+                #"{"requests":[{"id":"a","atomicityGroup":"g","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(4)))},{"id":"b","atomicityGroup":"g","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(5), extra: #","FuelKgs":1"#))}]}"#
+            #expect(try await client.odata(.post, "$batch", token: alice, body: group).status == .ok)
             // A batch of three reads, and a path no route has, with a unique id in it.
             let batch =
                 #"{"requests":[{"id":"1","method":"GET","url":"Aircraft"},{"id":"2","method":"GET","url":"Aircraft"},{"id":"3","method":"GET","url":"Aircraft"}]}"#
@@ -82,26 +96,31 @@ import Testing
 
             let after = try await Self.scrape(server)
             let growth = Self.growth(before, after)
-            #expect(growth[#"baton_sign_ins_total{grant="password",result="invalid_grant"}"#] == 1)
-            #expect(growth[#"baton_sign_ins_total{grant="password",result="success"}"#] == 1)
+            #expect(growth[#"baton_sign_ins_total{method="password_grant",result="invalid_grant"}"#] == 1)
+            #expect(growth[#"baton_sign_ins_total{method="password_grant",result="success"}"#] == 1)
+            // A refresh checks no password: it is a token grant, not a sign-in.
+            #expect(growth[#"baton_token_grants_total{grant="refresh_token",result="success"}"#] == 1)
+            #expect(growth.keys.filter { $0.hasPrefix("baton_sign_ins_total") }.count == 2)
             // Applied once, counted once: the replay is answered from the stored result.
             #expect(growth[#"baton_uploaded_changes_total{kind="on_behalf"}"#] == 1)
             #expect(growth[#"baton_uploaded_changes_total{kind="own"}"#] == 1)
             #expect(growth.keys.filter { $0.hasPrefix("baton_refused_changes_total") }.count == 1)
-            #expect(growth.filter { $0.key.hasPrefix("baton_refused_changes_total") }.values.reduce(0, +) == 1)
+            #expect(growth.filter { $0.key.hasPrefix("baton_refused_changes_total") }.values.reduce(0, +) == 2)
             #expect(growth["baton_delta_pages_total"] == 1)
-            #expect(growth["baton_batch_requests_count"] == 1)
-            #expect(growth["baton_batch_requests_sum"] == 3)
-            #expect(growth[#"baton_batch_requests_bucket{le="2.0"}"#] == nil)
-            #expect(growth[#"baton_batch_requests_bucket{le="5.0"}"#] == 1)
+            #expect(growth["baton_batch_requests_count"] == 2)
+            #expect(growth["baton_batch_requests_sum"] == 5)
+            #expect(growth[#"baton_batch_requests_bucket{le="1.0"}"#] == nil)
+            #expect(growth[#"baton_batch_requests_bucket{le="2.0"}"#] == 1)
+            #expect(growth[#"baton_batch_requests_bucket{le="5.0"}"#] == 2)
             #expect(growth[#"baton_http_requests_total{route="NotFound",method="GET",status="404"}"#] == 1)
             #expect(growth[#"baton_http_requests_total{route="/oauth/token",method="POST",status="400"}"#] == 1)
-            #expect(growth[#"baton_http_requests_total{route="/oauth/token",method="POST",status="200"}"#] == 1)
-            // Every OData request of the test: two uploads by bob, two changes, a read, a page, a delta, a batch.
+            #expect(growth[#"baton_http_requests_total{route="/oauth/token",method="POST",status="200"}"#] == 2)
+            // Every OData request of the test: two uploads by bob, two changes, a read, a page, a delta, a
+            // filtered read and two batches.
             let odata = growth.filter { $0.key.hasPrefix("baton_http_requests_total{route=\"/odata/") }
-            #expect(odata.values.reduce(0, +) == 8, "\(odata)")
+            #expect(odata.values.reduce(0, +) == 10, "\(odata)")
             #expect(growth[#"baton_database_duration_seconds_count{operation="change"}"#] == 4)
-            #expect(growth[#"baton_database_duration_seconds_count{operation="batch"}"#] == 1)
+            #expect(growth[#"baton_database_duration_seconds_count{operation="batch"}"#] == 2)
             // Labels never carry what a client wrote.
             #expect(!after.keys.contains { $0.contains(stray) || $0.contains("r-1") || $0.contains("alice") })
         }
@@ -147,6 +166,11 @@ import Testing
             let (malformed, _, _) = try await client.get(
                 "/odata/Aircraft", token: alice, headers: [HTTPField.Name("traceparent")!: "00-zz-\(parent)-01"])
             #expect(malformed == .ok)
+            // A very long path is cut in the log.
+            let long = try await client.execute(uri: "/" + String(repeating: "a", count: 5_000), method: .get) {
+                $0.status
+            }
+            #expect(long == .notFound)
         }
         let lines = log.objects
         let read = try #require(
@@ -156,7 +180,7 @@ import Testing
         #expect(read["parent_span_id"] as? String == parent)
         let span = try #require(read["span_id"] as? String)
         #expect(span.count == 16 && span != parent)
-        #expect(Double(read["duration_ms"] as? String ?? "") != nil)
+        #expect(read["duration_ms"] is Int)
         #expect(read["timestamp"] as? String ?? "" > "2026-")
         #expect(lines.filter { ($0["message"] as? String)?.hasPrefix("GET /odata/Aircraft 200") == true }.count == 2)
         #expect(lines.filter { $0["trace_id"] != nil }.count == 1)
@@ -166,6 +190,8 @@ import Testing
         #expect(!text.contains("correct-horse-battery"))
         #expect(!text.contains("eyJ"))
         #expect(text.contains("POST /oauth/token 200"))
+        let cut = try #require(lines.first { ($0["message"] as? String)?.hasPrefix("GET /aaaa") == true })
+        #expect((cut["message"] as? String)?.count ?? 0 < 300)
     }
 
     @Test func withoutAccessLogRequestsAreLoggedAtDebugOnly() async throws {

@@ -1,4 +1,5 @@
 import BatonServer
+import BatonTestSupport
 import Crypto
 import Foundation
 import HTTPTypes
@@ -6,7 +7,7 @@ import HummingbirdTesting
 import NIOCore
 import Testing
 
-@Suite struct ProtectedRoutesTests {
+@Suite(.serverSlot) struct ProtectedRoutesTests {
     @Test func missingOrBadTokensGet401WithAChallenge() async throws {
         let server = try await TestServer()
         defer { server.remove() }

@@ -1,5 +1,6 @@
 import BatonOData
 import BatonServer
+import BatonTestSupport
 import BatonTesting
 import Crypto
 import Foundation
@@ -15,7 +16,7 @@ import Testing
 
 /// The attacks of docs/SECURITY.md, each driven over HTTP by someone who holds an ordinary account (or a stolen
 /// tablet's files, or a captured request) against a real server on 127.0.0.1. Each failed before the fix.
-@Suite struct SecurityTests {
+@Suite(.serverSlot) struct SecurityTests {
     /// A server with alice and bob (ground staff) and sam (supervisor), served for real on loopback.
     static func live(
         configure: @escaping (inout BatonServerConfiguration) -> Void = { _ in },
@@ -788,6 +789,37 @@ import Testing
         }
     }
 
+    @Test func theMetricsPortHoldsFewConnectionsAndClosesSilentOnes() async throws {
+        let server = try await TestServer {
+            $0.metricsConnections.maximumConnectionsPerAddress = 4
+            $0.metricsConnections.headTimeout = .seconds(1)
+        }
+        defer { server.remove() }
+        #expect(server.server.configuration.metricsHost == "127.0.0.1")
+        try await server.server.metricsApplication().test(.live) { client in
+            let port = try #require(client.port)
+            var sockets: [Int32] = []
+            defer { for socket in sockets { close(socket) } }
+            // The test client holds one connection: three more fill the address's four places.
+            for _ in 0..<4 { sockets.append(try Self.connect(port: port)) }
+            let opened = sockets
+            let reads = try await offThePool {
+                opened.map { socket in
+                    var buffer = [UInt8](repeating: 0, count: 16)
+                    var timeout = timeval(tv_sec: 5, tv_usec: 0)
+                    setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                    return recv(socket, &buffer, buffer.count, 0)
+                }
+            }
+            // The one over the limit is closed at once, the silent ones when their second is up: end of file.
+            #expect(reads == [0, 0, 0, 0])
+            for socket in sockets { close(socket) }
+            sockets.removeAll()
+            // A scrape on a connection of its own still works (the test client's idle one was closed too).
+            #expect(try await offThePool { try Self.health(port: port, path: "/metrics") })
+        }
+    }
+
     @Test func connectionsOverTheLimitPerAddressAreRefused() async throws {
         try await Self.live(configure: { $0.connections.maximumConnectionsPerAddress = 8 }) { _, client in
             let port = try #require(client.port)
@@ -815,13 +847,13 @@ import Testing
     }
 
     /// `GET /health` over a new connection; whether the answer was 200.
-    static func health(port: Int) throws -> Bool {
+    static func health(port: Int, path: String = "/health") throws -> Bool {
         let socket = try connect(port: port)
         defer { close(socket) }
         // Generous: the whole test suite shares two cores with this server.
         var timeout = timeval(tv_sec: 20, tv_usec: 0)
         setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        _ = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".withCString {
+        _ = "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".withCString {
             send(socket, $0, strlen($0), 0)
         }
         var buffer = [UInt8](repeating: 0, count: 256)

@@ -1,9 +1,10 @@
+import BatonTestSupport
 import BatonTesting
 import Foundation
 import Testing
 
 /// Runs the built `baton-server` binary as an admin would, and a third-party OAuth client against it.
-@Suite(.serialized) struct ServerExecutableTests {
+@Suite(.serverSlot, .serialized) struct ServerExecutableTests {
     static var buildDirectory: URL {
         var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         for _ in 0..<4

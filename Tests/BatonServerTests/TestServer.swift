@@ -39,7 +39,11 @@ struct TestServer {
         server = try await BatonServer(configuration: configuration, logger: logger ?? quiet)
     }
 
-    func remove() { try? FileManager.default.removeItem(at: directory) }
+    /// Closes the server's databases and deletes its data directory.
+    func remove() {
+        server.close()
+        try? FileManager.default.removeItem(at: directory)
+    }
 }
 
 extension TestServer {

@@ -1,8 +1,9 @@
+import BatonTestSupport
 import Testing
 
 @testable import BatonServer
 
-@Suite struct SignInTimingTests {
+@Suite(.serverSlot) struct SignInTimingTests {
     /// Unknown user names are checked against a decoy hash of the same bcrypt cost as real passwords, so the
     /// answer takes as long as for a real user with a wrong password.
     @Test(arguments: [UInt8(4), 6, 12])

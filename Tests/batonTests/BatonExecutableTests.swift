@@ -1,9 +1,10 @@
+import BatonTestSupport
 import BatonTesting
 import Foundation
 import Testing
 
 /// Runs the built `baton` binary and checks what a user sees.
-@Suite struct BatonExecutableTests {
+@Suite(.serverSlot) struct BatonExecutableTests {
     struct Result {
         var status: Int32
         var output: String

@@ -1,10 +1,11 @@
+import BatonTestSupport
 import BatonTesting
 import Foundation
 import Testing
 
 /// The interactive app driven as a person would: the built `baton` in an 80x24 pseudo-terminal (pexpect)
 /// against a real `baton-server` that the script stops and restarts to cut the network.
-@Suite struct TerminalAppTests {
+@Suite(.serverSlot) struct TerminalAppTests {
     @Test func handoverInTheTerminalWithBadInputLocksAndThePasscodeLimit() async throws {
         let script = try #require(
             Bundle.module.url(forResource: "app_session", withExtension: "py", subdirectory: "Terminal"))

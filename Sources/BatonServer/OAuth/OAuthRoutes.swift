@@ -27,10 +27,10 @@ struct OAuthRoutes {
             do {
                 response = try await tokens.grant(form.values, caller: .init(address: context.clientAddress))
             } catch let error as OAuthError {
-                metrics.signIn(grant: grant, result: error.error)
+                count(grant: grant, result: error.error)
                 throw error
             }
-            metrics.signIn(grant: grant, result: "success")
+            count(grant: grant, result: "success")
             let data = try JSONEncoder().encode(response)
             return Response(
                 status: .ok, headers: [.contentType: "application/json", .cacheControl: "no-store"],
@@ -63,12 +63,12 @@ struct OAuthRoutes {
                     name: form["username"] ?? "", password: form["password"] ?? "", clientID: authorization.client.id,
                     caller: .init(address: context.clientAddress))
             } catch let error as OAuthError where error.error == "invalid_grant" || error.error == "too_many_attempts" {
-                metrics.signIn(grant: "sign_in_page", result: error.error)
+                metrics.signIn(method: "sign_in_page", result: error.error)
                 var response = html(LoginPage.html(parameters: form.values, error: error.description))
                 response.status = error.status == .tooManyRequests ? .tooManyRequests : .unauthorized
                 return response
             }
-            metrics.signIn(grant: "sign_in_page", result: "success")
+            metrics.signIn(method: "sign_in_page", result: "success")
             let code = try await tokens.createAuthorizationCode(
                 user: user.name, client: authorization.client, redirectURI: authorization.redirectURI,
                 challenge: authorization.challenge, scope: authorization.scope)
@@ -92,6 +92,15 @@ struct OAuthRoutes {
 
     /// Validates an authorization request. Problems with the client or redirect URI are shown to the user,
     /// never redirected (RFC 6749 §4.1.2.1).
+    /// Counts one token-endpoint request: a sign-in when it checked a password, a token grant otherwise.
+    func count(grant: String, result: String) {
+        if grant == "password" {
+            metrics.signIn(method: "password_grant", result: result)
+        } else {
+            metrics.tokenGrant(grant, result: result)
+        }
+    }
+
     func authorizationRequest(_ parameters: [String: String]) throws -> AuthorizationRequest {
         guard let client = configuration.client(parameters["client_id"]), client.grants.contains("authorization_code")
         else {

@@ -36,6 +36,12 @@ struct DataStore: Sendable {
         }
     }
 
+    /// Closes every connection to the data database.
+    func close() {
+        readers.close()
+        try? pool.close()
+    }
+
     /// Creates missing tables and adds columns for properties new to the model.
     static func migrate(_ db: Database, model: ServiceModel) throws {
         let dialect = SQLDialect.sqlite

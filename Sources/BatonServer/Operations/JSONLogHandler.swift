@@ -3,7 +3,8 @@ import Logging
 
 /// A swift-log handler that writes one JSON object per line, for log collectors (Loki, Elasticsearch, CloudWatch):
 /// `timestamp` (ISO 8601, UTC, milliseconds), `level`, `label`, `message`, `source`, and every metadata key at the
-/// top level (`trace_id`, `span_id`, `duration_ms`, …), nested metadata as JSON objects and arrays.
+/// top level (`trace_id`, `span_id`, `duration_ms`, …), nested metadata as JSON objects and arrays, numbers
+/// logged as numbers (`.stringConvertible` of an `Int` or a `Double`) as JSON numbers.
 ///
 /// `baton-server serve --log-format json` bootstraps it. A metadata key that would replace one of the fixed keys
 /// is written as `metadata.KEY` instead, so no log statement can forge a line's level or message.
@@ -24,10 +25,13 @@ public struct JSONLogHandler: LogHandler {
         self.write = write
     }
 
-    /// A handler that writes to standard error, one `write(2)` per line so that lines of concurrent requests
-    /// never interleave.
+    /// A handler that writes to standard error, one `write(2)` per line (lines up to 4 KiB, the most a pipe
+    /// writes at once, never interleave with those of other requests). A line that cannot be written is lost,
+    /// never a crash: a full disk or a closed pipe must not stop the server.
     public static func standardError(label: String, metadataProvider: Logger.MetadataProvider?) -> JSONLogHandler {
-        JSONLogHandler(label: label, metadataProvider: metadataProvider) { FileHandle.standardError.write($0) }
+        JSONLogHandler(label: label, metadataProvider: metadataProvider) {
+            try? FileHandle.standardError.write(contentsOf: $0)
+        }
     }
 
     public subscript(metadataKey key: String) -> Logger.Metadata.Value? {
@@ -62,6 +66,9 @@ public struct JSONLogHandler: LogHandler {
     static func json(_ value: Logger.Metadata.Value) -> Any {
         switch value {
         case .string(let text): text
+        case .stringConvertible(let convertible as Int): convertible
+        case .stringConvertible(let convertible as Int64): convertible
+        case .stringConvertible(let convertible as Double): convertible
         case .stringConvertible(let convertible): convertible.description
         case .array(let values): values.map(json)
         case .dictionary(let dictionary): dictionary.mapValues(json)

@@ -5,6 +5,9 @@ import Logging
 import Tracing
 import W3CTraceContext
 
+/// The methods the metrics name; any other is counted as `other`.
+private let countedMethods: Set<HTTPRequest.Method> = [.get, .head, .post, .put, .patch, .delete, .options]
+
 /// What the server records of every request, in one pass: the W3C trace context the client sent (`traceparent`,
 /// put in the request's logger metadata and in its `ServiceContext`), the metrics (count and duration by route,
 /// method and status), and the access log line (method, path — never the query, which may carry codes —,
@@ -13,29 +16,38 @@ struct RequestTelemetryMiddleware<Context: RequestContext>: RouterMiddleware {
     let metrics: ServerMetrics
     let accessLog: Bool
 
-    static var methods: Set<HTTPRequest.Method> { [.get, .head, .post, .put, .patch, .delete, .options] }
+    /// The longest path an access line shows: the rest is cut, so an unauthenticated 404 cannot write a log
+    /// line as long as the request head.
+    static var loggedPathLimit: Int { 256 }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
         -> Response
     {
         let start = ContinuousClock.now
         var context = context
-        var serviceContext = ServiceContext.current ?? .topLevel
-        if metrics.isEnabled, let header = request.headers[.traceparent],
-            let trace = try? TraceContext(traceParentHeaderValue: header)
-        {
-            // This request is a span of the client's trace: the client's span is its parent.
-            let span = TraceContext(traceID: trace.traceID, spanID: .random(), flags: trace.flags, state: trace.state)
-            context.logger[metadataKey: "trace_id"] = "\(trace.traceID)"
-            context.logger[metadataKey: "span_id"] = "\(span.spanID)"
-            context.logger[metadataKey: "parent_span_id"] = "\(trace.spanID)"
-            serviceContext.traceContext = span
-        }
         let response: Response
         do {
-            response = try await ServiceContext.withValue(serviceContext) { try await next(request, context) }
+            if metrics.readsTraceContext, let header = request.headers[.traceparent],
+                let trace = try? TraceContext(traceParentHeaderValue: header)
+            {
+                // This request is a span of the client's trace: the client's span is its parent. The ids are
+                // the client's word: they link log lines, they prove nothing.
+                let span = TraceContext(
+                    traceID: trace.traceID, spanID: .random(), flags: trace.flags, state: trace.state)
+                context.logger[metadataKey: "trace_id"] = "\(trace.traceID)"
+                context.logger[metadataKey: "span_id"] = "\(span.spanID)"
+                context.logger[metadataKey: "parent_span_id"] = "\(trace.spanID)"
+                var serviceContext = ServiceContext.current ?? .topLevel
+                serviceContext.traceContext = span
+                response = try await ServiceContext.withValue(serviceContext) { try await next(request, context) }
+            } else {
+                response = try await next(request, context)
+            }
         } catch {
-            record(request, context: context, status: 500, since: start)
+            // ErrorMiddleware, inside this one, answers every error; should the order change, the status an
+            // error carries is still the one recorded.
+            let status = (error as? any HTTPResponseError)?.status.code ?? 500
+            record(request, context: context, status: status, since: start)
             throw error
         }
         record(request, context: context, status: Int(response.status.code), since: start)
@@ -44,13 +56,19 @@ struct RequestTelemetryMiddleware<Context: RequestContext>: RouterMiddleware {
 
     func record(_ request: Request, context: Context, status: Int, since start: ContinuousClock.Instant) {
         let elapsed = ContinuousClock.now - start
-        let method = Self.methods.contains(request.method) ? request.method.rawValue : "other"
+        let method = countedMethods.contains(request.method) ? request.method.rawValue : "other"
         metrics.request(
             route: context.endpointPath ?? "NotFound", method: method, status: status, duration: elapsed)
+        let level: Logger.Level = accessLog ? .info : .debug
+        guard context.logger.logLevel <= level else { return }
         let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+        var path = request.uri.path
+        if path.utf8.count > Self.loggedPathLimit {
+            path = String(decoding: path.utf8.prefix(Self.loggedPathLimit), as: UTF8.self) + "…"
+        }
         context.logger.log(
-            level: accessLog ? .info : .debug, "\(request.method) \(request.uri.path) \(status)",
-            metadata: ["duration_ms": "\(milliseconds)"])
+            level: level, "\(request.method) \(path) \(status)",
+            metadata: ["duration_ms": .stringConvertible(milliseconds)])
     }
 }
 

@@ -6,11 +6,12 @@ import Synchronization
 /// One server's metrics, recorded through swift-metrics into a Prometheus registry of its own (several servers in
 /// one process keep separate counts), and scraped at `/metrics` of ``BatonServer/metricsApplication(onListening:)``.
 ///
-/// The series (see the README's "Operating Baton" for what each means):
+/// The series (the README's "Logs, metrics and traces" says what each means):
 /// - `baton_http_requests_total{route,method,status}`, `baton_http_request_duration_seconds{route,method}`
-/// - `baton_sign_ins_total{grant,result}`
+/// - `baton_sign_ins_total{method,result}` — a password checked, at the token endpoint or the sign-in page
+/// - `baton_token_grants_total{grant,result}` — refresh tokens and authorization codes exchanged
 /// - `baton_uploaded_changes_total{kind}` — `own` or `on_behalf`
-/// - `baton_refused_changes_total{code}` — what devices move to their error archive
+/// - `baton_refused_changes_total{code}` — what devices move to their error archive (4xx but 408, 424, 429)
 /// - `baton_delta_pages_total`, `baton_batch_requests` (requests per `$batch`)
 /// - `baton_database_duration_seconds{operation}` — `read`, `change` or `batch`
 ///
@@ -21,6 +22,7 @@ public final class ServerMetrics: Sendable {
     public let registry = PrometheusCollectorRegistry()
     let factory: PrometheusMetricsFactory
     let enabled = Atomic<Bool>(true)
+    let tracing = Atomic<Bool>(true)
 
     let uploadedChanges: (own: CoreMetrics.Counter, onBehalf: CoreMetrics.Counter)
     let deltaPages: CoreMetrics.Counter
@@ -46,11 +48,18 @@ public final class ServerMetrics: Sendable {
         batchSizes = Recorder(label: "baton_batch_requests", factory: factory)
     }
 
-    /// Whether requests are counted and timed and their trace context is read. On by default; the benchmark
-    /// turns it off to measure what it costs.
+    /// Whether anything is counted and timed. On by default; `baton-server serve` turns it off unless it
+    /// serves the metrics (`--metrics-port`), and the benchmark to measure what it costs.
     public var isEnabled: Bool {
         get { enabled.load(ordering: .relaxed) }
         set { enabled.store(newValue, ordering: .relaxed) }
+    }
+
+    /// Whether a request's `traceparent` is read and its ids logged. On by default; the benchmark turns it off
+    /// to measure what it costs.
+    public var readsTraceContext: Bool {
+        get { tracing.load(ordering: .relaxed) }
+        set { tracing.store(newValue, ordering: .relaxed) }
     }
 
     /// Counts one change applied from an upload: the uploader's own, or another user's on their behalf.
@@ -84,16 +93,33 @@ public final class ServerMetrics: Sendable {
         ).recordNanoseconds(Self.nanoseconds(duration))
     }
 
-    /// Counts one sign-in attempt at the token endpoint or the sign-in page: `result` is `success` or the OAuth
-    /// error (`invalid_grant`, `too_many_attempts`, …).
-    func signIn(grant: String, result: String) {
+    /// Counts one password checked: `method` is `password_grant` (the token endpoint) or `sign_in_page` (the
+    /// browser's authorization-code flow); `result` is `success` or the OAuth error (`invalid_grant`,
+    /// `too_many_attempts`, …).
+    func signIn(method: String, result: String) {
         guard isEnabled else { return }
-        let grants: Set<String> = ["password", "refresh_token", "authorization_code", "sign_in_page"]
         Counter(
-            label: "baton_sign_ins_total",
-            dimensions: [("grant", grants.contains(grant) ? grant : "other"), ("result", Self.label(result))],
+            label: "baton_sign_ins_total", dimensions: [("method", method), ("result", Self.label(result))],
             factory: factory
         ).increment()
+    }
+
+    /// Counts one token-endpoint exchange that checks no password: `refresh_token`, `authorization_code`, or
+    /// `other` for anything else a client sent as `grant_type`.
+    func tokenGrant(_ grant: String, result: String) {
+        guard isEnabled else { return }
+        let known: Set<String> = ["refresh_token", "authorization_code"]
+        Counter(
+            label: "baton_token_grants_total",
+            dimensions: [("grant", known.contains(grant) ? grant : "other"), ("result", Self.label(result))],
+            factory: factory
+        ).increment()
+    }
+
+    /// Whether a device moves a change answered `status` to its error archive: a refusal, not a failure it
+    /// retries (408, 424 — its atomicity group failed —, 429, 5xx).
+    static func isRefusal(_ status: Int) -> Bool {
+        (400..<500).contains(status) && ![408, 424, 429].contains(status)
     }
 
     /// Counts one change the data service refused (what a device moves to its error archive), by error code.

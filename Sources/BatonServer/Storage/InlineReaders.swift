@@ -68,6 +68,18 @@ final class InlineReaders: Sendable {
         }
     }
 
+    /// Closes the idle connections and opens no new ones (reads go to the pool, which the owner closes).
+    func close() {
+        let idle = state.withLock { state in
+            defer {
+                state.idle.removeAll()
+                state.opened = Self.capacity
+            }
+            return state.idle
+        }
+        for connection in idle { try? connection.close() }
+    }
+
     private func give(_ connection: DatabaseQueue) {
         state.withLock { $0.idle.append(connection) }
     }

@@ -25,6 +25,12 @@ public struct ServerDatabase: Sendable {
         try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: directory.databaseURL.path)
     }
 
+    /// Closes every connection to the database.
+    func close() {
+        readers.close()
+        try? pool.close()
+    }
+
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("identity") { db in
