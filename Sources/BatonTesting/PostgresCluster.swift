@@ -1,0 +1,164 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A throw-away PostgreSQL cluster for tests: `initdb` into a new temporary directory, `pg_ctl start` on a free
+/// port of 127.0.0.1, stopped and deleted by ``stop()``.
+///
+/// PostgreSQL refuses to run as root, so as root the cluster belongs to the `postgres` user (`runuser`), as
+/// Debian's `postgresql` package creates it. The superuser is `baton` with a random password (SCRAM over TCP);
+/// the password is in ``password`` and never on a command line (initdb reads it from a private file).
+public final class PostgresCluster: Sendable {
+    /// The cluster's data directory (inside ``directory``).
+    public let dataDirectory: URL
+    /// The temporary directory holding the cluster, its socket and its log.
+    public let directory: URL
+    /// The TCP port on 127.0.0.1.
+    public let port: Int
+    /// The superuser's name.
+    public let user = "baton"
+    /// The superuser's password.
+    public let password: String
+    let owner: String?
+
+    /// Where this machine's PostgreSQL programs are: `/usr/lib/postgresql/<newest>/bin` (Debian), else `PATH`.
+    public static var binDirectory: URL? {
+        let root = URL(fileURLWithPath: "/usr/lib/postgresql")
+        let versions = (try? FileManager.default.contentsOfDirectory(atPath: root.path)) ?? []
+        for version in versions.sorted(by: { Int($0) ?? 0 > Int($1) ?? 0 }) {
+            let bin = root.appendingPathComponent(version).appendingPathComponent("bin")
+            if FileManager.default.isExecutableFile(atPath: bin.appendingPathComponent("initdb").path) { return bin }
+        }
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? ""
+        for directory in path.split(separator: ":") {
+            let bin = URL(fileURLWithPath: String(directory))
+            if FileManager.default.isExecutableFile(atPath: bin.appendingPathComponent("initdb").path) { return bin }
+        }
+        return nil
+    }
+
+    /// What a test says when PostgreSQL is not installed: the command that installs it.
+    public static var missing: String? {
+        binDirectory == nil
+            ? "PostgreSQL is not installed (no initdb). Run scripts/test, the README's test command: it installs the Debian package postgresql."
+            : nil
+    }
+
+    /// Creates and starts a cluster. Blocks for a few seconds: call it off Swift's concurrency pool
+    /// (`offThePool`).
+    ///
+    /// - Throws: ``PostgresClusterError`` naming the step that failed, with its output.
+    public init() throws {
+        guard let bin = Self.binDirectory else { throw PostgresClusterError(Self.missing ?? "") }
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-pg-\(UUID().uuidString)")
+        dataDirectory = directory.appendingPathComponent("data")
+        password = UUID().uuidString + UUID().uuidString
+        owner = getuid() == 0 ? "postgres" : nil
+        port = try Self.freePort()
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let passwordFile = directory.appendingPathComponent("password")
+        guard
+            FileManager.default.createFile(
+                atPath: passwordFile.path, contents: Data(password.utf8), attributes: [.posixPermissions: 0o600])
+        else { throw PostgresClusterError("Cannot write \(passwordFile.path).") }
+        if let owner { try Self.run(URL(fileURLWithPath: "/usr/bin/chown"), ["-R", owner, directory.path]) }
+        try run(
+            bin.appendingPathComponent("initdb"),
+            [
+                "-D", dataDirectory.path, "-U", user, "--pwfile=\(passwordFile.path)", "--auth-local=trust",
+                "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync",
+            ])
+        try? FileManager.default.removeItem(at: passwordFile)
+        let options = "-p \(port) -k \(directory.path) -c listen_addresses=127.0.0.1 -c fsync=off"
+        // Foundation learns that a child ended when every holder of a socket it gives the child has closed it;
+        // the server pg_ctl leaves running would hold it for ever. A shell closes every descriptor but the
+        // standard three before it runs pg_ctl.
+        let closingOthers =
+            #"for fd in /proc/$$/fd/*; do n=${fd##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-"; done 2>/dev/null; exec "$@""#
+        try Self.run(
+            URL(fileURLWithPath: "/bin/bash"),
+            ["-c", closingOthers, "bash"] + (owner.map { ["/usr/sbin/runuser", "-u", $0, "--"] } ?? [])
+                + [
+                    bin.appendingPathComponent("pg_ctl").path, "-D", dataDirectory.path, "-o", options, "-l",
+                    directory.appendingPathComponent("log").path, "-w", "-t", "60", "start",
+                ])
+    }
+
+    /// `postgres://baton@127.0.0.1:PORT/DATABASE` (the password is not in it: pass ``password`` apart).
+    public func url(database: String = "postgres") -> String {
+        "postgres://\(user)@127.0.0.1:\(port)/\(database)"
+    }
+
+    /// Runs `psql -c SQL` as the superuser over the cluster's socket and returns what it printed.
+    @discardableResult
+    public func psql(_ sql: String, database: String = "postgres") throws -> String {
+        guard let bin = Self.binDirectory else { throw PostgresClusterError(Self.missing ?? "") }
+        return try run(
+            bin.appendingPathComponent("psql"),
+            [
+                "-h", directory.path, "-p", String(port), "-U", user, "-d", database, "-v", "ON_ERROR_STOP=1", "-At",
+                "-c", sql,
+            ])
+    }
+
+    /// Stops the cluster at once (`-m immediate`) and deletes its directory.
+    public func stop() {
+        if let bin = Self.binDirectory {
+            _ = try? run(bin.appendingPathComponent("pg_ctl"), ["-D", dataDirectory.path, "-m", "immediate", "stop"])
+        }
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    /// Runs a PostgreSQL program as the cluster's owner.
+    @discardableResult
+    func run(_ program: URL, _ arguments: [String]) throws -> String {
+        guard let owner else { return try Self.run(program, arguments) }
+        return try Self.run(URL(fileURLWithPath: "/usr/sbin/runuser"), ["-u", owner, "--", program.path] + arguments)
+    }
+
+    @discardableResult
+    static func run(_ program: URL, _ arguments: [String]) throws -> String {
+        let process = Process()
+        process.executableURL = program
+        process.arguments = arguments
+        process.currentDirectoryURL = URL(fileURLWithPath: "/")
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        process.standardInput = FileHandle.nullDevice
+        try process.runAlone()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw PostgresClusterError("\(program.lastPathComponent) failed (\(process.terminationStatus)):\n\(text)")
+        }
+        return text
+    }
+
+    /// A port of 127.0.0.1 nobody listens on now (the kernel's choice for port 0).
+    static func freePort() throws -> Int {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { throw PostgresClusterError("socket() failed") }
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(socket, pointer, length) == 0 && getsockname(socket, pointer, &length) == 0
+            }
+        }
+        guard bound else { throw PostgresClusterError("Cannot find a free port.") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// A step of setting up or using a ``PostgresCluster`` failed.
+public struct PostgresClusterError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}

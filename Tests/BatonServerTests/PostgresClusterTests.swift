@@ -1,0 +1,55 @@
+import BatonTestSupport
+import BatonTesting
+import Foundation
+import Testing
+
+/// The throw-away PostgreSQL cluster the PostgreSQL tests build on: it starts as `initdb` and `pg_ctl` make it,
+/// answers SQL, refuses a wrong password over TCP, and leaves nothing behind.
+@Suite(.serverSlot) struct PostgresClusterTests {
+    @Test func aClusterStartsAnswersAndIsGoneAfterStop() async throws {
+        try #require(PostgresCluster.missing == nil, "\(PostgresCluster.missing ?? "")")
+        let cluster = try await offThePool { try PostgresCluster() }
+        let version = try await offThePool { try cluster.psql("SHOW server_version_num") }
+        #expect(Int(version.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 >= 150_000)
+        try await offThePool { try cluster.psql("CREATE DATABASE baton") }
+        #expect(try await offThePool { try cluster.psql("SELECT current_database()", database: "baton") } == "baton\n")
+        // Over TCP a password is needed: SCRAM, so the wrong one is refused.
+        let wrong = try await offThePool { () -> String in
+            let process = Process()
+            process.executableURL = try #require(PostgresCluster.binDirectory?.appendingPathComponent("psql"))
+            process.arguments = ["-h", "127.0.0.1", "-p", String(cluster.port), "-U", "baton", "-c", "SELECT 1"]
+            process.environment = ["PGPASSWORD": "not-the-password", "PGCONNECT_TIMEOUT": "10"]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = output
+            try process.runAlone()
+            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            process.waitUntilExit()
+            return text
+        }
+        #expect(wrong.contains("password authentication failed"), "\(wrong)")
+        let directory = cluster.directory
+        cluster.stop()
+        #expect(!FileManager.default.fileExists(atPath: directory.path))
+        // Nothing listens on its port any more.
+        let stillThere = try await offThePool { () -> Bool in
+            (try? PostgresClusterTests.connectable(port: cluster.port)) ?? false
+        }
+        #expect(!stillThere)
+    }
+
+    static func connectable(port: Int) throws -> Bool {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard socket >= 0 else { return false }
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+    }
+}

@@ -1,0 +1,54 @@
+import BatonServer
+import Testing
+
+/// `--database` and `BATON_DATABASE_URL`: what is accepted, and what each mistake says.
+@Suite struct PostgresLocationTests {
+    @Test func aURLNamesUserHostPortDatabaseAndTLS() throws {
+        let local = try PostgresLocation(parsing: "postgres://baton@127.0.0.1:5433/baton", fromCommandLine: true)
+        #expect(local.user == "baton" && local.host == "127.0.0.1" && local.port == 5433 && local.database == "baton")
+        #expect(local.password == nil)
+        #expect(local.tls == .disable)
+        let remote = try PostgresLocation(parsing: "postgresql://app@db.example.com/baton", fromCommandLine: true)
+        #expect(remote.port == 5432)
+        #expect(remote.tls == .verifyFull)
+        let forced = try PostgresLocation(
+            parsing: "postgres://app@db.internal:6432/baton?sslmode=disable", fromCommandLine: true)
+        #expect(forced.tls == .disable)
+    }
+
+    @Test func aPasswordComesFromTheEnvironmentOnlyAndIsNeverPrinted() throws {
+        let text = "postgres://baton:s3cret-pass@127.0.0.1:5432/baton"
+        #expect(throws: PostgresLocationError.self) { try PostgresLocation(parsing: text, fromCommandLine: true) }
+        do {
+            _ = try PostgresLocation(parsing: text, fromCommandLine: true)
+        } catch {
+            #expect(error.description.contains("BATON_DATABASE_URL"))
+            #expect(!error.description.contains("s3cret"))
+        }
+        let fromEnvironment = try PostgresLocation(parsing: text, fromCommandLine: false)
+        #expect(fromEnvironment.password == "s3cret-pass")
+        #expect(!fromEnvironment.description.contains("s3cret"))
+        #expect(fromEnvironment.description == "postgres://baton:***@127.0.0.1:5432/baton?sslmode=disable")
+    }
+
+    @Test(arguments: [
+        ("sqlite:///var/baton", "must start with postgres://"),
+        ("postgres://127.0.0.1:5432/baton", "names no user"),
+        ("postgres://baton@:5432/baton", "names no host"),
+        ("postgres://baton@127.0.0.1:5432", "names no database"),
+        ("postgres://baton@127.0.0.1:5432/a/b", "names no database"),
+        ("postgres://baton@127.0.0.1:70000/baton", "must be between 1 and 65535, not 70000"),
+        ("postgres://baton@127.0.0.1/baton?sslmode=maybe", "sslmode must be disable or verify-full, not 'maybe'"),
+        ("postgres://baton@127.0.0.1/baton?timeout=5", "Unknown database URL option 'timeout'"),
+        ("postgres://baton:pw@host with space/baton", "is not a URL"),
+    ])
+    func eachMistakeIsNamed(_ text: String, _ message: String) {
+        do {
+            _ = try PostgresLocation(parsing: text, fromCommandLine: false)
+            Issue.record("'\(text)' was accepted")
+        } catch {
+            #expect(error.description.contains(message), "\(error.description)")
+            #expect(!error.description.contains(":pw@"))
+        }
+    }
+}
