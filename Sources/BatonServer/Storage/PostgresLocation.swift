@@ -28,9 +28,11 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         "postgres://\(user)\(password == nil ? "" : ":***")@\(host):\(port)/\(database)?sslmode=\(tls.rawValue)"
     }
 
-    /// Parses `text`.
+    /// Parses a database URL.
     ///
-    /// - Parameter fromCommandLine: whether `text` came from an argument (a password is then refused).
+    /// - Parameters:
+    ///   - text: the URL.
+    ///   - fromCommandLine: whether `text` came from an argument (a password is then refused).
     /// - Throws: ``PostgresLocationError`` saying what is wrong and how to write it.
     public init(parsing text: String, fromCommandLine: Bool) throws(PostgresLocationError) {
         let example = "postgres://USER@HOST:PORT/DATABASE (for example postgres://baton@127.0.0.1:5432/baton)"
