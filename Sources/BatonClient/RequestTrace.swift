@@ -15,6 +15,12 @@ public enum RequestTrace {
         return await $current.withValue(trace) { await body("\(trace.traceID)") }
     }
 
+    /// Runs `body` in the current trace, or in a new one when there is none.
+    public static func continuing<T: Sendable>(_ body: (String) async -> T) async -> T {
+        if let trace = current { return await body("\(trace.traceID)") }
+        return await run(body)
+    }
+
     /// The `traceparent` value for one more request of the current trace: nil outside ``run(_:)``.
     static func nextParentHeader() -> String? {
         guard let trace = current else { return nil }

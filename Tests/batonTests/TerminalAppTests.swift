@@ -84,6 +84,20 @@ import Testing
         let users = try await BatonExecutableTests.run(["users", "--data-dir", device])
         #expect(users.output.contains("Alice") || users.output.contains("alice"))
         #expect(users.output.contains("bob"))
+        // A sync names the trace id its requests carried, for the server's log; a failed one too.
+        let sync = try await BatonExecutableTests.run(
+            ["sync", "--data-dir", device, "--user", "bob", "--passcode-stdin", "--json"], input: "bob-13579x\n")
+        #expect(sync.status == 0, "\(sync.error)")
+        let report = try JSONSerialization.jsonObject(with: Data(sync.output.utf8)) as? [String: Any]
+        let traceID = try #require(report?["traceID"] as? String)
+        #expect(traceID.count == 32 && traceID.allSatisfy(\.isHexDigit))
+        server.terminate()
+        server.waitUntilExit()
+        let failed = try await BatonExecutableTests.run(
+            ["sync", "--data-dir", device, "--user", "bob", "--passcode-stdin"], input: "bob-13579x\n")
+        #expect(failed.status != 0)
+        #expect(failed.error.contains("trace id "), "\(failed.error)")
+        #expect(!failed.error.contains(traceID))
     }
 
     @Test func scriptableCommandsRefuseBadInputWithDocumentedExitStatus() async throws {

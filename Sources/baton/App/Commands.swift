@@ -1,4 +1,5 @@
 import ArgumentParser
+import BatonClient
 import BatonFlows
 import BatonOData
 import BatonOffline
@@ -207,7 +208,24 @@ struct SyncCommand: AsyncParsableCommand {
 
     func run() async throws {
         try await runScripted(device, signIn: signIn) { device, ui in
-            var summary = try await device.sync { _ in }
+            // The trace spans the whole sync, token refresh included; a failed sync names it too, so its
+            // requests can be found in the server's log.
+            let (outcome, traceID) = await RequestTrace.run { traceID in
+                do {
+                    return (
+                        Swift.Result<Device.SyncSummary, any Error>.success(try await device.sync { _ in }), traceID
+                    )
+                } catch {
+                    return (.failure(error), traceID)
+                }
+            }
+            var summary: Device.SyncSummary
+            do {
+                summary = try outcome.get()
+            } catch {
+                FileHandle.standardError.write(Data("trace id \(traceID)\n".utf8))
+                throw error
+            }
             // The sign-in already synced when the server was reachable: count what it uploaded too.
             if let atSignIn = try await device.session().info[.uploadReport] {
                 summary.upload.uploaded = atSignIn.uploaded + summary.upload.uploaded

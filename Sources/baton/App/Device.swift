@@ -220,8 +220,9 @@ struct Device: Sendable {
         }
         defer { listener.cancel() }
         var summary = SyncSummary(me: session.user.serverUserID ?? "")
-        // One trace for the whole sync: the server logs its id with every request of it.
-        let outcome: Result<SyncSummary, any Error> = await RequestTrace.run { traceID in
+        // One trace for the whole sync (the caller's, when it started one): the server logs its id with every
+        // request of it.
+        let outcome: Result<SyncSummary, any Error> = await RequestTrace.continuing { traceID in
             summary.traceID = traceID
             do {
                 summary.upload = try await store.upload(
