@@ -1,6 +1,7 @@
 import BatonOData
 import Crypto
 import Foundation
+import GRDB
 import Hummingbird
 import JWTKit
 import Logging
@@ -149,9 +150,17 @@ public struct BatonServer: Sendable {
         router.add(middleware: RequestTelemetryMiddleware(metrics: metrics, accessLog: configuration.accessLog))
         router.add(middleware: ErrorMiddleware())
         OAuthRoutes(tokens: tokens, configuration: configuration.oauth, metrics: metrics).add(to: router)
+        let database = self.database
+        let store = data.store
         let routes = ServiceRoutes(
             settings: settings, devices: devices, users: users, audit: audit, clock: configuration.clock,
-            issuerBox: issuer)
+            issuerBox: issuer,
+            databasesAnswer: {
+                let select = "SELECT 1"
+                let server = try? database.readers.readStatement { try Int.fetchOne($0, sql: select) }
+                let data = try? store.readers.readStatement { try Int.fetchOne($0, sql: select) }
+                return server == 1 && data == 1
+            })
         routes.addPublic(to: router)
         let protected = router.group().add(
             middleware: BearerAuthenticationMiddleware(tokens: tokens, settings: settings))

@@ -205,6 +205,21 @@ import Testing
         #expect(!log.objects.contains { ($0["message"] as? String)?.contains("/health") == true })
     }
 
+    @Test func healthSaysWhetherTheDatabasesAnswer() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.test { client in
+            let (up, body, _) = try await client.get("/health", token: nil)
+            #expect(up == .ok)
+            #expect(body["status"] as? String == "ok")
+            // The databases go away (closed under the running server): a load balancer must stop sending here.
+            server.server.close()
+            let (down, error, _) = try await client.get("/health", token: nil)
+            #expect(down == .serviceUnavailable)
+            #expect((error["error"] as? [String: Any])?["code"] as? String == "DatabaseUnavailable")
+        }
+    }
+
     @Test func jsonLogLinesCannotBeForgedByMetadata() throws {
         let log = CapturedLog()
         var logger = log.logger

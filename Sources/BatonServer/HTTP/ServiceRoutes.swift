@@ -12,9 +12,19 @@ struct ServiceRoutes {
     let audit: AuditLog
     let clock: ServerClock
     let issuerBox: IssuerBox
+    /// Whether both databases answer a read: what `/health` tells a load balancer.
+    let databasesAnswer: @Sendable () -> Bool
 
     func addPublic(to router: Router<BatonRequestContext>) {
-        router.get("/health") { _, _ in json(.object([("status", .string("ok"))])) }
+        // For load balancers: 200 while both databases answer, else 503 with an OData error body.
+        router.get("/health") { _, _ in
+            guard databasesAnswer() else {
+                throw ServerError(
+                    .serviceUnavailable, "DatabaseUnavailable",
+                    "The server cannot read its databases; it answers again once they are back.")
+            }
+            return json(.object([("status", .string("ok"))]))
+        }
         router.get("/.well-known/baton-configuration") { _, _ in
             let issuer = issuerBox.value
             return json(
