@@ -107,7 +107,7 @@ extension OfflineStore {
             switch response.status {
             case 200..<300:
                 succeeded.append((entry, response))
-            case 424, 408, 429, 500...:
+            case let status where status >= 400 && !ChangeAnswer.isRefusal(status: status):
                 retryLater = true
             default:
                 let serverVersion =

@@ -41,6 +41,8 @@ struct DataResponse: Sendable {
     var status: Int
     var headers: [(String, String)] = []
     var body: Body = .none
+    /// Whether this answers a read with a delta token (for the metrics).
+    var isDeltaPage = false
 
     /// An OData error response.
     static func error(_ error: ServerError) -> DataResponse {

@@ -14,7 +14,9 @@ extension DataService {
         let preferences = try preferences(request)
         let target = try resolve(url, in: db)
         if url.query.deltaToken != nil {
-            return try delta(url, request: request, target: target, in: db, context: context)
+            var page = try delta(url, request: request, target: target, in: db, context: context)
+            page.isDeltaPage = page.status == 200
+            return page
         }
         if target.count {
             return DataResponse(

@@ -66,8 +66,8 @@ struct ODataRoutes {
         let (response, entries) = await service.execute(dataRequest, context: dataContext)
         let reading = request.method == .get
         metrics.database(reading ? "read" : "change", ContinuousClock.now - start)
-        if reading, response.status == 200, Self.isDeltaRead(url) { metrics.deltaPage() }
-        if !reading, ServerMetrics.isRefusal(response.status) {
+        if response.isDeltaPage { metrics.deltaPage() }
+        if !reading, ChangeAnswer.isRefusal(status: response.status) {
             metrics.refusedChange(code: response.errorCode ?? "unknown")
         }
         count(entries, uploadedBy: name)
@@ -131,7 +131,8 @@ struct ODataRoutes {
         let (responses, entries) = await service.batch(requests, context: context)
         metrics.database("batch", ContinuousClock.now - start)
         let methods = Dictionary(requests.map { ($0.id, $0.method) }) { first, _ in first }
-        for response in responses where methods[response.id] != "GET" && ServerMetrics.isRefusal(response.status) {
+        for response in responses where methods[response.id] != "GET" && ChangeAnswer.isRefusal(status: response.status)
+        {
             metrics.refusedChange(code: response.body?["error"]?["code"]?.stringValue ?? "unknown")
         }
         count(entries, uploadedBy: context.user)
@@ -150,15 +151,6 @@ struct ODataRoutes {
         return Response(
             status: .ok, headers: headers,
             body: .init(byteBuffer: ByteBuffer(string: JSONBatch.encodeResponses(responses).serialized)))
-    }
-
-    /// Whether a read's URL carries a `$deltatoken` (a delta page), by its query options' names.
-    static func isDeltaRead(_ url: String) -> Bool {
-        guard let query = url.split(separator: "?", maxSplits: 1).dropFirst().first else { return false }
-        return query.split(separator: "&").contains {
-            let name = $0.split(separator: "=", maxSplits: 1).first?.lowercased()
-            return name == "$deltatoken" || name == "%24deltatoken"
-        }
     }
 
     /// Counts applied changes (each has one audit entry, its actor the author): the uploader's own, or on behalf.

@@ -116,12 +116,6 @@ public final class ServerMetrics: Sendable {
         ).increment()
     }
 
-    /// Whether a device moves a change answered `status` to its error archive: a refusal, not a failure it
-    /// retries (408, 424 — its atomicity group failed —, 429, 5xx).
-    static func isRefusal(_ status: Int) -> Bool {
-        (400..<500).contains(status) && ![408, 424, 429].contains(status)
-    }
-
     /// Counts one change the data service refused (what a device moves to its error archive), by error code.
     func refusedChange(code: String) {
         guard isEnabled else { return }

@@ -11,12 +11,8 @@ import requests
 from authlib.common.security import generate_token
 from authlib.integrations.requests_client import OAuth2Session
 from authlib.jose import JsonWebKey, jwt
+from interop_common import check
 
-
-def check(condition, step):
-    if not condition:
-        print(f"FAILED: {step}")
-        sys.exit(1)
 
 
 def verify_access_token(token, jwks, user):

@@ -9,15 +9,10 @@ import sys
 import uuid
 from decimal import Decimal
 
-import requests
 from odatapy.client import EdmEnabledODataClient
 from odatapy.client.transport import HttpxTransport
+from interop_common import check, sign_in
 
-
-def check(condition, step):
-    if not condition:
-        print(f"FAILED: {step}")
-        sys.exit(1)
 
 
 def value(entity, name):
@@ -35,11 +30,7 @@ def check_body(key, tail, fuel):
 
 
 def main():
-    base, user = sys.argv[1], sys.argv[2]
-    password = sys.stdin.readline().rstrip("\n")
-    token = requests.post(base + "/oauth/token", data={
-        "grant_type": "password", "client_id": "baton-device", "username": user, "password": password,
-    }, timeout=10).json()["access_token"]
+    base, user, token = sign_in()
     client = EdmEnabledODataClient(base + "/odata", HttpxTransport(headers={"Authorization": "Bearer " + token}))
 
     names = [entry.name for entry in client.get_service_document().entries]

@@ -13,20 +13,12 @@ from decimal import Decimal
 import requests
 from odata import ODataService
 from odata.exceptions import ODataError
+from interop_common import check, sign_in
 
-
-def check(condition, step):
-    if not condition:
-        print(f"FAILED: {step}")
-        sys.exit(1)
 
 
 def main():
-    base, user = sys.argv[1], sys.argv[2]
-    password = sys.stdin.readline().rstrip("\n")
-    token = requests.post(base + "/oauth/token", data={
-        "grant_type": "password", "client_id": "baton-device", "username": user, "password": password,
-    }, timeout=10).json()["access_token"]
+    base, user, token = sign_in()
     session = requests.Session()
     session.headers["Authorization"] = "Bearer " + token
     service = ODataService(base + "/odata/", session=session, reflect_entities=True)

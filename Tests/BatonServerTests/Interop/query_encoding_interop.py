@@ -15,12 +15,8 @@ import urllib.request
 import uuid
 
 import requests
+from interop_common import check, sign_in
 
-
-def check(condition, step):
-    if not condition:
-        print(f"FAILED: {step}")
-        sys.exit(1)
 
 
 def ids(payload):
@@ -28,11 +24,7 @@ def ids(payload):
 
 
 def main():
-    base, user = sys.argv[1], sys.argv[2]
-    password = sys.stdin.readline().rstrip("\n")
-    token = requests.post(base + "/oauth/token", data={
-        "grant_type": "password", "client_id": "baton-device", "username": user, "password": password,
-    }, timeout=10).json()["access_token"]
+    base, user, token = sign_in()
     headers = {"Authorization": "Bearer " + token}
     odata = base + "/odata/"
 
