@@ -57,33 +57,39 @@ public final class PostgresCluster: Sendable {
         password = UUID().uuidString + UUID().uuidString
         owner = getuid() == 0 ? "postgres" : nil
         port = try Self.freePort()
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        let passwordFile = directory.appendingPathComponent("password")
-        guard
-            FileManager.default.createFile(
-                atPath: passwordFile.path, contents: Data(password.utf8), attributes: [.posixPermissions: 0o600])
-        else { throw PostgresClusterError("Cannot write \(passwordFile.path).") }
-        if let owner { try Self.run(URL(fileURLWithPath: "/usr/bin/chown"), ["-R", owner, directory.path]) }
-        try run(
-            bin.appendingPathComponent("initdb"),
-            [
-                "-D", dataDirectory.path, "-U", user, "--pwfile=\(passwordFile.path)", "--auth-local=trust",
-                "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync",
-            ])
-        try? FileManager.default.removeItem(at: passwordFile)
-        let options = "-p \(port) -k \(directory.path) -c listen_addresses=127.0.0.1 -c fsync=off"
-        // Foundation learns that a child ended when every holder of a socket it gives the child has closed it;
-        // the server pg_ctl leaves running would hold it for ever. A shell closes every descriptor but the
-        // standard three before it runs pg_ctl.
-        let closingOthers =
-            #"for fd in /proc/$$/fd/*; do n=${fd##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-"; done 2>/dev/null; exec "$@""#
-        try Self.run(
-            URL(fileURLWithPath: "/bin/bash"),
-            ["-c", closingOthers, "bash"] + (owner.map { ["/usr/sbin/runuser", "-u", $0, "--"] } ?? [])
-                + [
-                    bin.appendingPathComponent("pg_ctl").path, "-D", dataDirectory.path, "-o", options, "-l",
-                    directory.appendingPathComponent("log").path, "-w", "-t", "60", "start",
+        do {
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let passwordFile = directory.appendingPathComponent("password")
+            guard
+                FileManager.default.createFile(
+                    atPath: passwordFile.path, contents: Data(password.utf8), attributes: [.posixPermissions: 0o600])
+            else { throw PostgresClusterError("Cannot write \(passwordFile.path).") }
+            if let owner { try Self.run(URL(fileURLWithPath: "/usr/bin/chown"), ["-R", owner, directory.path]) }
+            try run(
+                bin.appendingPathComponent("initdb"),
+                [
+                    "-D", dataDirectory.path, "-U", user, "--pwfile=\(passwordFile.path)", "--auth-local=trust",
+                    "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync",
                 ])
+            try? FileManager.default.removeItem(at: passwordFile)
+            let options = "-p \(port) -k \(directory.path) -c listen_addresses=127.0.0.1 -c fsync=off"
+            // Foundation learns that a child ended when every holder of a socket it gives the child has closed it;
+            // the server pg_ctl leaves running would hold it for ever. A shell closes every descriptor but the
+            // standard three before it runs pg_ctl.
+            let closingOthers =
+                #"for fd in /proc/$$/fd/*; do n=${fd##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-"; done 2>/dev/null; exec "$@""#
+            try Self.run(
+                URL(fileURLWithPath: "/bin/bash"),
+                ["-c", closingOthers, "bash"] + (owner.map { ["/usr/sbin/runuser", "-u", $0, "--"] } ?? [])
+                    + [
+                        bin.appendingPathComponent("pg_ctl").path, "-D", dataDirectory.path, "-o", options, "-l",
+                        directory.appendingPathComponent("log").path, "-w", "-t", "60", "start",
+                    ])
+        } catch {
+            // Nothing half-made stays behind: no server, no directory (it held the password file).
+            stop()
+            throw error
+        }
     }
 
     /// `postgres://baton@127.0.0.1:PORT/DATABASE` (the password is not in it: pass ``password`` apart).

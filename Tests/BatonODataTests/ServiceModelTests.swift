@@ -67,6 +67,15 @@ import Testing
         } throws: { error in
             (error as? ODataError)?.message.hasPrefix("The $DefaultValue of 'T/N' is not a valid Edm.Int32") == true
         }
+        // $metadata in XML writes each default in its payload form, as CSDL XML wants: no URL-literal prefix
+        // (`duration'P1D'` was written before).
+        let typed = try ServiceModel(
+            csdlJSON: Self.document(
+                #""T": {"$Kind": "EntityType", "$Key": ["ID"], "ID": {}, "N": {"$Type": "Edm.Int32", "$DefaultValue": 3}, "D": {"$Type": "Edm.Duration", "$DefaultValue": "P1D"}, "B": {"$Type": "Edm.Boolean", "$DefaultValue": true}}, "C": {"$Kind": "EntityContainer"}"#
+            ))
+        #expect(typed.csdlXML.contains(#"Name="N" Type="Edm.Int32" Nullable="false" DefaultValue="3""#))
+        #expect(typed.csdlXML.contains(#"Name="D" Type="Edm.Duration" Nullable="false" DefaultValue="P1DT0S""#))
+        #expect(typed.csdlXML.contains(#"Name="B" Type="Edm.Boolean" Nullable="false" DefaultValue="true""#))
     }
 
     @Test func compositeKeysLoad() throws {

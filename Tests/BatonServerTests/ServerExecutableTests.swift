@@ -102,7 +102,7 @@ import Testing
     /// Runs a Python interop script against `running`, with alice's password on its standard input.
     static func interop(_ name: String, against running: RunningServer) async throws {
         let script = try #require(Bundle.module.url(forResource: name, withExtension: "py", subdirectory: "Interop"))
-        let missing = TestPython.missing(["requests", "authlib", "odatapy", "httpx", "odata"])
+        let missing = try await offThePool { TestPython.missing(["requests", "authlib", "odatapy", "httpx", "odata"]) }
         try #require(missing == nil, "\(missing ?? "")")
         let python = try await run(
             TestPython.executable, [script.path, running.url, "alice"], input: "correct-horse-battery\n")

@@ -14,7 +14,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: work) }
         let server = BatonExecutableTests.executable.deletingLastPathComponent().appendingPathComponent("baton-server")
         let transcript = work.appendingPathComponent("transcript.txt")
-        let missing = TestPython.missing(["pexpect"])
+        let missing = try await offThePool { TestPython.missing(["pexpect"]) }
         try #require(missing == nil, "\(missing ?? "")")
         let result = try await BatonExecutableTests.run(
             [script.path, BatonExecutableTests.executable.path, server.path, work.path, transcript.path],

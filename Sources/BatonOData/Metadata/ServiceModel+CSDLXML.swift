@@ -21,7 +21,9 @@ extension ServiceModel {
                 if let precision = property.precision { xml += " Precision=\"\(precision)\"" }
                 if let scale = property.scale { xml += " Scale=\"\(scale)\"" }
                 if let defaultValue = property.defaultValue {
-                    let text = if case .string(let string) = defaultValue { string } else { defaultValue.urlLiteral }
+                    // CSDL XML writes a default as its JSON payload form, unquoted: `P1D`, not `duration'P1D'`.
+                    let json = defaultValue.json(as: property.type)
+                    let text = if case .string(let string) = json { string } else { json.serialized }
                     xml += " DefaultValue=\"\(escapeXML(text))\""
                 }
                 if property.isComputed {

@@ -236,10 +236,10 @@ struct SyncCommand: AsyncParsableCommand {
                     Result(
                         uploaded: summary.upload.uploadedByAuthor, archived: summary.upload.archived.count,
                         waiting: summary.upload.waiting.count, downloaded: summary.download.updated,
-                        removed: summary.download.removed, summary: summary.text, traceID: summary.traceID))
+                        removed: summary.download.removed, summary: summary.text, traceID: traceID))
             } else {
                 print(summary.text)
-                print("trace id \(summary.traceID) (the server logs it with each request of this sync)")
+                print("trace id \(traceID) (the server logs it with each request of this sync)")
                 for archived in summary.upload.archived {
                     print("archived: \(archived.entry.author)'s \(archived.entry.entityID): \(archived.message)")
                 }

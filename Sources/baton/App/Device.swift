@@ -31,6 +31,11 @@ struct Device: Sendable {
         let remembered = directory.appendingPathComponent("server-url")
         let saved = (try? String(contentsOf: remembered, encoding: .utf8))?.trimmingCharacters(
             in: .whitespacesAndNewlines)
+        // Owner-only, also when an older version (or a copy) left it readable by others — before anything about
+        // it is checked, so an unusable saved URL is no exception.
+        if saved != nil {
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: remembered.path)
+        }
         let text: String
         switch (server, saved) {
         case (let given?, let saved?) where given != saved:
@@ -45,9 +50,10 @@ struct Device: Sendable {
             throw AppError(.usage, "'\(text)' is not a server URL; give one like http://127.0.0.1:8080.")
         }
         do { try BatonClient.checkTransport(url) } catch { throw AppError(.usage, error.message) }
-        if saved == nil { try Data(text.utf8).write(to: remembered, options: .atomic) }
-        // Owner-only, also when an older version (or a copy) left it readable by others.
-        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: remembered.path)
+        if saved == nil {
+            try Data(text.utf8).write(to: remembered, options: .atomic)
+            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: remembered.path)
+        }
 
         let store = try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
@@ -171,8 +177,6 @@ struct Device: Sendable {
         var upload = UploadReport()
         var download = DownloadReport()
         var me = ""
-        /// The W3C trace id every request of the sync carried (`traceparent`), to find it in the server's logs.
-        var traceID = ""
 
         /// "uploaded 3 changes: 2 yours, 1 alice's on their behalf; downloaded 12 updates".
         var text: String {
@@ -204,8 +208,16 @@ struct Device: Sendable {
     }
 
     /// Uploads the queue (others' changes on their behalf when the server allows it), then downloads.
-    /// `progress` hears every step.
+    /// `progress` hears every step. Every request of it — token refresh, reachability, upload, download,
+    /// backups — belongs to one trace (the caller's, when it started one), whose id the server logs.
     func sync(progress: @escaping @Sendable (SyncProgress) -> Void) async throws -> SyncSummary {
+        let outcome: Result<SyncSummary, any Error> = await RequestTrace.continuing { _ in
+            do { return .success(try await syncInTrace(progress: progress)) } catch { return .failure(error) }
+        }
+        return try outcome.get()
+    }
+
+    private func syncInTrace(progress: @escaping @Sendable (SyncProgress) -> Void) async throws -> SyncSummary {
         let session = try await session()
         guard await isOnline() else {
             throw AppError(
@@ -220,22 +232,11 @@ struct Device: Sendable {
         }
         defer { listener.cancel() }
         var summary = SyncSummary(me: session.user.serverUserID ?? "")
-        // One trace for the whole sync (the caller's, when it started one): the server logs its id with every
-        // request of it.
-        let outcome: Result<SyncSummary, any Error> = await RequestTrace.continuing { traceID in
-            summary.traceID = traceID
-            do {
-                summary.upload = try await store.upload(
-                    using: session.authorized,
-                    allowOnBehalf: session.settings.sharedDevices.uploadPendingChangesOfPreviousUser)
-                summary.download = try await store.download(using: session.authorized)
-                return .success(summary)
-            } catch {
-                return .failure(error)
-            }
-        }
         do {
-            summary = try outcome.get()
+            summary.upload = try await store.upload(
+                using: session.authorized,
+                allowOnBehalf: session.settings.sharedDevices.uploadPendingChangesOfPreviousUser)
+            summary.download = try await store.download(using: session.authorized)
         } catch {
             await notePendingChanges()
             throw error

@@ -5,7 +5,6 @@ Covers CRUD with ETags, filter/select/orderby/count, server-driven paging, JSON 
 delta links. Prints "interop ok" and exits 0 when every step passes.
 """
 
-import sys
 import uuid
 from decimal import Decimal
 

@@ -6,7 +6,6 @@ no If-Match, so its plain update is refused with 428 (Baton requires optimistic 
 then opts out explicitly with If-Match: * and the update applies. Prints "interop ok" on success.
 """
 
-import sys
 import uuid
 from decimal import Decimal
 

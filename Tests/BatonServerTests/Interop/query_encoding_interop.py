@@ -8,8 +8,8 @@ Creates one check with Remarks "a+b c" and an omitted Status (its CSDL default, 
 """
 
 import json
+import shutil
 import subprocess
-import sys
 import urllib.parse
 import urllib.request
 import uuid
@@ -58,6 +58,7 @@ def main():
         check(ids(json.load(response)) == want, "urlencode finds the same check")
 
     # 3. curl -G --data-urlencode
+    check(shutil.which("curl") is not None, "curl is installed (apt-get install curl)")
     arguments = ["curl", "-s", "-G", "-H", "@-", odata + "PreflightChecks"]
     for name, value in query.items():
         arguments += ["--data-urlencode", f"{name}={value}"]
