@@ -32,6 +32,11 @@ public struct BatonServerConfiguration: Sendable {
     /// The file holding the master key that seals device store keys; best kept outside the data directory (and
     /// its backups). Default: `nil` — `keys/master.key` inside the data directory.
     public var masterKeyFile: URL?
+    /// The PostgreSQL database that holds the server's state — users, tokens, the sign-in throttle, settings,
+    /// devices and their keys, discarded-change backups, the audit log — shared by every instance that names it.
+    /// Default: `nil` — `server.sqlite` in ``dataDirectory``. (The OData entity data stays in the data directory's
+    /// `data.sqlite` for now.)
+    public var database: PostgresLocation?
     /// Timeouts and connection limits.
     public var connections = ConnectionLimits()
     /// The addresses of load balancers whose `X-Forwarded-For` names the client. Default: none — the header is
@@ -94,7 +99,12 @@ public struct BatonServer: Sendable {
         self.configuration = configuration
         self.logger = logger
         let directory = try DataDirectory(configuration.dataDirectory)
-        let database = try ServerDatabase(directory)
+        let database: ServerDatabase
+        if let location = configuration.database {
+            database = try await ServerDatabase(postgres: try await PostgresStorage(location: location, logger: logger))
+        } else {
+            database = try ServerDatabase(directory)
+        }
         self.database = database
         let clock = configuration.clock
         users = UserDirectory(
@@ -137,7 +147,8 @@ public struct BatonServer: Sendable {
             configuration: configuration.oauth, issuer: issuer, database: database, clock: clock, keys: keys,
             keyID: keyID,
             publicJWK: TokenService.publicJWK(of: signingKey, keyID: keyID), users: users,
-            throttle: LoginThrottle(limits: configuration.oauth.throttle, clock: clock), audit: audit)
+            throttle: LoginThrottle(limits: configuration.oauth.throttle, clock: clock, database: database),
+            audit: audit)
     }
 
     /// The HTTP application. `onListening` is called with the bound host and port once the server accepts
@@ -157,7 +168,7 @@ public struct BatonServer: Sendable {
             issuerBox: issuer,
             databasesAnswer: {
                 let select = "SELECT 1"
-                let server = try? database.readers.readStatement { try Int.fetchOne($0, sql: select) }
+                let server = try? await database.storage.readStatement { try $0.fetchOne(select)?[0].integer }
                 let data = try? store.readers.readStatement { try Int.fetchOne($0, sql: select) }
                 return server == 1 && data == 1
             })

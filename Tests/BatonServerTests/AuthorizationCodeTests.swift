@@ -1,5 +1,6 @@
 import BatonServer
 import BatonTestSupport
+import BatonTesting
 import Crypto
 import Foundation
 import HTTPTypes
@@ -50,8 +51,8 @@ import Testing
         return try await client.token(parameters)
     }
 
-    @Test func loginPageEscapesWhatItEchoes() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func loginPageEscapesWhatItEchoes(backend: StorageBackend) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.test { client in
             let query = Self.authorization.map {
@@ -69,8 +70,8 @@ import Testing
         }
     }
 
-    @Test func codeFlowWithPKCEIssuesTokens() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func codeFlowWithPKCEIssuesTokens(backend: StorageBackend) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -84,8 +85,10 @@ import Testing
         }
     }
 
-    @Test func reusedCodeIsRefusedAndRevokesItsTokens() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func reusedCodeIsRefusedAndRevokesItsTokens(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -104,8 +107,8 @@ import Testing
         }
     }
 
-    @Test func verifierIsRequiredAndChecked() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func verifierIsRequiredAndChecked(backend: StorageBackend) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -121,8 +124,8 @@ import Testing
         }
     }
 
-    @Test func codesExpireAfterAMinute() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func codesExpireAfterAMinute(backend: StorageBackend) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -134,8 +137,10 @@ import Testing
         }
     }
 
-    @Test func badAuthorizationRequestsAreShownNotRedirected() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func badAuthorizationRequestsAreShownNotRedirected(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.test { client in
             for (name, value) in [
@@ -156,8 +161,9 @@ import Testing
         }
     }
 
-    @Test func wrongPasswordShowsThePageAgain() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func wrongPasswordShowsThePageAgain(backend: StorageBackend) async throws
+    {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in

@@ -1,5 +1,6 @@
 import BatonServer
 import BatonTestSupport
+import BatonTesting
 import Crypto
 import Foundation
 import HTTPTypes
@@ -9,8 +10,8 @@ import NIOCore
 import Testing
 
 @Suite(.serverSlot) struct OAuthTests {
-    @Test func metadataNamesEveryEndpoint() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func metadataNamesEveryEndpoint(backend: StorageBackend) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.test { client in
             let (status, body, _) = try await client.get("/.well-known/oauth-authorization-server", token: nil)
@@ -35,8 +36,10 @@ import Testing
         }
     }
 
-    @Test func passwordGrantIssuesAShortLivedES256TokenThatVerifiesAgainstTheJWKS() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func passwordGrantIssuesAShortLivedES256TokenThatVerifiesAgainstTheJWKS(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -106,10 +109,11 @@ import Testing
             error: "invalid_request"),
     ]
 
-    @Test(arguments: tokenErrors)
-    func tokenEndpointErrorsFollowRFC6749(_ errorCase: TokenErrorCase) async throws {
+    @Test(arguments: tokenErrors, StorageBackend.allCases) func tokenEndpointErrorsFollowRFC6749(
+        _ errorCase: TokenErrorCase, backend: StorageBackend
+    ) async throws {
         let (parameters, status, error) = (errorCase.parameters, errorCase.status, errorCase.error)
-        let server = try await TestServer()
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -121,8 +125,10 @@ import Testing
         }
     }
 
-    @Test func tokenEndpointRejectsJSONBodiesAndOversizedBodies() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func tokenEndpointRejectsJSONBodiesAndOversizedBodies(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.test { client in
             let wrongType = try await client.execute(
@@ -142,8 +148,10 @@ import Testing
         }
     }
 
-    @Test func refreshTokensRotateAndReuseRevokesTheFamily() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func refreshTokensRotateAndReuseRevokesTheFamily(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -165,8 +173,8 @@ import Testing
         #expect(actions.contains("refresh-token-reuse"))
     }
 
-    @Test func refreshTokensExpire() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func refreshTokensExpire(backend: StorageBackend) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -180,8 +188,10 @@ import Testing
         }
     }
 
-    @Test func revocationKillsRefreshAndAccessTokens() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func revocationKillsRefreshAndAccessTokens(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -203,8 +213,10 @@ import Testing
         }
     }
 
-    @Test func bruteForceIsSlowedDownWithADoublingRetryAfter() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func bruteForceIsSlowedDownWithADoublingRetryAfter(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -240,8 +252,10 @@ import Testing
 }
 
 @Suite(.serverSlot) struct AddressThrottleTests {
-    @Test func manyFailuresFromOneAddressAreThrottledAcrossUserNames() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func manyFailuresFromOneAddressAreThrottledAcrossUserNames(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.test { client in
             for attempt in 0..<50 {

@@ -1,5 +1,6 @@
 import BatonServer
 import BatonTestSupport
+import BatonTesting
 import Crypto
 import Foundation
 import HTTPTypes
@@ -8,8 +9,10 @@ import NIOCore
 import Testing
 
 @Suite(.serverSlot) struct ProtectedRoutesTests {
-    @Test func missingOrBadTokensGet401WithAChallenge() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func missingOrBadTokensGet401WithAChallenge(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -29,8 +32,10 @@ import Testing
         }
     }
 
-    @Test func accessTokensExpireAfterFifteenMinutes() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func accessTokensExpireAfterFifteenMinutes(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -45,8 +50,10 @@ import Testing
         }
     }
 
-    @Test func disabledAndDeletedUsersLoseAccessAtOnce() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func disabledAndDeletedUsersLoseAccessAtOnce(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.addUser("bob")
@@ -70,8 +77,10 @@ import Testing
         }
     }
 
-    @Test func settingsExchangeAppliesThePolicyAndRefusesInactiveAppVersions() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func settingsExchangeAppliesThePolicyAndRefusesInactiveAppVersions(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         _ = try await server.server.settings.set("shared-devices.upload-pending-changes-of-previous-user", to: "false")
@@ -128,8 +137,10 @@ import Testing
         ) { ($0.status, TestClient.Response.object($0.body)) }
     }
 
-    @Test func storeKeysGoOnlyToUsersRegisteredOnTheDevice() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func storeKeysGoOnlyToUsersRegisteredOnTheDevice(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.addUser("bob")
@@ -169,8 +180,10 @@ import Testing
         }
     }
 
-    @Test func discardedChangesAreKeptOnlyFromTheDevicesOwnStore() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func discardedChangesAreKeptOnlyFromTheDevicesOwnStore(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.addUser("bob")
@@ -213,8 +226,10 @@ import Testing
         #expect(audit.contains { $0.action == "changes-discarded" && $0.subject == "alice" })
     }
 
-    @Test func reRegistrationKeepsTheKeyHistory() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func reRegistrationKeepsTheKeyHistory(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         let first = P256.Signing.PrivateKey()
@@ -272,8 +287,10 @@ import Testing
         }
     }
 
-    @Test func auditLogRecordsWhoWhenAndWhereButNoSecrets() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func auditLogRecordsWhoWhenAndWhereButNoSecrets(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.test { client in
@@ -292,8 +309,10 @@ import Testing
         #expect(!text.contains("wrong-wrong-wrong"))
     }
 
-    @Test func unknownRoutesAndMethodsAnswerODataErrors() async throws {
-        let server = try await TestServer()
+    @Test(arguments: StorageBackend.allCases) func unknownRoutesAndMethodsAnswerODataErrors(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.test { client in
             let (status, body, _) = try await client.get("/no/such/route", token: nil)

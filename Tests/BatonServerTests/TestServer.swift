@@ -1,4 +1,5 @@
 import BatonServer
+import BatonTesting
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -24,7 +25,14 @@ struct TestServer {
 
     static let issuer = "http://127.0.0.1:8080"
 
-    init(logger: Logger? = nil, configure: (inout BatonServerConfiguration) -> Void = { _ in }) async throws {
+    /// Where the server keeps its state.
+    let backend: StorageBackend
+
+    init(
+        backend: StorageBackend = .sqlite, logger: Logger? = nil,
+        configure: (inout BatonServerConfiguration) -> Void = { _ in }
+    ) async throws {
+        self.backend = backend
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-server-\(UUID().uuidString)")
         clock = TestClock()
         var configuration = BatonServerConfiguration()
@@ -33,6 +41,7 @@ struct TestServer {
         configuration.bcryptCost = 4
         configuration.port = 0
         configuration.fixedIssuer = true
+        configuration.database = try await backend.freshDatabase()
         configure(&configuration)
         var quiet = Logger(label: "test")
         quiet.logLevel = .critical

@@ -2,8 +2,7 @@ import Foundation
 import GRDB
 
 /// One audit record: who did what, to what, when and from where. Never a secret.
-public struct AuditEntry: Sendable, Hashable, Codable, FetchableRecord, PersistableRecord {
-    public static let databaseTableName = "audit"
+public struct AuditEntry: Sendable, Hashable, Codable {
     /// When it happened.
     public var at: Date
     /// The user (or `admin` for the command line) who acted, if known.
@@ -38,7 +37,7 @@ public struct AuditLog: Sendable {
     ///
     /// - Throws: the database error, if the write fails.
     public func record(_ entry: AuditEntry) async throws {
-        try await database.pool.write { db in try entry.insert(db) }
+        try await database.storage.write { db in try Self.insert([entry], in: db) }
     }
 
     /// Records the entries of a committed data change, already in the data database's `outbox`, in one
@@ -49,22 +48,18 @@ public struct AuditLog: Sendable {
     ///   start).
     func record(staged entries: [AuditEntry], outbox: AuditOutbox) async throws {
         guard !entries.isEmpty else { return }
-        try await database.pool.write { db in try Self.insert(entries, in: db) }
+        try await database.storage.write { db in try Self.insert(entries, in: db) }
         outbox.recorded(entries.compactMap(\.outboxKey))
     }
 
-    static func insert(_ entries: [AuditEntry], in db: Database) throws {
-        // One prepared statement for all (the record encoder was most of the cost).
-        let statement = try db.cachedStatement(
-            sql: """
-                INSERT OR IGNORE INTO audit (at, actor, action, subject, address, detail, outboxKey)
-                VALUES (?, ?, ?, ?, ?, ?, ?)
-                """)
+    static func insert(_ entries: [AuditEntry], in db: any SQLConnection) throws {
         for entry in entries {
-            try statement.execute(
-                arguments: [
-                    entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail, entry.outboxKey,
-                ])
+            try db.execute(
+                """
+                INSERT INTO audit (at, actor, action, subject, address, detail, outboxKey) VALUES (?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT DO NOTHING
+                """, entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail,
+                entry.outboxKey)
         }
     }
 
@@ -78,7 +73,7 @@ public struct AuditLog: Sendable {
     func collect(from data: DatabasePool) async throws -> Int {
         let pending = try await data.read { db in try AuditOutbox.pending(in: db) }
         guard !pending.isEmpty else { return 0 }
-        try await database.pool.write { db in try Self.insert(pending, in: db) }
+        try await database.storage.write { db in try Self.insert(pending, in: db) }
         let keys = pending.compactMap(\.outboxKey)
         try await data.write { db in try AuditOutbox.delete(keys, in: db) }
         return pending.count
@@ -88,8 +83,17 @@ public struct AuditLog: Sendable {
     ///
     /// - Throws: the database error, if the read fails.
     public func entries(limit: Int = 100) async throws -> [AuditEntry] {
-        try await database.pool.read { db in
-            try AuditEntry.order(Column("id").desc).limit(limit).fetchAll(db)
+        try await database.storage.read { db in
+            try db.fetchAll(
+                "SELECT at, actor, action, subject, address, detail, outboxKey FROM audit ORDER BY id DESC LIMIT ?",
+                limit
+            ).map { row in
+                var entry = AuditEntry(
+                    at: row["at"].date ?? .distantPast, actor: row["actor"].text, action: row["action"].text ?? "",
+                    subject: row["subject"].text, address: row["address"].text, detail: row["detail"].text)
+                entry.outboxKey = row["outboxKey"].text
+                return entry
+            }
         }
     }
 }

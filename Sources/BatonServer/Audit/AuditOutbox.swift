@@ -35,7 +35,10 @@ final class AuditOutbox: Sendable {
             entries[index].outboxKey = key
             let entry = entries[index]
             try insert.execute(
-                arguments: [key, entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail])
+                arguments: [
+                    key, entry.at.timeIntervalSince1970, entry.actor, entry.action, entry.subject, entry.address,
+                    entry.detail,
+                ])
         }
     }
 

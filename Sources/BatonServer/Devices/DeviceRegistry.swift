@@ -1,7 +1,6 @@
 import BatonOData
 import Crypto
 import Foundation
-import GRDB
 
 /// Devices, the users registered on them, every signing key each (device, user) pair ever had, and each
 /// device's offline-store key.
@@ -127,19 +126,18 @@ public struct DeviceRegistry: Sendable {
             return key.isValidSignature(proof.signature, for: message)
         }
         let freshStoreKey = try sealStoreKey(SymmetricKey(size: .bits256), device: device)
-        return try await database.pool.write { db in
-            let existing = try Row.fetchOne(db, sql: "SELECT publicKey FROM devices WHERE id = ?", arguments: [device])
+        return try await database.storage.write { db in
+            let existing = try db.fetchOne("SELECT publicKey FROM devices WHERE id = ?", device)
             let active =
-                try Int.fetchOne(
-                    db, sql: "SELECT COUNT(*) FROM deviceRegistrations WHERE device = ? AND active = 1",
-                    arguments: [device]
-                ) ?? 0
+                try db.fetchOne("SELECT COUNT(*) FROM deviceRegistrations WHERE device = ? AND active = 1", device)?[0]
+                .integer ?? 0
             let userActive =
-                try Bool.fetchOne(
-                    db, sql: "SELECT active FROM deviceRegistrations WHERE device = ? AND user = ?",
-                    arguments: [device, user]) ?? false
+                try db.fetchOne(
+                    #"SELECT active FROM deviceRegistrations WHERE device = ? AND "user" = ?"#, device, user)?[
+                    0
+                ].bool ?? false
             if let existing {
-                let stored = (existing["publicKey"] as Data?).flatMap {
+                let stored = existing["publicKey"].bytes.flatMap {
                     try? P256.Signing.PublicKey(x963Representation: $0)
                 }
                 let approved = stored.map(proves) ?? false
@@ -150,48 +148,44 @@ public struct DeviceRegistry: Sendable {
                     // Nobody is on the device (or it predates device keys and nobody is on it): a new device key,
                     // and a new store key so the old one reaches nobody new.
                     try db.execute(
-                        sql: "UPDATE devices SET publicKey = ?, sealedStoreKey = ? WHERE id = ?",
-                        arguments: [offered.x963Representation, freshStoreKey, device])
+                        "UPDATE devices SET publicKey = ?, sealedStoreKey = ? WHERE id = ?", offered.x963Representation,
+                        freshStoreKey, device)
                 } else if !approved, stored == nil || active == 1, let offered = proof?.deviceKey, proves(offered) {
                     // A device from before device keys, or whose only user lost the key with their secure store
                     // (a passcode reset), takes the key that user offers.
-                    try db.execute(
-                        sql: "UPDATE devices SET publicKey = ? WHERE id = ?",
-                        arguments: [offered.x963Representation, device])
+                    try db.execute("UPDATE devices SET publicKey = ? WHERE id = ?", offered.x963Representation, device)
                 }
             } else {
                 guard let offered = proof?.deviceKey, proves(offered) else { throw Self.proofRequired(device) }
                 try db.execute(
-                    sql: "INSERT INTO devices (id, sealedStoreKey, createdAt, publicKey) VALUES (?, ?, ?, ?)",
-                    arguments: [device, freshStoreKey, now.timeIntervalSince1970, offered.x963Representation])
+                    "INSERT INTO devices (id, sealedStoreKey, createdAt, publicKey) VALUES (?, ?, ?, ?)", device,
+                    freshStoreKey, now, offered.x963Representation)
             }
-            let owner = try Row.fetchOne(
-                db, sql: "SELECT user, device, registeredAt, replacedAt FROM signingKeys WHERE id = ?",
-                arguments: [keyID])
+            let owner = try db.fetchOne(
+                #"SELECT "user", device, registeredAt, replacedAt FROM signingKeys WHERE id = ?"#, keyID)
             var registeredAt = now
             if let owner {
-                guard owner["user"] as String == user, owner["device"] as String == device,
-                    owner["replacedAt"] as Double? == nil
+                guard owner["user"].text == user, owner["device"].text == device, owner["replacedAt"] == .null
                 else {
                     throw ServerError.conflict(
                         "This signing key was registered before (for another user or device, or retired); create a new key.",
                         target: "publicKey")
                 }
-                registeredAt = Date(timeIntervalSince1970: owner["registeredAt"])
+                registeredAt = owner["registeredAt"].date ?? now
             } else {
                 try db.execute(
-                    sql: "UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND user = ? AND replacedAt IS NULL",
-                    arguments: [now.timeIntervalSince1970, device, user])
+                    #"UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND "user" = ? AND replacedAt IS NULL"#,
+                    now,
+                    device, user)
                 try db.execute(
-                    sql: "INSERT INTO signingKeys (id, device, user, publicKey, registeredAt) VALUES (?, ?, ?, ?, ?)",
-                    arguments: [keyID, device, user, publicKey.x963Representation, now.timeIntervalSince1970])
+                    #"INSERT INTO signingKeys (id, device, "user", publicKey, registeredAt) VALUES (?, ?, ?, ?, ?)"#,
+                    keyID, device, user, publicKey.x963Representation, now)
             }
             try db.execute(
-                sql: """
-                    INSERT INTO deviceRegistrations (device, user, registeredAt, active) VALUES (?, ?, ?, 1)
-                    ON CONFLICT(device, user) DO UPDATE SET active = 1
-                    """,
-                arguments: [device, user, now.timeIntervalSince1970])
+                """
+                INSERT INTO deviceRegistrations (device, "user", registeredAt, active) VALUES (?, ?, ?, 1)
+                ON CONFLICT(device, "user") DO UPDATE SET active = 1
+                """, device, user, now)
             return Registration(device: device, user: user, keyID: keyID, registeredAt: registeredAt)
         }
     }
@@ -218,15 +212,16 @@ public struct DeviceRegistry: Sendable {
     ///
     /// - Throws: ``ServerError`` (404) when the user is not registered there.
     public func unregister(device: String, user: String) async throws {
-        let now = clock.now().timeIntervalSince1970
-        let changed = try await database.pool.write { db -> Bool in
+        let now = clock.now()
+        let changed = try await database.storage.write { db -> Bool in
+            let changed =
+                try db.execute(
+                    #"UPDATE deviceRegistrations SET active = 0 WHERE device = ? AND "user" = ? AND active = 1"#,
+                    device,
+                    user) > 0
             try db.execute(
-                sql: "UPDATE deviceRegistrations SET active = 0 WHERE device = ? AND user = ? AND active = 1",
-                arguments: [device, user])
-            let changed = db.changesCount > 0
-            try db.execute(
-                sql: "UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND user = ? AND replacedAt IS NULL",
-                arguments: [now, device, user])
+                #"UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND "user" = ? AND replacedAt IS NULL"#, now,
+                device, user)
             return changed
         }
         guard changed else { throw ServerError.notFound("'\(user)' is not registered on device '\(device)'.") }
@@ -234,10 +229,11 @@ public struct DeviceRegistry: Sendable {
 
     /// Whether `user` is currently registered on `device`.
     public func isRegistered(device: String, user: String) async throws -> Bool {
-        try await database.pool.read { db in
-            try Bool.fetchOne(
-                db, sql: "SELECT active FROM deviceRegistrations WHERE device = ? AND user = ?",
-                arguments: [device, user]) ?? false
+        try await database.storage.read { db in
+            try db.fetchOne(#"SELECT active FROM deviceRegistrations WHERE device = ? AND "user" = ?"#, device, user)?[
+                0
+            ]
+            .bool ?? false
         }
     }
 
@@ -246,14 +242,12 @@ public struct DeviceRegistry: Sendable {
     /// - Throws: ``ServerError`` (403) when the user is not registered on the device — whether or not the
     ///   device exists, so the answer does not reveal other devices.
     public func storeKey(device: String, user: String) async throws -> SymmetricKey {
-        let sealed = try await database.pool.read { db -> Data? in
-            try Data.fetchOne(
-                db,
-                sql: """
-                    SELECT d.sealedStoreKey FROM devices d JOIN deviceRegistrations r ON r.device = d.id
-                    WHERE d.id = ? AND r.user = ? AND r.active = 1
-                    """,
-                arguments: [device, user])
+        let sealed = try await database.storage.read { db -> [UInt8]? in
+            try db.fetchOne(
+                """
+                SELECT d.sealedStoreKey FROM devices d JOIN deviceRegistrations r ON r.device = d.id
+                WHERE d.id = ? AND r."user" = ? AND r.active = 1
+                """, device, user)?[0].bytes
         }
         guard let sealed else {
             throw ServerError.forbidden(
@@ -267,10 +261,10 @@ public struct DeviceRegistry: Sendable {
     ///
     /// - Throws: ``ServerSetupError`` when it does not (the wrong master-key file).
     func checkMasterKey() async throws(ServerSetupError) {
-        let row = try? await database.pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT id, sealedStoreKey FROM devices LIMIT 1")
+        let row = try? await database.storage.read { db in
+            try db.fetchOne("SELECT id, sealedStoreKey FROM devices LIMIT 1")
         }
-        guard let row, let device = row["id"] as String?, let sealed = row["sealedStoreKey"] as Data? else { return }
+        guard let row, let device = row["id"].text, let sealed = row["sealedStoreKey"].bytes else { return }
         guard let box = try? AES.GCM.SealedBox(combined: sealed),
             (try? AES.GCM.open(box, using: masterKey, authenticating: Data(device.utf8))) != nil
         else {
@@ -282,17 +276,15 @@ public struct DeviceRegistry: Sendable {
 
     /// Every signing key `user` had on `device`, oldest first.
     public func signingKeys(device: String, user: String) async throws -> [SigningKey] {
-        try await database.pool.read { db in
-            try Row.fetchAll(
-                db,
-                sql:
-                    "SELECT id, publicKey, registeredAt, replacedAt FROM signingKeys WHERE device = ? AND user = ? ORDER BY registeredAt",
-                arguments: [device, user]
+        try await database.storage.read { db in
+            try db.fetchAll(
+                #"SELECT id, publicKey, registeredAt, replacedAt FROM signingKeys WHERE device = ? AND "user" = ? ORDER BY registeredAt"#,
+                device, user
             ).map { row in
                 SigningKey(
-                    id: row["id"], publicKey: try P256.Signing.PublicKey(x963Representation: row["publicKey"] as Data),
-                    registeredAt: Date(timeIntervalSince1970: row["registeredAt"]),
-                    replacedAt: (row["replacedAt"] as Double?).map(Date.init(timeIntervalSince1970:)))
+                    id: row["id"].text ?? "",
+                    publicKey: try P256.Signing.PublicKey(x963Representation: row["publicKey"].bytes ?? []),
+                    registeredAt: row["registeredAt"].date ?? .distantPast, replacedAt: row["replacedAt"].date)
             }
         }
     }
@@ -337,14 +329,12 @@ extension DeviceRegistry {
                 "The backup does not open with this device's store key; only the device's own backups are kept.")
         }
         let now = clock.now()
-        let id = try await database.pool.write { db -> Int64 in
-            try db.execute(
-                sql: """
-                    INSERT INTO discardedChanges (device, author, uploader, count, receivedAt, sealed, sealedStoreKey)
-                    VALUES (?, ?, ?, ?, ?, ?, (SELECT sealedStoreKey FROM devices WHERE id = ?))
-                    """,
-                arguments: [device, author, uploader, count, now.timeIntervalSince1970, sealed, device])
-            return db.lastInsertedRowID
+        let id = try await database.storage.write { db -> Int64 in
+            try db.fetchOne(
+                """
+                INSERT INTO discardedChanges (device, author, uploader, count, receivedAt, sealed, sealedStoreKey)
+                VALUES (?, ?, ?, ?, ?, ?, (SELECT sealedStoreKey FROM devices WHERE id = ?)) RETURNING id
+                """, device, author, uploader, count, now, sealed, device)?[0].integer ?? 0
         }
         return DiscardedChanges(
             id: id, device: device, author: author, uploader: uploader, count: count, receivedAt: now)
@@ -354,14 +344,14 @@ extension DeviceRegistry {
     ///
     /// - Throws: the database error, if the read fails.
     public func discardedChanges() async throws -> [DiscardedChanges] {
-        try await database.pool.read { db in
-            try Row.fetchAll(
-                db,
-                sql: "SELECT id, device, author, uploader, count, receivedAt FROM discardedChanges ORDER BY id DESC"
+        try await database.storage.read { db in
+            try db.fetchAll(
+                "SELECT id, device, author, uploader, count, receivedAt FROM discardedChanges ORDER BY id DESC"
             ).map { row in
                 DiscardedChanges(
-                    id: row["id"], device: row["device"], author: row["author"], uploader: row["uploader"],
-                    count: row["count"], receivedAt: Date(timeIntervalSince1970: row["receivedAt"]))
+                    id: row["id"].integer ?? 0, device: row["device"].text ?? "", author: row["author"].text ?? "",
+                    uploader: row["uploader"].text ?? "", count: Int(row["count"].integer ?? 0),
+                    receivedAt: row["receivedAt"].date ?? .distantPast)
             }
         }
     }
@@ -370,18 +360,16 @@ extension DeviceRegistry {
     ///
     /// - Throws: ``ServerError`` 404 for an unknown id; the error of a damaged backup or device record.
     public func openDiscardedChanges(_ id: Int64) async throws -> Data {
-        let row = try await database.pool.read { db in
-            try Row.fetchOne(
-                db,
-                sql: """
-                    SELECT b.sealed, COALESCE(b.sealedStoreKey, d.sealedStoreKey) AS sealedStoreKey, d.id AS device
-                    FROM discardedChanges b
-                    JOIN devices d ON d.id = b.device WHERE b.id = ?
-                    """,
-                arguments: [id])
+        let row = try await database.storage.read { db in
+            try db.fetchOne(
+                """
+                SELECT b.sealed, COALESCE(b.sealedStoreKey, d.sealedStoreKey) AS sealedStoreKey, d.id AS device
+                FROM discardedChanges b
+                JOIN devices d ON d.id = b.device WHERE b.id = ?
+                """, id)
         }
-        guard let row, let sealed = row["sealed"] as Data?, let sealedKey = row["sealedStoreKey"] as Data?,
-            let device = row["device"] as String?
+        guard let row, let sealed = row["sealed"].bytes, let sealedKey = row["sealedStoreKey"].bytes,
+            let device = row["device"].text
         else { throw ServerError.notFound("No kept backup \(id).") }
         let keyBox = try AES.GCM.SealedBox(combined: sealedKey)
         let key = SymmetricKey(data: try AES.GCM.open(keyBox, using: masterKey, authenticating: Data(device.utf8)))

@@ -13,12 +13,12 @@ struct ServiceRoutes {
     let clock: ServerClock
     let issuerBox: IssuerBox
     /// Whether both databases answer a read: what `/health` tells a load balancer.
-    let databasesAnswer: @Sendable () -> Bool
+    let databasesAnswer: @Sendable () async -> Bool
 
     func addPublic(to router: Router<BatonRequestContext>) {
         // For load balancers: 200 while both databases answer, else 503 with an OData error body.
         router.get("/health") { _, _ in
-            guard databasesAnswer() else {
+            guard await databasesAnswer() else {
                 throw ServerError(
                     .serviceUnavailable, "DatabaseUnavailable",
                     "The server cannot read its databases; it answers again once they are back.")

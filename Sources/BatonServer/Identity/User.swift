@@ -1,12 +1,10 @@
+import BatonSQL
 import Foundation
-import GRDB
 
 /// A person who can sign in.
-public struct User: Sendable, Hashable, Codable, FetchableRecord, PersistableRecord {
-    public static let databaseTableName = "users"
-
+public struct User: Sendable, Hashable, Codable {
     /// What a user may do.
-    public enum Role: String, Sendable, Codable, CaseIterable, DatabaseValueConvertible {
+    public enum Role: String, Sendable, Codable, CaseIterable {
         case groundStaff = "ground-staff"
         case supervisor
         case admin
@@ -32,5 +30,20 @@ public struct User: Sendable, Hashable, Codable, FetchableRecord, PersistableRec
                 $0.isASCII
                     && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0))
             }
+    }
+}
+
+extension User {
+    /// The columns ``init(row:)`` reads.
+    static let columns = "name, displayName, role, passwordHash, disabled, createdAt"
+
+    /// A user read from the `users` table.
+    init(row: SQLRow) throws {
+        guard let name = row["name"].text, let role = row["role"].text.flatMap(Role.init(rawValue:)),
+            let hash = row["passwordHash"].text, let createdAt = row["createdAt"].date
+        else { throw StorageError(.other, "A row of the users table is damaged.") }
+        self.init(
+            name: name, displayName: row["displayName"].text ?? name, role: role, passwordHash: hash,
+            disabled: row["disabled"].bool ?? true, createdAt: createdAt)
     }
 }

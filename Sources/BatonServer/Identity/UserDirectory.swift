@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import HummingbirdBcrypt
 import NIOPosix
 import Synchronization
@@ -29,8 +28,12 @@ public struct UserDirectory: Sendable {
             name: name, displayName: displayName ?? name, role: role, passwordHash: hash, disabled: false,
             createdAt: clock.now())
         do {
-            try await database.pool.write { db in try user.insert(db) }
-        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
+            try await database.storage.write { db in
+                try db.execute(
+                    "INSERT INTO users (\(User.columns)) VALUES (?, ?, ?, ?, ?, ?)", user.name, user.displayName,
+                    user.role.rawValue, user.passwordHash, user.disabled, user.createdAt)
+            }
+        } catch let error as StorageError where error.kind == .uniqueViolation {
             throw ServerError.conflict("A user named '\(name)' already exists.", target: "name")
         }
         return user
@@ -38,12 +41,16 @@ public struct UserDirectory: Sendable {
 
     /// All users, by name.
     public func list() async throws -> [User] {
-        try await database.pool.read { db in try User.order(Column("name")).fetchAll(db) }
+        try await database.storage.read { db in
+            try db.fetchAll("SELECT \(User.columns) FROM users ORDER BY name").map(User.init(row:))
+        }
     }
 
     /// The user named `name`, if any.
     public func user(named name: String) async throws -> User? {
-        try await database.pool.read { db in try User.fetchOne(db, key: name) }
+        try await database.storage.read { db in
+            try db.fetchOne("SELECT \(User.columns) FROM users WHERE name = ?", name).map(User.init(row:))
+        }
     }
 
     /// Disables a user: sign-in, refresh and access tokens stop working at once, refresh tokens are revoked.
@@ -51,12 +58,9 @@ public struct UserDirectory: Sendable {
     /// - Throws: ``ServerError`` (404) for an unknown user.
     public func disable(_ name: String) async throws {
         let now = clock.now()
-        let found = try await database.pool.write { db -> Bool in
-            try db.execute(sql: "UPDATE users SET disabled = 1 WHERE name = ?", arguments: [name])
-            let changed = db.changesCount > 0
-            try db.execute(
-                sql: "UPDATE refreshTokens SET revokedAt = ? WHERE user = ? AND revokedAt IS NULL",
-                arguments: [now.timeIntervalSince1970, name])
+        let found = try await database.storage.write { db -> Bool in
+            let changed = try db.execute("UPDATE users SET disabled = 1 WHERE name = ?", name) > 0
+            try db.execute(#"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
             return changed
         }
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
@@ -68,16 +72,13 @@ public struct UserDirectory: Sendable {
     ///
     /// - Throws: ``ServerError`` (404) for an unknown user.
     public func delete(_ name: String) async throws {
-        let now = clock.now().timeIntervalSince1970
-        let found = try await database.pool.write { db -> Bool in
-            try db.execute(
-                sql: "UPDATE signingKeys SET replacedAt = ? WHERE user = ? AND replacedAt IS NULL",
-                arguments: [now, name])
-            try db.execute(sql: "DELETE FROM users WHERE name = ?", arguments: [name])
-            let changed = db.changesCount > 0
-            try db.execute(sql: "DELETE FROM refreshTokens WHERE user = ?", arguments: [name])
-            try db.execute(sql: "DELETE FROM authorizationCodes WHERE user = ?", arguments: [name])
-            try db.execute(sql: "UPDATE deviceRegistrations SET active = 0 WHERE user = ?", arguments: [name])
+        let now = clock.now()
+        let found = try await database.storage.write { db -> Bool in
+            try db.execute(#"UPDATE signingKeys SET replacedAt = ? WHERE "user" = ? AND replacedAt IS NULL"#, now, name)
+            let changed = try db.execute("DELETE FROM users WHERE name = ?", name) > 0
+            try db.execute(#"DELETE FROM refreshTokens WHERE "user" = ?"#, name)
+            try db.execute(#"DELETE FROM authorizationCodes WHERE "user" = ?"#, name)
+            try db.execute(#"UPDATE deviceRegistrations SET active = 0 WHERE "user" = ?"#, name)
             return changed
         }
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }

@@ -8,7 +8,11 @@ import Foundation
 /// successfully within ``Limits/knownFor`` is *known*: the per-user and per-address counters, which other
 /// people's failures move, do not slow it — so guessing a user's password from elsewhere, or a noisy neighbour
 /// behind the same NAT, never keeps a user out of their own tablet. Only their own failures slow them.
-actor LoginThrottle {
+///
+/// The counters live in the server's database (`signInFailures`, `signInKnown`), so every instance on one
+/// database counts the same failures; a counter is updated in one statement, so failures on two instances at
+/// once both count.
+struct LoginThrottle: Sendable {
     /// The limits, with every default stated.
     struct Limits: Sendable {
         /// Free failures for one user name from one address. Default: 5.
@@ -23,93 +27,84 @@ actor LoginThrottle {
         var window: TimeInterval = 900
         /// How long a successful sign-in makes its (user, address) pair known, in seconds. Default: 30 days.
         var knownFor: TimeInterval = 30 * 86_400
-        /// The most counters kept; past it, expired ones are dropped, then the oldest. Default: 100,000.
-        var capacity = 100_000
-    }
-
-    struct Counter {
-        var failures: Int
-        var last: Date
     }
 
     let limits: Limits
     let clock: ServerClock
-    var counters: [String: Counter] = [:]
-    var known: [String: Date] = [:]
-
-    init(limits: Limits, clock: ServerClock) {
-        self.limits = limits
-        self.clock = clock
-    }
+    let database: ServerDatabase
 
     static func pairKey(_ user: String, _ address: String) -> String { "pair:\(address)\n" + user.lowercased() }
     static func userKey(_ name: String) -> String { "user:" + name.lowercased() }
     static func addressKey(_ address: String) -> String { "address:" + address }
 
     /// Seconds until another attempt is allowed for this user and address, or `nil` when allowed now.
-    func retryAfter(user: String, address: String) -> Int? {
+    ///
+    /// - Throws: the database error, if the read fails (the sign-in is then refused with a 503).
+    func retryAfter(user: String, address: String) async throws -> Int? {
         let now = clock.now()
+        let limits = self.limits
         let pair = Self.pairKey(user, address)
-        var counted = [(pair, limits.perPair)]
-        if !isKnown(pair, now: now) {
-            counted += [(Self.userKey(user), limits.perUser), (Self.addressKey(address), limits.perAddress)]
+        let userKey = Self.userKey(user)
+        let addressKey = Self.addressKey(address)
+        let (counters, knownSince) = try await database.storage.read { db in
+            let rows = try db.fetchAll(
+                "SELECT key, failures, last FROM signInFailures WHERE key IN (?, ?, ?)", pair, userKey, addressKey)
+            let since = try db.fetchOne("SELECT since FROM signInKnown WHERE pair = ?", pair)?[0].date
+            return (rows, since)
+        }
+        let known = knownSince.map { now.timeIntervalSince($0) < limits.knownFor } ?? false
+        var free = [pair: limits.perPair]
+        if !known {
+            free[userKey] = limits.perUser
+            free[addressKey] = limits.perAddress
         }
         var wait: TimeInterval = 0
-        for (key, free) in counted {
-            guard let counter = counters[key] else { continue }
-            let quiet = now.timeIntervalSince(counter.last)
-            if quiet >= limits.window {
-                counters[key] = nil
-                continue
-            }
-            guard counter.failures >= free else { continue }
-            let delay = min(limits.maximumDelay, pow(2, Double(counter.failures - free)))
+        for row in counters {
+            guard let key = row["key"].text, let allowed = free[key], let failures = row["failures"].integer,
+                let last = row["last"].date
+            else { continue }
+            let quiet = now.timeIntervalSince(last)
+            guard quiet < limits.window, failures >= allowed else { continue }
+            let delay = min(limits.maximumDelay, pow(2, Double(Int(failures) - allowed)))
             wait = max(wait, delay - quiet)
         }
         return wait > 0 ? Int(wait.rounded(.up)) : nil
     }
 
-    func isKnown(_ pair: String, now: Date) -> Bool {
-        guard let since = known[pair] else { return false }
-        return now.timeIntervalSince(since) < limits.knownFor
-    }
-
-    /// Records a failed attempt.
-    func recordFailure(user: String, address: String) {
+    /// Records a failed attempt, and forgets counters whose window has passed.
+    ///
+    /// - Throws: the database error, if the write fails.
+    func recordFailure(user: String, address: String) async throws {
         let now = clock.now()
-        for key in [Self.pairKey(user, address), Self.userKey(user), Self.addressKey(address)] {
-            var counter = counters[key] ?? Counter(failures: 0, last: now)
-            if now.timeIntervalSince(counter.last) >= limits.window { counter.failures = 0 }
-            counter.failures += 1
-            counter.last = now
-            counters[key] = counter
+        let expired = now.addingTimeInterval(-limits.window)
+        let keys = [Self.pairKey(user, address), Self.userKey(user), Self.addressKey(address)]
+        try await database.storage.write { db in
+            for key in keys {
+                try db.execute(
+                    """
+                    INSERT INTO signInFailures (key, failures, last) VALUES (?, 1, ?)
+                    ON CONFLICT(key) DO UPDATE SET
+                        failures = CASE WHEN signInFailures.last <= ? THEN 1 ELSE signInFailures.failures + 1 END,
+                        last = excluded.last
+                    """, key, now, expired)
+            }
+            try db.execute("DELETE FROM signInFailures WHERE last <= ?", expired)
         }
-        prune(now: now)
     }
 
     /// Forgets the pair's failures after a successful sign-in and makes the pair known.
-    func recordSuccess(user: String, address: String) {
+    ///
+    /// - Throws: the database error, if the write fails.
+    func recordSuccess(user: String, address: String) async throws {
+        let now = clock.now()
         let pair = Self.pairKey(user, address)
-        counters[pair] = nil
-        known[pair] = clock.now()
-        prune(now: clock.now())
-    }
-
-    /// Keeps memory bounded whatever names and addresses an attacker sends.
-    func prune(now: Date) {
-        if counters.count > limits.capacity {
-            counters = counters.filter { now.timeIntervalSince($0.value.last) < limits.window }
-            if counters.count > limits.capacity {
-                let keep = counters.sorted { $0.value.last > $1.value.last }.prefix(limits.capacity / 2)
-                counters = Dictionary(uniqueKeysWithValues: keep.map { ($0.key, $0.value) })
-            }
-        }
-        if known.count > limits.capacity {
-            known = known.filter { now.timeIntervalSince($0.value) < limits.knownFor }
-            if known.count > limits.capacity {
-                let keep = known.sorted { $0.value > $1.value }.prefix(limits.capacity / 2)
-                known = Dictionary(uniqueKeysWithValues: keep.map { ($0.key, $0.value) })
-            }
+        let forgotten = now.addingTimeInterval(-limits.knownFor)
+        try await database.storage.write { db in
+            try db.execute("DELETE FROM signInFailures WHERE key = ?", pair)
+            try db.execute(
+                "INSERT INTO signInKnown (pair, since) VALUES (?, ?) ON CONFLICT(pair) DO UPDATE SET since = excluded.since",
+                pair, now)
+            try db.execute("DELETE FROM signInKnown WHERE since <= ?", forgotten)
         }
     }
 }

@@ -1,7 +1,5 @@
 import BatonOData
 import Foundation
-import GRDB
-import GRDBSQLite
 import JWTKit
 import Logging
 import Synchronization
@@ -92,13 +90,13 @@ struct TokenService: Sendable {
 
     /// Checks credentials under brute-force protection, and records the outcome in the audit log.
     func signIn(name: String, password: String, clientID: String, caller: Caller) async throws -> User {
-        if let wait = await throttle.retryAfter(user: name, address: caller.address) {
+        if let wait = try await throttle.retryAfter(user: name, address: caller.address) {
             throw OAuthError(
                 "too_many_attempts", "Too many failed sign-ins. Try again in \(wait) seconds.",
                 status: .tooManyRequests, retryAfter: wait)
         }
         guard let user = try await users.authenticate(name: name, password: password) else {
-            await throttle.recordFailure(user: name, address: caller.address)
+            try await throttle.recordFailure(user: name, address: caller.address)
             // A name that is no user is often a password typed into the wrong field: it never reaches the log.
             let known = try await users.user(named: name) != nil
             try await audit.record(
@@ -108,7 +106,7 @@ struct TokenService: Sendable {
                     detail: known ? "client \(clientID)" : "unknown user name, client \(clientID)"))
             throw OAuthError.invalidGrant("The user name or password is wrong, or the user is disabled.")
         }
-        await throttle.recordSuccess(user: name, address: caller.address)
+        try await throttle.recordSuccess(user: name, address: caller.address)
         try await audit.record(
             AuditEntry(
                 at: clock.now(), actor: user.name, action: "sign-in", subject: user.name, address: caller.address,
@@ -125,29 +123,28 @@ struct TokenService: Sendable {
         enum Outcome {
             case ok(user: String, scope: String, family: String), reused(family: String, user: String), invalid(String)
         }
-        let outcome = try await database.pool.write { db -> Outcome in
-            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM refreshTokens WHERE hash = ?", arguments: [hash])
+        let outcome = try await database.storage.write { db -> Outcome in
+            guard
+                let row = try db.fetchOne(
+                    #"SELECT family, "user", revokedAt, usedAt, expiresAt, clientID, scope FROM refreshTokens WHERE hash = ?"#,
+                    hash),
+                let family = row["family"].text, let user = row["user"].text
             else {
                 return .invalid("The refresh token is unknown.")
             }
-            let family: String = row["family"]
-            let user: String = row["user"]
-            if row["revokedAt"] as Double? != nil { return .invalid("The refresh token was revoked.") }
-            if row["usedAt"] as Double? != nil {
+            if row["revokedAt"] != .null { return .invalid("The refresh token was revoked.") }
+            if row["usedAt"] != .null {
                 try db.execute(
-                    sql: "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL",
-                    arguments: [now, family])
+                    "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL", now, family)
                 return .reused(family: family, user: user)
             }
-            if (row["expiresAt"] as Double) <= now { return .invalid("The refresh token has expired; sign in again.") }
-            if (row["clientID"] as String) != client.id {
+            if (row["expiresAt"].real ?? 0) <= now { return .invalid("The refresh token has expired; sign in again.") }
+            if row["clientID"].text != client.id {
                 return .invalid("The refresh token was issued to another client.")
             }
-            let active =
-                try Bool.fetchOne(db, sql: "SELECT NOT disabled FROM users WHERE name = ?", arguments: [user]) ?? false
-            guard active else { return .invalid("The user is disabled or no longer exists.") }
-            try db.execute(sql: "UPDATE refreshTokens SET usedAt = ? WHERE hash = ?", arguments: [now, hash])
-            return .ok(user: user, scope: row["scope"], family: family)
+            guard try Self.isActive(user, in: db) else { return .invalid("The user is disabled or no longer exists.") }
+            try db.execute("UPDATE refreshTokens SET usedAt = ? WHERE hash = ?", now, hash)
+            return .ok(user: user, scope: row["scope"].text ?? "", family: family)
         }
         switch outcome {
         case .invalid(let reason): throw OAuthError.invalidGrant(reason)
@@ -185,45 +182,50 @@ struct TokenService: Sendable {
         let now = clock.now().timeIntervalSince1970
         let hash = secretHash(code)
         enum Outcome { case ok(user: String, scope: String, family: String), invalid(String) }
-        let outcome = try await database.pool.write { db -> Outcome in
+        let outcome = try await database.storage.write { db -> Outcome in
             guard
-                let row = try Row.fetchOne(
-                    db, sql: "SELECT * FROM authorizationCodes WHERE hash = ?", arguments: [hash])
+                let row = try db.fetchOne(
+                    """
+                    SELECT "user", usedAt, family, expiresAt, clientID, redirectURI, codeChallenge, scope
+                    FROM authorizationCodes WHERE hash = ?
+                    """, hash),
+                let user = row["user"].text
             else {
                 return .invalid("The authorization code is unknown.")
             }
-            if row["usedAt"] as Double? != nil {
-                if let family = row["family"] as String? {
+            if row["usedAt"] != .null {
+                if let family = row["family"].text {
                     try db.execute(
-                        sql: "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL",
-                        arguments: [now, family])
+                        "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL", now, family)
                 }
                 return .invalid("The authorization code was already used; tokens issued from it are revoked.")
             }
-            try db.execute(sql: "UPDATE authorizationCodes SET usedAt = ? WHERE hash = ?", arguments: [now, hash])
-            if (row["expiresAt"] as Double) <= now { return .invalid("The authorization code has expired.") }
-            if (row["clientID"] as String) != client.id {
+            try db.execute("UPDATE authorizationCodes SET usedAt = ? WHERE hash = ?", now, hash)
+            if (row["expiresAt"].real ?? 0) <= now { return .invalid("The authorization code has expired.") }
+            if row["clientID"].text != client.id {
                 return .invalid("The authorization code was issued to another client.")
             }
-            if (row["redirectURI"] as String) != redirectURI {
+            if row["redirectURI"].text != redirectURI {
                 return .invalid("redirect_uri does not match the authorization request.")
             }
-            if PKCE.challenge(for: verifier) != (row["codeChallenge"] as String) {
+            if PKCE.challenge(for: verifier) != row["codeChallenge"].text {
                 return .invalid("code_verifier does not match the code challenge.")
             }
-            let user: String = row["user"]
-            let active =
-                try Bool.fetchOne(db, sql: "SELECT NOT disabled FROM users WHERE name = ?", arguments: [user]) ?? false
-            guard active else { return .invalid("The user is disabled or no longer exists.") }
+            guard try Self.isActive(user, in: db) else { return .invalid("The user is disabled or no longer exists.") }
             let family = UUID().uuidString
-            try db.execute(sql: "UPDATE authorizationCodes SET family = ? WHERE hash = ?", arguments: [family, hash])
-            return .ok(user: user, scope: row["scope"], family: family)
+            try db.execute("UPDATE authorizationCodes SET family = ? WHERE hash = ?", family, hash)
+            return .ok(user: user, scope: row["scope"].text ?? "", family: family)
         }
         switch outcome {
         case .invalid(let reason): throw OAuthError.invalidGrant(reason)
         case .ok(let user, let scope, let family):
             return try await issue(user: user, client: client, scope: scope, family: family)
         }
+    }
+
+    /// Whether `user` exists and is not disabled, inside a grant's transaction.
+    static func isActive(_ user: String, in db: any SQLConnection) throws -> Bool {
+        try db.fetchOne("SELECT disabled FROM users WHERE name = ?", user).map { $0[0].bool == false } ?? false
     }
 
     /// Stores a new authorization code for a signed-in user and returns it.
@@ -234,11 +236,11 @@ struct TokenService: Sendable {
     {
         let code = randomSecret()
         let expires = clock.now().addingTimeInterval(configuration.authorizationCodeLifetime).timeIntervalSince1970
-        try await database.pool.write { db in
+        let hash = secretHash(code)
+        try await database.storage.write { db in
             try db.execute(
-                sql:
-                    "INSERT INTO authorizationCodes (hash, user, clientID, redirectURI, codeChallenge, scope, expiresAt) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                arguments: [secretHash(code), user, client.id, redirectURI, challenge, scope, expires])
+                #"INSERT INTO authorizationCodes (hash, "user", clientID, redirectURI, codeChallenge, scope, expiresAt) VALUES (?, ?, ?, ?, ?, ?, ?)"#,
+                hash, user, client.id, redirectURI, challenge, scope, expires)
         }
         return code
     }
@@ -256,14 +258,12 @@ struct TokenService: Sendable {
             jti: IDClaim(value: UUID().uuidString), clientID: client.id, family: family)
         let accessToken = Self.withLowS(try await keys.sign(claims, kid: JWKIdentifier(string: keyID)))
         let refreshToken = randomSecret()
-        try await database.pool.write { db in
+        let hash = secretHash(refreshToken)
+        let expires = now.addingTimeInterval(configuration.refreshTokenLifetime)
+        try await database.storage.write { db in
             try db.execute(
-                sql:
-                    "INSERT INTO refreshTokens (hash, family, user, clientID, scope, createdAt, expiresAt) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                arguments: [
-                    secretHash(refreshToken), family, user, client.id, scope, now.timeIntervalSince1970,
-                    now.addingTimeInterval(configuration.refreshTokenLifetime).timeIntervalSince1970,
-                ])
+                #"INSERT INTO refreshTokens (hash, family, "user", clientID, scope, createdAt, expiresAt) VALUES (?, ?, ?, ?, ?, ?, ?)"#,
+                hash, family, user, client.id, scope, now, expires)
         }
         return TokenResponse(
             accessToken: accessToken, expiresIn: Int(lifetime), refreshToken: refreshToken, scope: scope)
@@ -300,25 +300,18 @@ struct TokenService: Sendable {
         let user = claims.sub.value
         // Revocation and the user's current status are read on every request (one query), so a revocation or a
         // disabled user takes effect at once — also when an admin command changed them from another process.
-        var status: (disabled: Bool, role: String?, revoked: Bool)?
+        let status: (disabled: Bool, role: String?, revoked: Bool)?
         do {
-            try database.readers.readStatement { db in
-                try db.cachedStatement(
-                    sql: """
-                        SELECT disabled, role,
-                            EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?)
-                            OR EXISTS (SELECT 1 FROM refreshTokens WHERE family = ? AND revokedAt IS NOT NULL) AS revoked
-                        FROM users WHERE name = ?
-                        """
-                )
-                .forEachRow(arguments: [jti, claims.family ?? "", user]) { row in
-                    status = (
-                        sqlite3_column_int64(row, 0) != 0,
-                        String.fromDatabaseValue(DatabaseValue(sqliteStatement: row, index: 1)),
-                        sqlite3_column_int64(row, 2) != 0
-                    )
-                    return false
-                }
+            let family = claims.family ?? ""
+            status = try await database.storage.readStatement { db in
+                try db.fetchOne(
+                    """
+                    SELECT disabled, role,
+                        EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?)
+                        OR EXISTS (SELECT 1 FROM refreshTokens WHERE family = ? AND revokedAt IS NOT NULL) AS revoked
+                    FROM users WHERE name = ?
+                    """, jti, family, user
+                ).map { row in (row[0].bool ?? true, row[1].text, row[2].bool ?? true) }
             }
         } catch {
             throw ServerError(
@@ -385,18 +378,15 @@ struct TokenService: Sendable {
     /// Revokes a refresh token (its whole family) or an access token (RFC 7009). Unknown tokens are ignored,
     /// as the RFC requires.
     func revoke(_ token: String, clientID: String, caller: Caller) async throws {
-        let now = clock.now().timeIntervalSince1970
+        let now = clock.now()
         let hash = secretHash(token)
-        let refreshOwner = try await database.pool.write { db -> String? in
+        let refreshOwner = try await database.storage.write { db -> String? in
             guard
-                let row = try Row.fetchOne(
-                    db, sql: "SELECT family, user, clientID FROM refreshTokens WHERE hash = ?", arguments: [hash]),
-                (row["clientID"] as String) == clientID
+                let row = try db.fetchOne(#"SELECT family, "user", clientID FROM refreshTokens WHERE hash = ?"#, hash),
+                row["clientID"].text == clientID, let family = row["family"].text
             else { return nil }
-            try db.execute(
-                sql: "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL",
-                arguments: [now, row["family"] as String])
-            return row["user"]
+            try db.execute("UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL", now, family)
+            return row["user"].text
         }
         if let refreshOwner {
             try await audit.record(
@@ -407,11 +397,11 @@ struct TokenService: Sendable {
         }
         guard let claims = try? await keys.verify(token, as: AccessTokenClaims.self), claims.clientID == clientID
         else { return }
-        try await database.pool.write { db in
+        try await database.storage.write { db in
             try db.execute(
-                sql: "INSERT INTO revokedAccessTokens (jti, expiresAt) VALUES (?, ?) ON CONFLICT(jti) DO NOTHING",
-                arguments: [claims.jti.value, claims.exp.value.timeIntervalSince1970])
-            try db.execute(sql: "DELETE FROM revokedAccessTokens WHERE expiresAt < ?", arguments: [now])
+                "INSERT INTO revokedAccessTokens (jti, expiresAt) VALUES (?, ?) ON CONFLICT(jti) DO NOTHING",
+                claims.jti.value, claims.exp.value)
+            try db.execute("DELETE FROM revokedAccessTokens WHERE expiresAt < ?", now)
         }
         try await audit.record(
             AuditEntry(

@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 
 /// Reads and writes the settings document.
 public struct SettingsStore: Sendable {
@@ -9,28 +8,31 @@ public struct SettingsStore: Sendable {
     ///
     /// - Throws: the database error, or a decoding error if the stored document is damaged.
     public func current() async throws -> ServerSettings {
-        let document = try await database.pool.read { db in
-            try String.fetchOne(db, sql: "SELECT document FROM settings WHERE id = 1")
-        }
-        guard let document else { return ServerSettings() }
-        return try JSONDecoder().decode(ServerSettings.self, from: Data(document.utf8))
+        try await database.storage.read { db in try Self.current(in: db) }
     }
 
-    /// Changes one setting and returns the new settings.
+    /// Changes one setting and returns the new settings. The document is read and written in one transaction,
+    /// so two changes at once (from two instances, or an admin command) both take effect.
     ///
     /// - Throws: ``ServerError`` (400) for an unknown key or a bad value; nothing is stored then.
     public func set(_ key: String, to value: String) async throws -> ServerSettings {
-        var settings = try await current()
-        try settings.set(key, to: value)
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        let document = String(decoding: try encoder.encode(settings), as: UTF8.self)
-        try await database.pool.write { db in
+        try await database.storage.write { db in
+            var settings = try Self.current(in: db)
+            try settings.set(key, to: value)
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = .sortedKeys
+            let document = String(decoding: try encoder.encode(settings), as: UTF8.self)
             try db.execute(
-                sql:
-                    "INSERT INTO settings (id, document) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET document = excluded.document",
-                arguments: [document])
+                "INSERT INTO settings (id, document) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET document = excluded.document",
+                document)
+            return settings
         }
-        return settings
+    }
+
+    static func current(in db: any SQLConnection) throws -> ServerSettings {
+        guard let document = try db.fetchOne("SELECT document FROM settings WHERE id = 1")?["document"].text else {
+            return ServerSettings()
+        }
+        return try JSONDecoder().decode(ServerSettings.self, from: Data(document.utf8))
     }
 }

@@ -1,34 +1,159 @@
 import Foundation
 import GRDB
 
-/// The server's SQLite database (WAL mode, so admin commands and the server can use it at once), with its
-/// migrations.
+/// The server's own tables — users, tokens, the sign-in throttle, settings, devices, audit — on either engine
+/// (``ServerStorage``), with their migrations.
+///
+/// SQLite: `server.sqlite` in the data directory, migrated with GRDB's `DatabaseMigrator` (the migrations below,
+/// kept as they shipped). PostgreSQL: the same tables in the database's default schema, created by
+/// ``postgresMigrations``, recorded in `baton_migrations`. On both, a database that a newer `baton-server`
+/// migrated (a migration this one does not know) is refused before anything is written.
 public struct ServerDatabase: Sendable {
-    /// The GRDB pool.
-    let pool: DatabasePool
-    /// This process's connections for the reads done in place.
-    let readers: InlineReaders
+    /// Where the tables are.
+    let storage: any ServerStorage
 
-    /// Opens the database in a data directory and runs pending migrations.
+    /// Opens `server.sqlite` in a data directory and runs pending migrations.
     ///
     /// - Throws: ``ServerSetupError`` when the file cannot be opened or migrated.
     public init(_ directory: DataDirectory) throws(ServerSetupError) {
+        let storage: SQLiteStorage
         do {
-            var configuration = Configuration()
-            configuration.busyMode = .timeout(5)
-            pool = try DatabasePool(path: directory.databaseURL.path, configuration: configuration)
-            try Self.migrator.migrate(pool)
-            readers = InlineReaders(pool: pool)
+            storage = try SQLiteStorage(path: directory.databaseURL.path)
         } catch {
             throw ServerSetupError("Cannot open the database in '\(directory.url.path)': \(error)")
         }
+        do {
+            if try storage.pool.read({ try Self.migrator.hasBeenSuperseded($0) }) {
+                throw ServerSetupError(
+                    "The database in '\(directory.url.path)' was migrated by a newer baton-server; run that version.")
+            }
+            try Self.migrator.migrate(storage.pool)
+        } catch let error as ServerSetupError {
+            throw error
+        } catch {
+            throw ServerSetupError("Cannot migrate the database in '\(directory.url.path)': \(error)")
+        }
         try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: directory.databaseURL.path)
+        self.storage = storage
     }
+
+    /// Uses a PostgreSQL database, running pending migrations.
+    ///
+    /// - Throws: ``ServerSetupError`` for a database a newer `baton-server` migrated, or a failed migration.
+    public init(postgres storage: PostgresStorage) async throws(ServerSetupError) {
+        do {
+            try await Self.migrate(storage)
+        } catch let error as StorageError where error.kind == .newerSchema {
+            throw ServerSetupError("The database \(storage.location.database) \(error.description)")
+        } catch {
+            throw ServerSetupError("Cannot migrate the database \(storage.location.database): \(error)")
+        }
+        self.storage = storage
+    }
+
+    /// The SQLite pool (the data directory's admin paths and tests).
+    var pool: DatabasePool? { (storage as? SQLiteStorage)?.pool }
 
     /// Closes every connection to the database.
     func close() {
-        readers.close()
-        try? pool.close()
+        storage.close()
+    }
+
+    /// The PostgreSQL migrations, in order: each runs once, in one transaction, under an advisory lock so that
+    /// instances starting together do not race.
+    static let postgresMigrations: [(name: String, statements: [String])] = [
+        (
+            "v1",
+            [
+                """
+                CREATE TABLE users (
+                    name text PRIMARY KEY, displayName text NOT NULL, role text NOT NULL, passwordHash text NOT NULL,
+                    disabled integer NOT NULL DEFAULT 0, createdAt double precision NOT NULL)
+                """,
+                """
+                CREATE TABLE refreshTokens (
+                    hash text PRIMARY KEY, family text NOT NULL, "user" text NOT NULL, clientID text NOT NULL,
+                    scope text NOT NULL, createdAt double precision NOT NULL, expiresAt double precision NOT NULL,
+                    usedAt double precision, revokedAt double precision)
+                """,
+                "CREATE INDEX refreshTokensFamily ON refreshTokens(family)",
+                #"CREATE INDEX refreshTokensUser ON refreshTokens("user")"#,
+                """
+                CREATE TABLE authorizationCodes (
+                    hash text PRIMARY KEY, "user" text NOT NULL, clientID text NOT NULL, redirectURI text NOT NULL,
+                    codeChallenge text NOT NULL, scope text NOT NULL, expiresAt double precision NOT NULL,
+                    usedAt double precision, family text)
+                """,
+                "CREATE TABLE revokedAccessTokens (jti text PRIMARY KEY, expiresAt double precision NOT NULL)",
+                "CREATE TABLE settings (id integer PRIMARY KEY CHECK (id = 1), document text NOT NULL)",
+                """
+                CREATE TABLE devices (
+                    id text PRIMARY KEY, sealedStoreKey bytea NOT NULL, createdAt double precision NOT NULL,
+                    publicKey bytea)
+                """,
+                """
+                CREATE TABLE deviceRegistrations (
+                    device text NOT NULL REFERENCES devices(id), "user" text NOT NULL,
+                    registeredAt double precision NOT NULL, active integer NOT NULL, PRIMARY KEY (device, "user"))
+                """,
+                """
+                CREATE TABLE signingKeys (
+                    "user" text NOT NULL, device text NOT NULL, id text NOT NULL, publicKey bytea NOT NULL,
+                    registeredAt double precision NOT NULL, replacedAt double precision,
+                    PRIMARY KEY ("user", device, id))
+                """,
+                "CREATE UNIQUE INDEX signingKeysID ON signingKeys(id)",
+                #"CREATE INDEX signingKeysOwner ON signingKeys(device, "user")"#,
+                """
+                CREATE TABLE audit (
+                    id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, at double precision NOT NULL, actor text,
+                    action text NOT NULL, subject text, address text, detail text, outboxKey text)
+                """,
+                "CREATE UNIQUE INDEX auditOutboxKey ON audit (outboxKey) WHERE outboxKey IS NOT NULL",
+                """
+                CREATE TABLE discardedChanges (
+                    id bigint GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, device text NOT NULL, author text NOT NULL,
+                    uploader text NOT NULL, count bigint NOT NULL, receivedAt double precision NOT NULL,
+                    sealed bytea NOT NULL, sealedStoreKey bytea)
+                """,
+            ] + signInThrottleStatements(real: "double precision")
+        )
+    ]
+
+    /// The sign-in throttle's counters, shared by every instance (``LoginThrottle``).
+    static func signInThrottleStatements(real: String) -> [String] {
+        [
+            "CREATE TABLE signInFailures (key text PRIMARY KEY, failures integer NOT NULL, last \(real) NOT NULL)",
+            "CREATE INDEX signInFailuresLast ON signInFailures(last)",
+            "CREATE TABLE signInKnown (pair text PRIMARY KEY, since \(real) NOT NULL)",
+            "CREATE INDEX signInKnownSince ON signInKnown(since)",
+        ]
+    }
+
+    /// Runs the PostgreSQL migrations not yet run.
+    ///
+    /// - Throws: ``StorageError`` (`newerSchema`) when the database has a migration this server does not know.
+    static func migrate(_ storage: any ServerStorage) async throws {
+        try await storage.write { db in
+            // One migrating instance at a time; the others wait, then find nothing to do.
+            try db.execute("SELECT pg_advisory_xact_lock(7243019)")
+            try db.execute(
+                "CREATE TABLE IF NOT EXISTS baton_migrations (name text PRIMARY KEY, appliedAt double precision NOT NULL)"
+            )
+            let applied = Set(try db.fetchAll("SELECT name FROM baton_migrations").compactMap { $0[0].text })
+            let known = Set(postgresMigrations.map(\.name))
+            if let unknown = applied.subtracting(known).sorted().first {
+                throw StorageError(
+                    .newerSchema,
+                    "was migrated by a newer baton-server (migration '\(unknown.prefix(64))'); run that version.")
+            }
+            for migration in postgresMigrations where !applied.contains(migration.name) {
+                for statement in migration.statements { try db.execute(statement, []) }
+                try db.execute(
+                    "INSERT INTO baton_migrations (name, appliedAt) VALUES (?, ?)", migration.name,
+                    Date().timeIntervalSince1970)
+            }
+        }
     }
 
     static var migrator: DatabaseMigrator {
@@ -154,6 +279,19 @@ public struct ServerDatabase: Sendable {
                     CREATE UNIQUE INDEX signingKeysID ON signingKeys(id);
                     CREATE INDEX signingKeysOwner ON signingKeys(device, user);
                     """)
+        }
+        migrator.registerMigration("instantsAsNumbers") { db in
+            // Instants were once written as GRDB's date text; every instant is now seconds since 1970, on both
+            // engines, so they compare and order as numbers.
+            try db.execute(
+                sql: """
+                    UPDATE users SET createdAt = (julianday(createdAt) - 2440587.5) * 86400.0
+                        WHERE typeof(createdAt) = 'text';
+                    UPDATE audit SET at = (julianday(at) - 2440587.5) * 86400.0 WHERE typeof(at) = 'text';
+                    """)
+        }
+        migrator.registerMigration("signInThrottle") { db in
+            for statement in signInThrottleStatements(real: "REAL") { try db.execute(sql: statement) }
         }
         return migrator
     }

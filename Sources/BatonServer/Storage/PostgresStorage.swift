@@ -1,0 +1,255 @@
+import BatonSQL
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import NIOSSL
+import PostgresNIO
+import Synchronization
+
+/// ``ServerStorage`` on a PostgreSQL database through postgres-nio, for any number of `baton-server`
+/// instances on one database.
+///
+/// The logic's closures are synchronous (one body for both engines); here each access leases a connection from
+/// postgres-nio's pool and runs its closure on a thread of its own pool, where each statement waits for its
+/// answer. Reads run at `REPEATABLE READ` (one snapshot), writes at `SERIALIZABLE`, retried when PostgreSQL
+/// refuses a commit that conflicts with another transaction (SQLSTATE 40001) or breaks a deadlock (40P01).
+public final class PostgresStorage: ServerStorage {
+    /// Where the database is (its password redacted in ``PostgresLocation/description``).
+    public let location: PostgresLocation
+    let client: PostgresClient
+    let threads: NIOThreadPool
+    let logger: Logger
+    private let runner: Mutex<Task<Void, Never>?>
+
+    public var dialect: SQLDialect { .postgres }
+
+    /// How many connections, and threads waiting on them, at most. Default: 16.
+    public static let defaultConnections = 16
+
+    /// Connects to the database: checks that it answers, with this user and password, before returning.
+    ///
+    /// - Throws: ``ServerSetupError`` with a one-line message naming what to fix: the server is not there, the
+    ///   password or user is wrong, the database does not exist.
+    public init(location: PostgresLocation, connections: Int = defaultConnections, logger: Logger)
+        async throws(ServerSetupError)
+    {
+        self.location = location
+        self.logger = logger
+        var configuration = PostgresClient.Configuration(
+            host: location.host, port: location.port, username: location.user, password: location.password,
+            database: location.database,
+            tls: location.tls == .disable ? .disable : .require(TLSConfiguration.makeClientConfiguration()))
+        configuration.options.maximumConnections = connections
+        configuration.options.connectTimeout = .seconds(5)
+        configuration.options.additionalStartupParameters = [("application_name", "baton-server")]
+        client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        threads = NIOThreadPool(numberOfThreads: connections)
+        threads.start()
+        let client = self.client
+        runner = Mutex(Task { await client.run() })
+        do {
+            // The pool retries a refused connection until the request's deadline; one direct connection tells
+            // at once what is wrong.
+            let probe = try await PostgresConnection.connect(
+                configuration: .init(
+                    host: location.host, port: location.port, username: location.user, password: location.password,
+                    database: location.database,
+                    tls: location.tls == .disable
+                        ? .disable
+                        : .require(
+                            try NIOSSLContext(
+                                configuration: TLSConfiguration.makeClientConfiguration()))),
+                id: 0, logger: logger)
+            try? await probe.close()
+        } catch {
+            close()
+            throw ServerSetupError(Self.connectionProblem(error, location: location))
+        }
+    }
+
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        try await transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
+    }
+
+    @discardableResult
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        var attempt = 0
+        while true {
+            do {
+                return try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", body)
+            } catch let error as StorageError where error.kind == .conflict && attempt < 100 {
+                attempt += 1
+                // Back off a random while, growing, so the transactions that collided do not collide again.
+                try await Task.sleep(for: .microseconds(Int.random(in: 0...(200 << min(attempt, 8)))))
+            }
+        }
+    }
+
+    public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
+        -> T
+    {
+        try await transaction(nil, body)
+    }
+
+    public func close() {
+        let task = runner.withLock { runner in
+            defer { runner = nil }
+            return runner
+        }
+        // Cancelling the client's run closes its connections.
+        task?.cancel()
+        threads.shutdownGracefully { _ in }
+    }
+
+    /// Runs `body` on a leased connection, in a transaction begun by `begin` (none when `nil`).
+    private func transaction<T: Sendable>(_ begin: String?, _ body: @escaping @Sendable (any SQLConnection) throws -> T)
+        async throws -> T
+    {
+        let logger = self.logger
+        let threads = self.threads
+        do {
+            return try await client.withConnection { connection in
+                try await threads.runIfActive {
+                    let sql = PostgresSQLConnection(connection: connection, logger: logger)
+                    guard let begin else { return try body(sql) }
+                    try sql.execute(begin, [])
+                    do {
+                        let result = try body(sql)
+                        try sql.execute("COMMIT", [])
+                        return result
+                    } catch {
+                        _ = try? sql.execute("ROLLBACK", [])
+                        throw error
+                    }
+                }
+            }
+        } catch let error as PSQLError {
+            throw StorageError(postgres: error)
+        } catch let error as NIOThreadPoolError.ThreadPoolInactive {
+            _ = error
+            throw StorageError(.unavailable, "The database connections are closed.")
+        }
+    }
+
+    /// A one-line explanation of a failed connection.
+    static func connectionProblem(_ error: any Error, location: PostgresLocation) -> String {
+        let redacted = location.description
+        guard let error = error as? PSQLError else {
+            return
+                "Cannot reach PostgreSQL at \(location.host):\(location.port) (\(error)); is the server running, and is the --database URL \(redacted) right?"
+        }
+        switch error.serverInfo?[.sqlState] {
+        case "28P01", "28000":
+            return
+                "PostgreSQL refused user '\(location.user)' at \(location.host):\(location.port): wrong password or user (put the password in BATON_DATABASE_URL or ~/.pgpass)."
+        case "3D000":
+            return
+                "PostgreSQL at \(location.host):\(location.port) has no database '\(location.database)': create it (createdb \(location.database)) or fix the --database URL."
+        case let state?:
+            return
+                "PostgreSQL at \(location.host):\(location.port) refused the connection (SQLSTATE \(state): \(error.serverInfo?[.message] ?? "no message"))."
+        case nil:
+            if error.code == .sslUnsupported {
+                return
+                    "PostgreSQL at \(location.host):\(location.port) does not offer TLS; enable it on the server, or use ?sslmode=disable on a private network."
+            }
+            return
+                "Cannot reach PostgreSQL at \(location.host):\(location.port) (\(error.code)); is the server running, and is the --database URL \(redacted) right?"
+        }
+    }
+}
+
+/// A leased PostgreSQL connection as an ``SQLConnection``: `?` placeholders become `$1, $2, …`; each statement
+/// blocks its thread (one of ``PostgresStorage``'s) until PostgreSQL answers.
+struct PostgresSQLConnection: SQLConnection {
+    let connection: PostgresConnection
+    let logger: Logger
+
+    var dialect: SQLDialect { .postgres }
+
+    @discardableResult
+    func execute(_ sql: String, _ arguments: [SQLValue]) throws -> Int {
+        try run(sql, arguments).metadata.rows ?? 0
+    }
+
+    func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow] {
+        let result = try run(sql, arguments)
+        guard let first = result.rows.first else { return [] }
+        let columns = first.map(\.columnName)
+        return try result.rows.map { row in SQLRow(columns: columns, values: try row.map(Self.value)) }
+    }
+
+    private func run(_ sql: String, _ arguments: [SQLValue]) throws -> PostgresQueryResult {
+        var binds = PostgresBindings(capacity: arguments.count)
+        for argument in arguments {
+            switch argument {
+            case .null: binds.appendNull()
+            case .integer(let number): binds.append(number)
+            case .real(let number): binds.append(number)
+            case .text(let text): binds.append(text)
+            case .blob(let bytes): binds.append(ByteBuffer(bytes: bytes))
+            }
+        }
+        do {
+            return try connection.query(
+                PostgresQuery(unsafeSQL: Self.numberedPlaceholders(sql), binds: binds), logger: logger
+            ).wait()
+        } catch let error as PSQLError {
+            throw StorageError(postgres: error)
+        }
+    }
+
+    /// The value of a cell as Baton reads it: integers, reals, text and bytes; a boolean as 0 or 1; anything
+    /// else as its text.
+    static func value(_ cell: PostgresCell) throws -> SQLValue {
+        guard cell.bytes != nil else { return .null }
+        switch cell.dataType {
+        case .int2, .int4, .int8: return .integer(try cell.decode(Int64.self))
+        case .float4, .float8: return .real(try cell.decode(Double.self))
+        case .bool: return .integer(try cell.decode(Bool.self) ? 1 : 0)
+        case .bytea: return .blob(Array(buffer: try cell.decode(ByteBuffer.self)))
+        default: return .text(try cell.decode(String.self))
+        }
+    }
+
+    /// `sql` with each `?` outside quotes numbered as PostgreSQL wants: `$1, $2, …`.
+    static func numberedPlaceholders(_ sql: String) -> String {
+        guard sql.utf8.contains(UInt8(ascii: "?")) else { return sql }
+        var result = ""
+        result.reserveCapacity(sql.utf8.count + 16)
+        var quote: Character?
+        var number = 0
+        for character in sql {
+            if let open = quote {
+                if character == open { quote = nil }
+            } else if character == "'" || character == "\"" {
+                quote = character
+            } else if character == "?" {
+                number += 1
+                result += "$\(number)"
+                continue
+            }
+            result.append(character)
+        }
+        return result
+    }
+}
+
+extension StorageError {
+    /// The kind of a PostgreSQL error, by SQLSTATE; without one (the connection failed), unavailable.
+    init(postgres error: PSQLError) {
+        guard let state = error.serverInfo?[.sqlState] else {
+            self.init(.unavailable, "PostgreSQL cannot be reached (\(error.code)).")
+            return
+        }
+        let kind: Kind =
+            switch state {
+            case "23505": .uniqueViolation
+            case "40001", "40P01": .conflict
+            case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300": .unavailable
+            default: .other
+            }
+        self.init(kind, "PostgreSQL error \(state): \(error.serverInfo?[.message] ?? "no message")")
+    }
+}

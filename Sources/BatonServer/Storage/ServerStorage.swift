@@ -1,0 +1,197 @@
+import BatonSQL
+import Foundation
+
+/// Where the server keeps its state: the seam between the server's logic and its database engine.
+///
+/// Two implementations: ``SQLiteStorage`` (GRDB over files in the data directory, the default) and
+/// ``PostgresStorage`` (postgres-nio, for many instances on one database). The logic above is written once, as
+/// synchronous closures over an ``SQLConnection``, in the style of GRDB's `DatabaseWriter`: a ``read(_:)`` sees
+/// one snapshot, a ``write(_:)`` is one transaction that commits or leaves nothing behind. Writes are
+/// *serializable* on both engines — SQLite has one writer; PostgreSQL runs them at `SERIALIZABLE` and runs the
+/// closure again when the engine refuses a commit that could not have happened in some serial order — so a
+/// check-then-change (a used refresh token, a repeated request id) means the same on one instance or many.
+/// A write closure may therefore run more than once: it must change nothing but the database.
+public protocol ServerStorage: Sendable {
+    /// The SQL dialect of the engine.
+    var dialect: SQLDialect { get }
+
+    /// Runs `body` in a read-only transaction: its statements see one snapshot.
+    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
+
+    /// Runs `body` in a write transaction: committed when it returns, rolled back when it throws.
+    @discardableResult
+    func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
+
+    /// Runs a read of one statement, which is atomic on its own, with no transaction around it; on SQLite in
+    /// place, on the calling thread (the hot reads of every request: the token check).
+    func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
+
+    /// Closes every connection (PostgreSQL: in the background). Later calls fail.
+    func close()
+}
+
+/// A connection inside one ``ServerStorage`` access. Statements use `?` placeholders in both dialects.
+public protocol SQLConnection {
+    /// The SQL dialect of the engine.
+    var dialect: SQLDialect { get }
+
+    /// Runs a statement and returns how many rows it changed.
+    @discardableResult
+    func execute(_ sql: String, _ arguments: [SQLValue]) throws -> Int
+
+    /// Runs a query and returns its rows.
+    func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow]
+}
+
+extension SQLConnection {
+    /// Runs a statement with its arguments.
+    @discardableResult
+    public func execute(_ sql: String, _ arguments: any SQLArgument...) throws -> Int {
+        try execute(sql, arguments.map(\.sqlValue))
+    }
+
+    /// The rows of a query with its arguments.
+    public func fetchAll(_ sql: String, _ arguments: any SQLArgument...) throws -> [SQLRow] {
+        try fetchAll(sql, arguments.map(\.sqlValue))
+    }
+
+    /// The first row of a query, if any.
+    public func fetchOne(_ sql: String, _ arguments: any SQLArgument...) throws -> SQLRow? {
+        try fetchAll(sql, arguments.map(\.sqlValue)).first
+    }
+}
+
+/// A row a query returned: its values by position, or by column name (case-insensitive, as PostgreSQL folds
+/// unquoted names to lower case).
+public struct SQLRow: Sendable {
+    /// The column names, shared by the rows of one query.
+    public let columns: [String]
+    /// The values, in column order.
+    public let values: [SQLValue]
+
+    /// Creates a row.
+    public init(columns: [String], values: [SQLValue]) {
+        self.columns = columns
+        self.values = values
+    }
+
+    /// The value at a column position.
+    public subscript(_ index: Int) -> SQLValue { values[index] }
+
+    /// The value of the named column; `.null` when there is no such column.
+    public subscript(_ name: String) -> SQLValue {
+        guard let index = columns.firstIndex(where: { $0.caseInsensitiveCompare(name) == .orderedSame }) else {
+            return .null
+        }
+        return values[index]
+    }
+}
+
+extension SQLValue {
+    /// The value as text, if it is text.
+    public var text: String? {
+        if case .text(let text) = self { return text }
+        return nil
+    }
+
+    /// The value as an integer (a whole real counts).
+    public var integer: Int64? {
+        switch self {
+        case .integer(let number): number
+        case .real(let number) where number.rounded() == number && abs(number) < 9e18: Int64(number)
+        default: nil
+        }
+    }
+
+    /// The value as a real number.
+    public var real: Double? {
+        switch self {
+        case .integer(let number): Double(number)
+        case .real(let number): number
+        default: nil
+        }
+    }
+
+    /// The value as a flag: a non-zero integer is `true`.
+    public var bool: Bool? { integer.map { $0 != 0 } }
+
+    /// The value as bytes.
+    public var bytes: [UInt8]? {
+        if case .blob(let bytes) = self { return bytes }
+        return nil
+    }
+
+    /// The value as an instant: seconds since 1970, how Baton stores instants on both engines.
+    public var date: Date? { real.map(Date.init(timeIntervalSince1970:)) }
+}
+
+/// A value that binds to a statement placeholder.
+public protocol SQLArgument: Sendable {
+    /// The bound value.
+    var sqlValue: SQLValue { get }
+}
+
+extension SQLValue: SQLArgument {
+    public var sqlValue: SQLValue { self }
+}
+
+extension String: SQLArgument {
+    public var sqlValue: SQLValue { .text(self) }
+}
+
+extension Int: SQLArgument {
+    public var sqlValue: SQLValue { .integer(Int64(self)) }
+}
+
+extension Int64: SQLArgument {
+    public var sqlValue: SQLValue { .integer(self) }
+}
+
+extension Double: SQLArgument {
+    public var sqlValue: SQLValue { .real(self) }
+}
+
+extension Bool: SQLArgument {
+    public var sqlValue: SQLValue { .integer(self ? 1 : 0) }
+}
+
+extension Date: SQLArgument {
+    /// Seconds since 1970: instants compare and order as numbers on both engines.
+    public var sqlValue: SQLValue { .real(timeIntervalSince1970) }
+}
+
+extension Data: SQLArgument {
+    public var sqlValue: SQLValue { .blob(Array(self)) }
+}
+
+extension Optional: SQLArgument where Wrapped: SQLArgument {
+    public var sqlValue: SQLValue { self?.sqlValue ?? .null }
+}
+
+/// A storage failure the server's logic tells apart; anything else is ``Kind/other``.
+public struct StorageError: Error, Sendable, CustomStringConvertible {
+    /// What went wrong.
+    public enum Kind: Sendable, Equatable {
+        /// A unique key or primary key already holds the value.
+        case uniqueViolation
+        /// The engine cannot be reached or went away: a 503, and try again later.
+        case unavailable
+        /// The engine refused a transaction that conflicted with another; run it again.
+        case conflict
+        /// The database was migrated by a newer `baton-server`.
+        case newerSchema
+        /// Anything else.
+        case other
+    }
+
+    /// The kind.
+    public let kind: Kind
+    /// The engine's message, without argument values.
+    public let description: String
+
+    /// Creates an error.
+    public init(_ kind: Kind, _ description: String) {
+        self.kind = kind
+        self.description = description
+    }
+}
