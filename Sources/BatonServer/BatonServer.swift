@@ -100,9 +100,17 @@ public struct BatonServer: Sendable {
         self.logger = logger
         let directory = try DataDirectory(configuration.dataDirectory)
         let database: ServerDatabase
+        let masterKey: SymmetricKey
         if let location = configuration.database {
+            guard let file = configuration.masterKeyFile else {
+                throw ServerSetupError(
+                    "With PostgreSQL every instance needs the same master key, kept outside the database: give --master-key-file FILE (or BATON_MASTER_KEY_FILE)."
+                )
+            }
+            masterKey = try DataDirectory.existingMasterKey(file)
             database = try await ServerDatabase(postgres: try await PostgresStorage(location: location, logger: logger))
         } else {
+            masterKey = try directory.masterKey(file: configuration.masterKeyFile)
             database = try ServerDatabase(directory)
         }
         self.database = database
@@ -111,23 +119,16 @@ public struct BatonServer: Sendable {
             database: database, clock: clock, bcryptCost: configuration.bcryptCost, policy: configuration.passwordPolicy
         )
         settings = SettingsStore(database: database)
-        devices = DeviceRegistry(
-            database: database, clock: clock, masterKey: try directory.masterKey(file: configuration.masterKeyFile))
+        devices = DeviceRegistry(database: database, clock: clock, masterKey: masterKey)
         try await devices.checkMasterKey()
         audit = AuditLog(database: database)
-        let pem = try directory.signingKeyPEM()
-        let signingKey: ES256PrivateKey
-        let keyID: String
-        do {
-            let cryptoKey = try P256.Signing.PrivateKey(pemRepresentation: pem)
-            signingKey = try ES256PrivateKey(backing: cryptoKey)
-            keyID = DeviceRegistry.keyID(cryptoKey.publicKey)
-        } catch {
-            throw ServerSetupError(
-                "The signing key file in '\(directory.url.path)/keys' is damaged; move it away to create a new one.")
-        }
-        let keys = JWTKeyCollection()
-        await keys.add(ecdsa: signingKey, kid: JWKIdentifier(string: keyID))
+        // A data directory from before the keys lived in the database: its key moves in (so its tokens stay
+        // valid) and the plaintext file goes.
+        let legacy = directory.legacySigningKeyURL
+        let legacyPEM = configuration.database == nil ? (try? String(contentsOf: legacy, encoding: .utf8)) : nil
+        let signingKeys = try await SigningKeys.open(
+            database: database, masterKey: masterKey, clock: clock, legacyPEM: legacyPEM)
+        if legacyPEM != nil { try? FileManager.default.removeItem(at: legacy) }
         issuer = IssuerBox(configuration.oauth.issuer)
         let model: ServiceModel
         do {
@@ -144,9 +145,8 @@ public struct BatonServer: Sendable {
         }
         data = DataService(store: store, configuration: configuration.dataService, clock: clock)
         tokens = TokenService(
-            configuration: configuration.oauth, issuer: issuer, database: database, clock: clock, keys: keys,
-            keyID: keyID,
-            publicJWK: TokenService.publicJWK(of: signingKey, keyID: keyID), users: users,
+            configuration: configuration.oauth, issuer: issuer, database: database, clock: clock,
+            signingKeys: signingKeys, users: users,
             throttle: LoginThrottle(limits: configuration.oauth.throttle, clock: clock, database: database),
             audit: audit)
     }
@@ -195,6 +195,23 @@ public struct BatonServer: Sendable {
                 onListening(host, port)
             },
             logger: logger)
+    }
+}
+
+extension BatonServer {
+    /// Makes a new token-signing key (``SigningKeys``): every instance signs with it within a minute, and the
+    /// previous key verifies its tokens until they expire. Audited.
+    ///
+    /// - Returns: the new key's id.
+    @discardableResult
+    public func rotateSigningKey(actor: String) async throws -> String {
+        let id = try await SigningKeys.rotate(
+            database: database, masterKey: devices.masterKey, clock: configuration.clock)
+        try await audit.record(
+            AuditEntry(
+                at: configuration.clock.now(), actor: actor, action: "signing-key-rotated", subject: id, address: nil,
+                detail: nil))
+        return id
     }
 }
 

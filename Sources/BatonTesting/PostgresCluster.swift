@@ -144,7 +144,7 @@ public final class PostgresCluster: Sendable {
     }
 
     /// A port of 127.0.0.1 nobody listens on now (the kernel's choice for port 0).
-    static func freePort() throws -> Int {
+    public static func freePort() throws -> Int {
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard socket >= 0 else { throw PostgresClusterError("socket() failed") }
         defer { close(socket) }

@@ -55,7 +55,7 @@ public enum SharedPostgres {
     public static func freshDatabase() async throws -> PostgresLocation {
         let cluster = try await shared()
         let name = "t_" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        try await offThePool { try cluster.psql("CREATE DATABASE \(name)") }
+        _ = try await offThePool { try cluster.psql("CREATE DATABASE \(name)") }
         var location = try PostgresLocation(parsing: cluster.url(database: name), fromCommandLine: false)
         location.password = cluster.password
         return location

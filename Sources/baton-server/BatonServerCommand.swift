@@ -10,7 +10,10 @@ struct BatonServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "baton-server",
         abstract: "The Baton server: identity (OAuth 2.0), settings exchange, device registration.",
-        subcommands: [ServeCommand.self, UserCommand.self, SettingsCommand.self, SeedCommand.self, BackupsCommand.self]
+        subcommands: [
+            ServeCommand.self, UserCommand.self, SettingsCommand.self, SeedCommand.self, BackupsCommand.self,
+            KeysCommand.self,
+        ]
     )
 }
 

@@ -132,12 +132,15 @@ import Testing
         #expect(set.output == "passcode.min-length = 6\n")
         let show = try await Self.server(["settings", "show", "--data-dir", dataDir])
         #expect(show.output.contains("passcode.min-length = 6\n"))
+        let rotate = try await Self.server(["keys", "rotate", "--data-dir", dataDir])
+        #expect(rotate.output.hasPrefix("New token-signing key "), "\(rotate.output)")
         #expect(running.stop() == 0)
-        // Every file the server wrote is private to its owner.
-        for file in ["server.sqlite", "keys/signing-key.pem", "keys/master.key"] {
+        // Every file the server wrote is private to its owner; the signing keys are in the database, sealed.
+        for file in ["server.sqlite", "data.sqlite", "keys/master.key"] {
             let attributes = try FileManager.default.attributesOfItem(atPath: dataDir + "/" + file)
             #expect((attributes[.posixPermissions] as? Int) == 0o600, "\(file)")
         }
+        #expect(!FileManager.default.fileExists(atPath: dataDir + "/keys/signing-key.pem"))
     }
 
     @Test func serveLogsJSONWithTraceIDsAndServesMetricsOnItsOwnPort() async throws {

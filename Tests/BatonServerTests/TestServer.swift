@@ -41,12 +41,22 @@ struct TestServer {
         configuration.bcryptCost = 4
         configuration.port = 0
         configuration.fixedIssuer = true
-        configuration.database = try await backend.freshDatabase()
+        if let database = try await backend.freshDatabase() {
+            // PostgreSQL takes the master key from a file only, as every instance must share it.
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let file = directory.appendingPathComponent("master.key")
+            try Data((0..<32).map { _ in UInt8.random(in: 0...255) }).write(to: file)
+            configuration.database = database
+            configuration.masterKeyFile = file
+        }
         configure(&configuration)
         var quiet = Logger(label: "test")
         quiet.logLevel = .critical
         server = try await BatonServer(configuration: configuration, logger: logger ?? quiet)
     }
+
+    /// The master-key file (PostgreSQL backends have one in the data directory).
+    var masterKeyFile: URL? { server.configuration.masterKeyFile }
 
     /// Closes the server's databases and deletes its data directory.
     func remove() {

@@ -15,6 +15,7 @@ public struct UserDirectory: Sendable {
     ///
     /// - Throws: ``ServerError``: 400 for a bad name or a password that breaks the policy, 409 if the name is
     ///   taken.
+    @discardableResult
     public func add(name: String, displayName: String?, role: User.Role, password: String) async throws -> User {
         guard User.isValidName(name) else {
             throw ServerError.badRequest(

@@ -15,7 +15,7 @@ struct OAuthRoutes {
             json(metadata)
         }
         router.get("/oauth/jwks") { _, _ in
-            let data = try JSONEncoder().encode(tokens.jwks)
+            let data = try JSONEncoder().encode(try await tokens.jwks())
             return Response(
                 status: .ok, headers: [.contentType: "application/json", .cacheControl: "public, max-age=300"],
                 body: .init(byteBuffer: ByteBuffer(bytes: data)))

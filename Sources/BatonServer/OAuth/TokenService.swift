@@ -15,9 +15,7 @@ struct TokenService: Sendable {
     let issuer: IssuerBox
     let database: ServerDatabase
     let clock: ServerClock
-    let keys: JWTKeyCollection
-    let keyID: String
-    let publicJWK: JWK
+    let signingKeys: SigningKeys
     let users: UserDirectory
     let throttle: LoginThrottle
     let audit: AuditLog
@@ -256,7 +254,9 @@ struct TokenService: Sendable {
             aud: AudienceClaim(value: configuration.audience), scope: scope,
             exp: ExpirationClaim(value: now.addingTimeInterval(lifetime)), iat: IssuedAtClaim(value: now),
             jti: IDClaim(value: UUID().uuidString), clientID: client.id, family: family)
-        let accessToken = Self.withLowS(try await keys.sign(claims, kid: JWKIdentifier(string: keyID)))
+        let keys = try await signingKeys.current()
+        let accessToken = Self.withLowS(
+            try await keys.collection.sign(claims, kid: JWKIdentifier(string: keys.currentID)))
         let refreshToken = randomSecret()
         let hash = secretHash(refreshToken)
         let expires = now.addingTimeInterval(configuration.refreshTokenLifetime)
@@ -275,18 +275,28 @@ struct TokenService: Sendable {
     /// clock, not revoked, and its user still active.
     func verifyAccessToken(_ token: String) async throws(ServerError) -> (claims: AccessTokenClaims, role: User.Role) {
         let claims: AccessTokenClaims
-        if let cached = verified.claims(for: token) {
-            claims = cached
+        let keys: SigningKeys.Loaded
+        do {
+            keys = try await signingKeys.current()
+        } catch {
+            throw ServerError(
+                .serviceUnavailable, "Unavailable", "The server cannot check the token right now; try again.")
+        }
+        // A remembered token counts only while its key is listed: a key rotated out stops its tokens.
+        if let cached = verified.claims(for: token), keys.ids.contains(cached.keyID) {
+            claims = cached.claims
         } else {
-            guard Self.isStrictES256(token, keyID: keyID) else {
+            guard let keyID = Self.strictES256KeyID(token) else {
                 throw .unauthorized("The access token is malformed or its signature is invalid.")
             }
             do {
-                claims = try await keys.verify(token, as: AccessTokenClaims.self)
+                let usable = keys.ids.contains(keyID) ? keys : try await signingKeys.verifying(keyID: keyID)
+                guard usable.ids.contains(keyID) else { throw ServerError.unauthorized("Unknown key.") }
+                claims = try await usable.collection.verify(token, as: AccessTokenClaims.self)
             } catch {
                 throw .unauthorized("The access token is malformed or its signature is invalid.")
             }
-            verified.remember(token, claims)
+            verified.remember(token, claims, keyID: keyID)
         }
         let now = clock.now()
         guard claims.exp.value > now else { throw .unauthorized("The access token has expired; refresh it.") }
@@ -324,22 +334,22 @@ struct TokenService: Sendable {
         return (claims, role)
     }
 
-    /// Whether `token` is a compact JWS of this server's form: header `alg` ES256 with the current `kid`, and a
-    /// 64-byte signature whose `s` is in the lower half of the group order. ECDSA accepts both `s` and `n - s`;
-    /// taking only the low one makes every token have exactly one valid encoding.
-    static func isStrictES256(_ token: String, keyID: String) -> Bool {
+    /// The `kid` of `token` if it is a compact JWS of this server's form: header `alg` ES256 with a `kid`, and a
+    /// 64-byte signature whose `s` is in the lower half of the group order; otherwise `nil`. ECDSA accepts both
+    /// `s` and `n - s`; taking only the low one makes every token have exactly one valid encoding.
+    static func strictES256KeyID(_ token: String) -> String? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         guard parts.count == 3, let header = Data(base64URLEncoded: String(parts[0])),
             let json = try? JSONValue(parsing: Array(header)), json["alg"]?.stringValue == "ES256",
-            json["kid"]?.stringValue == keyID,
+            let keyID = json["kid"]?.stringValue, (1...64).contains(keyID.utf8.count),
             let signature = Data(base64URLEncoded: String(parts[2])), signature.count == 64
-        else { return false }
+        else { return nil }
         // s <= n / 2, compared big-endian byte by byte.
         let s = Array(signature.suffix(32))
         for (byte, limit) in zip(s, halfOrder) {
-            if byte != limit { return byte < limit }
+            if byte != limit { return byte < limit ? keyID : nil }
         }
-        return true
+        return keyID
     }
 
     /// The token with its ECDSA `s` replaced by `n - s` when it is in the upper half (BoringSSL signs with either),
@@ -395,7 +405,9 @@ struct TokenService: Sendable {
                     address: caller.address, detail: "refresh token family"))
             return
         }
-        guard let claims = try? await keys.verify(token, as: AccessTokenClaims.self), claims.clientID == clientID
+        guard let keyID = Self.strictES256KeyID(token), let keys = try? await signingKeys.verifying(keyID: keyID),
+            let claims = try? await keys.collection.verify(token, as: AccessTokenClaims.self),
+            claims.clientID == clientID
         else { return }
         try await database.storage.write { db in
             try db.execute(
@@ -409,29 +421,22 @@ struct TokenService: Sendable {
                 address: caller.address, detail: "access token"))
     }
 
-    /// The JSON Web Key Set with the public signing key.
-    var jwks: JWKS { JWKS(keys: [publicJWK]) }
-
-    /// The public signing key as a JWK.
-    static func publicJWK(of key: ES256PrivateKey, keyID: String) -> JWK {
-        let parameters = key.publicKey.parameters
-        return JWK.ecdsa(
-            .es256, identifier: JWKIdentifier(string: keyID), x: parameters?.x, y: parameters?.y, curve: .p256)
-    }
+    /// The JSON Web Key Set: the current signing key and, after a rotation, the previous one.
+    func jwks() async throws -> JWKS { try await signingKeys.current().jwks }
 }
 
 /// A bounded memory of access tokens whose ES256 signature verified, so a busy device does not pay for the
 /// signature check on every request. Expiry, revocation and the user's status are still checked per request.
 final class VerifiedTokens: Sendable {
-    let storage = Mutex<[String: AccessTokenClaims]>([:])
+    let storage = Mutex<[String: (claims: AccessTokenClaims, keyID: String)]>([:])
     static let capacity = 10_000
 
-    func claims(for token: String) -> AccessTokenClaims? { storage.withLock { $0[token] } }
+    func claims(for token: String) -> (claims: AccessTokenClaims, keyID: String)? { storage.withLock { $0[token] } }
 
-    func remember(_ token: String, _ claims: AccessTokenClaims) {
+    func remember(_ token: String, _ claims: AccessTokenClaims, keyID: String) {
         storage.withLock { cache in
             if cache.count >= Self.capacity { cache.removeAll(keepingCapacity: true) }
-            cache[token] = claims
+            cache[token] = (claims, keyID)
         }
     }
 }

@@ -34,14 +34,8 @@ public struct DataDirectory: Sendable {
 
     var keysURL: URL { url.appendingPathComponent("keys") }
 
-    /// The token-signing key (P-256, PEM), created on first use.
-    func signingKeyPEM() throws(ServerSetupError) -> String {
-        let file = keysURL.appendingPathComponent("signing-key.pem")
-        if let data = try? Data(contentsOf: file) { return String(decoding: data, as: UTF8.self) }
-        let pem = P256.Signing.PrivateKey().pemRepresentation
-        try writeSecret(Data(pem.utf8), to: file)
-        return pem
-    }
+    /// The token-signing key file of a data directory from before the keys lived in the database, if any.
+    var legacySigningKeyURL: URL { keysURL.appendingPathComponent("signing-key.pem") }
 
     /// The master key that encrypts device store keys at rest (256 bits), created on first use: in `file` when
     /// given (outside the data directory, so a copy of the data directory alone opens no store key), else in
@@ -57,6 +51,20 @@ public struct DataDirectory: Sendable {
         let key = SymmetricKey(size: .bits256)
         try writeSecret(key.withUnsafeBytes { Data($0) }, to: file)
         return key
+    }
+
+    /// Reads a master-key file that must exist: with PostgreSQL every instance needs the same key, so none is
+    /// made up.
+    static func existingMasterKey(_ file: URL) throws(ServerSetupError) -> SymmetricKey {
+        guard let data = try? Data(contentsOf: file) else {
+            throw ServerSetupError(
+                "Cannot read the master-key file '\(file.path)'; create it once with (umask 077; head -c 32 /dev/urandom > \(file.path)) and give every instance a copy."
+            )
+        }
+        guard data.count == 32 else {
+            throw ServerSetupError("The master key file '\(file.path)' is damaged (expected 32 bytes).")
+        }
+        return SymmetricKey(data: data)
     }
 
     /// Writes a secret file atomically, readable only by its owner.

@@ -117,6 +117,8 @@ public struct ServerDatabase: Sendable {
                     sealed bytea NOT NULL, sealedStoreKey bytea)
                 """,
             ] + signInThrottleStatements(real: "double precision")
+                + tokenSigningKeysStatements(
+                    real: "double precision", blob: "bytea")
         )
     ]
 
@@ -128,6 +130,11 @@ public struct ServerDatabase: Sendable {
             "CREATE TABLE signInKnown (pair text PRIMARY KEY, since \(real) NOT NULL)",
             "CREATE INDEX signInKnownSince ON signInKnown(since)",
         ]
+    }
+
+    /// The token-signing keys, sealed under the master key (``SigningKeys``).
+    static func tokenSigningKeysStatements(real: String, blob: String) -> [String] {
+        ["CREATE TABLE tokenSigningKeys (id text PRIMARY KEY, sealedKey \(blob) NOT NULL, createdAt \(real) NOT NULL)"]
     }
 
     /// Runs the PostgreSQL migrations not yet run.
@@ -292,6 +299,9 @@ public struct ServerDatabase: Sendable {
         }
         migrator.registerMigration("signInThrottle") { db in
             for statement in signInThrottleStatements(real: "REAL") { try db.execute(sql: statement) }
+        }
+        migrator.registerMigration("tokenSigningKeys") { db in
+            for statement in tokenSigningKeysStatements(real: "REAL", blob: "BLOB") { try db.execute(sql: statement) }
         }
         return migrator
     }

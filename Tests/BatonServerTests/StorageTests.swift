@@ -1,0 +1,291 @@
+import BatonSQL
+import BatonTestSupport
+import BatonTesting
+import Crypto
+import Foundation
+import HummingbirdTesting
+import Logging
+import Synchronization
+import Testing
+
+@testable import BatonServer
+
+/// The storage seam on both engines: values and placeholders, transactions, serializable writes, token-signing
+/// keys sealed in the database, and what several instances on one PostgreSQL database share.
+@Suite(.serverSlot) struct StorageTests {
+    @Test(arguments: StorageBackend.allCases) func valuesRoundTripAndQuotedQuestionMarksStayText(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        let storage = server.server.database.storage
+        let values: [SQLValue] = [
+            .null, .integer(.max), .integer(.min), .real(-1.5e300), .text("Grüße, 'quoted' \"too\" ?"),
+            .blob([0, 255, 1, 128]),
+        ]
+        let back = try await storage.write { db -> SQLRow? in
+            try db.execute(
+                "CREATE TABLE roundTrip (a bigint, b bigint, c bigint, d double precision, e text, f bytea, g text)", []
+            )
+            try db.execute("INSERT INTO roundTrip VALUES (?, ?, ?, ?, ?, ?, 'is ? a placeholder')", values)
+            return try db.fetchOne("SELECT a, b, c, d, e, f, g FROM roundTrip WHERE e = ?", values[4])
+        }
+        let row = try #require(back)
+        #expect(Array(row.values.prefix(6)) == values)
+        #expect(row["g"] == .text("is ? a placeholder"))
+    }
+
+    @Test(arguments: StorageBackend.allCases) func aWriteThatThrowsLeavesNothingAndUniqueKeysAreTold(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        let storage = server.server.database.storage
+        struct Stop: Error {}
+        await #expect(throws: Stop.self) {
+            try await storage.write { db in
+                try db.execute("INSERT INTO settings (id, document) VALUES (1, '{}')")
+                throw Stop()
+            }
+        }
+        #expect(try await storage.read { db in try db.fetchAll("SELECT id FROM settings").count } == 0)
+        try await server.addUser("alice")
+        await #expect {
+            try await server.addUser("alice")
+        } throws: { ($0 as? ServerError)?.status == .conflict }
+        let error = await #expect(throws: StorageError.self) {
+            try await storage.write { db in
+                try db.execute(
+                    "INSERT INTO users (name, displayName, role, passwordHash, createdAt) VALUES ('alice', 'A', 'admin', 'x', 0)"
+                )
+            }
+        }
+        #expect(error?.kind == .uniqueViolation)
+    }
+
+    /// Writes are serializable on both engines: concurrent read-then-write transactions lose no update (on
+    /// PostgreSQL the engine refuses the losers' commits and the storage runs them again).
+    @Test(arguments: StorageBackend.allCases) func concurrentReadThenWriteTransactionsLoseNoUpdate(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        let storage = server.server.database.storage
+        try await storage.write { db in try db.execute("INSERT INTO settings (id, document) VALUES (1, '0')") }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    for _ in 0..<15 {
+                        try await storage.write { db in
+                            let value = Int(try db.fetchOne("SELECT document FROM settings")?[0].text ?? "") ?? -1000
+                            try db.execute("UPDATE settings SET document = ? WHERE id = 1", String(value + 1))
+                        }
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(try await storage.read { db in try db.fetchOne("SELECT document FROM settings")?[0].text } == "60")
+    }
+
+    @Test(arguments: StorageBackend.allCases) func aRotatedKeySignsNewTokensAndThePreviousStillVerifies(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.test { client in
+            let first = try await client.signIn("alice")
+            let firstKey = try #require(TokenService.strictES256KeyID(first.access))
+            let rotated = try await server.server.rotateSigningKey(actor: "test")
+            #expect(rotated != firstKey)
+            // The instance looks for a new key once a minute.
+            server.clock.advance(by: 61)
+            let second = try await client.signIn("alice")
+            #expect(TokenService.strictES256KeyID(second.access) == rotated)
+            let jwks = try await client.execute(uri: "/oauth/jwks", method: .get) {
+                TestClient.Response.object($0.body)
+            }
+            let listed = (jwks["keys"] as? [[String: Any]])?.compactMap { $0["kid"] as? String }
+            #expect(listed == [rotated, firstKey])
+            #expect(try await client.get("/me", token: first.access).0 == .ok)
+            #expect(try await client.get("/me", token: second.access).0 == .ok)
+            // A second rotation deletes the first key: its tokens stop at the next look (a minute at most).
+            try await server.server.rotateSigningKey(actor: "test")
+            server.clock.advance(by: 61)
+            #expect(try await client.get("/me", token: first.access).0 == .unauthorized)
+            #expect(try await client.get("/me", token: second.access).0 == .ok)
+        }
+        let audit = try await server.server.audit.entries().filter { $0.action == "signing-key-rotated" }
+        #expect(audit.count == 2)
+    }
+
+    /// The keys are in the database only sealed: neither the private key nor its PEM is there in plaintext.
+    @Test(arguments: StorageBackend.allCases) func signingKeysAreSealedInTheDatabase(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        let rows = try await server.server.database.storage.read { db in
+            try db.fetchAll("SELECT id, sealedKey FROM tokenSigningKeys")
+        }
+        let row = try #require(rows.first)
+        let sealed = try #require(row["sealedKey"].bytes)
+        // AES-GCM: 12-byte nonce, 32-byte key, 16-byte tag — and it opens only with the master key.
+        #expect(sealed.count == 60)
+        let file = server.masterKeyFile ?? server.directory.appendingPathComponent("keys/master.key")
+        let master = SymmetricKey(data: try Data(contentsOf: file))
+        #expect(throws: (any Error).self) {
+            try AES.GCM.open(AES.GCM.SealedBox(combined: sealed), using: SymmetricKey(size: .bits256))
+        }
+        let opened = try AES.GCM.open(
+            AES.GCM.SealedBox(combined: sealed), using: master,
+            authenticating: Data(SigningKeys.context(row["id"].text ?? "").utf8))
+        #expect(opened.count == 32)
+    }
+
+    /// A data directory from before keys lived in the database keeps its key: tokens it signed stay valid, and
+    /// the plaintext key file is gone.
+    @Test func aSigningKeyFileMovesIntoTheDatabase() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-legacy-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let keys = directory.appendingPathComponent("keys")
+        try FileManager.default.createDirectory(at: keys, withIntermediateDirectories: true)
+        let legacy = P256.Signing.PrivateKey()
+        try legacy.pemRepresentation.write(
+            to: keys.appendingPathComponent("signing-key.pem"), atomically: true, encoding: .utf8)
+        let server = try await TestServer(configure: { $0.dataDirectory = directory })
+        defer { server.server.close() }
+        try await server.addUser("alice")
+        let token = try await server.test { client in try await client.signIn("alice").access }
+        #expect(TokenService.strictES256KeyID(token) == DeviceRegistry.keyID(legacy.publicKey))
+        #expect(!FileManager.default.fileExists(atPath: keys.appendingPathComponent("signing-key.pem").path))
+    }
+}
+
+/// Several instances on one PostgreSQL database behave as one server.
+@Suite(.serverSlot) struct TwoInstanceStorageTests {
+    /// A second in-process instance on the first one's database and master key.
+    static func second(of first: TestServer) async throws -> TestServer {
+        try await TestServer(configure: {
+            $0.database = first.server.configuration.database
+            $0.masterKeyFile = first.server.configuration.masterKeyFile
+        })
+    }
+
+    @Test func tokensRefreshReuseAndTheThrottleAreSharedByInstances() async throws {
+        let a = try await TestServer(backend: .postgres)
+        defer { a.remove() }
+        let b = try await Self.second(of: a)
+        defer { b.remove() }
+        try await a.addUser("alice")
+        try await a.test { atA in
+            try await b.test { atB in
+                let tokens = try await atA.signIn("alice")
+                #expect(try await atB.get("/me", token: tokens.access).0 == .ok)
+                // Rotate the refresh token at A, then present the used one at B: the whole family is revoked.
+                let (refreshed, body) = try await atA.token([
+                    ("grant_type", "refresh_token"), ("client_id", "baton-device"), ("refresh_token", tokens.refresh),
+                ])
+                #expect(refreshed == .ok)
+                let (reused, _) = try await atB.token([
+                    ("grant_type", "refresh_token"), ("client_id", "baton-device"), ("refresh_token", tokens.refresh),
+                ])
+                #expect(reused == .badRequest)
+                let newAccess = try #require(body["access_token"] as? String)
+                #expect(try await atA.get("/me", token: newAccess).0 == .unauthorized)
+                // A user disabled on one instance stops at once on the other.
+                let fresh = try await atB.signIn("alice").access
+                try await b.server.users.disable("alice")
+                #expect(try await atA.get("/me", token: fresh).0 == .unauthorized)
+                // Five failures at A and the sixth at B is slowed down: the counters are in the database.
+                let wrong = [
+                    ("grant_type", "password"), ("client_id", "baton-device"), ("username", "alice"),
+                    ("password", "guess-guess-1"),
+                ]
+                for _ in 0..<5 { #expect(try await atA.token(wrong).0 == .badRequest) }
+                #expect(try await atB.token(wrong).0 == .tooManyRequests)
+            }
+        }
+    }
+
+    @Test func aKeyRotatedOnOneInstanceVerifiesOnTheOther() async throws {
+        let a = try await TestServer(backend: .postgres)
+        defer { a.remove() }
+        let b = try await Self.second(of: a)
+        defer { b.remove() }
+        try await a.addUser("alice")
+        let rotated = try await a.server.rotateSigningKey(actor: "test")
+        a.clock.advance(by: 61)
+        // Less than B's minute between looks, enough that A's token is not from B's future.
+        b.clock.advance(by: 30)
+        try await a.test { atA in
+            try await b.test { atB in
+                let token = try await atA.signIn("alice").access
+                #expect(TokenService.strictES256KeyID(token) == rotated)
+                // B has not looked yet; the unknown key id makes it look (at most four times a second).
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(try await atB.get("/me", token: token).0 == .ok)
+            }
+        }
+    }
+
+    @Test func badDatabaseSetupsFailInOneLineAndWriteNothing() async throws {
+        let good = try await SharedPostgres.freshDatabase()
+        let cluster = try await SharedPostgres.shared()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-bad-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let keyFile = directory.appendingPathComponent("master.key")
+        try Data(repeating: 7, count: 32).write(to: keyFile)
+        func failure(_ configure: (inout BatonServerConfiguration) -> Void) async -> String {
+            var configuration = BatonServerConfiguration()
+            configuration.dataDirectory = directory.appendingPathComponent("data")
+            configuration.database = good
+            configuration.masterKeyFile = keyFile
+            configure(&configuration)
+            do {
+                let server = try await BatonServer(configuration: configuration, logger: Logger(label: "quiet"))
+                server.close()
+                return "started"
+            } catch {
+                return "\(error)"
+            }
+        }
+        let noKey = await failure { $0.masterKeyFile = nil }
+        #expect(noKey.contains("--master-key-file"), "\(noKey)")
+        let missingKey = await failure { $0.masterKeyFile = directory.appendingPathComponent("nope.key") }
+        #expect(missingKey.contains("head -c 32 /dev/urandom"), "\(missingKey)")
+        var refused = good
+        refused.port = try PostgresCluster.freePort()
+        let notThere = await failure { $0.database = refused }
+        #expect(notThere.contains("Cannot reach PostgreSQL at 127.0.0.1:\(refused.port)"), "\(notThere)")
+        var wrongPassword = good
+        wrongPassword.password = "not-the-password"
+        let password = await failure { $0.database = wrongPassword }
+        #expect(password.contains("wrong password or user"), "\(password)")
+        #expect(!password.contains("not-the-password"))
+        var unknown = good
+        unknown.database = "no_such_database"
+        let missing = await failure { $0.database = unknown }
+        #expect(missing.contains("has no database 'no_such_database'"), "\(missing)")
+        for message in [noKey, missingKey, notThere, password, missing] { #expect(!message.contains("\n")) }
+        // Nothing was written: the good database has no tables yet.
+        let tables = try await offThePool {
+            try cluster.psql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", database: good.database)
+        }
+        #expect(tables == "0\n")
+        // It starts with the right setup; then a wrong master key is refused, as is a newer schema.
+        #expect(await failure { _ in } == "started")
+        try Data(repeating: 8, count: 32).write(to: keyFile)
+        let wrongKey = await failure { _ in }
+        #expect(wrongKey.contains("master key does not open"), "\(wrongKey)")
+        try Data(repeating: 7, count: 32).write(to: keyFile)
+        _ = try await offThePool {
+            try cluster.psql(
+                "INSERT INTO baton_migrations (name, appliedAt) VALUES ('v99', 0)", database: good.database)
+        }
+        let newer = await failure { _ in }
+        #expect(newer.contains("newer baton-server"), "\(newer)")
+    }
+}
