@@ -139,7 +139,7 @@ public struct BatonServer: Sendable {
         let store = try DataStore(directory: directory, model: model)
         // Audit entries of changes committed just before a crash wait in the data database's outbox.
         do {
-            try await AuditLog(database: database).collect(from: store.pool)
+            try await AuditLog(database: database).collect(from: store.storage)
         } catch {
             throw ServerSetupError("Cannot move the pending audit entries into the audit log: \(error)")
         }
@@ -169,7 +169,7 @@ public struct BatonServer: Sendable {
             databasesAnswer: {
                 let select = "SELECT 1"
                 let server = try? await database.storage.readStatement { try $0.fetchOne(select)?[0].integer }
-                let data = try? store.readers.readStatement { try Int.fetchOne($0, sql: select) }
+                let data = try? await store.storage.readStatement { try $0.fetchOne(select)?[0].integer }
                 return server == 1 && data == 1
             })
         routes.addPublic(to: router)

@@ -37,7 +37,7 @@ import Testing
         let outbox = first.server.data.outbox
         try await first.server.data.store.pool.write { db in
             var entries = [Self.entry("crash-window-1"), Self.entry("crash-window-2")]
-            try outbox.stage(&entries, in: db)
+            try outbox.stage(&entries, in: GRDBConnection(db: db))
         }
         #expect(try await outboxCount(first.server) == 2)
         let restarted = try await reopen(first.directory)
@@ -56,17 +56,17 @@ import Testing
         let outbox = test.server.data.outbox
         try await pool.write { db in
             var entries = [Self.entry("moved-once")]
-            try outbox.stage(&entries, in: db)
+            try outbox.stage(&entries, in: GRDBConnection(db: db))
         }
         try await pool.write { db in
             try db.execute(sql: #"CREATE TABLE kept AS SELECT * FROM "\#(DataStore.auditOutbox)""#)
         }
-        #expect(try await test.server.audit.collect(from: pool) == 1)
+        #expect(try await test.server.audit.collect(from: test.server.data.store.storage) == 1)
         // As after a crash between writing the log and emptying the outbox: the same row is there again.
         try await pool.write { db in
             try db.execute(sql: #"INSERT INTO "\#(DataStore.auditOutbox)" SELECT * FROM kept"#)
         }
-        #expect(try await test.server.audit.collect(from: pool) == 1)
+        #expect(try await test.server.audit.collect(from: test.server.data.store.storage) == 1)
         let moved = try await test.server.audit.entries(limit: 1_000).filter { $0.action == "moved-once" }
         #expect(moved.count == 1)
         #expect(moved.first?.actor == "alice")
@@ -81,7 +81,7 @@ import Testing
         let outbox = test.server.data.outbox
         let staged = try await pool.write { db in
             var entries = [Self.entry("change-1"), Self.entry("change-1b")]
-            try outbox.stage(&entries, in: db)
+            try outbox.stage(&entries, in: GRDBConnection(db: db))
             return entries
         }
         #expect(staged.allSatisfy { $0.outboxKey != nil })
@@ -90,7 +90,7 @@ import Testing
         #expect(try await outboxCount(test.server) == 2)
         try await pool.write { db in
             var entries = [Self.entry("change-2")]
-            try outbox.stage(&entries, in: db)
+            try outbox.stage(&entries, in: GRDBConnection(db: db))
         }
         // …which deletes them and stages its own.
         #expect(try await outboxCount(test.server) == 1)

@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 
 /// One audit record: who did what, to what, when and from where. Never a secret.
 public struct AuditEntry: Sendable, Hashable, Codable {
@@ -70,7 +69,7 @@ public struct AuditLog: Sendable {
     /// - Returns: how many entries were moved.
     /// - Throws: the database error, if a read or write fails (the entries stay in the outbox).
     @discardableResult
-    func collect(from data: DatabasePool) async throws -> Int {
+    func collect(from data: any ServerStorage) async throws -> Int {
         let pending = try await data.read { db in try AuditOutbox.pending(in: db) }
         guard !pending.isEmpty else { return 0 }
         try await database.storage.write { db in try Self.insert(pending, in: db) }

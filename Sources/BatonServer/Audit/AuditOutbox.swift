@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import Synchronization
 
 /// The audit entries of data changes, written in each change's own transaction into the data database
@@ -19,26 +18,20 @@ final class AuditOutbox: Sendable {
 
     /// Gives each entry its outbox key and writes it, inside the change's transaction; first deletes the
     /// entries the log has recorded since the last change.
-    func stage(_ entries: inout [AuditEntry], in db: Database) throws {
+    func stage(_ entries: inout [AuditEntry], in db: any SQLConnection) throws {
         let recorded = recordedKeys.withLock { keys in
             defer { keys.removeAll(keepingCapacity: true) }
             return keys
         }
         try Self.delete(recorded, in: db)
         guard !entries.isEmpty else { return }
-        let insert = try db.cachedStatement(
-            sql:
-                "INSERT INTO \(Self.table) (key, at, actor, action, subject, address, detail) VALUES (?, ?, ?, ?, ?, ?, ?)"
-        )
         for index in entries.indices {
             let key = prefix + ":" + String(counter.add(1, ordering: .relaxed).newValue)
             entries[index].outboxKey = key
             let entry = entries[index]
-            try insert.execute(
-                arguments: [
-                    key, entry.at.timeIntervalSince1970, entry.actor, entry.action, entry.subject, entry.address,
-                    entry.detail,
-                ])
+            try db.execute(
+                "INSERT INTO \(Self.table) (key, at, actor, action, subject, address, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                key, entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail)
         }
     }
 
@@ -48,22 +41,19 @@ final class AuditOutbox: Sendable {
     }
 
     /// Every entry in the outbox, oldest first, with its key.
-    static func pending(in db: Database) throws -> [AuditEntry] {
-        try Row.fetchAll(
-            db, sql: "SELECT key, at, actor, action, subject, address, detail FROM \(table) ORDER BY rowid"
-        ).map { row in
+    static func pending(in db: any SQLConnection) throws -> [AuditEntry] {
+        try db.fetchAll("SELECT key, at, actor, action, subject, address, detail FROM \(table) ORDER BY rowid").map {
+            row in
             var entry = AuditEntry(
-                at: row["at"], actor: row["actor"], action: row["action"], subject: row["subject"],
-                address: row["address"], detail: row["detail"])
-            entry.outboxKey = row["key"]
+                at: row["at"].date ?? .distantPast, actor: row["actor"].text, action: row["action"].text ?? "",
+                subject: row["subject"].text, address: row["address"].text, detail: row["detail"].text)
+            entry.outboxKey = row["key"].text
             return entry
         }
     }
 
     /// Deletes entries by key.
-    static func delete(_ keys: [String], in db: Database) throws {
-        guard !keys.isEmpty else { return }
-        let statement = try db.cachedStatement(sql: "DELETE FROM \(table) WHERE key = ?")
-        for key in keys { try statement.execute(arguments: [key]) }
+    static func delete(_ keys: [String], in db: any SQLConnection) throws {
+        for key in keys { try db.execute("DELETE FROM \(table) WHERE key = ?", key) }
     }
 }

@@ -1,7 +1,6 @@
 import BatonOData
 import BatonSQL
 import Foundation
-import GRDB
 import HTTPTypes
 import Synchronization
 
@@ -60,7 +59,7 @@ extension DataService {
             let known = locations
             let members = unit
             do {
-                let outcome = try await store.pool.write { db in
+                let outcome = try await store.storage.write { db in
                     var results: [(BatchRequest, DataResponse)] = []
                     var entries: [AuditEntry] = []
                     var unitLocations = known
@@ -116,7 +115,7 @@ extension DataService {
         _ requests: [BatchRequest], locations: [String: String], failed: Set<String>, context: Context
     ) async -> (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>) {
         do {
-            return try await store.pool.write { db in
+            return try await store.storage.write { db in
                 var responses: [BatchResponse] = []
                 var audit: [AuditEntry] = []
                 var locations = locations
@@ -132,7 +131,7 @@ extension DataService {
                     var entries: [AuditEntry] = []
                     try db.inSavepoint {
                         response = run(request, locations: locations, in: db, context: context, audit: &entries)
-                        return response.status >= 400 ? .rollback : .commit
+                        return response.status < 400
                     }
                     if response.status >= 400 {
                         failed.insert(request.id)
@@ -159,7 +158,7 @@ extension DataService {
 
     /// Runs one request of a batch inside the caller's transaction; errors become error responses.
     func run(
-        _ request: BatchRequest, locations: [String: String], in db: Database, context: Context,
+        _ request: BatchRequest, locations: [String: String], in db: any SQLConnection, context: Context,
         audit: inout [AuditEntry]
     )
         -> DataResponse

@@ -1,7 +1,6 @@
 import BatonOData
 import Crypto
 import Foundation
-import GRDB
 
 extension DataService {
     /// What the server knows about the authors named in a request, fetched before the data transaction.
@@ -136,13 +135,11 @@ extension DataService {
     /// its earlier changes created. A version made anywhere else is one the author never saw.
     ///
     /// - Throws: ``ServerError`` 403 `IfMatchNotSigned` otherwise.
-    func checkSignedPrecondition(_ request: DataRequest, attribution: Attribution, in db: Database) throws {
+    func checkSignedPrecondition(_ request: DataRequest, attribution: Attribution, in db: any SQLConnection) throws {
         guard let signed = attribution.signed, request.method != "POST" else { return }
         let sent = request.header("If-Match") ?? ""
         if sent == signed.ifMatch || signed.ifMatch == "*" { return }
-        if try Bool.fetchOne(
-            db.cachedStatement(sql: #"SELECT 1 FROM "$repeatability" WHERE device = ? AND etag = ?"#),
-            arguments: [signed.device, sent]) == true
+        if try db.fetchOne(#"SELECT 1 FROM "$repeatability" WHERE device = ? AND etag = ?"#, signed.device, sent) != nil
         {
             return
         }

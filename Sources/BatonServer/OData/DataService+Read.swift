@@ -1,10 +1,10 @@
 import BatonOData
 import BatonSQL
 import Foundation
-import GRDB
 
 extension DataService {
-    func read(_ url: ODataURL, request: DataRequest, in db: Database, context: Context) throws -> DataResponse {
+    func read(_ url: ODataURL, request: DataRequest, in db: any SQLConnection, context: Context) throws -> DataResponse
+    {
         switch url.path {
         case .serviceDocument: return serviceDocument(context)
         case .metadata: return metadata(url, request: request)
@@ -43,7 +43,7 @@ extension DataService {
                     status: 200, headers: [("ETag", ETag(String(sequence)).headerValue)], body: .rawJSON(body))
             }
             let rows = try fetchRows(target, options: url.query.withoutPaging, in: db)
-            guard let entity = try Self.entities(from: rows, type: target.type).first else {
+            guard let entity = try Self.entities(from: rows, type: target.type, dialect: db.dialect).first else {
                 throw ServerError.notFound("No entity at '\(url.pathText(of: request.url))'.")
             }
             return try single(entity, target: target, url: url, in: db, context: context)
@@ -76,7 +76,8 @@ extension DataService {
         return DataResponse(status: 200, body: .text(model.csdlXML, contentType: "application/xml"))
     }
 
-    func single(_ entity: StoredEntity, target: Target, url: ODataURL, in db: Database, context: Context) throws
+    func single(_ entity: StoredEntity, target: Target, url: ODataURL, in db: any SQLConnection, context: Context)
+        throws
         -> DataResponse
     {
         let headers = [("ETag", entity.etag.headerValue)]
@@ -126,7 +127,7 @@ extension DataService {
     /// request cannot make an answer that grows with the square of the data.
     func entityJSON(
         _ entity: StoredEntity, target: Target, options: QueryOptions, depth: Int, expanded: inout Int,
-        in db: Database
+        in db: any SQLConnection
     ) throws -> JSONValue {
         // Key properties are always written, so clients can identify entities whatever they select.
         let select = options.select.map { selected in selected + target.type.key.filter { !selected.contains($0) } }
@@ -174,7 +175,7 @@ extension DataService {
     }
 
     func collection(
-        _ target: Target, url: ODataURL, request: DataRequest, preferences: Preferences, in db: Database,
+        _ target: Target, url: ODataURL, request: DataRequest, preferences: Preferences, in db: any SQLConnection,
         context: Context
     ) throws -> DataResponse {
         let size = pageSize(preferences)
@@ -257,7 +258,7 @@ extension DataService {
 
     // MARK: Delta
 
-    func delta(_ url: ODataURL, request: DataRequest, target: Target, in db: Database, context: Context) throws
+    func delta(_ url: ODataURL, request: DataRequest, target: Target, in db: any SQLConnection, context: Context) throws
         -> DataResponse
     {
         guard !target.single, let tokenText = url.query.deltaToken, let from = Int64(tokenText), from >= 0 else {
@@ -311,13 +312,14 @@ extension DataService {
                             entitySet: target.set.name, reason: "changed"))
                 }
             }
-            let tombstones = try Row.fetchAll(
-                db, sql: #"SELECT keyJSON FROM "$removed" WHERE entitySet = ? AND seq > ? AND seq <= ? ORDER BY seq"#,
-                arguments: [target.set.name, from, through])
+            let tombstones = try db.fetchAll(
+                #"SELECT keyJSON FROM "$removed" WHERE entitySet = ? AND seq > ? AND seq <= ? ORDER BY seq"#,
+                target.set.name, from, through)
             for row in tombstones {
                 values.append(
                     ODataPayload.removed(
-                        id: row["keyJSON"], format: format, contextBase: contextBase, entitySet: target.set.name))
+                        id: row["keyJSON"].text ?? "", format: format, contextBase: contextBase,
+                        entitySet: target.set.name))
             }
         }
         var nextLink: String?
@@ -340,7 +342,7 @@ extension DataService {
         return DataResponse(status: 200, body: .json(payload))
     }
 
-    func fetchRange(_ target: Target, options: QueryOptions, range: ColumnRange, in db: Database) throws
+    func fetchRange(_ target: Target, options: QueryOptions, range: ColumnRange, in db: any SQLConnection) throws
         -> [StoredEntity]
     {
         var options = options
@@ -348,8 +350,7 @@ extension DataService {
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range)
         return try Self.entities(
-            from: Row.fetchAll(db.cachedStatement(sql: query.sql), arguments: query.statementArguments),
-            type: target.type)
+            from: db.fetchAll(query.sql, query.arguments), type: target.type, dialect: db.dialect)
     }
 
     func keyURL(_ entity: StoredEntity, target: Target) -> String {

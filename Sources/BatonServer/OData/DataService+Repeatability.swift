@@ -1,7 +1,6 @@
 import BatonOData
 import Crypto
 import Foundation
-import GRDB
 import HTTPTypes
 
 extension DataService {
@@ -20,7 +19,7 @@ extension DataService {
     /// 412. After the retention window the stored answer is dropped but the id, the request's fingerprint and
     /// the ETag it produced are kept for ever: a replay, however late, is never applied again.
     func changeRepeatably(
-        _ url: ODataURL, request: DataRequest, in db: Database, context: Context, audit: inout [AuditEntry]
+        _ url: ODataURL, request: DataRequest, in db: any SQLConnection, context: Context, audit: inout [AuditEntry]
     )
         throws -> DataResponse
     {
@@ -49,11 +48,11 @@ extension DataService {
         }
         let scope = attribution.device.map { "\(attribution.author)\n\($0)" } ?? context.user
         let fingerprint = Self.fingerprint(request)
-        if let row = try Row.fetchOne(
-            db.cachedStatement(sql: #"SELECT * FROM "$repeatability" WHERE scope = ? AND requestID = ?"#),
-            arguments: [scope, repeatability.requestID])
+        if let row = try db.fetchOne(
+            #"SELECT fingerprint, status, etag, headers, body FROM "$repeatability" WHERE scope = ? AND requestID = ?"#,
+            scope, repeatability.requestID)
         {
-            guard row["fingerprint"] as String == fingerprint else {
+            guard row["fingerprint"].text == fingerprint else {
                 var error = ServerError(
                     .conflict, "RepeatabilityConflict",
                     "Repeatability-Request-ID '\(repeatability.requestID.prefix(64))' was already used for a different request; use a new id for a new request."
@@ -75,21 +74,16 @@ extension DataService {
             case .text(let text, _): text
             }
         let etag = response.headers.first { $0.0 == "ETag" }?.1
-        try db.cachedStatement(
-            sql: #"""
-                INSERT INTO "$repeatability" (scope, requestID, device, fingerprint, status, etag, headers, body, createdAt)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """#
-        ).execute(
-            arguments: [
-                scope, repeatability.requestID, attribution.device, fingerprint, response.status, etag,
-                headers, body, now.timeIntervalSince1970,
-            ])
+        try db.execute(
+            #"""
+            INSERT INTO "$repeatability" (scope, requestID, device, fingerprint, status, etag, headers, body, createdAt)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """#, scope, repeatability.requestID, attribution.device, fingerprint, response.status, etag, headers,
+            body, now)
         // Past the retention window only the answer goes; the record that the request was applied stays.
-        try db.cachedStatement(
-            sql: #"UPDATE "$repeatability" SET headers = NULL, body = NULL WHERE createdAt < ? AND headers IS NOT NULL"#
-        ).execute(
-            arguments: [now.addingTimeInterval(-configuration.repeatabilityRetention).timeIntervalSince1970])
+        try db.execute(
+            #"UPDATE "$repeatability" SET headers = NULL, body = NULL WHERE createdAt < ? AND headers IS NOT NULL"#,
+            now.addingTimeInterval(-configuration.repeatabilityRetention))
         return response
     }
 
@@ -104,15 +98,15 @@ extension DataService {
         return hasher.finalize().lowercaseHex
     }
 
-    static func storedResponse(_ row: Row) -> DataResponse {
-        guard row["headers"] as String? != nil else {
+    static func storedResponse(_ row: SQLRow) -> DataResponse {
+        guard row["headers"].text != nil else {
             // Applied longer ago than the retention window: only the fact and the ETag are left.
             var headers = [("Repeatability-Result", Repeatability.Result.accepted.rawValue)]
-            if let etag = row["etag"] as String? { headers.append(("ETag", etag)) }
+            if let etag = row["etag"].text { headers.append(("ETag", etag)) }
             return DataResponse(status: 204, headers: headers)
         }
         var headers: [(String, String)] = []
-        if let text = row["headers"] as String?, case .array(let pairs)? = try? JSONValue(parsing: text) {
+        if let text = row["headers"].text, case .array(let pairs)? = try? JSONValue(parsing: text) {
             for pair in pairs {
                 if case .array(let items) = pair, items.count == 2, let name = items[0].stringValue,
                     let value = items[1].stringValue
@@ -122,10 +116,10 @@ extension DataService {
             }
         }
         var body: DataResponse.Body = .none
-        if let text = row["body"] as String? {
+        if let text = row["body"].text {
             body = (try? JSONValue(parsing: text)).map(DataResponse.Body.json) ?? .text(text, contentType: "text/plain")
         }
-        return DataResponse(status: row["status"], headers: headers, body: body)
+        return DataResponse(status: Int(row["status"].integer ?? 500), headers: headers, body: body)
     }
 }
 

@@ -1,7 +1,6 @@
 import BatonOData
 import BatonSQL
 import Foundation
-import GRDB
 
 extension DataService {
     /// Who a change counts as: its author (`CheckedBy`) and who uploaded it (`UploadedBy`).
@@ -25,7 +24,9 @@ extension DataService {
     }
 
     /// Applies a change; with repeatability headers, at most once (see ``changeRepeatably``).
-    func change(_ url: ODataURL, request: DataRequest, in db: Database, context: Context, audit: inout [AuditEntry])
+    func change(
+        _ url: ODataURL, request: DataRequest, in db: any SQLConnection, context: Context, audit: inout [AuditEntry]
+    )
         throws -> DataResponse
     {
         try changeRepeatably(url, request: request, in: db, context: context, audit: &audit)
@@ -35,7 +36,7 @@ extension DataService {
     /// ``DataServiceConfiguration/groundStaffWritableSets``. For a change uploaded on someone's behalf it is the
     /// author's role that counts, not the uploader's.
     func authorizedTarget(
-        _ url: ODataURL, request: DataRequest, attribution: Attribution, context: Context, in db: Database
+        _ url: ODataURL, request: DataRequest, attribution: Attribution, context: Context, in db: any SQLConnection
     ) throws -> Target {
         guard case .resource = url.path else {
             throw ServerError(
@@ -56,7 +57,7 @@ extension DataService {
     }
 
     func apply(
-        _ target: Target, request: DataRequest, attribution: Attribution, in db: Database, context: Context,
+        _ target: Target, request: DataRequest, attribution: Attribution, in db: any SQLConnection, context: Context,
         audit: inout [AuditEntry]
     ) throws -> DataResponse {
         let preferences = try preferences(request)
@@ -123,7 +124,8 @@ extension DataService {
     }
 
     func create(
-        _ target: Target, request: DataRequest, attribution: Attribution, preferences: Preferences, in db: Database,
+        _ target: Target, request: DataRequest, attribution: Attribution, preferences: Preferences,
+        in db: any SQLConnection,
         context: Context,
         audit: inout [AuditEntry]
     ) throws -> DataResponse {
@@ -133,8 +135,8 @@ extension DataService {
         let insert = try translator.insert(
             into: target.set.name, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
         do {
-            try db.cachedStatement(sql: insert.sql).execute(arguments: insert.statementArguments)
-        } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_PRIMARYKEY {
+            try db.execute(insert.sql, insert.arguments)
+        } catch let error as StorageError where error.kind == .uniqueViolation {
             throw ServerError.conflict("An entity of \(target.set.name) with this key already exists.")
         }
         let key = target.type.key.map { KeyValue(name: $0, value: values[$0] ?? .null) }
@@ -160,7 +162,7 @@ extension DataService {
 
     /// Checks `If-Match` against the stored entity: 428 without it, 412 when it does not match, 404 when the
     /// entity does not exist.
-    func precondition(_ target: Target, request: DataRequest, in db: Database) throws -> StoredEntity {
+    func precondition(_ target: Target, request: DataRequest, in db: any SQLConnection) throws -> StoredEntity {
         guard let header = request.header("If-Match") else {
             throw ServerError(
                 .preconditionRequired, "PreconditionRequired",
@@ -182,7 +184,7 @@ extension DataService {
 
     func update(
         _ target: Target, request: DataRequest, replace: Bool, attribution: Attribution, preferences: Preferences,
-        in db: Database,
+        in db: any SQLConnection,
         context: Context, audit: inout [AuditEntry]
     ) throws -> DataResponse {
         try checkSignedPrecondition(request, attribution: attribution, in: db)
@@ -207,8 +209,8 @@ extension DataService {
         let update = try translator.update(
             target.set.name, key: key, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
         do {
-            try db.cachedStatement(sql: update.sql).execute(arguments: update.statementArguments)
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_CONSTRAINT {
+            try db.execute(update.sql, update.arguments)
+        } catch let error as StorageError where error.kind == .constraintViolation || error.kind == .uniqueViolation {
             throw ServerError.badRequest("The change leaves a required property empty.")
         }
         // The representation is read back (as stored); a minimal answer needs only the new ETag (the sequence).
@@ -229,7 +231,7 @@ extension DataService {
     }
 
     func delete(
-        _ target: Target, request: DataRequest, attribution: Attribution, in db: Database, context: Context,
+        _ target: Target, request: DataRequest, attribution: Attribution, in db: any SQLConnection, context: Context,
         audit: inout [AuditEntry]
     ) throws -> DataResponse {
         try checkSignedPrecondition(request, attribution: attribution, in: db)
@@ -237,12 +239,12 @@ extension DataService {
         try checkOwnership(target, current: current, attribution: attribution)
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
         let delete = try translator.delete(from: target.set.name, key: key)
-        try db.cachedStatement(sql: delete.sql).execute(arguments: delete.statementArguments)
+        try db.execute(delete.sql, delete.arguments)
         let sequence = try DataStore.nextSequence(db)
         let canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: key)
         try db.execute(
-            sql: #"INSERT INTO "$removed" (seq, entitySet, keyJSON, removedAt) VALUES (?, ?, ?, ?)"#,
-            arguments: [sequence, target.set.name, canonical, clock.now().timeIntervalSince1970])
+            #"INSERT INTO "$removed" (seq, entitySet, keyJSON, removedAt) VALUES (?, ?, ?, ?)"#, sequence,
+            target.set.name, canonical, clock.now())
         try DataStore.purgeTombstones(db, before: clock.now().addingTimeInterval(-configuration.deltaRetention))
         audit.append(auditEntry("entity-deleted", canonical, attribution: attribution, context: context))
         return DataResponse(status: 204)

@@ -1,7 +1,6 @@
 import BatonOData
 import BatonSQL
 import Foundation
-import GRDB
 
 /// The OData v4.01 data service: executes ``DataRequest``s against the ``DataStore``. Transport-independent,
 /// so `$batch` runs the same code for each of its requests, inside one transaction per atomicity group.
@@ -50,14 +49,16 @@ struct DataService: Sendable {
         do {
             let url = try parse(request.url)
             if request.method == "GET" {
-                let body = { (db: Database) in try read(url, request: request, in: db, context: context) }
+                let body = { @Sendable (db: any SQLConnection) in
+                    try read(url, request: request, in: db, context: context)
+                }
                 // An entity by key is one SELECT: atomic on its own, without a transaction around it.
                 let response =
                     Self.isSingleStatementRead(url)
-                    ? try store.readers.readStatement(body) : try store.readers.read(body)
+                    ? try await store.storage.readStatement(body) : try await store.storage.read(body)
                 return (response, [])
             }
-            return try await store.pool.write { db in
+            return try await store.storage.write { db in
                 var audit: [AuditEntry] = []
                 let response = try change(url, request: request, in: db, context: context, audit: &audit)
                 try outbox.stage(&audit, in: db)
@@ -104,7 +105,7 @@ struct DataService: Sendable {
         var canonical: String?
     }
 
-    func resolve(_ url: ODataURL, in db: Database) throws -> Target {
+    func resolve(_ url: ODataURL, in db: any SQLConnection) throws -> Target {
         guard case .resource(let segments) = url.path, case .entitySet(let name)? = segments.first,
             let set = model.entitySet(named: name), let type = model.entityType(of: set)
         else { throw ServerError.notFound("No resource at that path.") }
@@ -174,17 +175,17 @@ struct DataService: Sendable {
         var etag: ETag { ETag(String(sequence)) }
     }
 
-    func fetch(_ target: Target, options: QueryOptions, in db: Database) throws -> [StoredEntity] {
-        try Self.entities(from: fetchRows(target, options: options, in: db), type: target.type)
+    func fetch(_ target: Target, options: QueryOptions, in db: any SQLConnection) throws -> [StoredEntity] {
+        try Self.entities(from: fetchRows(target, options: options, in: db), type: target.type, dialect: db.dialect)
     }
 
     /// The rows a read selects (model properties, then `$seq`), with the target's conditions applied.
-    func fetchRows(_ target: Target, options: QueryOptions, in db: Database) throws -> [Row] {
+    func fetchRows(_ target: Target, options: QueryOptions, in db: any SQLConnection) throws -> [SQLRow] {
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
-        return try Row.fetchAll(db.cachedStatement(sql: query.sql), arguments: query.statementArguments)
+        return try db.fetchAll(query.sql, query.arguments)
     }
 
     /// Runs a read's `select` and writes up to `limit` entities, comma-separated, straight from SQLite's buffers
@@ -192,26 +193,27 @@ struct DataService: Sendable {
     ///
     /// - Returns: how many entities were written, whether more rows followed, and the last entity's sequence.
     func writeEntities(
-        _ target: Target, options: QueryOptions, limit: Int, in db: Database, to out: inout [UInt8]
+        _ target: Target, options: QueryOptions, limit: Int, in db: any SQLConnection, to out: inout [UInt8]
     ) throws -> (count: Int, more: Bool, sequence: Int64?) {
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
-        let statement = try db.cachedStatement(sql: query.sql)
-        let writer = writers.writer(for: query.sql) {
-            RowJSONWriter(names: statement.columnNames, type: target.type)
-        }
+        var writer: RowJSONWriter?
         var count = 0
         var more = false
         var sequence: Int64?
-        try statement.forEachRow(arguments: query.statementArguments) { row in
+        try db.forEachRow(query.sql, query.arguments) { row in
             guard count < limit else {
                 more = true
                 return false
             }
             if count > 0 { out.append(UInt8(ascii: ",")) }
-            sequence = try writer.write(row, to: &out)
+            let rowWriter =
+                writer
+                ?? writers.writer(for: query.sql) { RowJSONWriter(names: row.columnNames, type: target.type) }
+            writer = rowWriter
+            sequence = try rowWriter.write(row, dialect: db.dialect, to: &out)
             count += 1
             return true
         }
@@ -220,9 +222,11 @@ struct DataService: Sendable {
 
     /// Decodes rows of a `select` whose last column is `$seq`, reading columns by position (looking columns up
     /// by name costs more than decoding them).
-    static func entities(from rows: [Row], type: EntityType) throws -> [StoredEntity] {
+    static func entities(from rows: [SQLRow], type: EntityType, dialect: SQLDialect = .sqlite) throws
+        -> [StoredEntity]
+    {
         guard let first = rows.first else { return [] }
-        let names = Array(first.columnNames)
+        let names = first.columns
         let columns: [(Int, Property)] = names.enumerated().compactMap { index, name in
             type.property(named: name).map { (index, $0) }
         }
@@ -231,20 +235,18 @@ struct DataService: Sendable {
             var values: [String: PrimitiveValue] = [:]
             values.reserveCapacity(columns.count)
             for (index, property) in columns {
-                let stored: DatabaseValue = row[index]
-                values[property.name] = try SQLDialect.sqlite.decode(
-                    SQLValue(stored), as: property.type, column: property.name)
+                values[property.name] = try dialect.decode(row[index], as: property.type, column: property.name)
             }
-            return StoredEntity(values: values, sequence: row[sequenceIndex])
+            return StoredEntity(values: values, sequence: row[sequenceIndex].integer ?? 0)
         }
     }
 
-    func count(_ target: Target, options: QueryOptions, in db: Database) throws -> Int {
+    func count(_ target: Target, options: QueryOptions, in db: any SQLConnection) throws -> Int {
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         options.top = nil
         options.skip = nil
         let query = try translator.count(from: target.set.name, options: options)
-        return try Int.fetchOne(db.cachedStatement(sql: query.sql), arguments: query.statementArguments) ?? 0
+        return Int(try db.fetchAll(query.sql, query.arguments).first?[0].integer ?? 0)
     }
 }

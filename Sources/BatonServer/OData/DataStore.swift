@@ -10,10 +10,12 @@ import GRDB
 /// the entity's ETag and what delta links compare against. Deleted entities leave a tombstone in `$removed`
 /// with the sequence value of the deletion.
 struct DataStore: Sendable {
-    let pool: DatabasePool
-    /// This process's connections for the reads done in place.
-    let readers: InlineReaders
+    /// The data database (reads in place: short, bounded by the page size).
+    let storage: SQLiteStorage
     let model: ServiceModel
+
+    /// The GRDB pool (migrations, tests).
+    var pool: DatabasePool { storage.pool }
 
     static let sequenceColumn = "$seq"
     /// Audit entries of committed changes not yet in the audit log (server.sqlite): written in the change's own
@@ -23,12 +25,9 @@ struct DataStore: Sendable {
     init(directory: DataDirectory, model: ServiceModel) throws(ServerSetupError) {
         self.model = model
         do {
-            var configuration = Configuration()
-            configuration.busyMode = .timeout(5)
-            pool = try DatabasePool(
-                path: directory.url.appendingPathComponent("data.sqlite").path, configuration: configuration)
-            try pool.write { db in try Self.migrate(db, model: model) }
-            readers = InlineReaders(pool: pool)
+            storage = try SQLiteStorage(
+                path: directory.url.appendingPathComponent("data.sqlite").path, readsInPlace: true)
+            try storage.pool.write { db in try Self.migrate(db, model: model) }
         } catch let error as ServerSetupError {
             throw error
         } catch {
@@ -38,8 +37,7 @@ struct DataStore: Sendable {
 
     /// Closes every connection to the data database.
     func close() {
-        readers.close()
-        try? pool.close()
+        storage.close()
     }
 
     /// Creates missing tables and adds columns for properties new to the model.
@@ -117,25 +115,23 @@ struct DataStore: Sendable {
     }
 
     /// Takes the next value of the service-wide sequence, inside the caller's write transaction.
-    static func nextSequence(_ db: Database) throws -> Int64 {
-        try db.cachedStatement(sql: #"UPDATE "$sequence" SET value = value + 1 WHERE id = 1"#).execute()
-        return try Int64.fetchOne(db.cachedStatement(sql: #"SELECT value FROM "$sequence" WHERE id = 1"#)) ?? 0
+    static func nextSequence(_ db: any SQLConnection) throws -> Int64 {
+        try db.fetchOne(#"UPDATE "$sequence" SET value = value + 1 WHERE id = 1 RETURNING value"#)?[0].integer ?? 0
     }
 
     /// The current sequence value and the oldest delta token still answerable.
-    static func sequenceState(_ db: Database) throws -> (value: Int64, horizon: Int64) {
-        let row = try Row.fetchOne(db, sql: #"SELECT value, horizon FROM "$sequence" WHERE id = 1"#)
-        return (row?["value"] ?? 0, row?["horizon"] ?? 0)
+    static func sequenceState(_ db: any SQLConnection) throws -> (value: Int64, horizon: Int64) {
+        let row = try db.fetchOne(#"SELECT value, horizon FROM "$sequence" WHERE id = 1"#)
+        return (row?["value"].integer ?? 0, row?["horizon"].integer ?? 0)
     }
 
     /// Forgets tombstones older than `cutoff`; delta tokens from before them become unanswerable (410).
-    static func purgeTombstones(_ db: Database, before cutoff: Date) throws {
-        guard
-            let newest = try Int64.fetchOne(
-                db, sql: #"SELECT max(seq) FROM "$removed" WHERE removedAt < ?"#,
-                arguments: [cutoff.timeIntervalSince1970])
+    static func purgeTombstones(_ db: any SQLConnection, before cutoff: Date) throws {
+        guard let newest = try db.fetchOne(#"SELECT max(seq) FROM "$removed" WHERE removedAt < ?"#, cutoff)?[0].integer
         else { return }
-        try db.execute(sql: #"DELETE FROM "$removed" WHERE seq <= ?"#, arguments: [newest])
-        try db.execute(sql: #"UPDATE "$sequence" SET horizon = max(horizon, ?) WHERE id = 1"#, arguments: [newest])
+        try db.execute(#"DELETE FROM "$removed" WHERE seq <= ?"#, newest)
+        try db.execute(
+            #"UPDATE "$sequence" SET horizon = CASE WHEN horizon > ? THEN horizon ELSE ? END WHERE id = 1"#, newest,
+            newest)
     }
 }

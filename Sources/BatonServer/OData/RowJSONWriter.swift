@@ -71,6 +71,24 @@ struct RowJSONWriter: Sendable {
     private static let etagClose = Array(#"\"""#.utf8)
     private static let null = Array("null".utf8)
 
+    /// Writes the row a cursor is on, and returns its sequence (the entity's ETag): from SQLite's buffers when the
+    /// cursor is SQLite's, else each value decoded in `dialect` and formatted.
+    @discardableResult
+    func write(_ row: any SQLCursor, dialect: SQLDialect, to out: inout [UInt8]) throws -> Int64 {
+        if let cursor = row as? GRDBCursor { return try write(cursor.statement, to: &out) }
+        let sequence = row.value(at: Int(sequenceIndex)).integer ?? 0
+        out.append(contentsOf: Self.etagOpen)
+        out.append(contentsOf: String(sequence).utf8)
+        out.append(contentsOf: Self.etagClose)
+        for (position, column) in columns.enumerated() {
+            out.append(contentsOf: keys[column.key])
+            let decoded = try dialect.decode(row.value(at: Int(column.index)), as: column.type, column: names[position])
+            out.append(contentsOf: decoded.json(as: column.type).serializedBytes)
+        }
+        out.append(UInt8(ascii: "}"))
+        return sequence
+    }
+
     /// Writes the row `statement` is on, and returns its sequence (the entity's ETag).
     @discardableResult
     func write(_ statement: SQLiteStatement, to out: inout [UInt8]) throws -> Int64 {

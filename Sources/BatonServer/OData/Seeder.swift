@@ -1,7 +1,6 @@
 import BatonOData
 import BatonSQL
 import Foundation
-import GRDB
 
 /// Fills the aircraft-checks model with realistic demo or benchmark data: stations, tail numbers, flights,
 /// plausible fuel, tyre-pressure and oil values. Deterministic for a given seed.
@@ -49,7 +48,7 @@ struct Seeder {
         }
         let chosen = planes
         let start = random
-        try await store.pool.write { db in
+        try await store.storage.write { db in
             var random = start
             let planes = chosen
             for (index, plane) in planes.enumerated() {
@@ -62,7 +61,7 @@ struct Seeder {
                         "Station": .string(station),
                         "Status": .string(index % 17 == 0 ? "maintenance" : "ready"), "ChangedAt": changedAt,
                     ], systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
-                try db.execute(sql: insert.sql, arguments: insert.statementArguments)
+                try db.execute(insert.sql, insert.arguments)
                 let departure = ODataDateTimeOffset(
                     now.addingTimeInterval(Double(Int.random(in: 1...48, using: &random)) * 1800).roundedToMinute)
                 let flight = try translator.insert(
@@ -73,7 +72,7 @@ struct Seeder {
                         "Gate": .string("\(["A", "B", "C", "G", "H"][index % 5])\(index % 60 + 1)"),
                         "ChangedAt": changedAt,
                     ], systemValues: [(DataStore.sequenceColumn, .integer(try DataStore.nextSequence(db)))])
-                try db.execute(sql: flight.sql, arguments: flight.statementArguments)
+                try db.execute(flight.sql, flight.arguments)
             }
             guard !planes.isEmpty else { return }
             for n in 0..<checks {
@@ -112,7 +111,7 @@ struct Seeder {
                         "Status": .string(n % 9 == 0 ? "draft" : "final"),
                         "CheckedBy": .string("seed"), "UploadedBy": .string("seed"), "ChangedAt": changedAt,
                     ], systemValues: [(DataStore.sequenceColumn, .integer(try DataStore.nextSequence(db)))])
-                try db.execute(sql: insert.sql, arguments: insert.statementArguments)
+                try db.execute(insert.sql, insert.arguments)
             }
         }
         return (planes.count, planes.count, planes.isEmpty ? 0 : checks)

@@ -180,6 +180,31 @@ struct PostgresSQLConnection: SQLConnection {
         return try result.rows.map { row in SQLRow(columns: columns, values: try row.map(Self.value)) }
     }
 
+    func forEachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws {
+        for row in try fetchAll(sql, arguments) {
+            guard try body(ValuesCursor(row: row)) else { return }
+        }
+    }
+
+    func inSavepoint(_ body: () throws -> Bool) throws {
+        try execute("SAVEPOINT baton", [])
+        let keep: Bool
+        do {
+            keep = try body()
+        } catch {
+            try execute("ROLLBACK TO SAVEPOINT baton", [])
+            throw error
+        }
+        try execute(keep ? "RELEASE SAVEPOINT baton" : "ROLLBACK TO SAVEPOINT baton", [])
+    }
+
+    /// A row already read, as a cursor.
+    struct ValuesCursor: SQLCursor {
+        let row: SQLRow
+        var columnNames: [String] { row.columns }
+        func value(at index: Int) -> SQLValue { row.values[index] }
+    }
+
     private func run(_ sql: String, _ arguments: [SQLValue]) throws -> PostgresQueryResult {
         var binds = PostgresBindings(capacity: arguments.count)
         for argument in arguments {
@@ -246,6 +271,7 @@ extension StorageError {
         let kind: Kind =
             switch state {
             case "23505": .uniqueViolation
+            case "23502", "23514": .constraintViolation
             case "40001", "40P01": .conflict
             case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300": .unavailable
             default: .other

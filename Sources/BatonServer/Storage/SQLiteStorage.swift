@@ -10,52 +10,56 @@ public struct SQLiteStorage: ServerStorage {
     let pool: DatabasePool
     /// This process's connections for the reads done in place.
     let readers: InlineReaders
+    /// Whether ``read(_:)`` runs on the calling thread (the data service's reads, short and bounded by their
+    /// page size) rather than on GRDB's reader queue.
+    let readsInPlace: Bool
 
     public var dialect: SQLDialect { .sqlite }
 
     /// Opens (creating it if needed) a database file.
-    init(path: String) throws {
+    init(path: String, readsInPlace: Bool = false) throws {
         var configuration = Configuration()
         configuration.busyMode = .timeout(5)
         pool = try DatabasePool(path: path, configuration: configuration)
         readers = InlineReaders(pool: pool)
+        self.readsInPlace = readsInPlace
     }
 
     public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        do {
+        try await Self.translatingErrors {
+            if readsInPlace { return try readers.read { db in try body(GRDBConnection(db: db)) } }
             return try await pool.read { db in try body(GRDBConnection(db: db)) }
-        } catch let error as DatabaseError {
-            throw StorageError(sqlite: error)
         }
     }
 
     @discardableResult
     public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        do {
-            return try await pool.write { db in try body(GRDBConnection(db: db)) }
-        } catch let error as DatabaseError {
-            throw StorageError(sqlite: error)
-        }
+        try await Self.translatingErrors { try await pool.write { db in try body(GRDBConnection(db: db)) } }
     }
 
     public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
         -> T
     {
-        do {
-            return try readers.readStatement { db in try body(GRDBConnection(db: db)) }
-        } catch let error as DatabaseError {
-            throw StorageError(sqlite: error)
-        }
+        try await Self.translatingErrors { try readers.readStatement { db in try body(GRDBConnection(db: db)) } }
     }
 
     public func close() {
         readers.close()
         try? pool.close()
     }
+
+    /// Runs `body`, throwing GRDB's errors as ``StorageError``s.
+    static func translatingErrors<T>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as DatabaseError {
+            throw StorageError(sqlite: error)
+        }
+    }
 }
 
 /// A GRDB database access as an ``SQLConnection``. Statements are prepared once per connection and kept
-/// (GRDB's statement cache): the server's statements are constant text.
+/// (GRDB's statement cache): the server's statements are constant text, the data service's few per query shape.
 struct GRDBConnection: SQLConnection {
     let db: Database
 
@@ -63,23 +67,54 @@ struct GRDBConnection: SQLConnection {
 
     @discardableResult
     func execute(_ sql: String, _ arguments: [SQLValue]) throws -> Int {
-        try db.cachedStatement(sql: sql).execute(arguments: StatementArguments(arguments.map(\.databaseValue)))
+        do {
+            try db.cachedStatement(sql: sql).execute(arguments: StatementArguments(arguments.map(\.databaseValue)))
+        } catch let error as DatabaseError {
+            throw StorageError(sqlite: error)
+        }
         return db.changesCount
     }
 
     func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow] {
-        let statement = try db.cachedStatement(sql: sql)
-        let columns = statement.columnNames
         var rows: [SQLRow] = []
-        try statement.forEachRow(arguments: StatementArguments(arguments.map(\.databaseValue))) { row in
-            rows.append(
-                SQLRow(
-                    columns: columns,
-                    values: (0..<Int32(columns.count)).map { SQLValue(DatabaseValue(sqliteStatement: row, index: $0)) }
-                ))
+        var columns: [String] = []
+        try forEachRow(sql, arguments) { cursor in
+            if columns.isEmpty { columns = cursor.columnNames }
+            rows.append(SQLRow(columns: columns, values: (0..<columns.count).map(cursor.value(at:))))
             return true
         }
         return rows
+    }
+
+    func forEachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws {
+        do {
+            let statement = try db.cachedStatement(sql: sql)
+            let cursor = GRDBCursor(statement: statement.sqliteStatement, columnNames: statement.columnNames)
+            try statement.forEachRow(arguments: StatementArguments(arguments.map(\.databaseValue))) { _ in
+                try body(cursor)
+            }
+        } catch let error as DatabaseError {
+            throw StorageError(sqlite: error)
+        }
+    }
+
+    func inSavepoint(_ body: () throws -> Bool) throws {
+        do {
+            try db.inSavepoint { try body() ? .commit : .rollback }
+        } catch let error as DatabaseError {
+            throw StorageError(sqlite: error)
+        }
+    }
+}
+
+/// A SQLite statement on a row: the data service's JSON writer reads its columns straight from SQLite's
+/// buffers (``RowJSONWriter``).
+struct GRDBCursor: SQLCursor {
+    let statement: SQLiteStatement
+    let columnNames: [String]
+
+    func value(at index: Int) -> SQLValue {
+        SQLValue(DatabaseValue(sqliteStatement: statement, index: Int32(index)))
     }
 }
 
@@ -89,6 +124,8 @@ extension StorageError {
         let kind: Kind
         if [.SQLITE_CONSTRAINT_PRIMARYKEY, .SQLITE_CONSTRAINT_UNIQUE].contains(error.extendedResultCode) {
             kind = .uniqueViolation
+        } else if error.resultCode == .SQLITE_CONSTRAINT {
+            kind = .constraintViolation
         } else if [.SQLITE_BUSY, .SQLITE_LOCKED, .SQLITE_CANTOPEN, .SQLITE_IOERR, .SQLITE_FULL].contains(
             error.resultCode)
         {

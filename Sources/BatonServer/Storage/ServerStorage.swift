@@ -41,6 +41,21 @@ public protocol SQLConnection {
 
     /// Runs a query and returns its rows.
     func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow]
+
+    /// Runs a query and calls `body` with each row, until it returns `false` or the rows end. The cursor is
+    /// valid only inside `body` (the hot read paths write JSON straight from it).
+    func forEachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws
+
+    /// Runs `body` in a savepoint: kept when it returns `true`, rolled back when it returns `false` or throws.
+    func inSavepoint(_ body: () throws -> Bool) throws
+}
+
+/// The row a query is on, inside ``SQLConnection/forEachRow(_:_:_:)``.
+public protocol SQLCursor {
+    /// The query's column names.
+    var columnNames: [String] { get }
+    /// The value of a column.
+    func value(at index: Int) -> SQLValue
 }
 
 extension SQLConnection {
@@ -174,6 +189,8 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
     public enum Kind: Sendable, Equatable {
         /// A unique key or primary key already holds the value.
         case uniqueViolation
+        /// A `NOT NULL` or `CHECK` constraint refused the value.
+        case constraintViolation
         /// The engine cannot be reached or went away: a 503, and try again later.
         case unavailable
         /// The engine refused a transaction that conflicted with another; run it again.
