@@ -101,6 +101,7 @@ public struct BatonServer: Sendable {
         let directory = try DataDirectory(configuration.dataDirectory)
         let database: ServerDatabase
         let masterKey: SymmetricKey
+        var postgres: PostgresStorage?
         if let location = configuration.database {
             guard let file = configuration.masterKeyFile else {
                 throw ServerSetupError(
@@ -108,7 +109,9 @@ public struct BatonServer: Sendable {
                 )
             }
             masterKey = try DataDirectory.existingMasterKey(file)
-            database = try await ServerDatabase(postgres: try await PostgresStorage(location: location, logger: logger))
+            let storage = try await PostgresStorage(location: location, logger: logger)
+            database = try await ServerDatabase(postgres: storage)
+            postgres = storage
         } else {
             masterKey = try directory.masterKey(file: configuration.masterKeyFile)
             database = try ServerDatabase(directory)
@@ -136,7 +139,12 @@ public struct BatonServer: Sendable {
         } catch {
             throw ServerSetupError("The bundled model cannot be loaded: \(error)")
         }
-        let store = try DataStore(directory: directory, model: model)
+        let store =
+            if let postgres {
+                try await DataStore(postgres: postgres, model: model)
+            } else {
+                try DataStore(directory: directory, model: model)
+            }
         // Audit entries of changes committed just before a crash wait in the data database's outbox.
         do {
             try await AuditLog(database: database).collect(from: store.storage)

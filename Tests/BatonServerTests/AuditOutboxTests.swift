@@ -25,7 +25,7 @@ import Testing
     }
 
     func outboxCount(_ server: BatonServer) async throws -> Int {
-        try await server.data.store.pool.read { db in
+        try await #require(server.data.store.pool).read { db in
             try Int.fetchOne(db, sql: #"SELECT count(*) FROM "\#(DataStore.auditOutbox)""#) ?? -1
         }
     }
@@ -35,7 +35,7 @@ import Testing
         defer { first.remove() }
         // A change committed with its entries, and the process gone before they reached the log.
         let outbox = first.server.data.outbox
-        try await first.server.data.store.pool.write { db in
+        try await #require(first.server.data.store.pool).write { db in
             var entries = [Self.entry("crash-window-1"), Self.entry("crash-window-2")]
             try outbox.stage(&entries, in: GRDBConnection(db: db))
         }
@@ -52,7 +52,7 @@ import Testing
     @Test func movingAnEntryTwiceAddsItOnce() async throws {
         let test = try await TestServer()
         defer { test.remove() }
-        let pool = test.server.data.store.pool
+        let pool = try #require(test.server.data.store.pool)
         let outbox = test.server.data.outbox
         try await pool.write { db in
             var entries = [Self.entry("moved-once")]
@@ -77,7 +77,7 @@ import Testing
     @Test func recordedEntriesLeaveTheOutboxWithTheNextChange() async throws {
         let test = try await TestServer()
         defer { test.remove() }
-        let pool = test.server.data.store.pool
+        let pool = try #require(test.server.data.store.pool)
         let outbox = test.server.data.outbox
         let staged = try await pool.write { db in
             var entries = [Self.entry("change-1"), Self.entry("change-1b")]

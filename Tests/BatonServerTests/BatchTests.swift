@@ -1,6 +1,7 @@
 import BatonOData
 import BatonServer
 import BatonTestSupport
+import BatonTesting
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
@@ -16,8 +17,10 @@ import Testing
         return reply.json["responses"] as? [[String: Any]] ?? []
     }
 
-    @Test func atomicityGroupsApplyAllOrNothing() async throws {
-        try await Fixtures.world { _, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func atomicityGroupsApplyAllOrNothing(backend: StorageBackend)
+        async throws
+    {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
             let good = Fixtures.check(Fixtures.id(1))
             let bad = Fixtures.check(Fixtures.id(2), fuel: "\"lots\"")
             let responses = try await Self.jsonBatch(
@@ -32,8 +35,8 @@ import Testing
         }
     }
 
-    @Test func referencesAndDependenciesWork() async throws {
-        try await Fixtures.world { _, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func referencesAndDependenciesWork(backend: StorageBackend) async throws {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
             let responses = try await Self.jsonBatch(
                 client, token: alice,
                 #"""
@@ -48,8 +51,9 @@ import Testing
         }
     }
 
-    @Test func multipartBatchesWithChangesets() async throws {
-        try await Fixtures.world { _, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func multipartBatchesWithChangesets(backend: StorageBackend) async throws
+    {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
             let body = """
                 --b\r
                 Content-Type: multipart/mixed; boundary=cs\r
@@ -85,8 +89,10 @@ import Testing
         }
     }
 
-    @Test func malformedAndOversizedBatchesAreRefused() async throws {
-        try await Fixtures.world { _, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func malformedAndOversizedBatchesAreRefused(backend: StorageBackend)
+        async throws
+    {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
             let cyclic = try await client.odata(
                 .post, "$batch", token: alice,
                 body:

@@ -1,5 +1,6 @@
 import BatonServer
 import BatonTestSupport
+import BatonTesting
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
@@ -45,10 +46,11 @@ enum Fixtures {
     static func id(_ n: Int) -> String { String(format: "00000000-0000-4000-8000-%012d", n) }
 
     /// A server with alice (ground staff) and sam (supervisor) signed in and one aircraft.
-    static func world(_ body: @Sendable (TestServer, any TestClientProtocol, String, String) async throws -> Void)
-        async throws
-    {
-        let server = try await TestServer()
+    static func world(
+        backend: StorageBackend = .sqlite,
+        _ body: @Sendable (TestServer, any TestClientProtocol, String, String) async throws -> Void
+    ) async throws {
+        let server = try await TestServer(backend: backend)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.server.users.add(
@@ -64,8 +66,9 @@ enum Fixtures {
 }
 
 @Suite(.serverSlot) struct DataServiceTests {
-    @Test func createReadUpdateDeleteWithETags() async throws {
-        try await Fixtures.world { _, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func createReadUpdateDeleteWithETags(backend: StorageBackend) async throws
+    {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
             let id = Fixtures.id(1)
             let created = try await client.odata(
                 .post, "PreflightChecks", token: alice, body: Fixtures.check(id, extra: #","CheckedBy":"mallory""#))
@@ -108,8 +111,10 @@ enum Fixtures {
         }
     }
 
-    @Test func groundStaffCannotChangeAircraftButSupervisorsCan() async throws {
-        try await Fixtures.world { _, client, alice, sam in
+    @Test(arguments: StorageBackend.allCases) func groundStaffCannotChangeAircraftButSupervisorsCan(
+        backend: StorageBackend
+    ) async throws {
+        try await Fixtures.world(backend: backend) { _, client, alice, sam in
             let denied = try await client.odata(
                 .patch, "Aircraft('D-AIBL')", token: alice, headers: [("If-Match", "*")],
                 body: #"{"Status":"grounded"}"#)
@@ -121,8 +126,10 @@ enum Fixtures {
         }
     }
 
-    @Test func badRequestsGetClearErrorsAndChangeNothing() async throws {
-        try await Fixtures.world { _, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func badRequestsGetClearErrorsAndChangeNothing(backend: StorageBackend)
+        async throws
+    {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
             let cases: [(HTTPRequest.Method, String, String?, HTTPResponse.Status, String)] = [
                 (
                     .get, "PreflightChecks?$filter=Fuel gt 1", nil, .badRequest,
@@ -165,8 +172,10 @@ enum Fixtures {
         }
     }
 
-    @Test func serverDrivenPagingFollowsNextLinks() async throws {
-        try await Fixtures.world { _, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func serverDrivenPagingFollowsNextLinks(backend: StorageBackend)
+        async throws
+    {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
             for n in 1...7 {
                 #expect(
                     try await client.odata(
@@ -205,8 +214,10 @@ enum Fixtures {
         }
     }
 
-    @Test func oversizedBodiesNameTheLimitOfTheirEndpoint() async throws {
-        try await Fixtures.world { _, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func oversizedBodiesNameTheLimitOfTheirEndpoint(backend: StorageBackend)
+        async throws
+    {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
             let big = String(repeating: " ", count: 2 * 1024 * 1024)
             let data = try await client.odata(.post, "PreflightChecks", token: alice, body: big)
             #expect(data.status == .contentTooLarge)
@@ -216,8 +227,10 @@ enum Fixtures {
         }
     }
 
-    @Test func hostilePagingValuesAreAnsweredNotCrashed() async throws {
-        try await Fixtures.world { _, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func hostilePagingValuesAreAnsweredNotCrashed(backend: StorageBackend)
+        async throws
+    {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
             _ = try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1)))
             func token(_ text: String) -> String {
                 Data(text.utf8).base64EncodedString().replacingOccurrences(of: "=", with: "")
@@ -239,8 +252,10 @@ enum Fixtures {
         }
     }
 
-    @Test func deltaLinksReportChangesDeletionsAndEntitiesThatLeftTheFilter() async throws {
-        try await Fixtures.world { server, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func deltaLinksReportChangesDeletionsAndEntitiesThatLeftTheFilter(
+        backend: StorageBackend
+    ) async throws {
+        try await Fixtures.world(backend: backend) { server, client, alice, _ in
             for n in 1...3 {
                 _ = try await client.odata(
                     .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(n), fuel: "\(5000 + n)"))
@@ -301,8 +316,10 @@ enum Fixtures {
         }
     }
 
-    @Test func rowsWrittenDirectlyMatchTheGeneralPath() async throws {
-        try await Fixtures.world { _, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func rowsWrittenDirectlyMatchTheGeneralPath(backend: StorageBackend)
+        async throws
+    {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
             let body = Fixtures.check(
                 Fixtures.id(1), fuel: "-0.5",
                 extra: #","Remarks":"quote \" back\\slash \u0001 ünï","FlightNumber":null"#)
@@ -327,8 +344,8 @@ enum Fixtures {
         }
     }
 
-    @Test func expandSelectAndNavigation() async throws {
-        try await Fixtures.world { _, client, alice, _ in
+    @Test(arguments: StorageBackend.allCases) func expandSelectAndNavigation(backend: StorageBackend) async throws {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
             _ = try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1)))
             let expanded = try await client.odata(
                 .get, "Aircraft('D-AIBL')?$expand=Checks($select=FuelKg)", token: alice)

@@ -1,6 +1,7 @@
 import BatonOData
 import BatonServer
 import BatonTestSupport
+import BatonTesting
 import Crypto
 import Foundation
 import HTTPTypes
@@ -49,11 +50,11 @@ import Testing
 
     /// A world where alice registered tablet-7 with `key`, and bob is signed in.
     static func handover(
-        allowed: Bool = true,
+        backend: StorageBackend = .sqlite, allowed: Bool = true,
         _ body:
             @Sendable (TestServer, any TestClientProtocol, String, P256.Signing.PrivateKey, String) async throws -> Void
     ) async throws {
-        try await Fixtures.world { server, client, alice, _ in
+        try await Fixtures.world(backend: backend) { server, client, alice, _ in
             try await server.addUser("bob")
             if !allowed {
                 _ = try await server.server.settings.set(
@@ -83,8 +84,10 @@ import Testing
         Repeatability.formatIMFFixdate(server.clock.current.withLock { $0 })
     }
 
-    @Test func bobUploadsAlicesSignedChangeOnceAttributedToHer() async throws {
-        try await Self.handover { server, client, bob, key, createdAt in
+    @Test(arguments: StorageBackend.allCases) func bobUploadsAlicesSignedChangeOnceAttributedToHer(
+        backend: StorageBackend
+    ) async throws {
+        try await Self.handover(backend: backend) { server, client, bob, key, createdAt in
             let change = try Self.signedChange(
                 Fixtures.id(1), requestID: "r-1", key: key, createdAt: createdAt, firstSent: Self.firstSent(server))
             let first = try await client.odata(
@@ -109,8 +112,10 @@ import Testing
         }
     }
 
-    @Test func sameRequestIDForADifferentRequestIsRejected() async throws {
-        try await Self.handover { server, client, bob, key, createdAt in
+    @Test(arguments: StorageBackend.allCases) func sameRequestIDForADifferentRequestIsRejected(backend: StorageBackend)
+        async throws
+    {
+        try await Self.handover(backend: backend) { server, client, bob, key, createdAt in
             let change = try Self.signedChange(
                 Fixtures.id(1), requestID: "r-1", key: key, createdAt: createdAt, firstSent: Self.firstSent(server))
             _ = try await client.odata(.post, "PreflightChecks", token: bob, headers: change.headers, body: change.body)
@@ -128,8 +133,10 @@ import Testing
         }
     }
 
-    @Test func requestsFirstSentBeforeTheRetentionWindowAreRefused() async throws {
-        try await Self.handover { server, client, bob, key, createdAt in
+    @Test(arguments: StorageBackend.allCases) func requestsFirstSentBeforeTheRetentionWindowAreRefused(
+        backend: StorageBackend
+    ) async throws {
+        try await Self.handover(backend: backend) { server, client, bob, key, createdAt in
             let change = try Self.signedChange(
                 Fixtures.id(1), requestID: "r-old", key: key, createdAt: createdAt, firstSent: Self.firstSent)
             let reply = try await client.odata(
@@ -139,9 +146,14 @@ import Testing
         }
     }
 
-    @Test(arguments: ["disallowed", "wrong key", "tampered body", "disabled author", "no signature", "key replaced"])
-    func refusedUploadsNameTheReasonAndApplyNothing(_ scenario: String) async throws {
-        try await Self.handover(allowed: scenario != "disallowed") { server, client, bob, key, createdAt in
+    @Test(
+        arguments: ["disallowed", "wrong key", "tampered body", "disabled author", "no signature", "key replaced"],
+        StorageBackend.allCases) func refusedUploadsNameTheReasonAndApplyNothing(
+            _ scenario: String, backend: StorageBackend
+        ) async throws
+    {
+        try await Self.handover(backend: backend, allowed: scenario != "disallowed") {
+            server, client, bob, key, createdAt in
             var signingKey = key
             if scenario == "wrong key" { signingKey = P256.Signing.PrivateKey() }
             var change = try Self.signedChange(
@@ -184,8 +196,10 @@ import Testing
         }
     }
 
-    @Test func changesSignedBeforeAReRegistrationStillVerify() async throws {
-        try await Self.handover { server, client, bob, key, createdAt in
+    @Test(arguments: StorageBackend.allCases) func changesSignedBeforeAReRegistrationStillVerify(
+        backend: StorageBackend
+    ) async throws {
+        try await Self.handover(backend: backend) { server, client, bob, key, createdAt in
             let change = try Self.signedChange(
                 Fixtures.id(1), requestID: "r-early", key: key, createdAt: createdAt, firstSent: Self.firstSent(server))
             try await Self.reRegisterAnHourLater(server, client)
@@ -199,8 +213,8 @@ import Testing
         }
     }
 
-    @Test func onBehalfChangesInsideABatch() async throws {
-        try await Self.handover { server, client, bob, key, createdAt in
+    @Test(arguments: StorageBackend.allCases) func onBehalfChangesInsideABatch(backend: StorageBackend) async throws {
+        try await Self.handover(backend: backend) { server, client, bob, key, createdAt in
             let change = try Self.signedChange(
                 Fixtures.id(1), requestID: "r-b", key: key, createdAt: createdAt, firstSent: Self.firstSent(server))
             let headers = JSONValue.object(change.headers.map { ($0.0, .string($0.1)) }).serialized

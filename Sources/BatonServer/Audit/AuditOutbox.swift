@@ -42,7 +42,9 @@ final class AuditOutbox: Sendable {
 
     /// Every entry in the outbox, oldest first, with its key.
     static func pending(in db: any SQLConnection) throws -> [AuditEntry] {
-        try db.fetchAll("SELECT key, at, actor, action, subject, address, detail FROM \(table) ORDER BY rowid").map {
+        try db.fetchAll(
+            "SELECT key, at, actor, action, subject, address, detail FROM \(table) ORDER BY \(db.dialect == .sqlite ? "rowid" : "ordinal")"
+        ).map {
             row in
             var entry = AuditEntry(
                 at: row["at"].date ?? .distantPast, actor: row["actor"].text, action: row["action"].text ?? "",

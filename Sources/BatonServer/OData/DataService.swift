@@ -15,7 +15,7 @@ struct DataService: Sendable {
 
     var model: ServiceModel { store.model }
     var translator: SQLTranslator {
-        SQLTranslator(model: model, dialect: .sqlite, now: ODataDateTimeOffset(clock.now()))
+        SQLTranslator(model: model, dialect: store.storage.dialect, now: ODataDateTimeOffset(clock.now()))
     }
 
     /// Who is asking, and how the response should look.

@@ -75,7 +75,7 @@ struct RowJSONWriter: Sendable {
     /// cursor is SQLite's, else each value decoded in `dialect` and formatted.
     @discardableResult
     func write(_ row: any SQLCursor, dialect: SQLDialect, to out: inout [UInt8]) throws -> Int64 {
-        if let cursor = row as? GRDBCursor { return try write(cursor.statement, to: &out) }
+        if let statement = row.sqliteStatement { return try write(statement, to: &out) }
         let sequence = row.value(at: Int(sequenceIndex)).integer ?? 0
         out.append(contentsOf: Self.etagOpen)
         out.append(contentsOf: String(sequence).utf8)

@@ -35,7 +35,7 @@ struct Seeder {
             model.entitySet(named: "PreflightChecks") != nil
         else { throw ServerSetupError("seed fills the aircraft-checks model only; this server serves another model.") }
         var random = Random(state: seed)
-        let translator = SQLTranslator(model: model, dialect: .sqlite)
+        let translator = SQLTranslator(model: model, dialect: store.storage.dialect)
         let now = clock.now()
         let changedAt = PrimitiveValue.dateTimeOffset(ODataDateTimeOffset(now))
         var planes: [(tail: String, type: Int)] = []

@@ -97,8 +97,9 @@ public final class PostgresStorage: ServerStorage {
             defer { runner = nil }
             return runner
         }
-        // Cancelling the client's run closes its connections.
-        task?.cancel()
+        // Once: cancelling the client's run closes its connections.
+        guard let task else { return }
+        task.cancel()
         threads.shutdownGracefully { _ in }
     }
 
@@ -225,17 +226,64 @@ struct PostgresSQLConnection: SQLConnection {
         }
     }
 
-    /// The value of a cell as Baton reads it: integers, reals, text and bytes; a boolean as 0 or 1; anything
-    /// else as its text.
+    /// The value of a cell as Baton reads it: integers, reals, text and bytes; a boolean as 0 or 1; numerics,
+    /// instants, dates and times as the canonical text ``BatonSQL/SQLDialect/decode(_:as:column:)`` reads (from
+    /// PostgreSQL's binary forms, exactly: microseconds stay microseconds); anything else as its text.
     static func value(_ cell: PostgresCell) throws -> SQLValue {
-        guard cell.bytes != nil else { return .null }
+        guard var bytes = cell.bytes else { return .null }
         switch cell.dataType {
         case .int2, .int4, .int8: return .integer(try cell.decode(Int64.self))
         case .float4, .float8: return .real(try cell.decode(Double.self))
         case .bool: return .integer(try cell.decode(Bool.self) ? 1 : 0)
         case .bytea: return .blob(Array(buffer: try cell.decode(ByteBuffer.self)))
+        case .numeric: return .text("\(try cell.decode(Decimal.self))")
+        case .uuid: return .text(try cell.decode(UUID.self).uuidString.lowercased())
+        case .timestamptz, .timestamp:
+            guard let micros = bytes.readInteger(as: Int64.self) else { break }
+            return .text(instantText(microsecondsSince2000: micros))
+        case .date:
+            guard let days = bytes.readInteger(as: Int32.self) else { break }
+            return .text(dateText(daysSince2000: Int64(days)))
+        case .time:
+            guard let micros = bytes.readInteger(as: Int64.self) else { break }
+            return .text(timeText(microseconds: micros))
         default: return .text(try cell.decode(String.self))
         }
+        throw StorageError(.other, "A \(cell.dataType) value in column '\(cell.columnName)' is damaged.")
+    }
+
+    /// `YYYY-MM-DD` of a day count from 2000-01-01 (PostgreSQL's epoch), proleptic Gregorian.
+    static func dateText(daysSince2000 days: Int64) -> String {
+        // Days from 1970-01-01, then the civil date (Howard Hinnant's days_from_civil, inverted).
+        let z = days + 10_957 + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let shifted = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * shifted + 2) / 5 + 1
+        let month = shifted < 10 ? shifted + 3 : shifted - 9
+        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
+        return pad(year, 4) + "-" + pad(month, 2) + "-" + pad(day, 2)
+    }
+
+    /// `HH:MM:SS.ffffff` of microseconds since midnight.
+    static func timeText(microseconds: Int64) -> String {
+        let seconds = microseconds / 1_000_000
+        return pad(seconds / 3_600, 2) + ":" + pad(seconds / 60 % 60, 2) + ":" + pad(seconds % 60, 2) + "."
+            + pad(microseconds % 1_000_000, 6)
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS.ffffffZ` of microseconds since 2000-01-01T00:00:00Z.
+    static func instantText(microsecondsSince2000 micros: Int64) -> String {
+        let perDay: Int64 = 86_400_000_000
+        let days = micros >= 0 ? micros / perDay : (micros - perDay + 1) / perDay
+        return dateText(daysSince2000: days) + "T" + timeText(microseconds: micros - days * perDay) + "Z"
+    }
+
+    static func pad(_ number: Int64, _ width: Int) -> String {
+        let text = String(abs(number))
+        return (number < 0 ? "-" : "") + String(repeating: "0", count: max(0, width - text.count)) + text
     }
 
     /// `sql` with each `?` outside quotes numbered as PostgreSQL wants: `$1, $2, …`.

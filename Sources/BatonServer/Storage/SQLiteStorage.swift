@@ -26,35 +26,36 @@ public struct SQLiteStorage: ServerStorage {
     }
 
     public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await Self.translatingErrors {
+        do {
             if readsInPlace { return try readers.read { db in try body(GRDBConnection(db: db)) } }
             return try await pool.read { db in try body(GRDBConnection(db: db)) }
+        } catch let error as DatabaseError {
+            throw StorageError(sqlite: error)
         }
     }
 
     @discardableResult
     public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await Self.translatingErrors { try await pool.write { db in try body(GRDBConnection(db: db)) } }
+        do {
+            return try await pool.write { db in try body(GRDBConnection(db: db)) }
+        } catch let error as DatabaseError {
+            throw StorageError(sqlite: error)
+        }
     }
 
     public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
         -> T
     {
-        try await Self.translatingErrors { try readers.readStatement { db in try body(GRDBConnection(db: db)) } }
+        do {
+            return try readers.readStatement { db in try body(GRDBConnection(db: db)) }
+        } catch let error as DatabaseError {
+            throw StorageError(sqlite: error)
+        }
     }
 
     public func close() {
         readers.close()
         try? pool.close()
-    }
-
-    /// Runs `body`, throwing GRDB's errors as ``StorageError``s.
-    static func translatingErrors<T>(_ body: () async throws -> T) async throws -> T {
-        do {
-            return try await body()
-        } catch let error as DatabaseError {
-            throw StorageError(sqlite: error)
-        }
     }
 }
 
@@ -112,6 +113,8 @@ struct GRDBConnection: SQLConnection {
 struct GRDBCursor: SQLCursor {
     let statement: SQLiteStatement
     let columnNames: [String]
+
+    var sqliteStatement: OpaquePointer? { statement }
 
     func value(at index: Int) -> SQLValue {
         SQLValue(DatabaseValue(sqliteStatement: statement, index: Int32(index)))

@@ -10,7 +10,7 @@ import GRDB
 /// migrated (a migration this one does not know) is refused before anything is written.
 public struct ServerDatabase: Sendable {
     /// Where the tables are.
-    let storage: any ServerStorage
+    let storage: StorageEngine
 
     /// Opens `server.sqlite` in a data directory and runs pending migrations.
     ///
@@ -34,7 +34,7 @@ public struct ServerDatabase: Sendable {
             throw ServerSetupError("Cannot migrate the database in '\(directory.url.path)': \(error)")
         }
         try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: directory.databaseURL.path)
-        self.storage = storage
+        self.storage = .sqlite(storage)
     }
 
     /// Uses a PostgreSQL database, running pending migrations.
@@ -48,11 +48,14 @@ public struct ServerDatabase: Sendable {
         } catch {
             throw ServerSetupError("Cannot migrate the database \(storage.location.database): \(error)")
         }
-        self.storage = storage
+        self.storage = .postgres(storage)
     }
 
     /// The SQLite pool (the data directory's admin paths and tests).
-    var pool: DatabasePool? { (storage as? SQLiteStorage)?.pool }
+    var pool: DatabasePool? {
+        guard case .sqlite(let storage) = storage else { return nil }
+        return storage.pool
+    }
 
     /// Closes every connection to the database.
     func close() {

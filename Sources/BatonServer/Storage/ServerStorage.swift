@@ -56,6 +56,12 @@ public protocol SQLCursor {
     var columnNames: [String] { get }
     /// The value of a column.
     func value(at index: Int) -> SQLValue
+    /// The SQLite statement on the row, when the engine is SQLite: the JSON writer reads its buffers directly.
+    var sqliteStatement: OpaquePointer? { get }
+}
+
+extension SQLCursor {
+    public var sqliteStatement: OpaquePointer? { nil }
 }
 
 extension SQLConnection {
@@ -210,5 +216,53 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
     public init(_ kind: Kind, _ description: String) {
         self.kind = kind
         self.description = description
+    }
+}
+
+/// The engine a server runs on, as a value the compiler sees through: every access is a direct, specialised
+/// call into one of the two storages (through `any ServerStorage` each read of a request went through
+/// unspecialised generic code, measurably on the hot reads).
+public enum StorageEngine: ServerStorage {
+    /// SQLite through GRDB.
+    case sqlite(SQLiteStorage)
+    /// PostgreSQL through postgres-nio.
+    case postgres(PostgresStorage)
+
+    public var dialect: SQLDialect {
+        switch self {
+        case .sqlite: .sqlite
+        case .postgres: .postgres
+        }
+    }
+
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        switch self {
+        case .sqlite(let storage): try await storage.read(body)
+        case .postgres(let storage): try await storage.read(body)
+        }
+    }
+
+    @discardableResult
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        switch self {
+        case .sqlite(let storage): try await storage.write(body)
+        case .postgres(let storage): try await storage.write(body)
+        }
+    }
+
+    public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
+        -> T
+    {
+        switch self {
+        case .sqlite(let storage): try await storage.readStatement(body)
+        case .postgres(let storage): try await storage.readStatement(body)
+        }
+    }
+
+    public func close() {
+        switch self {
+        case .sqlite(let storage): storage.close()
+        case .postgres(let storage): storage.close()
+        }
     }
 }
