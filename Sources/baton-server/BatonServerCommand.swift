@@ -12,7 +12,7 @@ struct BatonServerCommand: AsyncParsableCommand {
         abstract: "The Baton server: identity (OAuth 2.0), settings exchange, device registration.",
         subcommands: [
             ServeCommand.self, UserCommand.self, SettingsCommand.self, SeedCommand.self, BackupsCommand.self,
-            KeysCommand.self,
+            KeysCommand.self, MigrateCommand.self,
         ]
     )
 }
@@ -31,6 +31,23 @@ struct DataOptions: ParsableArguments {
             valueName: "file"))
     var masterKeyFile: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "Keep all server state in this PostgreSQL database instead of SQLite files in --data-dir: postgres://USER@HOST:PORT/DATABASE[?sslmode=disable|verify-full] (also BATON_DATABASE_URL, the only place for a password). Needs --master-key-file.",
+            valueName: "url"))
+    var database: String?
+
+    /// `--database`, or `BATON_DATABASE_URL`; `nil` for SQLite.
+    func databaseLocation() throws -> PostgresLocation? {
+        do {
+            if let database { return try PostgresLocation(parsing: database, fromCommandLine: true) }
+            guard let url = ProcessInfo.processInfo.environment["BATON_DATABASE_URL"], !url.isEmpty else { return nil }
+            return try PostgresLocation(parsing: url, fromCommandLine: false)
+        } catch {
+            throw CommandFailure(error.description)
+        }
+    }
+
     /// `--master-key-file`, or `BATON_MASTER_KEY_FILE`.
     var masterKeyURL: URL? {
         (masterKeyFile ?? ProcessInfo.processInfo.environment["BATON_MASTER_KEY_FILE"]).map {
@@ -45,6 +62,7 @@ struct DataOptions: ParsableArguments {
         configuration.bcryptCost = bcryptCost
         configuration.dataService.model = try loadModel(model)
         configuration.masterKeyFile = masterKeyURL
+        configuration.database = try databaseLocation()
         var logger = Logger(label: "baton-server")
         logger.logLevel = .warning
         do {
@@ -85,5 +103,21 @@ func loadModel(_ path: String?) throws -> ServiceModel? {
         return try ServiceModel(csdlJSON: String(decoding: data, as: UTF8.self))
     } catch {
         throw CommandFailure("The model file '\(path)' is not a usable CSDL JSON model: \(error.description)")
+    }
+}
+
+/// `baton-server migrate`: brings the database to this version's schema, and nothing else (`serve` does it too,
+/// at start).
+struct MigrateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "migrate", abstract: "Create or upgrade the database's tables, then exit.")
+    @OptionGroup var data: DataOptions
+
+    func run() async throws {
+        let server = try await data.open()
+        server.close()
+        print(
+            try data.databaseLocation().map { "The PostgreSQL database \($0.database) is up to date." }
+                ?? "The data directory \(data.dataDir) is up to date.")
     }
 }

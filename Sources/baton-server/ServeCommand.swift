@@ -78,6 +78,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.dataDirectory = URL(fileURLWithPath: data.dataDir)
         configuration.dataService.model = try loadModel(data.model)
         configuration.masterKeyFile = data.masterKeyURL
+        configuration.database = try data.databaseLocation()
         configuration.trustedProxies = Set(trustedProxies)
         configuration.host = host
         configuration.port = port

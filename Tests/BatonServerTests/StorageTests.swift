@@ -1,8 +1,10 @@
+import BatonOData
 import BatonSQL
 import BatonTestSupport
 import BatonTesting
 import Crypto
 import Foundation
+import HTTPTypes
 import HummingbirdTesting
 import Logging
 import Synchronization
@@ -287,5 +289,137 @@ import Testing
         }
         let newer = await failure { _ in }
         #expect(newer.contains("newer baton-server"), "\(newer)")
+    }
+
+    /// Sam (supervisor) and alice, one aircraft, on two instances of one database; `body` gets both clients
+    /// and alice's token (valid on both).
+    static func twoInstances(
+        _ body:
+            @Sendable (TestServer, TestServer, any TestClientProtocol, any TestClientProtocol, String) async throws
+            -> Void
+    ) async throws {
+        let a = try await TestServer(backend: .postgres)
+        defer { a.remove() }
+        let b = try await Self.second(of: a)
+        defer { b.remove() }
+        try await a.addUser("alice")
+        try await a.server.users.add(
+            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
+        try await a.test { atA in
+            try await b.test { atB in
+                let sam = try await atA.signIn("sam").access
+                #expect(try await atB.odata(.post, "Aircraft", token: sam, body: Fixtures.aircraft).status == .created)
+                let alice = try await atB.signIn("alice").access
+                try await body(a, b, atA, atB, alice)
+            }
+        }
+    }
+
+    /// Writers on both instances commit at once while a reader follows delta links, alternating instances:
+    /// every change appears in exactly one delta page. (Each change takes the next value of one sequence row,
+    /// which it holds until it commits, so values commit in order and a snapshot that sees value V sees every
+    /// change up to V: the delta watermark never passes a transaction still open.)
+    @Test func everyChangeFromEitherInstanceReachesTheDeltaReaderExactlyOnce() async throws {
+        try await Self.twoInstances { _, _, atA, atB, alice in
+            let start = try await atA.odata(
+                .get, "PreflightChecks", token: alice, headers: [("Prefer", "odata.track-changes")])
+            var link = try #require(start.json["@odata.deltaLink"] as? String)
+            let done = Mutex(false)
+            let ids = (0..<4).flatMap { writer in (0..<12).map { Fixtures.id(1_000 * (writer + 1) + $0) } }
+            async let writing: Void = {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for writer in 0..<4 {
+                        group.addTask {
+                            let client = writer % 2 == 0 ? atA : atB
+                            for id in ids[(writer * 12)..<((writer + 1) * 12)] {
+                                let reply = try await client.odata(
+                                    .post, "PreflightChecks", token: alice, body: Fixtures.check(id))
+                                #expect(reply.status == .created, "\(reply.text)")
+                            }
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+                done.withLock { $0 = true }
+            }()
+            var seen: [String: Int] = [:]
+            var round = 0
+            var lastPass = false
+            while true {
+                let client = round % 2 == 0 ? atA : atB
+                round += 1
+                let page = try await client.odata(
+                    .get, String(link.dropFirst("http://127.0.0.1:8080/odata/".count)), token: alice)
+                #expect(page.status == .ok, "\(page.text)")
+                for value in page.values { if let id = value["ID"] as? String { seen[id, default: 0] += 1 } }
+                if let next = page.json["@odata.nextLink"] as? String {
+                    link = next
+                    continue
+                }
+                link = try #require(page.json["@odata.deltaLink"] as? String)
+                if lastPass { break }
+                // One more whole pass once every write has committed.
+                lastPass = done.withLock { $0 }
+            }
+            try await writing
+            #expect(Set(seen.keys) == Set(ids))
+            #expect(seen.values.allSatisfy { $0 == 1 }, "\(seen.filter { $0.value != 1 })")
+            #expect(round > 2)
+        }
+    }
+
+    /// The same repeatable request at both instances at once, then again: applied once, every answer the
+    /// first's.
+    @Test func aRetryThatReachesTheOtherInstanceAppliesOnce() async throws {
+        try await Self.twoInstances { a, _, atA, atB, alice in
+            let headers = [
+                ("Repeatability-Request-ID", "retry-1"),
+                ("Repeatability-First-Sent", Repeatability.formatIMFFixdate(a.clock.current.withLock { $0 })),
+            ]
+            let body = Fixtures.check(Fixtures.id(7))
+            async let first = atA.odata(.post, "PreflightChecks", token: alice, headers: headers, body: body)
+            async let second = atB.odata(.post, "PreflightChecks", token: alice, headers: headers, body: body)
+            let answers = try await [first, second]
+            let third = try await atA.odata(.post, "PreflightChecks", token: alice, headers: headers, body: body)
+            for answer in answers + [third] {
+                #expect(answer.status == .created, "\(answer.text)")
+                #expect(answer.headers[.eTag] == answers[0].headers[.eTag])
+                #expect(answer.headers[.repeatabilityResultForTests] == "accepted")
+            }
+            #expect(try await atB.odata(.get, "PreflightChecks/$count", token: alice).text == "1")
+            // ETags mean the same on both: B's version is current at A, and stale after A's change.
+            let read = try await atB.odata(.get, "PreflightChecks(\(Fixtures.id(7)))", token: alice)
+            let etag = try #require(read.headers[.eTag])
+            let patched = try await atA.odata(
+                .patch, "PreflightChecks(\(Fixtures.id(7)))", token: alice, headers: [("If-Match", etag)],
+                body: #"{"Remarks":"checked twice"}"#)
+            #expect(patched.status == .ok || patched.status == .noContent, "\(patched.text)")
+            let stale = try await atB.odata(
+                .patch, "PreflightChecks(\(Fixtures.id(7)))", token: alice, headers: [("If-Match", etag)],
+                body: #"{"Remarks":"lost update"}"#)
+            #expect(stale.status == .preconditionFailed)
+        }
+    }
+
+    /// Audit entries a killed instance committed with its changes but never moved are moved, once, by the next
+    /// instance that starts on the database.
+    @Test func anotherInstanceMovesAKilledInstancesAuditEntriesOnce() async throws {
+        let a = try await TestServer(backend: .postgres)
+        defer { a.remove() }
+        let outbox = a.server.data.outbox
+        try await a.server.data.store.storage.write { db in
+            var entries = [AuditOutboxTests.entry("left-by-a-crash")]
+            try outbox.stage(&entries, in: db)
+        }
+        for _ in 0..<2 {
+            let next = try await Self.second(of: a)
+            next.server.close()
+        }
+        let moved = try await a.server.audit.entries(limit: 1_000).filter { $0.action == "left-by-a-crash" }
+        #expect(moved.count == 1)
+        let left = try await a.server.data.store.storage.read { db in
+            try db.fetchAll(#"SELECT key FROM "$auditOutbox""#).count
+        }
+        #expect(left == 0)
     }
 }

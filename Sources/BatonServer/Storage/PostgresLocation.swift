@@ -5,8 +5,8 @@ import Foundation
 /// loopback and `verify-full` anywhere else.
 ///
 /// A password is accepted only from the environment (`BATON_DATABASE_URL`), never on the command line, where
-/// every user of the machine can read it (`ps`); on the command line, name a user whose password PostgreSQL finds
-/// elsewhere.
+/// every user of the machine can read it (`ps`); on the command line, name a user PostgreSQL lets in without one
+/// (`trust` or `peer` for a local, private cluster).
 public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
     /// How the connection is protected.
     public enum TLSMode: String, Sendable, CaseIterable {
@@ -49,7 +49,7 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         }
         if components.password != nil, fromCommandLine {
             throw PostgresLocationError(
-                "A password in --database would be visible to every user of this machine; put the URL in BATON_DATABASE_URL instead, or let PostgreSQL find the password (~/.pgpass)."
+                "A password in --database would be visible to every user of this machine; put the URL in BATON_DATABASE_URL instead (readable only by the service account)."
             )
         }
         guard let host = components.host, !host.isEmpty else {

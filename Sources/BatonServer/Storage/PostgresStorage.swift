@@ -143,7 +143,7 @@ public final class PostgresStorage: ServerStorage {
         switch error.serverInfo?[.sqlState] {
         case "28P01", "28000":
             return
-                "PostgreSQL refused user '\(location.user)' at \(location.host):\(location.port): wrong password or user (put the password in BATON_DATABASE_URL or ~/.pgpass)."
+                "PostgreSQL refused user '\(location.user)' at \(location.host):\(location.port): wrong password or user (the password goes in BATON_DATABASE_URL)."
         case "3D000":
             return
                 "PostgreSQL at \(location.host):\(location.port) has no database '\(location.database)': create it (createdb \(location.database)) or fix the --database URL."
