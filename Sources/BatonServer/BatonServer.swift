@@ -155,7 +155,8 @@ public struct BatonServer: Sendable {
         tokens = TokenService(
             configuration: configuration.oauth, issuer: issuer, database: database, clock: clock,
             signingKeys: signingKeys, users: users,
-            throttle: LoginThrottle(limits: configuration.oauth.throttle, clock: clock, database: database),
+            throttle: LoginThrottle(
+                limits: configuration.oauth.throttle, clock: clock, database: database, masterKey: masterKey),
             audit: audit)
     }
 

@@ -122,6 +122,25 @@ import Testing
         #expect(audit.count == 2)
     }
 
+    /// What a person types as their name on a failed sign-in (often a password typed into the wrong field) never
+    /// reaches the database: the throttle's counters are keyed by HMACs.
+    @Test(arguments: StorageBackend.allCases) func theThrottleStoresNoTypedNames(backend: StorageBackend) async throws {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        try await server.test { client in
+            let (status, _) = try await client.token([
+                ("grant_type", "password"), ("client_id", "baton-device"), ("username", "Hunter2-MyPassword"),
+                ("password", "whatever-it-is"),
+            ])
+            #expect(status == .badRequest)
+        }
+        let keys = try await server.server.database.storage.read { db in
+            try db.fetchAll("SELECT key FROM signInFailures").compactMap { $0[0].text }
+        }
+        #expect(keys.count == 3)
+        #expect(keys.allSatisfy { !$0.lowercased().contains("hunter2") && !$0.contains("127.0.0.1") })
+    }
+
     /// The keys are in the database only sealed: neither the private key nor its PEM is there in plaintext.
     @Test(arguments: StorageBackend.allCases) func signingKeysAreSealedInTheDatabase(backend: StorageBackend)
         async throws
@@ -421,5 +440,54 @@ import Testing
             try db.fetchAll(#"SELECT key FROM "$auditOutbox""#).count
         }
         #expect(left == 0)
+    }
+
+    /// Batches on both instances at once, with and without atomicity groups, all touch the one sequence row: the
+    /// engine refuses the commits that collide and the storage runs them again, so every change applies once
+    /// and no answer is an error.
+    @Test func concurrentBatchesOnBothInstancesAllApply() async throws {
+        try await Self.twoInstances { _, _, atA, atB, alice in
+            try await withThrowingTaskGroup(of: [Int].self) { group in
+                for batch in 0..<12 {
+                    group.addTask {
+                        let client = batch % 2 == 0 ? atA : atB
+                        let group = batch % 3 == 0 ? #","atomicityGroup":"g""# : ""
+                        let requests = (0..<5).map { n in
+                            #"{"id":"\#(n)"\#(group),"method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(100 * batch + n)))}"#
+                        }.joined(separator: ",")
+                        let reply = try await client.odata(
+                            .post, "$batch", token: alice, body: #"{"requests":[\#(requests)]}"#)
+                        #expect(reply.status == .ok, "\(reply.text)")
+                        return (reply.json["responses"] as? [[String: Any]] ?? []).compactMap { $0["status"] as? Int }
+                    }
+                }
+                for try await statuses in group { #expect(statuses == [201, 201, 201, 201, 201], "\(statuses)") }
+            }
+            #expect(try await atB.odata(.get, "PreflightChecks/$count", token: alice).text == "60")
+        }
+    }
+
+    /// Instances that start together on an empty database migrate it once; none fails.
+    @Test func instancesStartingTogetherMigrateOnce() async throws {
+        let database = try await SharedPostgres.freshDatabase()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-together-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let keyFile = directory.appendingPathComponent("master.key")
+        try Data((0..<32).map { _ in UInt8.random(in: 0...255) }).write(to: keyFile)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for n in 0..<3 {
+                group.addTask {
+                    var configuration = BatonServerConfiguration()
+                    configuration.dataDirectory = directory.appendingPathComponent("data-\(n)")
+                    configuration.database = database
+                    configuration.masterKeyFile = keyFile
+                    configuration.bcryptCost = 4
+                    let server = try await BatonServer(configuration: configuration, logger: Logger(label: "quiet"))
+                    server.close()
+                }
+            }
+            try await group.waitForAll()
+        }
     }
 }

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// Brute-force protection for sign-in that cannot be turned into a lock-out weapon.
@@ -11,7 +12,9 @@ import Foundation
 ///
 /// The counters live in the server's database (`signInFailures`, `signInKnown`), so every instance on one
 /// database counts the same failures; a counter is updated in one statement, so failures on two instances at
-/// once both count.
+/// once both count. A counter's key is an HMAC (under a key derived from the master key) of the name and
+/// address, never the typed name itself: a password typed into the name field must not reach the database, its
+/// replicas or its backups.
 struct LoginThrottle: Sendable {
     /// The limits, with every default stated.
     struct Limits: Sendable {
@@ -32,10 +35,24 @@ struct LoginThrottle: Sendable {
     let limits: Limits
     let clock: ServerClock
     let database: ServerDatabase
+    /// The key of the counters' HMACs.
+    let keyKey: SymmetricKey
 
-    static func pairKey(_ user: String, _ address: String) -> String { "pair:\(address)\n" + user.lowercased() }
-    static func userKey(_ name: String) -> String { "user:" + name.lowercased() }
-    static func addressKey(_ address: String) -> String { "address:" + address }
+    init(limits: Limits, clock: ServerClock, database: ServerDatabase, masterKey: SymmetricKey) {
+        self.limits = limits
+        self.clock = clock
+        self.database = database
+        keyKey = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: masterKey, info: Data("baton-sign-in-throttle".utf8), outputByteCount: 32)
+    }
+
+    func pairKey(_ user: String, _ address: String) -> String { hmac("pair:\(address)\n" + user.lowercased()) }
+    func userKey(_ name: String) -> String { hmac("user:" + name.lowercased()) }
+    func addressKey(_ address: String) -> String { hmac("address:" + address) }
+
+    func hmac(_ text: String) -> String {
+        Data(HMAC<SHA256>.authenticationCode(for: Data(text.utf8), using: keyKey)).base64EncodedString()
+    }
 
     /// Seconds until another attempt is allowed for this user and address, or `nil` when allowed now.
     ///
@@ -43,9 +60,9 @@ struct LoginThrottle: Sendable {
     func retryAfter(user: String, address: String) async throws -> Int? {
         let now = clock.now()
         let limits = self.limits
-        let pair = Self.pairKey(user, address)
-        let userKey = Self.userKey(user)
-        let addressKey = Self.addressKey(address)
+        let pair = pairKey(user, address)
+        let userKey = userKey(user)
+        let addressKey = addressKey(address)
         let (counters, knownSince) = try await database.storage.read { db in
             let rows = try db.fetchAll(
                 "SELECT key, failures, last FROM signInFailures WHERE key IN (?, ?, ?)", pair, userKey, addressKey)
@@ -77,7 +94,7 @@ struct LoginThrottle: Sendable {
     func recordFailure(user: String, address: String) async throws {
         let now = clock.now()
         let expired = now.addingTimeInterval(-limits.window)
-        let keys = [Self.pairKey(user, address), Self.userKey(user), Self.addressKey(address)]
+        let keys = [pairKey(user, address), userKey(user), addressKey(address)]
         try await database.storage.write { db in
             for key in keys {
                 try db.execute(
@@ -97,7 +114,7 @@ struct LoginThrottle: Sendable {
     /// - Throws: the database error, if the write fails.
     func recordSuccess(user: String, address: String) async throws {
         let now = clock.now()
-        let pair = Self.pairKey(user, address)
+        let pair = pairKey(user, address)
         let forgotten = now.addingTimeInterval(-limits.knownFor)
         try await database.storage.write { db in
             try db.execute("DELETE FROM signInFailures WHERE key = ?", pair)

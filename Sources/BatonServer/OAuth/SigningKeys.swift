@@ -36,12 +36,17 @@ final class SigningKeys: Sendable {
     let database: ServerDatabase
     let masterKey: SymmetricKey
     let clock: ServerClock
+    /// Whether ``open(database:masterKey:clock:legacyPEM:)`` stored the legacy key (so its file may go).
+    let importedLegacyKey: Bool
     private let loaded: Mutex<Loaded>
 
     /// How long an instance signs with the keys it loaded before looking for a newer one. Default: 60 seconds.
     static let reloadInterval: TimeInterval = 60
 
-    private init(database: ServerDatabase, masterKey: SymmetricKey, clock: ServerClock, loaded: Loaded) {
+    private init(
+        database: ServerDatabase, masterKey: SymmetricKey, clock: ServerClock, loaded: Loaded, imported: Bool
+    ) {
+        importedLegacyKey = imported
         self.database = database
         self.masterKey = masterKey
         self.clock = clock
@@ -60,15 +65,17 @@ final class SigningKeys: Sendable {
             let first = imported ?? P256.Signing.PrivateKey()
             let sealed = try seal(first, masterKey: masterKey)
             let now = clock.now()
-            try await database.storage.write { db in
-                guard try db.fetchOne("SELECT id FROM tokenSigningKeys LIMIT 1") == nil else { return }
+            let inserted = try await database.storage.write { db -> Bool in
+                guard try db.fetchOne("SELECT id FROM tokenSigningKeys LIMIT 1") == nil else { return false }
                 try db.execute(
                     "INSERT INTO tokenSigningKeys (id, sealedKey, createdAt) VALUES (?, ?, ?)", sealed.id,
                     sealed.box, now)
+                return true
             }
             return SigningKeys(
                 database: database, masterKey: masterKey, clock: clock,
-                loaded: try await load(database: database, masterKey: masterKey, at: now))
+                loaded: try await load(database: database, masterKey: masterKey, at: now),
+                imported: inserted && imported != nil)
         } catch let error as ServerSetupError {
             throw error
         } catch {

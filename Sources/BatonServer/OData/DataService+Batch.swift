@@ -64,7 +64,8 @@ extension DataService {
                     var entries: [AuditEntry] = []
                     var unitLocations = known
                     for (position, request) in members.enumerated() {
-                        let response = run(request, locations: unitLocations, in: db, context: context, audit: &entries)
+                        let response = try run(
+                            request, locations: unitLocations, in: db, context: context, audit: &entries)
                         if group != nil, response.status >= 400 {
                             throw GroupFailure(index: position, response: response)
                         }
@@ -98,11 +99,7 @@ extension DataService {
                 if let group { failed.insert(group) }
             } catch {
                 for request in unit {
-                    responses.append(
-                        Self.batchResponse(
-                            request,
-                            .error(
-                                ServerError(.internalServerError, "InternalError", "The batch could not be applied."))))
+                    responses.append(Self.batchResponse(request, .error(Self.unapplied(error))))
                 }
                 failed.formUnion(ids)
             }
@@ -130,7 +127,7 @@ extension DataService {
                     var response = DataResponse(status: 500, headers: [])
                     var entries: [AuditEntry] = []
                     try db.inSavepoint {
-                        response = run(request, locations: locations, in: db, context: context, audit: &entries)
+                        response = try run(request, locations: locations, in: db, context: context, audit: &entries)
                         return response.status < 400
                     }
                     if response.status >= 400 {
@@ -147,22 +144,28 @@ extension DataService {
                 return (responses, audit, locations, failed)
             }
         } catch {
-            let responses = requests.map { request in
-                Self.batchResponse(
-                    request,
-                    .error(ServerError(.internalServerError, "InternalError", "The batch could not be applied.")))
-            }
+            let responses = requests.map { request in Self.batchResponse(request, .error(Self.unapplied(error))) }
             return (responses, [], locations, failed.union(requests.map(\.id)))
         }
     }
 
-    /// Runs one request of a batch inside the caller's transaction; errors become error responses.
+    /// The answer for requests whose transaction failed: 503 when the database is away (try again), else 500.
+    static func unapplied(_ error: any Error) -> ServerError {
+        if let error = error as? StorageError, error.kind == .unavailable {
+            return ServerError(
+                .serviceUnavailable, "DatabaseUnavailable",
+                "The server cannot reach its database; send the batch again.")
+        }
+        return ServerError(.internalServerError, "InternalError", "The batch could not be applied.")
+    }
+
+    /// Runs one request of a batch inside the caller's transaction; errors become error responses, except a
+    /// conflict with another transaction or a database gone away, which end the whole transaction (the storage
+    /// runs it again after a conflict, on PostgreSQL).
     func run(
         _ request: BatchRequest, locations: [String: String], in db: any SQLConnection, context: Context,
         audit: inout [AuditEntry]
-    )
-        -> DataResponse
-    {
+    ) throws -> DataResponse {
         do {
             var url = try request.resolvedURL(locations: locations)
             if url.hasPrefix(context.serviceRoot) { url = String(url.dropFirst(context.serviceRoot.count)) }
@@ -191,6 +194,8 @@ extension DataService {
             return .error(ServerError(error))
         } catch let error as BatonSQLError {
             return .error(ServerError(error))
+        } catch let error as StorageError where error.kind == .conflict || error.kind == .unavailable {
+            throw error
         } catch {
             return .error(ServerError(.internalServerError, "InternalError", "The request failed."))
         }

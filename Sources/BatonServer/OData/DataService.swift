@@ -68,6 +68,13 @@ struct DataService: Sendable {
             return (.error(error), [])
         } catch let error as BatonSQLError {
             return (.error(ServerError(error)), [])
+        } catch let error as StorageError where error.kind == .unavailable {
+            return (
+                .error(
+                    ServerError(
+                        .serviceUnavailable, "DatabaseUnavailable",
+                        "The server cannot reach its database; send the request again.")), []
+            )
         } catch {
             return (
                 .error(

@@ -47,7 +47,7 @@ struct DataStore: Sendable {
         self.model = model
         self.storage = .postgres(storage)
         do {
-            try await storage.write { db in try Self.migratePostgres(db, model: model) }
+            try await storage.migrate { db in try Self.migratePostgres(db, model: model) }
         } catch let error as ServerSetupError {
             throw error
         } catch {
@@ -153,6 +153,12 @@ struct DataStore: Sendable {
                 CREATE INDEX IF NOT EXISTS "$removedAt" ON "$removed" (removedAt);
                 """)
         try migrateRepeatability(db)
+        // Entries a crash left before instants were stored as numbers carry GRDB's date text.
+        try db.execute(
+            sql: """
+                UPDATE \(dialect.quote(auditOutbox)) SET at = (julianday(at) - 2440587.5) * 86400.0
+                WHERE typeof(at) = 'text'
+                """)
     }
 
     /// The records of applied repeatable requests: keyed by scope (the signing author and device, or the

@@ -86,6 +86,13 @@ public final class PostgresStorage: ServerStorage {
         }
     }
 
+    /// Runs a migration: one transaction at `READ COMMITTED`, so that after waiting for the migration lock its
+    /// statements see what the instance that held the lock committed (at `SERIALIZABLE` the snapshot would date
+    /// from before the wait, and the second instance would create the tables again).
+    func migrate<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        try await transaction("BEGIN ISOLATION LEVEL READ COMMITTED", body)
+    }
+
     public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
         -> T
     {

@@ -143,8 +143,8 @@ public struct ServerDatabase: Sendable {
     /// Runs the PostgreSQL migrations not yet run.
     ///
     /// - Throws: ``StorageError`` (`newerSchema`) when the database has a migration this server does not know.
-    static func migrate(_ storage: any ServerStorage) async throws {
-        try await storage.write { db in
+    static func migrate(_ storage: PostgresStorage) async throws {
+        try await storage.migrate { db in
             // One migrating instance at a time; the others wait, then find nothing to do.
             try db.execute("SELECT pg_advisory_xact_lock(7243019)")
             try db.execute(
