@@ -52,6 +52,8 @@ public struct SQLTranslator: Sendable {
             if dialect == .postgres { term += item.descending ? " NULLS LAST" : " NULLS FIRST" }
             order.append(term)
         }
+        // A range is walked in its column's order (delta pages continue from the last value served).
+        if let range { order.append("t0.\(dialect.quote(range.column)) ASC") }
         for key in type.key { order.append("t0.\(dialect.quote(key)) ASC") }
         sql += " ORDER BY " + order.joined(separator: ", ")
         if let top = options.top {

@@ -222,7 +222,12 @@ import Testing
                 .split(separator: "\n").compactMap { Int($0) }
             let confirmed = printed.last ?? lastSeen
             let store = try SecureStore.open(at: url, passcode: "1234")
-            let payload = try #require(try await store.value([String].self, forKey: "payload"))
+            guard let payload = try await store.value([String].self, forKey: "payload") else {
+                // Killed before its first write reached the file (a busy machine starts it slowly): nothing was
+                // confirmed, and the store still opens.
+                #expect(confirmed == 0 && lastSeen == 0, "a confirmed write is missing")
+                continue
+            }
             let counter = try #require(Int(payload[0]))
             // The last confirmed write, or the one in flight when it was killed.
             #expect(counter == confirmed || counter == confirmed + 1, "counter \(counter), confirmed \(confirmed)")

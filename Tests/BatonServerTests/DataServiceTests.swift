@@ -252,6 +252,45 @@ enum Fixtures {
         }
     }
 
+    /// An entity changed again between two pages of a delta (or of a tracked collection) neither shifts the
+    /// rest of the pages — nothing is skipped — nor gets lost: it comes with the next delta.
+    @Test(arguments: StorageBackend.allCases) func aChangeMadeWhilePagingIsNeitherSkippedNorLost(
+        backend: StorageBackend
+    ) async throws {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
+            func relative(_ link: String) -> String { String(link.dropFirst("http://127.0.0.1:8080/odata/".count)) }
+            let paged = [("Prefer", "odata.maxpagesize=2")]
+            let start = try await client.odata(
+                .get, "PreflightChecks", token: alice, headers: [("Prefer", "odata.track-changes")])
+            let deltaLink = try #require(start.json["@odata.deltaLink"] as? String)
+            for n in 1...3 {
+                _ = try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(n)))
+            }
+            let first = try await client.odata(.get, relative(deltaLink), token: alice, headers: paged)
+            #expect(first.values.compactMap { $0["ID"] as? String } == [Fixtures.id(1), Fixtures.id(2)])
+            let next = try #require(first.json["@odata.nextLink"] as? String)
+            _ = try await client.odata(
+                .patch, "PreflightChecks(\(Fixtures.id(1)))", token: alice, headers: [("If-Match", "*")],
+                body: #"{"Remarks":"again"}"#)
+            let second = try await client.odata(.get, relative(next), token: alice, headers: paged)
+            #expect(second.values.compactMap { $0["ID"] as? String } == [Fixtures.id(3)])
+            let after = try #require(second.json["@odata.deltaLink"] as? String)
+            let later = try await client.odata(.get, relative(after), token: alice)
+            #expect(later.values.compactMap { $0["ID"] as? String } == [Fixtures.id(1)])
+            // A tracked collection read in pages: a change to an entity already paged past reaches the delta.
+            let page = try await client.odata(
+                .get, "PreflightChecks", token: alice, headers: [("Prefer", "odata.track-changes,odata.maxpagesize=2")])
+            let rest = try #require(page.json["@odata.nextLink"] as? String)
+            _ = try await client.odata(
+                .patch, "PreflightChecks(\(Fixtures.id(2)))", token: alice, headers: [("If-Match", "*")],
+                body: #"{"Remarks":"while paging"}"#)
+            let last = try await client.odata(.get, relative(rest), token: alice)
+            let tracked = try #require(last.json["@odata.deltaLink"] as? String)
+            let changes = try await client.odata(.get, relative(tracked), token: alice)
+            #expect(changes.values.compactMap { $0["ID"] as? String }.contains(Fixtures.id(2)))
+        }
+    }
+
     @Test(arguments: StorageBackend.allCases) func deltaLinksReportChangesDeletionsAndEntitiesThatLeftTheFilter(
         backend: StorageBackend
     ) async throws {

@@ -179,7 +179,11 @@ extension DataService {
         context: Context
     ) throws -> DataResponse {
         let size = pageSize(preferences)
-        let offset = try url.query.skipToken.map(Self.decodeSkipToken)?.offset ?? 0
+        let token = try url.query.skipToken.map(Self.decodeSkipToken)
+        let offset = token?.offset ?? 0
+        // Change tracking: the delta link of the last page starts where the first page's snapshot stood, so a
+        // change to an entity already paged past reaches the next delta.
+        let tracked = try token?.through ?? (preferences.trackChanges ? DataStore.sequenceState(db).value : nil)
         var options = url.query
         let requestedTop = url.query.top
         let remaining = requestedTop.map { max(0, $0 - offset) }
@@ -217,14 +221,13 @@ extension DataService {
                 context.serviceRoot
                 + Self.replacingQueryOption(
                     in: request.url, names: ["skiptoken"],
-                    with: ("$skiptoken", Self.encodeSkipToken(offset: consumed, through: nil)))
+                    with: ("$skiptoken", Self.encodeSkipToken(offset: consumed, through: tracked)))
         }
         var headers: [(String, String)] = []
         var applied: [Preference] = []
         if preferences.maxPageSize != nil { applied.append(Preference(name: "odata.maxpagesize", value: String(size))) }
         var deltaLink: String?
-        if preferences.trackChanges, nextLink == nil {
-            let through = try DataStore.sequenceState(db).value
+        if let through = tracked, nextLink == nil {
             deltaLink =
                 context.serviceRoot
                 + Self.replacingQueryOption(
@@ -274,16 +277,19 @@ extension DataService {
         guard from <= state.value else {
             throw ServerError.badRequest("The $deltatoken is not one this server issued.", target: "$deltatoken")
         }
-        let skip = try url.query.skipToken.map(Self.decodeSkipToken)
+        // Pages walk the changes in sequence order from the last one served, not by position: a change served
+        // on one page and changed again before the next moves past `through` (to the next delta) without
+        // shifting what is left of this one.
+        let skip = try url.query.skipToken.map(Self.decodeDeltaSkipToken)
         let through = skip?.through ?? state.value
-        let offset = skip?.offset ?? 0
-        let range = ColumnRange(column: DataStore.sequenceColumn, after: from, through: through)
+        let after = max(from, skip?.after ?? from)
+        let range = ColumnRange(column: DataStore.sequenceColumn, after: after, through: through)
         let size = pageSize(try preferences(request))
         var options = url.query
         options.deltaToken = nil
         options.orderBy = []
         options.top = size
-        options.skip = offset
+        options.skip = nil
         let changed = try fetchRange(target, options: options, range: range, in: db)
         var expanded = 0
         var values: [JSONValue] = []
@@ -293,7 +299,7 @@ extension DataService {
         }
         let format: ODataPayload.DeltaFormat = context.version == .v40 ? .v40 : .v401
         let contextBase = context.serviceRoot + "$metadata"
-        if offset == 0 {
+        if skip == nil {
             // Entities that changed but no longer match the filter left the set.
             if options.filter != nil || options.search != nil {
                 var unfiltered = QueryOptions()
@@ -324,12 +330,12 @@ extension DataService {
         }
         var nextLink: String?
         var deltaLink: String?
-        if changed.count == size {
+        if changed.count == size, let last = changed.last {
             nextLink =
                 context.serviceRoot
                 + Self.replacingQueryOption(
                     in: request.url, names: ["skiptoken"],
-                    with: ("$skiptoken", Self.encodeSkipToken(offset: offset + size, through: through)))
+                    with: ("$skiptoken", Self.encodeDeltaSkipToken(after: last.sequence, through: through)))
         } else {
             deltaLink =
                 context.serviceRoot
@@ -364,6 +370,24 @@ extension DataService {
     /// An opaque skip token: base64url of `offset[:through]`.
     static func encodeSkipToken(offset: Int, through: Int64?) -> String {
         base64URL(Data((through.map { "\(offset):\($0)" } ?? String(offset)).utf8))
+    }
+
+    /// A delta page's skip token: the last sequence served and the page set's `through`.
+    static func encodeDeltaSkipToken(after: Int64, through: Int64) -> String {
+        base64URL(Data("s\(after):\(through)".utf8))
+    }
+
+    /// The last sequence served and `through`; a token from before sequence-order paging (a position) starts the
+    /// delta over from its token (changes are sent again, none is skipped).
+    static func decodeDeltaSkipToken(_ token: String) throws -> (after: Int64?, through: Int64?) {
+        guard let data = Data(base64URLEncoded: token) else { throw invalidSkipToken }
+        let text = String(decoding: data, as: UTF8.self)
+        guard text.hasPrefix("s") else { return (nil, try decodeSkipToken(token).through) }
+        let parts = text.dropFirst().split(separator: ":")
+        guard parts.count == 2, let after = Int64(parts[0]), let through = Int64(parts[1]), after >= 0,
+            after <= through
+        else { throw invalidSkipToken }
+        return (after, through)
     }
 
     static func decodeSkipToken(_ token: String) throws -> (offset: Int, through: Int64?) {
