@@ -1,5 +1,6 @@
-import BatonServer
 import Testing
+
+@testable import BatonServer
 
 /// `--database` and `BATON_DATABASE_URL`: what is accepted, and what each mistake says.
 @Suite struct PostgresLocationTests {
@@ -29,6 +30,9 @@ import Testing
         #expect(fromEnvironment.password == "s3cret-pass")
         #expect(!fromEnvironment.description.contains("s3cret"))
         #expect(fromEnvironment.description == "postgres://baton:***@127.0.0.1:5432/baton?sslmode=disable")
+        // A URL that does not parse is quoted redacted, even with a raw `@` inside the password.
+        let raw = "postgres://baton:p@ss@word@127.0.0.1:5432/baton/extra"
+        #expect(PostgresLocation.redacted(raw) == "postgres://baton:***@127.0.0.1:5432/baton/extra")
     }
 
     @Test(arguments: [

@@ -63,6 +63,14 @@ import Testing
             }
         }
         #expect(error?.kind == .uniqueViolation)
+        // An engine's message about a refused value never carries the value (user data) into an error.
+        if backend == .postgres {
+            let refused = await #expect(throws: StorageError.self) {
+                try await storage.read { db in try db.fetchAll("SELECT CAST(? AS integer)", "secret-value-42") }
+            }
+            #expect(refused?.description.hasPrefix("PostgreSQL error 22P02") == true, "\(String(describing: refused))")
+            #expect(refused?.description.contains("secret-value-42") == false)
+        }
     }
 
     /// Writes are serializable on both engines: concurrent read-then-write transactions lose no update (on
@@ -489,5 +497,10 @@ import Testing
             }
             try await group.waitForAll()
         }
+        let cluster = try await SharedPostgres.shared()
+        let applied = try await offThePool {
+            try cluster.psql("SELECT string_agg(name, ',') FROM baton_migrations", database: database.database)
+        }
+        #expect(applied == "v1\n")
     }
 }

@@ -88,9 +88,10 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
 
     /// `text` with anything between `://user:` and `@` replaced, so a password never reaches a message.
     static func redacted(_ text: String) -> String {
-        guard let scheme = text.range(of: "://"), let at = text[scheme.upperBound...].firstIndex(of: "@") else {
-            return String(text.prefix(200))
-        }
+        // The user information ends at the last `@` before the path: a password may itself hold a raw `@`.
+        guard let scheme = text.range(of: "://") else { return String(text.prefix(200)) }
+        let authority = text[scheme.upperBound...].prefix { $0 != "/" && $0 != "?" }
+        guard let at = authority.lastIndex(of: "@") else { return String(text.prefix(200)) }
         let userInfo = text[scheme.upperBound..<at]
         guard let colon = userInfo.firstIndex(of: ":") else { return String(text.prefix(200)) }
         return String((text[..<colon] + ":***" + text[at...]).prefix(200))

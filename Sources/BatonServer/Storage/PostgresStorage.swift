@@ -134,8 +134,7 @@ public final class PostgresStorage: ServerStorage {
             }
         } catch let error as PSQLError {
             throw StorageError(postgres: error)
-        } catch let error as NIOThreadPoolError.ThreadPoolInactive {
-            _ = error
+        } catch is NIOThreadPoolError.ThreadPoolInactive {
             throw StorageError(.unavailable, "The database connections are closed.")
         }
     }
@@ -331,6 +330,8 @@ extension StorageError {
             case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300": .unavailable
             default: .other
             }
-        self.init(kind, "PostgreSQL error \(state): \(error.serverInfo?[.message] ?? "no message")")
+        // A data exception's message quotes the value it refused (user data): only its SQLSTATE is kept.
+        let message = state.hasPrefix("22") ? "a value was refused" : error.serverInfo?[.message] ?? "no message"
+        self.init(kind, "PostgreSQL error \(state): \(message)")
     }
 }
