@@ -1,0 +1,275 @@
+import BatonOData
+import BatonSQL
+import Crypto
+import Foundation
+import GRDB
+import Logging
+
+/// Moves a server from a SQLite data directory to PostgreSQL (`baton-server copy`): every table of both
+/// databases — users, tokens, the sign-in throttle, settings, devices and their keys, sealed store keys, backups,
+/// the audit log, the token-signing keys, the entity data with its sequence, tombstones, repeatable-request
+/// records and audit outbox — in one PostgreSQL transaction, then reads every row back and compares.
+///
+/// The target must be empty (a database `baton-server migrate` made, or a new one): nothing is merged, and on any
+/// failure nothing is written. Sealed values (store keys, token-signing keys, backups) are copied as they are, so
+/// the PostgreSQL instances need the master key the data directory used. Delta links, ETags and tokens issued
+/// before the move keep working after it.
+public enum DataCopy {
+    /// What was copied: rows per table, in copy order.
+    public struct Report: Sendable {
+        public var tables: [(name: String, rows: Int)]
+        public var rows: Int { tables.reduce(0) { $0 + $1.rows } }
+    }
+
+    /// The server's tables, in an order that satisfies their references.
+    static let serverTables = [
+        "users", "refreshTokens", "authorizationCodes", "revokedAccessTokens", "settings", "devices",
+        "deviceRegistrations", "signingKeys", "audit", "discardedChanges", "signInFailures", "signInKnown",
+        "tokenSigningKeys",
+    ]
+    /// The data store's own tables (the entity tables come from the model).
+    static let dataTables = [DataStore.auditOutbox, "$removed", "$repeatability", "$sequence"]
+    /// Tables whose `id` PostgreSQL numbers itself: their counters move past the copied ids.
+    static let identityTables = ["audit", "discardedChanges"]
+
+    /// Copies the data directory of `source` (SQLite) into the empty PostgreSQL database at `target`.
+    ///
+    /// - Parameters:
+    ///   - source: the SQLite server's configuration (data directory, master-key file, model); it is opened as
+    ///     `serve` would (migrated, its master key checked) and left unchanged otherwise.
+    ///   - target: the PostgreSQL database; migrated, then filled.
+    ///   - logger: where the two servers' setup logs.
+    /// - Returns: the rows copied, per table.
+    /// - Throws: ``ServerSetupError`` with one line naming what to fix: the source cannot be opened, the target
+    ///   is not reachable or not empty, a row does not copy, or a row read back differs.
+    public static func copy(from source: BatonServerConfiguration, to target: PostgresLocation, logger: Logger)
+        async throws -> Report
+    {
+        var source = source
+        source.database = nil
+        let directory = source.dataDirectory
+        guard FileManager.default.fileExists(atPath: directory.appendingPathComponent("server.sqlite").path) else {
+            throw ServerSetupError(
+                "There is no Baton data directory at '\(directory.path)' (no server.sqlite); give the --data-dir the server used."
+            )
+        }
+        let server = try await BatonServer(configuration: source, logger: logger)
+        defer { server.close() }
+        guard let serverPool = server.database.pool, let dataPool = server.data.store.pool else {
+            throw ServerSetupError("The source of a copy is a SQLite data directory.")
+        }
+        let model = server.data.store.model
+        let storage = try await PostgresStorage(location: target, logger: logger)
+        defer { storage.close() }
+        _ = try await ServerDatabase(postgres: storage)
+        _ = try await DataStore(postgres: storage, model: model)
+        let tables =
+            serverTables.map { Table.server($0) } + dataTables.map { Table.data($0) }
+            + model.entitySets.map { Table.entity($0.name) }
+        let report: Report
+        do {
+            report = try await storage.write { pg in
+                try refuseNonEmpty(pg, tables: tables)
+                var copied: [(name: String, rows: Int)] = []
+                for table in tables {
+                    let pool = table.isServer ? serverPool : dataPool
+                    let rows = try pool.read { db in
+                        try copyRows(of: table, from: GRDBConnection(db: db), to: pg, model: model)
+                    }
+                    copied.append((table.name, rows))
+                }
+                for name in identityTables {
+                    try pg.execute(
+                        "SELECT setval(pg_get_serial_sequence('\(name.lowercased())', 'id'), coalesce(max(id), 0) + 1, false) FROM \(name)"
+                    )
+                }
+                return Report(tables: copied)
+            }
+        } catch let error as ServerSetupError {
+            throw error
+        } catch {
+            throw ServerSetupError("Nothing was copied: \(error)")
+        }
+        // Read back: every table of the target holds exactly the rows of the source.
+        for table in tables {
+            let pool = table.isServer ? serverPool : dataPool
+            let expected = try await pool.read { db in try digest(of: table, in: GRDBConnection(db: db), model: model) }
+            let found = try await storage.read { pg in try digest(of: table, in: pg, model: model) }
+            guard expected == found else {
+                throw ServerSetupError(
+                    "The copy of table \(table.name) reads back differently (\(found.rows) rows, expected \(expected.rows)); drop the target database and copy again."
+                )
+            }
+        }
+        return report
+    }
+
+    /// A table to copy, and how its names are spelt on each engine.
+    enum Table {
+        /// A server table: created unquoted on PostgreSQL, so its names are lower case there.
+        case server(String)
+        /// A data-store table (`$sequence`, …): a quoted name, unquoted columns.
+        case data(String)
+        /// An entity table: quoted names throughout, values typed by the model.
+        case entity(String)
+
+        var name: String {
+            switch self {
+            case .server(let name), .data(let name), .entity(let name): name
+            }
+        }
+        var isServer: Bool {
+            if case .server = self { return true }
+            return false
+        }
+        func quoted(_ dialect: SQLDialect) -> String {
+            switch self {
+            case .server(let name): dialect == .postgres ? name.lowercased() : name
+            case .data(let name), .entity(let name): dialect.quote(name)
+            }
+        }
+        /// A column's name in `dialect`.
+        func column(_ name: String, _ dialect: SQLDialect) -> String {
+            switch self {
+            case .server, .data: dialect == .postgres ? dialect.quote(name.lowercased()) : dialect.quote(name)
+            case .entity: dialect.quote(name)
+            }
+        }
+    }
+
+    /// Throws unless every table of the target is empty (and its sequence unused).
+    static func refuseNonEmpty(_ pg: any SQLConnection, tables: [Table]) throws {
+        var holding: [String] = []
+        for table in tables {
+            let sql =
+                table.name == "$sequence"
+                ? #"SELECT count(*) FROM "$sequence" WHERE value <> 0 OR horizon <> 0"#
+                : "SELECT count(*) FROM \(table.quoted(.postgres))"
+            let count = try pg.fetchOne(sql)?[0].integer ?? 0
+            if count > 0 { holding.append("\(table.name) (\(count))") }
+        }
+        guard holding.isEmpty else {
+            throw ServerSetupError(
+                "The target database already holds Baton data: \(holding.prefix(4).joined(separator: ", "))\(holding.count > 4 ? ", …" : ""); copy only into an empty database."
+            )
+        }
+    }
+
+    /// Inserts every row of `table` from SQLite into PostgreSQL; returns how many.
+    static func copyRows(of table: Table, from sqlite: any SQLConnection, to pg: any SQLConnection, model: ServiceModel)
+        throws -> Int
+    {
+        if table.name == "$sequence" {
+            guard let row = try sqlite.fetchOne(#"SELECT value, horizon FROM "$sequence" WHERE id = 1"#) else {
+                return 0
+            }
+            try pg.execute(#"UPDATE "$sequence" SET value = ?, horizon = ? WHERE id = 1"#, row["value"], row["horizon"])
+            return 1
+        }
+        var statement: String?
+        var count = 0
+        // The outbox keeps its order (PostgreSQL numbers the entries as they come).
+        let order = table.name == DataStore.auditOutbox ? " ORDER BY rowid" : ""
+        try sqlite.forEachRow("SELECT * FROM \(table.quoted(.sqlite))\(order)", []) { cursor in
+            let (columns, values) = try pgValues(of: table, cursor: cursor, model: model)
+            if statement == nil {
+                let names = columns.map { table.column($0.name, .postgres) }.joined(separator: ", ")
+                let placeholders = columns.map { $0.cast.isEmpty ? "?" : "?::\($0.cast)" }.joined(separator: ", ")
+                statement = "INSERT INTO \(table.quoted(.postgres)) (\(names)) VALUES (\(placeholders))"
+            }
+            try pg.execute(statement ?? "", values)
+            count += 1
+            return true
+        }
+        return count
+    }
+
+    /// A SQLite row's columns (name, PostgreSQL cast) and values as PostgreSQL takes them: entity values go
+    /// through the model's types (a SQLite 0/1 becomes a boolean, a text a uuid or an instant).
+    static func pgValues(of table: Table, cursor: any SQLCursor, model: ServiceModel) throws -> (
+        [(name: String, cast: String)], [SQLValue]
+    ) {
+        let names = cursor.columnNames
+        guard case .entity(let setName) = table else {
+            return (names.map { ($0, "") }, names.indices.map(cursor.value(at:)))
+        }
+        guard let set = model.entitySets.first(where: { $0.name == setName }), let type = model.entityType(of: set)
+        else { throw ServerSetupError("The model has no entity set \(setName).") }
+        var columns: [(name: String, cast: String)] = []
+        var values: [SQLValue] = []
+        for (index, name) in names.enumerated() {
+            let value = cursor.value(at: index)
+            if let property = type.property(named: name) {
+                let decoded = try SQLDialect.sqlite.decode(value, as: property.type, column: "\(setName)/\(name)")
+                columns.append((name, SQLDialect.postgres.columnType(for: property.type)))
+                values.append(SQLDialect.postgres.encode(decoded, as: property.type))
+            } else {
+                columns.append((name, ""))
+                values.append(value)
+            }
+        }
+        return (columns, values)
+    }
+
+    /// What a table holds, independent of engine and row order: the row count and a SHA-256 over the sorted
+    /// hashes of its rows, each row in a canonical text (entity values decoded through the model).
+    struct Digest: Equatable {
+        var rows: Int
+        var hash: Data
+    }
+
+    static func digest(of table: Table, in db: any SQLConnection, model: ServiceModel) throws -> Digest {
+        let dialect = db.dialect
+        let type: EntityType? =
+            if case .entity(let name) = table {
+                model.entitySets.first { $0.name == name }.flatMap { model.entityType(of: $0) }
+            } else { nil }
+        var hashes: [Data] = []
+        let columns: String
+        if table.name == "$sequence" {
+            columns = "value, horizon"
+        } else if table.name == DataStore.auditOutbox {
+            // PostgreSQL numbers its outbox entries in an extra column; the entries themselves must match.
+            columns = ["key", "at", "actor", "action", "subject", "address", "detail"].map { table.column($0, dialect) }
+                .joined(separator: ", ")
+        } else {
+            columns = "*"
+        }
+        try db.forEachRow("SELECT \(columns) FROM \(table.quoted(dialect))", []) { cursor in
+            var text = ""
+            // By column name: the engines may order a table's columns differently.
+            for (index, name) in cursor.columnNames.enumerated().sorted(by: { $0.1.lowercased() < $1.1.lowercased() }) {
+                let value = cursor.value(at: index)
+                text += name.lowercased() + "="
+                if let property = type?.property(named: name) {
+                    let decoded = try dialect.decode(value, as: property.type, column: name)
+                    if case .dateTimeOffset(let instant) = decoded {
+                        text += instant.sortableUTCText
+                    } else {
+                        text += decoded.urlLiteral
+                    }
+                } else {
+                    text += canonical(value)
+                }
+                text += "\u{1F}"
+            }
+            hashes.append(Data(SHA256.hash(data: Data(text.utf8))))
+            return true
+        }
+        var total = SHA256()
+        for hash in hashes.sorted(by: { $0.lexicographicallyPrecedes($1) }) { total.update(data: hash) }
+        return Digest(rows: hashes.count, hash: Data(total.finalize()))
+    }
+
+    /// A stored value as text that is the same on both engines (a whole number is one, however stored).
+    static func canonical(_ value: SQLValue) -> String {
+        switch value {
+        case .null: "null"
+        case .integer(let number): "n\(number)"
+        case .real(let number) where number.rounded() == number && abs(number) < 9e15: "n\(Int64(number))"
+        case .real(let number): "r\(number.bitPattern)"
+        case .text(let text): "t" + text
+        case .blob(let bytes): "b" + Data(bytes).base64EncodedString()
+        }
+    }
+}

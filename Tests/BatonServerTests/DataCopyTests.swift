@@ -1,0 +1,137 @@
+import BatonServer
+import BatonTestSupport
+import BatonTesting
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import Testing
+
+/// `baton-server copy`: a SQLite data directory moves into PostgreSQL, and a device cannot tell.
+@Suite(.serverSlot) struct DataCopyTests {
+    static var quiet: Logger {
+        var logger = Logger(label: "copy-test")
+        logger.logLevel = .critical
+        return logger
+    }
+
+    /// The sets the aircraft-checks model serves, read whole.
+    static let sets = ["Aircraft", "Flights", "PreflightChecks"]
+
+    @Test func aDataDirectoryMovesToPostgreSQLAndEveryUserDeviceAndEntityReadsBack() async throws {
+        try await OnBehalfTests.handover(backend: .sqlite) { server, client, bob, key, createdAt in
+            let alice = try await client.signIn("alice")
+            let start = try await client.odata(
+                .get, "PreflightChecks", token: alice.access, headers: [("Prefer", "odata.track-changes")])
+            let deltaLink = String(
+                try #require(start.json["@odata.deltaLink"] as? String).dropFirst("http://127.0.0.1:8080/odata/".count))
+            // An on-behalf upload (a repeatability record, an audit entry), a create and a delete (a tombstone),
+            // a failed sign-in (the throttle's counters).
+            let change = try OnBehalfTests.signedChange(
+                Fixtures.id(1), requestID: "r-1", key: key, createdAt: createdAt,
+                firstSent: OnBehalfTests.firstSent(server))
+            let uploaded = try await client.odata(
+                .post, "PreflightChecks", token: bob, headers: change.headers, body: change.body)
+            #expect(uploaded.status == .created)
+            #expect(
+                try await client.odata(
+                    .post, "PreflightChecks", token: alice.access, body: Fixtures.check(Fixtures.id(2))
+                )
+                .status == .created)
+            #expect(
+                try await client.odata(
+                    .delete, "PreflightChecks(\(Fixtures.id(2)))", token: alice.access, headers: [("If-Match", "*")]
+                ).status == .noContent)
+            let (failed, _) = try await client.token([
+                ("grant_type", "password"), ("client_id", "baton-device"), ("username", "alice"),
+                ("password", "wrong-password-1"),
+            ])
+            #expect(failed == .badRequest)
+            var read: [String: String] = [:]
+            for set in Self.sets { read[set] = try await client.odata(.get, set, token: alice.access).text }
+            let before = read
+            let auditBefore = try await server.server.audit.entries(limit: 1000)
+
+            let target = try await SharedPostgres.freshDatabase()
+            let report = try await DataCopy.copy(from: server.server.configuration, to: target, logger: Self.quiet)
+            let copied = Dictionary(report.tables.map { ($0.name, $0.rows) }, uniquingKeysWith: +)
+            #expect(copied["users"] == 3)
+            #expect(copied["PreflightChecks"] == 1)
+            #expect(copied["$removed"] == 1)
+            #expect(copied["$repeatability"] ?? 0 >= 1)
+            #expect(copied["signInFailures"] ?? 0 >= 1)
+            #expect(copied["deviceRegistrations"] == 2)
+
+            // The same server on PostgreSQL, with the data directory's master key.
+            var configuration = server.server.configuration
+            configuration.database = target
+            configuration.masterKeyFile = server.directory.appendingPathComponent("keys/master.key")
+            let moved = try await BatonServer(configuration: configuration, logger: Self.quiet)
+            defer { moved.close() }
+            try await moved.application().test(.router) { client in
+                // Every entity reads back the same, with the same ETags; tokens issued before the move still work.
+                for set in Self.sets {
+                    let after = try await client.odata(.get, set, token: alice.access)
+                    #expect(after.status == .ok)
+                    #expect(after.text == before[set], "\(set)")
+                }
+                // The delta link taken before the move goes on from where it was: the upload, and the deletion.
+                let delta = try await client.odata(.get, deltaLink, token: alice.access)
+                #expect(delta.values.compactMap { $0["ID"] as? String } == [Fixtures.id(1)], "\(delta.text)")
+                #expect(delta.text.contains(#""@removed""#) && delta.text.contains(Fixtures.id(2)))
+                // The device's retry of its upload finds the first answer: nothing applies twice.
+                let replay = try await client.odata(
+                    .post, "PreflightChecks", token: bob, headers: change.headers, body: change.body)
+                #expect(replay.status == .created)
+                #expect(replay.text == uploaded.text)
+                #expect(try await client.odata(.get, "PreflightChecks/$count", token: bob).text == "1")
+                // The device's registration and signing key came along: a new signed change of Alice's applies.
+                let next = try OnBehalfTests.signedChange(
+                    Fixtures.id(3), requestID: "r-3", key: key, createdAt: createdAt,
+                    firstSent: OnBehalfTests.firstSent(server))
+                let third = try await client.odata(
+                    .post, "PreflightChecks", token: bob, headers: next.headers, body: next.body)
+                #expect(third.status == .created, "\(third.text)")
+                #expect(third.json["CheckedBy"] as? String == "alice")
+                // The refresh token issued on SQLite rotates on PostgreSQL; the used one then revokes its family.
+                let (refreshed, body) = try await client.token([
+                    ("grant_type", "refresh_token"), ("client_id", "baton-device"), ("refresh_token", alice.refresh),
+                ])
+                #expect(refreshed == .ok)
+                #expect(body["access_token"] is String)
+            }
+            let auditAfter = try await moved.audit.entries(limit: 1000)
+            #expect(Array(auditAfter.suffix(auditBefore.count)) == auditBefore)
+            let users = try await moved.users.list().map(\.name).sorted()
+            #expect(users == ["alice", "bob", "sam"])
+
+            // A second copy into the now used database is refused, naming what it holds.
+            await #expect {
+                _ = try await DataCopy.copy(from: server.server.configuration, to: target, logger: Self.quiet)
+            } throws: { error in
+                "\(error)".contains("already holds Baton data: users (3)")
+            }
+        }
+    }
+
+    @Test func aCopyWithTheWrongMasterKeyWritesNothing() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        let wrong = server.directory.appendingPathComponent("other.key")
+        try Data((0..<32).map { _ in UInt8.random(in: 0...255) }).write(to: wrong)
+        var source = server.server.configuration
+        source.masterKeyFile = wrong
+        let target = try await SharedPostgres.freshDatabase()
+        await #expect {
+            _ = try await DataCopy.copy(from: source, to: target, logger: Self.quiet)
+        } throws: { error in
+            "\(error)".contains("master key")
+        }
+        // Nothing was written: the right key then copies into the same database.
+        source.masterKeyFile = nil
+        let report = try await DataCopy.copy(from: source, to: target, logger: Self.quiet)
+        #expect(report.tables.contains { $0.name == "users" && $0.rows == 1 })
+    }
+}
