@@ -82,7 +82,8 @@ public final class ServerCluster: Sendable {
         let ports = try (0..<count).map { _ in try PostgresCluster.freePort() }
         let balancerPort = try PostgresCluster.freePort()
         let cluster = ServerCluster(
-            url: URL(string: "http://127.0.0.1:\(balancerPort)")!, database: database, masterKeyFile: masterKeyFile,
+            url: URL(fileURLWithPath: "/").loopback(port: balancerPort), database: database,
+            masterKeyFile: masterKeyFile,
             directory: directory, ports: ports)
         do {
             try await offThePool {
@@ -110,7 +111,7 @@ public final class ServerCluster: Sendable {
     public var count: Int { ports.count }
 
     /// The URL of one instance, past the balancer.
-    public func instanceURL(_ index: Int) -> URL { URL(string: "http://127.0.0.1:\(ports[index])")! }
+    public func instanceURL(_ index: Int) -> URL { URL(fileURLWithPath: "/").loopback(port: ports[index]) }
 
     /// Starts instance `index` (again) on its port and waits until it listens. Blocks.
     public func startInstance(_ index: Int) throws {
@@ -234,6 +235,17 @@ public final class ServerCluster: Sendable {
         }.resume()
         done.wait()
         return result.withLock { $0 }
+    }
+}
+
+extension URL {
+    /// `http://127.0.0.1:PORT`.
+    func loopback(port: Int) -> URL {
+        var components = URLComponents()
+        components.scheme = "http"
+        components.host = "127.0.0.1"
+        components.port = port
+        return components.url ?? self
     }
 }
 
