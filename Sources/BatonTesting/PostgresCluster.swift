@@ -72,24 +72,42 @@ public final class PostgresCluster: Sendable {
                     "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync",
                 ])
             try? FileManager.default.removeItem(at: passwordFile)
-            let options = "-p \(port) -k \(directory.path) -c listen_addresses=127.0.0.1 -c fsync=off"
-            // Foundation learns that a child ended when every holder of a socket it gives the child has closed it;
-            // the server pg_ctl leaves running would hold it for ever. A shell closes every descriptor but the
-            // standard three before it runs pg_ctl.
-            let closingOthers =
-                #"for fd in /proc/$$/fd/*; do n=${fd##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-"; done 2>/dev/null; exec "$@""#
-            try Self.run(
-                URL(fileURLWithPath: "/bin/bash"),
-                ["-c", closingOthers, "bash"] + (owner.map { ["/usr/sbin/runuser", "-u", $0, "--"] } ?? [])
-                    + [
-                        bin.appendingPathComponent("pg_ctl").path, "-D", dataDirectory.path, "-o", options, "-l",
-                        directory.appendingPathComponent("log").path, "-w", "-t", "60", "start",
-                    ])
+            try start()
         } catch {
             // Nothing half-made stays behind: no server, no directory (it held the password file).
             stop()
             throw error
         }
+    }
+
+    /// Starts the cluster's server (`pg_ctl start`, waiting until it accepts connections). Blocks.
+    func start() throws {
+        guard let bin = Self.binDirectory else { throw PostgresClusterError(Self.missing ?? "") }
+        let options = "-p \(port) -k \(directory.path) -c listen_addresses=127.0.0.1 -c fsync=off"
+        // Foundation learns that a child ended when every holder of a socket it gives the child has closed it;
+        // the server pg_ctl leaves running would hold it for ever. A shell closes every descriptor but the
+        // standard three before it runs pg_ctl.
+        let closingOthers =
+            #"for fd in /proc/$$/fd/*; do n=${fd##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-"; done 2>/dev/null; exec "$@""#
+        try Self.run(
+            URL(fileURLWithPath: "/bin/bash"),
+            ["-c", closingOthers, "bash"] + (owner.map { ["/usr/sbin/runuser", "-u", $0, "--"] } ?? [])
+                + [
+                    bin.appendingPathComponent("pg_ctl").path, "-D", dataDirectory.path, "-o", options, "-l",
+                    directory.appendingPathComponent("log").path, "-w", "-t", "60", "start",
+                ])
+    }
+
+    /// Stops the server as an administrator would for maintenance (`pg_ctl stop -m fast`: open transactions
+    /// roll back, connections are cut) and keeps its data, for ``resume()``. Blocks.
+    public func pause() throws {
+        guard let bin = Self.binDirectory else { throw PostgresClusterError(Self.missing ?? "") }
+        try run(bin.appendingPathComponent("pg_ctl"), ["-D", dataDirectory.path, "-m", "fast", "-w", "stop"])
+    }
+
+    /// Starts the server again after ``pause()``, on the same port with the same data. Blocks.
+    public func resume() throws {
+        try start()
     }
 
     /// `postgres://baton@127.0.0.1:PORT/DATABASE` (the password is not in it: pass ``password`` apart).

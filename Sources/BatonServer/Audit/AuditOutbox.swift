@@ -5,14 +5,16 @@ import Synchronization
 /// (`$auditOutbox`, see ``DataStore/auditOutbox``) so that a crash between the two databases loses none, then
 /// recorded in the audit log (``AuditLog/record(staged:outbox:)``). Entries the log holds are deleted from the
 /// outbox in the next change's transaction (no transaction of their own); what a crash leaves behind, or a
-/// failed commit of that deletion, is moved at the next start (``AuditLog/collect(from:outbox:)``), and the log
-/// adds an entry it has already once.
+/// failed commit of that deletion, is moved at the next start (``AuditLog/collect(from:)``), and the log
+/// adds an entry it has already once. Entries the log could not take (its database was away) are moved by the
+/// next change whose entries it takes.
 final class AuditOutbox: Sendable {
     private let recordedKeys = Mutex<[String]>([])
     /// Keys are this process's random prefix and a counter: unique in the log across restarts, and cheap (a
     /// random UUID per entry cost a third of a batch).
     private let prefix = UUID().uuidString
     private let counter = Atomic<Int>(0)
+    private let backlog = Atomic<Bool>(false)
 
     private static let table = "\"\(DataStore.auditOutbox)\""
 
@@ -33,6 +35,16 @@ final class AuditOutbox: Sendable {
                 "INSERT INTO \(Self.table) (key, at, actor, action, subject, address, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 key, entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail)
         }
+    }
+
+    /// Notes that entries of committed changes could not be recorded: they wait in the outbox.
+    func noteBacklog() {
+        backlog.store(true, ordering: .relaxed)
+    }
+
+    /// Whether entries wait in the outbox since a failed record; clears the note.
+    func takeBacklog() -> Bool {
+        backlog.exchange(false, ordering: .relaxed)
     }
 
     /// Notes entries the audit log now holds, for deletion with the next change.

@@ -280,7 +280,7 @@ struct TokenService: Sendable {
             keys = try await signingKeys.current()
         } catch {
             throw ServerError(
-                .serviceUnavailable, "Unavailable", "The server cannot check the token right now; try again.")
+                .serviceUnavailable, "DatabaseUnavailable", "The server cannot check the token right now; try again.")
         }
         // A remembered token counts only while its key is listed: a key rotated out stops its tokens.
         if let cached = verified.claims(for: token), keys.ids.contains(cached.keyID) {
@@ -325,7 +325,7 @@ struct TokenService: Sendable {
             }
         } catch {
             throw ServerError(
-                .serviceUnavailable, "Unavailable", "The server cannot check the token right now; try again.")
+                .serviceUnavailable, "DatabaseUnavailable", "The server cannot check the token right now; try again.")
         }
         guard let status, !status.disabled, let role = status.role.flatMap(User.Role.init(rawValue:)) else {
             throw .unauthorized("The user is disabled or no longer exists.")

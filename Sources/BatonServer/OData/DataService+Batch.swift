@@ -144,6 +144,8 @@ extension DataService {
                 return (responses, audit, locations, failed)
             }
         } catch {
+            // The connection may have gone after the commit: the batch's audit entries may wait in the outbox.
+            if (error as? StorageError)?.kind == .unavailable { outbox.noteBacklog() }
             let responses = requests.map { request in Self.batchResponse(request, .error(Self.unapplied(error))) }
             return (responses, [], locations, failed.union(requests.map(\.id)))
         }

@@ -69,6 +69,8 @@ struct DataService: Sendable {
         } catch let error as BatonSQLError {
             return (.error(ServerError(error)), [])
         } catch let error as StorageError where error.kind == .unavailable {
+            // The connection may have gone after the commit: the change's audit entries may wait in the outbox.
+            if request.method != "GET" { outbox.noteBacklog() }
             return (
                 .error(
                     ServerError(

@@ -162,14 +162,22 @@ struct ODataRoutes {
 
     /// Records the audit entries of committed changes, which wait in the data database's outbox already. The
     /// changes are applied, so a failure here does not turn their answer into an error: it is logged, and the
-    /// entries reach the log at the next start.
+    /// entries stay in the outbox, moved by the next change whose entries reach the log (or the next start).
     func recordAudit(_ entries: [AuditEntry], logger: Logger) async {
         do {
             try await audit.record(staged: entries, outbox: service.outbox)
         } catch {
+            service.outbox.noteBacklog()
             logger.error(
-                "Audit entries wait in the outbox until the next start",
+                "Audit entries wait in the outbox until the audit log can be written again",
                 metadata: ["count": "\(entries.count)", "error.type": "\(type(of: error))"])
+            return
+        }
+        guard service.outbox.takeBacklog() else { return }
+        do {
+            try await audit.collect(from: service.store.storage)
+        } catch {
+            service.outbox.noteBacklog()
         }
     }
 

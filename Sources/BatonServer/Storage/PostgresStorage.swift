@@ -117,7 +117,7 @@ public final class PostgresStorage: ServerStorage {
         let logger = self.logger
         let threads = self.threads
         do {
-            return try await client.withConnection { connection in
+            return try await leased { connection in
                 try await threads.runIfActive {
                     let sql = PostgresSQLConnection(connection: connection, logger: logger)
                     guard let begin else { return try body(sql) }
@@ -136,8 +136,45 @@ public final class PostgresStorage: ServerStorage {
             throw StorageError(postgres: error)
         } catch is NIOThreadPoolError.ThreadPoolInactive {
             throw StorageError(.unavailable, "The database connections are closed.")
+        } catch is CancellationError {
+            throw StorageError(.unavailable, "The wait for a database connection was cancelled.")
         }
     }
+
+    /// Runs `body` with a connection of the pool; when none comes within ``leaseDeadline`` (the database is
+    /// away: the pool keeps trying to connect), fails as `unavailable` instead of waiting, so that requests
+    /// answer 503 at once and the balancer moves on. A lease that comes in time runs to its end.
+    private func leased<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws
+        -> T
+    {
+        let client = self.client
+        let first = Claim()
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask {
+                try await client.withConnection { connection in
+                    guard first.claim() else { throw CancellationError() }
+                    return try await body(connection)
+                }
+            }
+            group.addTask {
+                try await Task.sleep(for: Self.leaseDeadline)
+                guard first.claim() else { return nil }
+                throw StorageError(
+                    .unavailable,
+                    "No connection to PostgreSQL within \(Self.leaseDeadline.components.seconds) s; is the database up?"
+                )
+            }
+            while let result = try await group.next() {
+                guard let result else { continue }
+                group.cancelAll()
+                return result
+            }
+            throw CancellationError()
+        }
+    }
+
+    /// How long a request waits for a database connection.
+    static let leaseDeadline = Duration.seconds(5)
 
     /// A one-line explanation of a failed connection.
     static func connectionProblem(_ error: any Error, location: PostgresLocation) -> String {
@@ -223,14 +260,38 @@ struct PostgresSQLConnection: SQLConnection {
             case .blob(let bytes): binds.append(ByteBuffer(bytes: bytes))
             }
         }
+        // A query written to a connection that has just closed (the server went away) is never answered:
+        // postgres-nio drops the write. Such a statement fails after the deadline, and its connection is closed
+        // so that the pool makes a new one.
+        guard !connection.isClosed else {
+            throw StorageError(.unavailable, "The connection to PostgreSQL has closed.")
+        }
+        let answered = connection.eventLoop.makePromise(of: PostgresQueryResult.self)
+        let settled = Claim()
+        let connection = self.connection
+        let deadline = connection.eventLoop.scheduleTask(in: Self.statementDeadline) {
+            guard settled.claim() else { return }
+            answered.fail(
+                StorageError(
+                    .unavailable,
+                    "PostgreSQL did not answer within \(Self.statementDeadline.nanoseconds / 1_000_000_000) s."))
+            connection.close().whenComplete { _ in }
+        }
+        connection.query(PostgresQuery(unsafeSQL: Self.numberedPlaceholders(sql), binds: binds), logger: logger)
+            .whenComplete { result in
+                deadline.cancel()
+                guard settled.claim() else { return }
+                answered.completeWith(result)
+            }
         do {
-            return try connection.query(
-                PostgresQuery(unsafeSQL: Self.numberedPlaceholders(sql), binds: binds), logger: logger
-            ).wait()
+            return try answered.futureResult.wait()
         } catch let error as PSQLError {
             throw StorageError(postgres: error)
         }
     }
+
+    /// How long a statement may go unanswered before it fails as `unavailable`.
+    static let statementDeadline = TimeAmount.seconds(20)
 
     /// The value of a cell as Baton reads it: integers, reals, text and bytes; a boolean as 0 or 1; numerics,
     /// instants, dates and times as the canonical text ``BatonSQL/SQLDialect/decode(_:as:column:)`` reads (from
@@ -333,5 +394,18 @@ extension StorageError {
         // A data exception's message quotes the value it refused (user data): only its SQLSTATE is kept.
         let message = state.hasPrefix("22") ? "a value was refused" : error.serverInfo?[.message] ?? "no message"
         self.init(kind, "PostgreSQL error \(state): \(message)")
+    }
+}
+
+/// Whichever of two racing completions comes first.
+final class Claim: Sendable {
+    private let taken = Mutex(false)
+
+    /// `true` once: for the first caller.
+    func claim() -> Bool {
+        taken.withLock { taken in
+            defer { taken = true }
+            return !taken
+        }
     }
 }
