@@ -45,12 +45,11 @@ public final class ServerCluster: Sendable {
     }
 
     /// Prepares `database` (migrations, users, data) in process with `prepare`, then starts `count` instances
-    /// and nginx in front of them. Blocks while processes start: call it off the concurrency pool's threads
-    /// only through ``start(instances:database:prepare:)``.
+    /// and nginx in front of them, all with `masterKey` (a new one when `nil`).
     ///
     /// - Throws: when a process does not start or does not listen.
     public static func start(
-        instances count: Int = 2, database: PostgresLocation,
+        instances count: Int = 2, database: PostgresLocation, masterKey: Data? = nil,
         prepare: @Sendable (BatonServer) async throws -> Void = { _ in }
     ) async throws -> ServerCluster {
         guard let nginx else {
@@ -63,7 +62,8 @@ public final class ServerCluster: Sendable {
         let masterKeyFile = directory.appendingPathComponent("master.key")
         guard
             FileManager.default.createFile(
-                atPath: masterKeyFile.path, contents: Data((0..<32).map { _ in UInt8.random(in: 0...255) }),
+                atPath: masterKeyFile.path,
+                contents: masterKey ?? Data((0..<32).map { _ in UInt8.random(in: 0...255) }),
                 attributes: [.posixPermissions: 0o600])
         else { throw PostgresClusterError("Cannot write \(masterKeyFile.path).") }
         var configuration = BatonServerConfiguration()
@@ -152,6 +152,11 @@ public final class ServerCluster: Sendable {
         Glibc.kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
         instances.withLock { $0[index] = nil }
+    }
+
+    /// The process ids of the running instances.
+    public var processIdentifiers: [Int32] {
+        instances.withLock { $0.compactMap { $0?.processIdentifier } }
     }
 
     /// Whether instance `index` runs.

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BatonServer
+import BatonTesting
 import Foundation
 import Hummingbird
 import Logging
@@ -36,6 +37,27 @@ struct Benchmark: AsyncParsableCommand {
 
     @Flag(help: .hidden) var downloadClient = false
 
+    @Option(
+        help: ArgumentHelp(
+            "Measure on this PostgreSQL database instead of SQLite: an empty one, which the benchmark fills. postgres://USER@HOST:PORT/DATABASE; the password only from BATON_DATABASE_URL (which alone also selects PostgreSQL).",
+            valueName: "url"))
+    var database: String?
+    @Option(
+        help:
+            "On PostgreSQL, also measure the 100-change batch through nginx (deploy/nginx.conf) in front of one, then this many baton-server processes; 0 skips it."
+    )
+    var instances = 2
+
+    /// `--database` with the password of `BATON_DATABASE_URL`, or `BATON_DATABASE_URL` alone; `nil` for SQLite.
+    func databaseLocation() throws -> PostgresLocation? {
+        let environment = ProcessInfo.processInfo.environment["BATON_DATABASE_URL"].flatMap { $0.isEmpty ? nil : $0 }
+        let fromEnvironment = try environment.map { try PostgresLocation(parsing: $0, fromCommandLine: false) }
+        guard let database else { return fromEnvironment }
+        var location = try PostgresLocation(parsing: database, fromCommandLine: true)
+        location.password = fromEnvironment?.password
+        return location
+    }
+
     func run() async throws {
         if downloadClient { return try await OfflineBenchmark.downloadClient() }
         if flows { return try await FlowsBenchmark(repetitions: repetitions).run() }
@@ -52,6 +74,20 @@ struct Benchmark: AsyncParsableCommand {
         configuration.dataDirectory = directory
         configuration.port = 0
         configuration.bcryptCost = 4
+        let location = try databaseLocation()
+        if let location {
+            // Every instance needs the same master key, from a file.
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            let keyFile = directory.appendingPathComponent("master.key")
+            guard
+                FileManager.default.createFile(
+                    atPath: keyFile.path, contents: Data((0..<32).map { _ in UInt8.random(in: 0...255) }),
+                    attributes: [.posixPermissions: 0o600])
+            else { throw ValidationError("Cannot write \(keyFile.path).") }
+            configuration.database = location
+            configuration.masterKeyFile = keyFile
+            print("On PostgreSQL: \(location)")
+        }
         var logger = Logger(label: "bench")
         logger.logLevel = .error
         let server = try await BatonServer(configuration: configuration, logger: logger)
@@ -81,9 +117,14 @@ struct Benchmark: AsyncParsableCommand {
             // Which port is which: the data service answers /health.
             let serverPort = try await isBaton(found[0]) ? found[0] : found[1]
             let barePort = serverPort == found[0] ? found[1] : found[0]
-            try await measure(
+            let baseline = try await measure(
                 server: "http://127.0.0.1:\(serverPort)", bare: "http://127.0.0.1:\(barePort)", directory: directory,
                 metrics: server.metrics)
+            if let location, instances > 0, only.map({ "100-change JSON batch".contains($0) }) ?? true {
+                try await measureBehindNginx(
+                    database: location, masterKeyFile: directory.appendingPathComponent("master.key"),
+                    directory: directory, baseline: baseline)
+            }
             group.cancelAll()
         }
     }
@@ -93,19 +134,10 @@ struct Benchmark: AsyncParsableCommand {
         return (response as? HTTPURLResponse)?.statusCode == 200
     }
 
-    func measure(server: String, bare: String, directory: URL, metrics: ServerMetrics) async throws {
-        var tokenRequest = URLRequest(url: try url(server + "/oauth/token"))
-        tokenRequest.httpMethod = "POST"
-        tokenRequest.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
-        tokenRequest.httpBody = Data(
-            "grant_type=password&client_id=baton-device&username=bench&password=load-generator-secret-1".utf8)
-        let token =
-            try JSONSerialization.jsonObject(with: try await URLSession.shared.data(for: tokenRequest).0)
-            as? [String: Any]
-        guard let accessToken = token?["access_token"] as? String else {
-            throw ValidationError("Cannot sign in to the server.")
-        }
-        let auth = "Bearer \(accessToken)"
+    /// Runs the measurements and returns the bare route's rate.
+    @discardableResult
+    func measure(server: String, bare: String, directory: URL, metrics: ServerMetrics) async throws -> Double {
+        let auth = try await signIn(server)
         func get(_ path: String, prefer: String? = nil) async throws -> [String: Any] {
             var request = URLRequest(url: try url(server + "/odata/" + path))
             request.setValue(auth, forHTTPHeaderField: "Authorization")
@@ -119,13 +151,8 @@ struct Benchmark: AsyncParsableCommand {
         guard let key = sample.first, sample.count == 100 else { throw ValidationError("Seeded data is missing.") }
         let tracked = try await get("PreflightChecks?$top=1&$select=ID,FuelKg", prefer: "odata.track-changes")
         guard let deltaLink = tracked["@odata.deltaLink"] as? String else { throw ValidationError("No delta link.") }
-        let batch =
-            "{\"requests\":["
-            + sample.enumerated().map { index, id in
-                #"{"id":"\#(index)","atomicityGroup":"g","method":"PATCH","url":"PreflightChecks(\#(id))","headers":{"If-Match":"*"},"body":{"Remarks":"bench"}}"#
-            }.joined(separator: ",") + "]}"
-        let batchScript =
-            #"wrk.method = "POST"; wrk.headers["Content-Type"] = "application/json"; wrk.body = [[\#(batch)]]"#
+        let batch = Self.batch(sample)
+        let batchScript = Self.batchScript(batch)
         // One batch first, so the delta page has 100 changes to report.
         var first = URLRequest(url: try url(server + "/odata/$batch"))
         first.httpMethod = "POST"
@@ -152,7 +179,8 @@ struct Benchmark: AsyncParsableCommand {
         print("\nwrk -t2 -c\(connections) -d\(duration)s over loopback, 2 cores shared with the server:\n")
         print(
             "request".padding(toLength: 28, withPad: " ", startingAt: 0)
-                + "req/s    share   CPU/req  switches/req  cores: server / wrk  RSS MB")
+                + "req/s    share   CPU/req  switches/req  cores: server / wrk  RSS MB"
+                + (onPostgres ? "  PostgreSQL CPU/req" : ""))
         // Warm up both servers first (connections, caches, lazily built state): the first run measured cold
         // varied by a fifth.
         let warmUp = directory.appendingPathComponent("warm-up.lua")
@@ -176,8 +204,10 @@ struct Benchmark: AsyncParsableCommand {
             metrics.isEnabled = telemetry
             metrics.readsTraceContext = metrics.isEnabled
             let before = CPUTime.now()
+            let postgresBefore = onPostgres ? ProcessCPU.postgres() : 0
             let rate = try await NIOThreadPool.singleton.runIfActive { try wrk(url, script: file) }
             let used = CPUTime.now() - before
+            let postgresUsed = onPostgres ? ProcessCPU.postgres() - postgresBefore : 0
             if baseline == 0 { baseline = rate }
             let share = baseline > 0 ? String(format: "%5.1f%%", rate / baseline * 100) : "-"
             // What each request cost the server, and how much of the two cores each side used.
@@ -187,12 +217,95 @@ struct Benchmark: AsyncParsableCommand {
                     + String(
                         format: "%-8.0f %@  %7.1f µs  %5.2f  %5.2f / %4.2f", rate, share, used.server / requests * 1e6,
                         used.switches / requests, used.server / Double(duration), used.generator / Double(duration))
-                    + String(format: "  %4.0f", memoryMegabytes("VmRSS")))
+                    + String(format: "  %4.0f", memoryMegabytes("VmRSS"))
+                    + (onPostgres && !name.hasPrefix("bare")
+                        ? String(format: "  %7.1f µs", postgresUsed / requests * 1e6) : ""))
         }
         metrics.isEnabled = true
         metrics.readsTraceContext = true
         print(
-            "\nTargets: key read ≥ 30%, filtered page ≥ 15% of the bare route; metrics and tracing cost ≤ 3% of the key read."
+            onPostgres
+                ? "\nTargets on PostgreSQL: key read ≥ 25%, filtered page ≥ 12% of the bare route."
+                : "\nTargets: key read ≥ 30%, filtered page ≥ 15% of the bare route; metrics and tracing cost ≤ 3% of the key read."
+        )
+        return baseline
+    }
+
+    /// Whether the measured server runs on PostgreSQL.
+    var onPostgres: Bool { (try? databaseLocation()) != nil }
+
+    /// Signs in as the benchmark's user and returns the `Authorization` header value.
+    func signIn(_ server: String) async throws -> String {
+        var tokenRequest = URLRequest(url: try url(server + "/oauth/token"))
+        tokenRequest.httpMethod = "POST"
+        tokenRequest.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        tokenRequest.httpBody = Data(
+            "grant_type=password&client_id=baton-device&username=bench&password=load-generator-secret-1".utf8)
+        let token =
+            try JSONSerialization.jsonObject(with: try await URLSession.shared.data(for: tokenRequest).0)
+            as? [String: Any]
+        guard let accessToken = token?["access_token"] as? String else {
+            throw ValidationError("Cannot sign in to the server.")
+        }
+        return "Bearer \(accessToken)"
+    }
+
+    /// A `$batch` of 100 PATCHes, one atomicity group.
+    static func batch(_ ids: [String]) -> String {
+        "{\"requests\":["
+            + ids.enumerated().map { index, id in
+                #"{"id":"\#(index)","atomicityGroup":"g","method":"PATCH","url":"PreflightChecks(\#(id))","headers":{"If-Match":"*"},"body":{"Remarks":"bench"}}"#
+            }.joined(separator: ",") + "]}"
+    }
+
+    static func batchScript(_ batch: String) -> String {
+        #"wrk.method = "POST"; wrk.headers["Content-Type"] = "application/json"; wrk.body = [[\#(batch)]]"#
+    }
+
+    /// The 100-change batch through nginx in front of 1 and then `instances` real `baton-server serve`
+    /// processes on the same database (each a separate cluster of processes, started and stopped here).
+    func measureBehindNginx(database: PostgresLocation, masterKeyFile: URL, directory: URL, baseline: Double)
+        async throws
+    {
+        let masterKey = try Data(contentsOf: masterKeyFile)
+        print("\nThe 100-change JSON batch through nginx (deploy/nginx.conf), baton-server processes on PostgreSQL:\n")
+        print(
+            "instances".padding(toLength: 28, withPad: " ", startingAt: 0)
+                + "req/s    share   vs one   CPU/req: servers  nginx  PostgreSQL")
+        var one = 0.0
+        for count in Set([1, instances]).sorted() {
+            let cluster = try await ServerCluster.start(instances: count, database: database, masterKey: masterKey)
+            defer { cluster.stop() }
+            let auth = try await signIn(cluster.url.absoluteString)
+            var request = URLRequest(
+                url: try url(cluster.url.absoluteString + "/odata/PreflightChecks?$top=100&$select=ID"))
+            request.setValue(auth, forHTTPHeaderField: "Authorization")
+            let sample =
+                ((try JSONSerialization.jsonObject(with: try await URLSession.shared.data(for: request).0)
+                as? [String: Any])?["value"] as? [[String: Any]] ?? []).compactMap { $0["ID"] as? String }
+            let file = directory.appendingPathComponent("nginx-\(count).lua")
+            let script = #"wrk.headers["Authorization"] = "\#(auth)"; "# + Self.batchScript(Self.batch(sample))
+            guard
+                FileManager.default.createFile(
+                    atPath: file.path, contents: Data(script.utf8), attributes: [.posixPermissions: 0o600])
+            else { throw ValidationError("Cannot write \(file.path).") }
+            let target = cluster.url.absoluteString + "/odata/$batch"
+            _ = try await NIOThreadPool.singleton.runIfActive { try wrk(target, script: file, seconds: 2) }
+            let servers = cluster.processIdentifiers
+            let before = (ProcessCPU.of(servers), ProcessCPU.named("nginx"), ProcessCPU.postgres())
+            let rate = try await NIOThreadPool.singleton.runIfActive { try wrk(target, script: file) }
+            let after = (ProcessCPU.of(servers), ProcessCPU.named("nginx"), ProcessCPU.postgres())
+            if count == 1 { one = rate }
+            let requests = rate * Double(duration)
+            print(
+                "\(count) behind nginx".padding(toLength: 28, withPad: " ", startingAt: 0)
+                    + String(
+                        format: "%-8.1f %5.2f%%  %5.2f×   %8.0f µs  %5.0f µs  %6.0f µs", rate, rate / baseline * 100,
+                        one > 0 ? rate / one : 1, (after.0 - before.0) / requests * 1e6,
+                        (after.1 - before.1) / requests * 1e6, (after.2 - before.2) / requests * 1e6))
+        }
+        print(
+            "\nTarget: two instances ≥ 1.6× one when the machine has the cores. Writers take the one sequence row in turn (it keeps delta links exact), and here two cores serve nginx, the instances, PostgreSQL and wrk."
         )
     }
 
@@ -249,6 +362,38 @@ struct CPUTime {
         CPUTime(
             server: lhs.server - rhs.server, generator: lhs.generator - rhs.generator,
             switches: lhs.switches - rhs.switches)
+    }
+}
+
+/// CPU seconds other processes have used, from `/proc/PID/stat` (user + system time).
+enum ProcessCPU {
+    static let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+
+    /// The CPU seconds of the processes with these ids (0 for those gone).
+    static func of(_ pids: [Int32]) -> Double {
+        pids.reduce(0) { $0 + seconds(pid: String($1)) }
+    }
+
+    /// The CPU seconds of every process named `name` (its `comm`).
+    static func named(_ name: String) -> Double {
+        let all = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return all.filter { $0.allSatisfy(\.isNumber) }.reduce(0) { total, pid in
+            let comm = (try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8)) ?? ""
+            return comm.hasPrefix(name) ? total + seconds(pid: pid) : total
+        }
+    }
+
+    /// Every PostgreSQL server process of this machine (the postmaster and its backends).
+    static func postgres() -> Double { named("postgres") }
+
+    static func seconds(pid: String) -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return 0 }
+        // After the command name in parentheses: state is field 3; utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / ticks
     }
 }
 
