@@ -2,6 +2,7 @@ import BatonServer
 import BatonTestSupport
 import BatonTesting
 import Foundation
+import GRDB
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
@@ -133,5 +134,31 @@ import Testing
         source.masterKeyFile = nil
         let report = try await DataCopy.copy(from: source, to: target, logger: Self.quiet)
         #expect(report.tables.contains { $0.name == "users" && $0.rows == 1 })
+    }
+
+    @Test func aCopyThatWouldLeaveDataBehindOrMakeUpAKeyIsRefused() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        // Entity data of a set the copy's model does not have (the server served another --model).
+        let data = try DatabaseQueue(path: server.directory.appendingPathComponent("data.sqlite").path)
+        try await data.write { db in try db.execute(sql: "CREATE TABLE Parts (ID TEXT PRIMARY KEY)") }
+        try data.close()
+        let target = try await SharedPostgres.freshDatabase()
+        await #expect {
+            _ = try await DataCopy.copy(from: server.server.configuration, to: target, logger: Self.quiet)
+        } throws: { error in
+            "\(error)".contains("tables the model does not know (Parts)")
+        }
+        // A master-key file that does not exist is not made up: the data directory's key is needed.
+        var source = server.server.configuration
+        let missing = server.directory.appendingPathComponent("elsewhere.key")
+        source.masterKeyFile = missing
+        await #expect {
+            _ = try await DataCopy.copy(from: source, to: target, logger: Self.quiet)
+        } throws: { error in
+            "\(error)".contains("Cannot read the master-key file")
+        }
+        #expect(!FileManager.default.fileExists(atPath: missing.path))
     }
 }

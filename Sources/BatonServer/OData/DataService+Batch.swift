@@ -98,6 +98,8 @@ extension DataService {
                 failed.formUnion(ids)
                 if let group { failed.insert(group) }
             } catch {
+                // The connection may have gone after the commit: the group's audit entries may wait in the outbox.
+                if (error as? StorageError)?.kind == .unavailable { outbox.noteBacklog() }
                 for request in unit {
                     responses.append(Self.batchResponse(request, .error(Self.unapplied(error))))
                 }

@@ -197,6 +197,16 @@ struct DataStore: Sendable {
         try db.fetchOne(#"UPDATE "$sequence" SET value = value + 1 WHERE id = 1 RETURNING value"#)?[0].integer ?? 0
     }
 
+    /// Takes `count` values of the sequence at once and returns the first: one update of the sequence row for a
+    /// bulk insert (updating one row many times in one PostgreSQL transaction costs more with each update).
+    static func reserveSequence(_ db: any SQLConnection, count: Int) throws -> Int64 {
+        let last =
+            try db.fetchOne(#"UPDATE "$sequence" SET value = value + ? WHERE id = 1 RETURNING value"#, count)?[0]
+            .integer
+            ?? 0
+        return last - Int64(count) + 1
+    }
+
     /// The current sequence value and the oldest delta token still answerable.
     static func sequenceState(_ db: any SQLConnection) throws -> (value: Int64, horizon: Int64) {
         let row = try db.fetchOne(#"SELECT value, horizon FROM "$sequence" WHERE id = 1"#)

@@ -51,8 +51,13 @@ struct Seeder {
         try await store.storage.write { db in
             var random = start
             let planes = chosen
+            var sequence = try DataStore.reserveSequence(
+                db, count: planes.count * 2 + (planes.isEmpty ? 0 : checks))
+            func nextSequence() -> Int64 {
+                defer { sequence += 1 }
+                return sequence
+            }
             for (index, plane) in planes.enumerated() {
-                let sequence = try DataStore.nextSequence(db)
                 let station = Self.stations[Int.random(in: 0..<Self.stations.count, using: &random)]
                 let insert = try translator.insert(
                     into: "Aircraft",
@@ -60,7 +65,7 @@ struct Seeder {
                         "TailNumber": .string(plane.tail), "Type": .string(Self.types[plane.type].name),
                         "Station": .string(station),
                         "Status": .string(index % 17 == 0 ? "maintenance" : "ready"), "ChangedAt": changedAt,
-                    ], systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
+                    ], systemValues: [(DataStore.sequenceColumn, .integer(nextSequence()))])
                 try db.execute(insert.sql, insert.arguments)
                 let departure = ODataDateTimeOffset(
                     now.addingTimeInterval(Double(Int.random(in: 1...48, using: &random)) * 1800).roundedToMinute)
@@ -71,7 +76,7 @@ struct Seeder {
                         "ScheduledDeparture": .dateTimeOffset(departure),
                         "Gate": .string("\(["A", "B", "C", "G", "H"][index % 5])\(index % 60 + 1)"),
                         "ChangedAt": changedAt,
-                    ], systemValues: [(DataStore.sequenceColumn, .integer(try DataStore.nextSequence(db)))])
+                    ], systemValues: [(DataStore.sequenceColumn, .integer(nextSequence()))])
                 try db.execute(flight.sql, flight.arguments)
             }
             guard !planes.isEmpty else { return }
@@ -110,7 +115,7 @@ struct Seeder {
                         "Remarks": remark.isEmpty ? .null : .string(remark),
                         "Status": .string(n % 9 == 0 ? "draft" : "final"),
                         "CheckedBy": .string("seed"), "UploadedBy": .string("seed"), "ChangedAt": changedAt,
-                    ], systemValues: [(DataStore.sequenceColumn, .integer(try DataStore.nextSequence(db)))])
+                    ], systemValues: [(DataStore.sequenceColumn, .integer(nextSequence()))])
                 try db.execute(insert.sql, insert.arguments)
             }
         }

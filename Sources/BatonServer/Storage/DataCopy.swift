@@ -53,12 +53,16 @@ public enum DataCopy {
                 "There is no Baton data directory at '\(directory.path)' (no server.sqlite); give the --data-dir the server used."
             )
         }
+        // The master key must be the one the data directory used: none is made up here.
+        _ = try DataDirectory.existingMasterKey(
+            source.masterKeyFile ?? directory.appendingPathComponent("keys/master.key"))
+        let model = try source.dataService.model ?? ServiceModel.aircraftChecks
+        try refuseUnknownTables(in: directory, model: model)
         let server = try await BatonServer(configuration: source, logger: logger)
         defer { server.close() }
         guard let serverPool = server.database.pool, let dataPool = server.data.store.pool else {
             throw ServerSetupError("The source of a copy is a SQLite data directory.")
         }
-        let model = server.data.store.model
         let storage = try await PostgresStorage(location: target, logger: logger)
         defer { storage.close() }
         _ = try await ServerDatabase(postgres: storage)
@@ -66,42 +70,73 @@ public enum DataCopy {
         let tables =
             serverTables.map { Table.server($0) } + dataTables.map { Table.data($0) }
             + model.entitySets.map { Table.entity($0.name) }
-        let report: Report
         do {
-            report = try await storage.write { pg in
-                try refuseNonEmpty(pg, tables: tables)
-                var copied: [(name: String, rows: Int)] = []
-                for table in tables {
-                    let pool = table.isServer ? serverPool : dataPool
-                    let rows = try pool.read { db in
-                        try copyRows(of: table, from: GRDBConnection(db: db), to: pg, model: model)
+            // One transaction on PostgreSQL, one snapshot of each SQLite database; every table read back and
+            // compared before the commit, so a copy that does not match leaves nothing behind.
+            return try await storage.bulkWrite { pg in
+                try serverPool.read { serverDB in
+                    try dataPool.read { dataDB in
+                        let sources = (server: GRDBConnection(db: serverDB), data: GRDBConnection(db: dataDB))
+                        try refuseNonEmpty(pg, tables: tables)
+                        var copied: [(name: String, rows: Int)] = []
+                        for table in tables {
+                            let source = table.isServer ? sources.server : sources.data
+                            copied.append((table.name, try copyRows(of: table, from: source, to: pg, model: model)))
+                        }
+                        for name in identityTables {
+                            try pg.execute(
+                                "SELECT setval(pg_get_serial_sequence('\(name.lowercased())', 'id'), coalesce(max(id), 0) + 1, false) FROM \(name)"
+                            )
+                        }
+                        for table in tables {
+                            let source = table.isServer ? sources.server : sources.data
+                            let expected = try digest(of: table, in: source, model: model)
+                            let found = try digest(of: table, in: pg, model: model)
+                            guard expected == found else {
+                                throw ServerSetupError(
+                                    "Nothing was copied: table \(table.name) reads back differently from PostgreSQL (\(found.rows) rows, expected \(expected.rows)); a value PostgreSQL stores with less precision (instants and times beyond microseconds, Edm.Single) does not copy exactly."
+                                )
+                            }
+                        }
+                        return Report(tables: copied)
                     }
-                    copied.append((table.name, rows))
                 }
-                for name in identityTables {
-                    try pg.execute(
-                        "SELECT setval(pg_get_serial_sequence('\(name.lowercased())', 'id'), coalesce(max(id), 0) + 1, false) FROM \(name)"
-                    )
-                }
-                return Report(tables: copied)
             }
         } catch let error as ServerSetupError {
             throw error
         } catch {
             throw ServerSetupError("Nothing was copied: \(error)")
         }
-        // Read back: every table of the target holds exactly the rows of the source.
-        for table in tables {
-            let pool = table.isServer ? serverPool : dataPool
-            let expected = try await pool.read { db in try digest(of: table, in: GRDBConnection(db: db), model: model) }
-            let found = try await storage.read { pg in try digest(of: table, in: pg, model: model) }
-            guard expected == found else {
+    }
+
+    /// Throws when the data directory holds tables this copy would leave behind: those of entity sets the model
+    /// does not have (the copy was given another model than the server's), or any other unknown table. Reads
+    /// the files without changing them.
+    static func refuseUnknownTables(in directory: URL, model: ServiceModel) throws {
+        var configuration = Configuration()
+        configuration.readonly = true
+        let known =
+            Set(serverTables + dataTables + model.entitySets.map(\.name)).union([
+                "sqlite_sequence", "grdb_migrations",
+            ])
+        for file in ["server.sqlite", "data.sqlite"] {
+            let path = directory.appendingPathComponent(file).path
+            guard FileManager.default.fileExists(atPath: path) else { continue }
+            let names: [String]
+            do {
+                names = try DatabaseQueue(path: path, configuration: configuration).read { db in
+                    try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'table'")
+                }
+            } catch {
+                throw ServerSetupError("Cannot read \(path): \(error)")
+            }
+            let unknown = names.filter { !known.contains($0) }.sorted()
+            guard unknown.isEmpty else {
                 throw ServerSetupError(
-                    "The copy of table \(table.name) reads back differently (\(found.rows) rows, expected \(expected.rows)); drop the target database and copy again."
+                    "The data directory holds tables the model does not know (\(unknown.prefix(5).joined(separator: ", "))); give the --model the server serves."
                 )
             }
         }
-        return report
     }
 
     /// A table to copy, and how its names are spelt on each engine.

@@ -90,7 +90,13 @@ public final class PostgresStorage: ServerStorage {
     /// statements see what the instance that held the lock committed (at `SERIALIZABLE` the snapshot would date
     /// from before the wait, and the second instance would create the tables again).
     func migrate<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await transaction("BEGIN ISOLATION LEVEL READ COMMITTED", body)
+        // No statement deadline: the migration lock may be held by an instance migrating a large table.
+        try await transaction("BEGIN ISOLATION LEVEL READ COMMITTED", deadline: nil, body)
+    }
+
+    /// Runs a long write (``DataCopy``): one `SERIALIZABLE` transaction, not retried, with no statement deadline.
+    func bulkWrite<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+        try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", deadline: nil, body)
     }
 
     public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
@@ -111,15 +117,16 @@ public final class PostgresStorage: ServerStorage {
     }
 
     /// Runs `body` on a leased connection, in a transaction begun by `begin` (none when `nil`).
-    private func transaction<T: Sendable>(_ begin: String?, _ body: @escaping @Sendable (any SQLConnection) throws -> T)
-        async throws -> T
-    {
+    private func transaction<T: Sendable>(
+        _ begin: String?, deadline: TimeAmount? = PostgresSQLConnection.statementDeadline,
+        _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T {
         let logger = self.logger
         let threads = self.threads
         do {
             return try await leased { connection in
                 try await threads.runIfActive {
-                    let sql = PostgresSQLConnection(connection: connection, logger: logger)
+                    let sql = PostgresSQLConnection(connection: connection, logger: logger, deadline: deadline)
                     guard let begin else { return try body(sql) }
                     try sql.execute(begin, [])
                     do {
@@ -127,7 +134,11 @@ public final class PostgresStorage: ServerStorage {
                         try sql.execute("COMMIT", [])
                         return result
                     } catch {
-                        _ = try? sql.execute("ROLLBACK", [])
+                        // A connection that closed or stopped answering rolls back on the server's side; asking
+                        // it would only wait for the deadline again.
+                        if (error as? StorageError)?.kind != .unavailable, !connection.isClosed {
+                            _ = try? sql.execute("ROLLBACK", [])
+                        }
                         throw error
                     }
                 }
@@ -157,8 +168,8 @@ public final class PostgresStorage: ServerStorage {
                 }
             }
             group.addTask {
-                try await Task.sleep(for: Self.leaseDeadline)
-                guard first.claim() else { return nil }
+                // Cancelled (the lease came, or the caller went away): the lease decides the outcome.
+                guard (try? await Task.sleep(for: Self.leaseDeadline)) != nil, first.claim() else { return nil }
                 throw StorageError(
                     .unavailable,
                     "No connection to PostgreSQL within \(Self.leaseDeadline.components.seconds) s; is the database up?"
@@ -209,6 +220,8 @@ public final class PostgresStorage: ServerStorage {
 struct PostgresSQLConnection: SQLConnection {
     let connection: PostgresConnection
     let logger: Logger
+    /// How long a statement may go unanswered; `nil` for no limit (migrations, copies).
+    let deadline: TimeAmount?
 
     var dialect: SQLDialect { .postgres }
 
@@ -269,17 +282,18 @@ struct PostgresSQLConnection: SQLConnection {
         let answered = connection.eventLoop.makePromise(of: PostgresQueryResult.self)
         let settled = Claim()
         let connection = self.connection
-        let deadline = connection.eventLoop.scheduleTask(in: Self.statementDeadline) {
-            guard settled.claim() else { return }
-            answered.fail(
-                StorageError(
-                    .unavailable,
-                    "PostgreSQL did not answer within \(Self.statementDeadline.nanoseconds / 1_000_000_000) s."))
-            connection.close().whenComplete { _ in }
+        let timer = deadline.map { deadline in
+            connection.eventLoop.scheduleTask(in: deadline) {
+                guard settled.claim() else { return }
+                answered.fail(
+                    StorageError(
+                        .unavailable, "PostgreSQL did not answer within \(deadline.nanoseconds / 1_000_000_000) s."))
+                connection.close().whenComplete { _ in }
+            }
         }
         connection.query(PostgresQuery(unsafeSQL: Self.numberedPlaceholders(sql), binds: binds), logger: logger)
             .whenComplete { result in
-                deadline.cancel()
+                timer?.cancel()
                 guard settled.claim() else { return }
                 answered.completeWith(result)
             }
