@@ -119,6 +119,9 @@ struct Seeder {
                 try db.execute(insert.sql, insert.arguments)
             }
         }
+        if case .postgres(let postgres) = store.storage {
+            try await postgres.analyze(["Aircraft", "Flights", "PreflightChecks"].map(SQLDialect.postgres.quote))
+        }
         return (planes.count, planes.count, planes.isEmpty ? 0 : checks)
     }
 

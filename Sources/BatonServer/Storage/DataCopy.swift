@@ -70,10 +70,11 @@ public enum DataCopy {
         let tables =
             serverTables.map { Table.server($0) } + dataTables.map { Table.data($0) }
             + model.entitySets.map { Table.entity($0.name) }
+        let report: Report
         do {
             // One transaction on PostgreSQL, one snapshot of each SQLite database; every table read back and
             // compared before the commit, so a copy that does not match leaves nothing behind.
-            return try await storage.bulkWrite { pg in
+            report = try await storage.bulkWrite { pg in
                 try serverPool.read { serverDB in
                     try dataPool.read { dataDB in
                         let sources = (server: GRDBConnection(db: serverDB), data: GRDBConnection(db: dataDB))
@@ -107,6 +108,9 @@ public enum DataCopy {
         } catch {
             throw ServerSetupError("Nothing was copied: \(error)")
         }
+        // The planner's statistics of the filled tables; the copy stands without them (autovacuum makes them).
+        try? await storage.analyze(tables.map { $0.quoted(.postgres) })
+        return report
     }
 
     /// Throws when the data directory holds tables this copy would leave behind: those of entity sets the model
