@@ -21,6 +21,9 @@ public final class PostgresStorage: ServerStorage {
     let threads: NIOThreadPool
     let logger: Logger
     private let runner: Mutex<Task<Void, Never>?>
+    /// Set when an access found the database unavailable, cleared when one succeeds again: only then does a
+    /// lease race a deadline (a task group and a timer per access, which a healthy pool does not need).
+    private let troubled = Atomic<Bool>(false)
 
     public var dialect: SQLDialect { .postgres }
 
@@ -152,24 +155,34 @@ public final class PostgresStorage: ServerStorage {
                     }
                 }
             }
-        } catch let error as PSQLError {
-            throw StorageError(postgres: error)
-        } catch is NIOThreadPoolError.ThreadPoolInactive {
-            throw StorageError(.unavailable, "The database connections are closed.")
-        } catch is CancellationError {
-            throw StorageError(.unavailable, "The wait for a database connection was cancelled.")
+        } catch {
+            let mapped: any Error =
+                switch error {
+                case let error as PSQLError: StorageError(postgres: error)
+                case is NIOThreadPoolError.ThreadPoolInactive:
+                    StorageError(.unavailable, "The database connections are closed.")
+                case is CancellationError:
+                    StorageError(.unavailable, "The wait for a database connection was cancelled.")
+                default: error
+                }
+            if (mapped as? StorageError)?.kind == .unavailable { troubled.store(true, ordering: .relaxed) }
+            throw mapped
         }
     }
 
-    /// Runs `body` with a connection of the pool; when none comes within ``leaseDeadline`` (the database is
-    /// away: the pool keeps trying to connect), fails as `unavailable` instead of waiting, so that requests
-    /// answer 503 at once and the balancer moves on. A lease that comes in time runs to its end.
+    /// Runs `body` with a connection of the pool. Once the database was found away, and until an access
+    /// succeeds again: when no connection comes within ``leaseDeadline`` (the pool keeps trying to connect),
+    /// fails as `unavailable` instead of waiting, so that requests answer 503 soon and the balancer moves on. A
+    /// lease that comes in time runs to its end.
     private func leased<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws
         -> T
     {
         let client = self.client
+        guard troubled.load(ordering: .relaxed) else {
+            return try await client.withConnection { connection in try await body(connection) }
+        }
         let first = Claim()
-        return try await withThrowingTaskGroup(of: T?.self) { group in
+        let result = try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
                 try await client.withConnection { connection in
                     guard first.claim() else { throw CancellationError() }
@@ -191,6 +204,8 @@ public final class PostgresStorage: ServerStorage {
             }
             throw CancellationError()
         }
+        troubled.store(false, ordering: .relaxed)
+        return result
     }
 
     /// How long a request waits for a database connection.
