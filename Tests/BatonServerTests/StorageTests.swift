@@ -37,6 +37,41 @@ import Testing
         #expect(row["g"] == .text("is ? a placeholder"))
     }
 
+    /// A single-statement read answers the same on both engines (on PostgreSQL by replaying its body with the
+    /// answers sent asynchronously): several statements in order, and a statement's error where the body asked.
+    @Test(arguments: StorageBackend.allCases) func singleStatementReadsAnswerTheirStatementsInOrder(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        let storage = server.server.database.storage
+        try await storage.write { db in
+            _ = try db.execute("CREATE TABLE replayed (n bigint PRIMARY KEY, t text)", [])
+            for n in 1...3 { _ = try db.execute("INSERT INTO replayed VALUES (?, ?)", n, "row \(n)") }
+        }
+        let read = try await storage.readStatement { db in
+            let first = try db.fetchOne("SELECT t FROM replayed WHERE n = ?", 1)?["t"].text
+            let count = try db.fetchOne("SELECT count(*) FROM replayed WHERE n > ?", 1)?[0].integer
+            var texts: [String] = []
+            try db.forEachRow("SELECT t FROM replayed ORDER BY n", []) { cursor in
+                texts.append(cursor.value(at: 0).text ?? "")
+                return true
+            }
+            return "\(first ?? "-") \(count ?? -1) \(texts.joined(separator: ","))"
+        }
+        #expect(read == "row 1 2 row 1,row 2,row 3")
+        // The statement's error reaches the body where it asked, and the body decides.
+        let caught = try await storage.readStatement { db -> String in
+            do {
+                _ = try db.fetchAll("SELECT nothing FROM nowhere", [])
+                return "no error"
+            } catch let error as StorageError {
+                return "caught \(error.kind)"
+            }
+        }
+        #expect(caught == "caught other")
+    }
+
     @Test(arguments: StorageBackend.allCases) func aWriteThatThrowsLeavesNothingAndUniqueKeysAreTold(
         backend: StorageBackend
     ) async throws {

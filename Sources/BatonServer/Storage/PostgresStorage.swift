@@ -111,10 +111,62 @@ public final class PostgresStorage: ServerStorage {
         try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", deadline: nil, body)
     }
 
+    /// Runs a read of one statement without a thread of the pool: `body` runs on the calling task and stops at
+    /// its first statement, which is sent asynchronously; then `body` runs again with the answer (a
+    /// ``ReplayingConnection``), as often as it has statements. A body that needs more than a few, or a
+    /// savepoint, runs the blocking way. The bodies are reads: running one again changes nothing.
     public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
         -> T
     {
-        try await transaction(nil, body)
+        var answers: [ReplayingConnection.Answer] = []
+        while answers.count < 4 {
+            let replaying = ReplayingConnection(answers: answers)
+            let outcome = Result { try body(replaying) }
+            guard let needed = replaying.needed else {
+                guard !replaying.unsupported else { break }
+                return try outcome.get()
+            }
+            // A failed statement is answered with its error, where the body asked: the body handles it as it
+            // would any statement's error.
+            let rows: Result<[SQLRow], any Error>
+            do {
+                rows = .success(try await statement(needed.sql, needed.arguments))
+            } catch {
+                rows = .failure(error)
+            }
+            answers.append(.init(sql: needed.sql, arguments: needed.arguments, rows: rows))
+        }
+        return try await transaction(nil, body)
+    }
+
+    /// Sends one statement on a leased connection, awaiting its answer without blocking a thread.
+    private func statement(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow] {
+        let logger = self.logger
+        do {
+            let result = try await leased { connection in
+                try await PostgresSQLConnection(
+                    connection: connection, logger: logger, deadline: PostgresSQLConnection.statementDeadline
+                ).answer(sql, arguments).get()
+            }
+            return try PostgresSQLConnection.rows(of: result)
+        } catch {
+            throw noted(error)
+        }
+    }
+
+    /// A storage error for what an access threw, noting when the database was found away.
+    private func noted(_ error: any Error) -> any Error {
+        let mapped: any Error =
+            switch error {
+            case let error as PSQLError: StorageError(postgres: error)
+            case is NIOThreadPoolError.ThreadPoolInactive:
+                StorageError(.unavailable, "The database connections are closed.")
+            case is CancellationError:
+                StorageError(.unavailable, "The wait for a database connection was cancelled.")
+            default: error
+            }
+        if (mapped as? StorageError)?.kind == .unavailable { troubled.store(true, ordering: .relaxed) }
+        return mapped
     }
 
     public func close() {
@@ -156,17 +208,7 @@ public final class PostgresStorage: ServerStorage {
                 }
             }
         } catch {
-            let mapped: any Error =
-                switch error {
-                case let error as PSQLError: StorageError(postgres: error)
-                case is NIOThreadPoolError.ThreadPoolInactive:
-                    StorageError(.unavailable, "The database connections are closed.")
-                case is CancellationError:
-                    StorageError(.unavailable, "The wait for a database connection was cancelled.")
-                default: error
-                }
-            if (mapped as? StorageError)?.kind == .unavailable { troubled.store(true, ordering: .relaxed) }
-            throw mapped
+            throw noted(error)
         }
     }
 
@@ -255,7 +297,11 @@ struct PostgresSQLConnection: SQLConnection {
     }
 
     func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow] {
-        let result = try run(sql, arguments)
+        try Self.rows(of: try run(sql, arguments))
+    }
+
+    /// A result's rows as Baton reads them.
+    static func rows(of result: PostgresQueryResult) throws -> [SQLRow] {
         guard let first = result.rows.first else { return [] }
         let columns = first.map(\.columnName)
         return try result.rows.map { row in SQLRow(columns: columns, values: try row.map(Self.value)) }
@@ -287,6 +333,15 @@ struct PostgresSQLConnection: SQLConnection {
     }
 
     private func run(_ sql: String, _ arguments: [SQLValue]) throws -> PostgresQueryResult {
+        do {
+            return try answer(sql, arguments).wait()
+        } catch let error as PSQLError {
+            throw StorageError(postgres: error)
+        }
+    }
+
+    /// Sends a statement; the future is its answer, or fails after the deadline.
+    func answer(_ sql: String, _ arguments: [SQLValue]) throws -> EventLoopFuture<PostgresQueryResult> {
         var binds = PostgresBindings(capacity: arguments.count)
         for argument in arguments {
             switch argument {
@@ -321,11 +376,7 @@ struct PostgresSQLConnection: SQLConnection {
                 guard settled.claim() else { return }
                 answered.completeWith(result)
             }
-        do {
-            return try answered.futureResult.wait()
-        } catch let error as PSQLError {
-            throw StorageError(postgres: error)
-        }
+        return answered.futureResult
     }
 
     /// How long a statement may go unanswered before it fails as `unavailable`.
@@ -445,5 +496,60 @@ final class Claim: Sendable {
             defer { taken = true }
             return !taken
         }
+    }
+}
+
+/// The connection a ``PostgresStorage/readStatement(_:)`` body sees: it answers the statements already sent,
+/// in order, and records the next one (ending the body with ``Pending``) for the storage to send.
+final class ReplayingConnection: SQLConnection {
+    struct Answer {
+        let sql: String
+        let arguments: [SQLValue]
+        let rows: Result<[SQLRow], any Error>
+    }
+
+    /// Ends a body at a statement not yet answered.
+    struct Pending: Error {}
+
+    private let answers: [Answer]
+    private var next = 0
+    /// The statement the body asked for and has no answer yet.
+    private(set) var needed: (sql: String, arguments: [SQLValue])?
+    /// The body did something a replay cannot answer (a change, a savepoint, another statement than before).
+    private(set) var unsupported = false
+
+    init(answers: [Answer]) { self.answers = answers }
+
+    var dialect: SQLDialect { .postgres }
+
+    func execute(_ sql: String, _ arguments: [SQLValue]) throws -> Int {
+        unsupported = true
+        throw Pending()
+    }
+
+    func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow] {
+        guard needed == nil, !unsupported else { throw Pending() }
+        guard next < answers.count else {
+            needed = (sql, arguments)
+            throw Pending()
+        }
+        let answer = answers[next]
+        guard answer.sql == sql, answer.arguments == arguments else {
+            unsupported = true
+            throw Pending()
+        }
+        next += 1
+        return try answer.rows.get()
+    }
+
+    func forEachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws {
+        for row in try fetchAll(sql, arguments) {
+            guard try body(PostgresSQLConnection.ValuesCursor(row: row)) else { return }
+        }
+    }
+
+    func inSavepoint(_ body: () throws -> Bool) throws {
+        unsupported = true
+        throw Pending()
     }
 }
