@@ -70,6 +70,21 @@ import Testing
             }
         }
         #expect(caught == "caught other")
+        // Reads whose bodies throw after their statement end their transactions: every connection of the pool
+        // goes back clean, and writes after them commit.
+        struct Refused: Error {}
+        for _ in 0..<40 {
+            await #expect(throws: Refused.self) {
+                try await storage.read { db -> Int in
+                    _ = try db.fetchAll("SELECT n FROM replayed", [])
+                    throw Refused()
+                }
+            }
+        }
+        for n in 4...8 {
+            try await storage.write { db in _ = try db.execute("INSERT INTO replayed VALUES (?, 'later')", n) }
+        }
+        #expect(try await storage.read { db in try db.fetchOne("SELECT count(*) FROM replayed")?[0].integer } == 8)
     }
 
     @Test(arguments: StorageBackend.allCases) func aWriteThatThrowsLeavesNothingAndUniqueKeysAreTold(

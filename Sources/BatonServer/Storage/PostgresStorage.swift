@@ -72,7 +72,9 @@ public final class PostgresStorage: ServerStorage {
     }
 
     public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
+        let begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+        if case .done(let value) = try await replayed(begin: begin, body) { return value }
+        return try await transaction(begin, body)
     }
 
     @discardableResult
@@ -111,44 +113,54 @@ public final class PostgresStorage: ServerStorage {
         try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", deadline: nil, body)
     }
 
-    /// Runs a read of one statement without a thread of the pool: `body` runs on the calling task and stops at
-    /// its first statement, which is sent asynchronously; then `body` runs again with the answer (a
-    /// ``ReplayingConnection``), as often as it has statements. A body that needs more than a few, or a
-    /// savepoint, runs the blocking way. The bodies are reads: running one again changes nothing.
+    /// Runs a read of one statement without a thread of the pool (see ``replayed(begin:_:)``).
     public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
         -> T
     {
-        var answers: [ReplayingConnection.Answer] = []
-        while answers.count < 4 {
-            let replaying = ReplayingConnection(answers: answers)
-            let outcome = Result { try body(replaying) }
-            guard let needed = replaying.needed else {
-                guard !replaying.unsupported else { break }
-                return try outcome.get()
-            }
-            // A failed statement is answered with its error, where the body asked: the body handles it as it
-            // would any statement's error.
-            let rows: Result<[SQLRow], any Error>
-            do {
-                rows = .success(try await statement(needed.sql, needed.arguments))
-            } catch {
-                rows = .failure(error)
-            }
-            answers.append(.init(sql: needed.sql, arguments: needed.arguments, rows: rows))
-        }
+        if case .done(let value) = try await replayed(begin: nil, body) { return value }
         return try await transaction(nil, body)
     }
 
-    /// Sends one statement on a leased connection, awaiting its answer without blocking a thread.
-    private func statement(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow] {
+    /// Runs a read without a thread of the pool: `body` runs on the calling task and stops at its first
+    /// statement, which is sent asynchronously on a leased connection (after `begin`, when given); then `body`
+    /// runs again with the answer (a ``ReplayingConnection``), as often as it has statements. A body that needs
+    /// more than a few, or a change or a savepoint, is left to the blocking way (`.fallBack`). Read bodies
+    /// change nothing, so running one again is safe; a statement's error is answered where the body asked.
+    private func replayed<T: Sendable>(
+        begin: String?, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> Replayed<T> {
         let logger = self.logger
         do {
-            let result = try await leased { connection in
-                try await PostgresSQLConnection(
-                    connection: connection, logger: logger, deadline: PostgresSQLConnection.statementDeadline
-                ).answer(sql, arguments).get()
+            return try await leased { connection in
+                let sql = PostgresSQLConnection(
+                    connection: connection, logger: logger, deadline: PostgresSQLConnection.statementDeadline)
+                if let begin { _ = try await sql.answer(begin, []).get() }
+                var answers: [ReplayingConnection.Answer] = []
+                var outcome = Result<Replayed<T>, any Error>.success(.fallBack)
+                while answers.count < 4 {
+                    let replaying = ReplayingConnection(answers: answers)
+                    let result = Result { try body(replaying) }
+                    guard let needed = replaying.needed else {
+                        if !replaying.unsupported { outcome = result.map { .done($0) } }
+                        break
+                    }
+                    let rows: Result<[SQLRow], any Error>
+                    do {
+                        rows = .success(
+                            try PostgresSQLConnection.rows(of: try await sql.answer(needed.sql, needed.arguments).get())
+                        )
+                    } catch let error as PSQLError {
+                        rows = .failure(StorageError(postgres: error))
+                    } catch {
+                        rows = .failure(error)
+                    }
+                    answers.append(.init(sql: needed.sql, arguments: needed.arguments, rows: rows))
+                }
+                // A read-only transaction has nothing to keep: it ends either way, before the connection goes
+                // back to the pool, whatever the body threw.
+                if begin != nil { _ = try await sql.answer("COMMIT", []).get() }
+                return try outcome.get()
             }
-            return try PostgresSQLConnection.rows(of: result)
         } catch {
             throw noted(error)
         }
@@ -552,4 +564,10 @@ final class ReplayingConnection: SQLConnection {
         unsupported = true
         throw Pending()
     }
+}
+
+/// How a replayed read ended: with the body's value, or to be run the blocking way.
+enum Replayed<T: Sendable>: Sendable {
+    case done(T)
+    case fallBack
 }
