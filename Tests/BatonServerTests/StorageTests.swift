@@ -553,4 +553,38 @@ import Testing
         }
         #expect(applied == "v1\n")
     }
+
+    /// Instances start, two at a time, beside one that keeps writing (a rolling restart): each starts and no
+    /// write fails. (A start in the benchmark once deadlocked with writers while it locked their tables to check
+    /// indexes that existed; this test did not reproduce that deadlock, but showed the starts waiting on the
+    /// writers: 4.5 s for what now takes 1.9 s. Starts now lock nothing that exists, and a migration that
+    /// loses a deadlock runs again.)
+    @Test func instancesStartBesideOneThatWrites() async throws {
+        try await Self.twoInstances { a, _, atA, _, alice in
+            let stop = Done()
+            async let writing: Int = {
+                var n = 0
+                while !stop.flag.withLock({ $0 }) {
+                    n += 1
+                    let reply = try await atA.odata(
+                        .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(50_000 + n)))
+                    #expect(reply.status == .created, "\(reply.text)")
+                }
+                return n
+            }()
+            for _ in 0..<3 {
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    for _ in 0..<2 {
+                        group.addTask {
+                            let started = try await Self.second(of: a)
+                            started.remove()
+                        }
+                    }
+                    try await group.waitForAll()
+                }
+            }
+            stop.flag.withLock { $0 = true }
+            #expect(try await writing > 0)
+        }
+    }
 }

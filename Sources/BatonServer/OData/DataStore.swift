@@ -79,9 +79,17 @@ struct DataStore: Sendable {
                     "ALTER TABLE \(dialect.quote(set.name)) ADD COLUMN \(dialect.quote(property.name)) \(dialect.columnType(for: property.type))",
                     [])
             }
-            try db.execute(
-                "CREATE INDEX IF NOT EXISTS \(dialect.quote("\(set.name)$seq")) ON \(dialect.quote(set.name)) (\(dialect.quote(sequenceColumn)))",
-                [])
+            // Only when missing: CREATE INDEX IF NOT EXISTS locks the table even when the index is there, and
+            // an instance starting beside a serving one would wait for its writers (or deadlock with them).
+            let indexed =
+                try db.fetchOne(
+                    "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ?", "\(set.name)$seq")
+                != nil
+            if !indexed {
+                try db.execute(
+                    "CREATE INDEX IF NOT EXISTS \(dialect.quote("\(set.name)$seq")) ON \(dialect.quote(set.name)) (\(dialect.quote(sequenceColumn)))",
+                    [])
+            }
         }
         for statement in [
             """
@@ -103,6 +111,16 @@ struct DataStore: Sendable {
             #"CREATE INDEX IF NOT EXISTS "$repeatabilityAnswered" ON "$repeatability" (createdAt) WHERE headers IS NOT NULL"#,
             #"CREATE INDEX IF NOT EXISTS "$repeatabilityDevice" ON "$repeatability" (device, etag) WHERE device IS NOT NULL"#,
         ] {
+            // What exists is left alone without taking a lock: instances start beside serving ones.
+            let prefix = #"CREATE INDEX IF NOT EXISTS ""#
+            if statement.hasPrefix(prefix) {
+                let name = String(statement.dropFirst(prefix.count).prefix { $0 != "\"" })
+                let exists = try db.fetchOne(
+                    "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ?", name)
+                if exists != nil { continue }
+            } else if statement.hasPrefix(#"INSERT INTO "$sequence""#) {
+                if try db.fetchOne(#"SELECT 1 FROM "$sequence" WHERE id = 1"#) != nil { continue }
+            }
             try db.execute(statement, [])
         }
     }
