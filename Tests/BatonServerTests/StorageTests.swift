@@ -392,6 +392,31 @@ import Testing
         }
     }
 
+    /// Follows delta links from `link`, a page at a time (`page` gets the round and the link), until one more
+    /// whole pass after `finished()` says every write has committed; counts how often each entity id came.
+    static func readDeltas(
+        from link: String, finished: () -> Bool,
+        page: (Int, String) async throws -> (values: [[String: Any]], next: String?, delta: String?)
+    ) async throws -> (seen: [String: Int], rounds: Int) {
+        var link = link
+        var seen: [String: Int] = [:]
+        var round = 0
+        var lastPass = false
+        while true {
+            let answer = try await page(round, link)
+            round += 1
+            for value in answer.values { if let id = value["ID"] as? String { seen[id, default: 0] += 1 } }
+            if let next = answer.next {
+                link = next
+                continue
+            }
+            link = try #require(answer.delta)
+            if lastPass { break }
+            lastPass = finished()
+        }
+        return (seen, round)
+    }
+
     /// Writers on both instances commit at once while a reader follows delta links, alternating instances:
     /// every change appears in exactly one delta page. (Each change takes the next value of one sequence row,
     /// which it holds until it commits, so values commit in order and a snapshot that sees value V sees every
@@ -400,7 +425,7 @@ import Testing
         try await Self.twoInstances { _, _, atA, atB, alice in
             let start = try await atA.odata(
                 .get, "PreflightChecks", token: alice, headers: [("Prefer", "odata.track-changes")])
-            var link = try #require(start.json["@odata.deltaLink"] as? String)
+            let link = try #require(start.json["@odata.deltaLink"] as? String)
             let done = Mutex(false)
             let ids = (0..<4).flatMap { writer in (0..<12).map { Fixtures.id(1_000 * (writer + 1) + $0) } }
             async let writing: Void = {
@@ -419,24 +444,14 @@ import Testing
                 }
                 done.withLock { $0 = true }
             }()
-            var seen: [String: Int] = [:]
-            var round = 0
-            var lastPass = false
-            while true {
-                let client = round % 2 == 0 ? atA : atB
-                round += 1
-                let page = try await client.odata(
+            let (seen, round) = try await Self.readDeltas(from: link, finished: { done.withLock { $0 } }) {
+                round, link in
+                let page = try await (round % 2 == 0 ? atA : atB).odata(
                     .get, String(link.dropFirst("http://127.0.0.1:8080/odata/".count)), token: alice)
                 #expect(page.status == .ok, "\(page.text)")
-                for value in page.values { if let id = value["ID"] as? String { seen[id, default: 0] += 1 } }
-                if let next = page.json["@odata.nextLink"] as? String {
-                    link = next
-                    continue
-                }
-                link = try #require(page.json["@odata.deltaLink"] as? String)
-                if lastPass { break }
-                // One more whole pass once every write has committed.
-                lastPass = done.withLock { $0 }
+                return (
+                    page.values, page.json["@odata.nextLink"] as? String, page.json["@odata.deltaLink"] as? String
+                )
             }
             try await writing
             #expect(Set(seen.keys) == Set(ids))

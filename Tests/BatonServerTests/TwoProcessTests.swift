@@ -120,7 +120,7 @@ import Testing
         // appears exactly once.
         let start = try await Self.send(
             a, "GET", "/odata/PreflightChecks", token: alice, headers: ["Prefer": "odata.track-changes"])
-        var link = try #require(start.json["@odata.deltaLink"] as? String)
+        let link = try #require(start.json["@odata.deltaLink"] as? String)
         let ids = (0..<4).flatMap { writer in (0..<10).map { Fixtures.id(1_000 * (writer + 1) + $0) } }
         let done = Done()
         async let writing: Void = {
@@ -139,22 +139,13 @@ import Testing
             }
             done.flag.withLock { $0 = true }
         }()
-        var seen: [String: Int] = [:]
-        var round = 0
-        var lastPass = false
-        while true {
+        let (seen, _) = try await TwoInstanceStorageTests.readDeltas(
+            from: link, finished: { done.flag.withLock { $0 } }
+        ) { round, link in
             let base = round % 2 == 0 ? a : b
-            round += 1
             let page = try await Self.send(base, "GET", Self.at(base, link, cluster: cluster), token: alice)
             #expect(page.status == 200)
-            for value in page.values { if let id = value["ID"] as? String { seen[id, default: 0] += 1 } }
-            if let next = page.json["@odata.nextLink"] as? String {
-                link = next
-                continue
-            }
-            link = try #require(page.json["@odata.deltaLink"] as? String)
-            if lastPass { break }
-            lastPass = done.flag.withLock { $0 }
+            return (page.values, page.json["@odata.nextLink"] as? String, page.json["@odata.deltaLink"] as? String)
         }
         try await writing
         #expect(Set(seen.keys) == Set(ids))
