@@ -131,7 +131,8 @@ public struct BatonServer: Sendable {
         let legacyPEM = configuration.database == nil ? (try? String(contentsOf: legacy, encoding: .utf8)) : nil
         let signingKeys = try await SigningKeys.open(
             database: database, masterKey: masterKey, clock: clock, legacyPEM: legacyPEM)
-        if legacyPEM != nil { try? FileManager.default.removeItem(at: legacy) }
+        // A key the database does not hold stays on disk: deleting it would lose it.
+        if signingKeys.importedLegacyKey { try? FileManager.default.removeItem(at: legacy) }
         issuer = IssuerBox(configuration.oauth.issuer)
         let model: ServiceModel
         do {

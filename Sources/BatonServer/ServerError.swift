@@ -36,6 +36,14 @@ public struct ServerError: Error, Sendable, Equatable, CustomStringConvertible {
 
     static func notFound(_ message: String) -> ServerError { ServerError(.notFound, "NotFound", message) }
 
+    /// 503 `DatabaseUnavailable`: the database is away; the client sends the request again (and a balancer
+    /// tries another instance).
+    static func databaseUnavailable(
+        _ message: String = "The server cannot reach its database; send the request again."
+    ) -> ServerError {
+        ServerError(.serviceUnavailable, "DatabaseUnavailable", message)
+    }
+
     static func forbidden(_ message: String) -> ServerError { ServerError(.forbidden, "Forbidden", message) }
 
     static func conflict(_ message: String, target: String? = nil) -> ServerError {

@@ -28,14 +28,7 @@ public final class ServerCluster: Sendable {
     let balancer: Mutex<Process?>
 
     /// Where `swift build` put the test's executables (`baton-server` among them).
-    public static var buildDirectory: URL {
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for _ in 0..<4
-        where !FileManager.default.isExecutableFile(atPath: directory.appendingPathComponent("baton-server").path) {
-            directory.deleteLastPathComponent()
-        }
-        return directory
-    }
+    public static var buildDirectory: URL { builtExecutable("baton-server").deletingLastPathComponent() }
 
     /// nginx, or `nil` when it is not installed.
     public static var nginx: URL? {
@@ -184,7 +177,7 @@ public final class ServerCluster: Sendable {
     func log(_ name: String) -> URL {
         let file = directory.appendingPathComponent(name)
         if !FileManager.default.fileExists(atPath: file.path) {
-            FileManager.default.createFile(atPath: file.path, contents: nil)
+            FileManager.default.createFile(atPath: file.path, contents: nil, attributes: [.posixPermissions: 0o600])
         }
         return file
     }
@@ -205,8 +198,9 @@ public final class ServerCluster: Sendable {
             .replacingOccurrences(of: "listen 127.0.0.1:8080;", with: "listen 127.0.0.1:\(port);")
         let prefix = directory.appendingPathComponent("nginx")
         try FileManager.default.createDirectory(at: prefix, withIntermediateDirectories: true)
-        // As root, nginx's workers run as nobody: they must reach the temporary directories under the prefix.
-        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory.path)
+        // As root, nginx's workers run as nobody: they must pass through to the temporary directories under the
+        // prefix (0711: they list nothing, and the instances' logs are 0600).
+        try FileManager.default.setAttributes([.posixPermissions: 0o711], ofItemAtPath: directory.path)
         let configuration = prefix.appendingPathComponent("nginx.conf")
         try text.write(to: configuration, atomically: true, encoding: .utf8)
         let process = Process()
@@ -241,6 +235,16 @@ public final class ServerCluster: Sendable {
         done.wait()
         return result.withLock { $0 }
     }
+}
+
+/// The executable `name` that `swift build` put beside the running test binary (or a few directories up from
+/// it, as the test bundle nests on Linux).
+public func builtExecutable(_ name: String) -> URL {
+    var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    for _ in 0..<4 where !FileManager.default.isExecutableFile(atPath: directory.appendingPathComponent(name).path) {
+        directory.deleteLastPathComponent()
+    }
+    return directory.appendingPathComponent(name)
 }
 
 extension URL {

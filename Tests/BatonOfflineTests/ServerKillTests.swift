@@ -123,6 +123,8 @@ import Testing
                 killed.count.withLock { $0 += 1 }
             }
         }
+        // A test that fails early stops killing (and restarting) before the cluster stops.
+        defer { killer.cancel() }
         // The tablet: each round Alice records a check and corrects her previous one, Bob records one, and
         // Bob's sync uploads all of it (Alice's on her behalf) through the balancer.
         var aliceChecks: [String] = []

@@ -12,15 +12,7 @@ import Testing
 /// The sync killed at random points (a child process, SIGKILL) at least 50 times: every change reaches the
 /// server exactly once, nothing is lost, and the encrypted store recovers each time.
 @Suite(.serverSlot) struct SyncCrashTests {
-    static var helper: URL {
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for _ in 0..<4
-        where !FileManager.default.isExecutableFile(atPath: directory.appendingPathComponent("baton-sync-helper").path)
-        {
-            directory.deleteLastPathComponent()
-        }
-        return directory.appendingPathComponent("baton-sync-helper")
-    }
+    static var helper: URL { builtExecutable("baton-sync-helper") }
 
     @Test func killingTheSyncLosesAndDuplicatesNothing() async throws {
         let server = try await LiveServer.start()

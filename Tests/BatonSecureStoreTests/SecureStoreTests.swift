@@ -181,16 +181,7 @@ import Testing
 /// Kills a process in the middle of secure-store writes: the store always opens, with the old or the new
 /// content.
 @Suite struct SecureStoreCrashTests {
-    static var writer: URL {
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for _ in 0..<4
-        where !FileManager.default.isExecutableFile(
-            atPath: directory.appendingPathComponent("baton-store-writer").path)
-        {
-            directory.deleteLastPathComponent()
-        }
-        return directory.appendingPathComponent("baton-store-writer")
-    }
+    static var writer: URL { builtExecutable("baton-store-writer") }
 
     @Test func killingTheWriterLeavesOldOrNewContentNeverGarbage() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("crash-\(UUID().uuidString)")

@@ -100,7 +100,13 @@ import Testing
                     ("grant_type", "refresh_token"), ("client_id", "baton-device"), ("refresh_token", alice.refresh),
                 ])
                 #expect(refreshed == .ok)
-                #expect(body["access_token"] is String)
+                let rotatedAccess = try #require(body["access_token"] as? String)
+                #expect(try await client.get("/me", token: rotatedAccess).0 == .ok)
+                let (reused, _) = try await client.token([
+                    ("grant_type", "refresh_token"), ("client_id", "baton-device"), ("refresh_token", alice.refresh),
+                ])
+                #expect(reused == .badRequest)
+                #expect(try await client.get("/me", token: rotatedAccess).0 == .unauthorized)
             }
             let auditAfter = try await moved.audit.entries(limit: 1000)
             #expect(Array(auditAfter.suffix(auditBefore.count)) == auditBefore)

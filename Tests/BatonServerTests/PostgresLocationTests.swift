@@ -33,6 +33,11 @@ import Testing
         // A URL that does not parse is quoted redacted, even with a raw `@` inside the password.
         let raw = "postgres://baton:p@ss@word@127.0.0.1:5432/baton/extra"
         #expect(PostgresLocation.redacted(raw) == "postgres://baton:***@127.0.0.1:5432/baton/extra")
+        // A raw `/`, `?` or `#` in the password, which ends the authority early, hides nothing less.
+        for secret in ["pa/ss", "pa?ss", "pa#ss"] {
+            let redacted = PostgresLocation.redacted("postgres://baton:\(secret)@127.0.0.1:5432/baton")
+            #expect(!redacted.contains(secret) && !redacted.contains("ss@"), "\(redacted)")
+        }
     }
 
     @Test(arguments: [

@@ -5,14 +5,7 @@ import Testing
 
 /// Runs the built `baton-server` binary as an admin would, and a third-party OAuth client against it.
 @Suite(.serverSlot, .serialized) struct ServerExecutableTests {
-    static var buildDirectory: URL {
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for _ in 0..<4
-        where !FileManager.default.isExecutableFile(atPath: directory.appendingPathComponent("baton-server").path) {
-            directory.deleteLastPathComponent()
-        }
-        return directory
-    }
+    static var buildDirectory: URL { ServerCluster.buildDirectory }
 
     struct Result {
         var status: Int32

@@ -224,7 +224,7 @@ import Testing
     }
 
     /// A data directory from before keys lived in the database keeps its key: tokens it signed stay valid, and
-    /// the plaintext key file is gone.
+    /// the plaintext key file is gone once the database holds it (and only then).
     @Test func aSigningKeyFileMovesIntoTheDatabase() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-legacy-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -239,6 +239,15 @@ import Testing
         let token = try await server.test { client in try await client.signIn("alice").access }
         #expect(TokenService.strictES256KeyID(token) == DeviceRegistry.keyID(legacy.publicKey))
         #expect(!FileManager.default.fileExists(atPath: keys.appendingPathComponent("signing-key.pem").path))
+        // A key file the database does not take (it holds a key already) is not deleted: it would be lost.
+        let other = P256.Signing.PrivateKey()
+        try other.pemRepresentation.write(
+            to: keys.appendingPathComponent("signing-key.pem"), atomically: true, encoding: .utf8)
+        let again = try await TestServer(configure: { $0.dataDirectory = directory })
+        defer { again.server.close() }
+        let later = try await again.test { client in try await client.signIn("alice").access }
+        #expect(TokenService.strictES256KeyID(later) == DeviceRegistry.keyID(legacy.publicKey))
+        #expect(FileManager.default.fileExists(atPath: keys.appendingPathComponent("signing-key.pem").path))
     }
 }
 
@@ -579,7 +588,7 @@ import Testing
             let stop = Done()
             async let writing: Int = {
                 var n = 0
-                while !stop.flag.withLock({ $0 }) {
+                while !stop.flag.withLock({ $0 }), !Task.isCancelled {
                     n += 1
                     let reply = try await atA.odata(
                         .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(50_000 + n)))

@@ -12,14 +12,7 @@ import Testing
     }
 
     /// The `baton` executable in the build directory that holds this test binary.
-    static var executable: URL {
-        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for _ in 0..<4
-        where !FileManager.default.isExecutableFile(atPath: directory.appendingPathComponent("baton").path) {
-            directory.deleteLastPathComponent()
-        }
-        return directory.appendingPathComponent("baton")
-    }
+    static var executable: URL { builtExecutable("baton") }
 
     static func run(_ arguments: [String], executable: URL = executable, input: String? = nil) async throws -> Result {
         try await offThePool { try runBlocking(arguments, executable: executable, input: input) }

@@ -36,6 +36,9 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
                 }
             return Self.response(
                 ServerError(error.status, error.status.reasonPhrase.replacingOccurrences(of: " ", with: ""), message))
+        } catch let error as StorageError where error.kind == .unavailable {
+            // Any route whose database is away: 503, so that the client retries and nginx tries another instance.
+            return Self.response(.databaseUnavailable())
         } catch {
             context.logger.error("Unhandled error", metadata: ["error.type": "\(type(of: error))"])
             return Self.response(

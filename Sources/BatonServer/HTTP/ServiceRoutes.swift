@@ -19,8 +19,7 @@ struct ServiceRoutes {
         // For load balancers: 200 while both databases answer, else 503 with an OData error body.
         router.get("/health") { _, _ in
             guard await databasesAnswer() else {
-                throw ServerError(
-                    .serviceUnavailable, "DatabaseUnavailable",
+                throw ServerError.databaseUnavailable(
                     "The server cannot read its databases; it answers again once they are back.")
             }
             return json(.object([("status", .string("ok"))]))

@@ -72,10 +72,12 @@ final class SigningKeys: Sendable {
                     sealed.box, now)
                 return true
             }
+            let loaded = try await load(database: database, masterKey: masterKey, at: now)
+            // The legacy key is in the database when this start put it there, or an earlier one did (and the
+            // file's deletion failed): only then may the file go.
             return SigningKeys(
-                database: database, masterKey: masterKey, clock: clock,
-                loaded: try await load(database: database, masterKey: masterKey, at: now),
-                imported: inserted && imported != nil)
+                database: database, masterKey: masterKey, clock: clock, loaded: loaded,
+                imported: imported != nil && (inserted || loaded.ids.contains(sealed.id)))
         } catch let error as ServerSetupError {
             throw error
         } catch {

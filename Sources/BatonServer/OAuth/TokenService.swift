@@ -279,8 +279,7 @@ struct TokenService: Sendable {
         do {
             keys = try await signingKeys.current()
         } catch {
-            throw ServerError(
-                .serviceUnavailable, "DatabaseUnavailable", "The server cannot check the token right now; try again.")
+            throw .databaseUnavailable("The server cannot check the token right now; try again.")
         }
         // A remembered token counts only while its key is listed: a key rotated out stops its tokens.
         if let cached = verified.claims(for: token), keys.ids.contains(cached.keyID) {
@@ -324,8 +323,7 @@ struct TokenService: Sendable {
                 ).map { row in (row[0].bool ?? true, row[1].text, row[2].bool ?? true) }
             }
         } catch {
-            throw ServerError(
-                .serviceUnavailable, "DatabaseUnavailable", "The server cannot check the token right now; try again.")
+            throw .databaseUnavailable("The server cannot check the token right now; try again.")
         }
         guard let status, !status.disabled, let role = status.role.flatMap(User.Role.init(rawValue:)) else {
             throw .unauthorized("The user is disabled or no longer exists.")

@@ -156,9 +156,7 @@ extension DataService {
     /// The answer for requests whose transaction failed: 503 when the database is away (try again), else 500.
     static func unapplied(_ error: any Error) -> ServerError {
         if let error = error as? StorageError, error.kind == .unavailable {
-            return ServerError(
-                .serviceUnavailable, "DatabaseUnavailable",
-                "The server cannot reach its database; send the batch again.")
+            return .databaseUnavailable("The server cannot reach its database; send the batch again.")
         }
         return ServerError(.internalServerError, "InternalError", "The batch could not be applied.")
     }

@@ -73,9 +73,7 @@ struct DataService: Sendable {
             if request.method != "GET" { outbox.noteBacklog() }
             return (
                 .error(
-                    ServerError(
-                        .serviceUnavailable, "DatabaseUnavailable",
-                        "The server cannot reach its database; send the request again.")), []
+                    .databaseUnavailable("The server cannot reach its database; send the request again.")), []
             )
         } catch {
             return (

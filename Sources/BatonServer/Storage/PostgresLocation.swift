@@ -91,7 +91,11 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         // The user information ends at the last `@` before the path: a password may itself hold a raw `@`.
         guard let scheme = text.range(of: "://") else { return String(text.prefix(200)) }
         let authority = text[scheme.upperBound...].prefix { $0 != "/" && $0 != "?" }
-        guard let at = authority.lastIndex(of: "@") else { return String(text.prefix(200)) }
+        // A raw `/`, `?` or `#` in the password ends the authority early: then the last `@` anywhere (hiding too
+        // much is harmless).
+        guard let at = authority.lastIndex(of: "@") ?? text[scheme.upperBound...].lastIndex(of: "@") else {
+            return String(text.prefix(200))
+        }
         let userInfo = text[scheme.upperBound..<at]
         guard let colon = userInfo.firstIndex(of: ":") else { return String(text.prefix(200)) }
         return String((text[..<colon] + ":***" + text[at...]).prefix(200))

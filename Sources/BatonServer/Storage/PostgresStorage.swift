@@ -21,9 +21,6 @@ public final class PostgresStorage: ServerStorage {
     let threads: NIOThreadPool
     let logger: Logger
     private let runner: Mutex<Task<Void, Never>?>
-    /// Set when an access found the database unavailable, cleared when one succeeds again: only then does a
-    /// lease race a deadline (a task group and a timer per access, which a healthy pool does not need).
-    private let troubled = Atomic<Bool>(false)
 
     public var dialect: SQLDialect { .postgres }
 
@@ -123,36 +120,33 @@ public final class PostgresStorage: ServerStorage {
         try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", deadline: nil, body)
     }
 
-    /// Runs a read of one statement without a thread of the pool (see ``replayed(begin:_:)``).
+    /// Runs a read of one statement without a thread of the pool: `body` runs on the calling task and stops at
+    /// its statement, which is sent asynchronously; then `body` runs again with the answer (a
+    /// ``ReplayingConnection``), as often as it has statements (each outside a transaction, as the contract
+    /// allows). A body that needs more than a few, or a change or a savepoint, runs the blocking way. Read
+    /// bodies change nothing, so running one again is safe; a statement's error is answered where the body
+    /// asked.
     public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
         -> T
     {
-        if case .done(let value) = try await replayed(begin: nil, body) { return value }
+        if case .done(let value) = try await replayed(body) { return value }
         return try await transaction(nil, body)
     }
 
-    /// Runs a read without a thread of the pool: `body` runs on the calling task and stops at its first
-    /// statement, which is sent asynchronously on a leased connection (after `begin`, when given); then `body`
-    /// runs again with the answer (a ``ReplayingConnection``), as often as it has statements. A body that needs
-    /// more than a few, or a change or a savepoint, is left to the blocking way (`.fallBack`). Read bodies
-    /// change nothing, so running one again is safe; a statement's error is answered where the body asked.
-    private func replayed<T: Sendable>(
-        begin: String?, _ body: @escaping @Sendable (any SQLConnection) throws -> T
-    ) async throws -> Replayed<T> {
+    private func replayed<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
+        -> Replayed<T>
+    {
         let logger = self.logger
         do {
             return try await leased { connection in
                 let sql = PostgresSQLConnection(
                     connection: connection, logger: logger, deadline: PostgresSQLConnection.statementDeadline)
-                if let begin { _ = try await sql.answer(begin, []).get() }
                 var answers: [ReplayingConnection.Answer] = []
-                var outcome = Result<Replayed<T>, any Error>.success(.fallBack)
                 while answers.count < 4 {
                     let replaying = ReplayingConnection(answers: answers)
                     let result = Result { try body(replaying) }
                     guard let needed = replaying.needed else {
-                        if !replaying.unsupported { outcome = result.map { .done($0) } }
-                        break
+                        return replaying.unsupported ? .fallBack : .done(try result.get())
                     }
                     let rows: Result<[SQLRow], any Error>
                     do {
@@ -166,17 +160,14 @@ public final class PostgresStorage: ServerStorage {
                     }
                     answers.append(.init(sql: needed.sql, arguments: needed.arguments, rows: rows))
                 }
-                // A read-only transaction has nothing to keep: it ends either way, before the connection goes
-                // back to the pool, whatever the body threw.
-                if begin != nil { _ = try await sql.answer("COMMIT", []).get() }
-                return try outcome.get()
+                return .fallBack
             }
         } catch {
             throw noted(error)
         }
     }
 
-    /// A storage error for what an access threw, noting when the database was found away.
+    /// A storage error for what an access threw.
     private func noted(_ error: any Error) -> any Error {
         let mapped: any Error =
             switch error {
@@ -187,7 +178,6 @@ public final class PostgresStorage: ServerStorage {
                 StorageError(.unavailable, "The wait for a database connection was cancelled.")
             default: error
             }
-        if (mapped as? StorageError)?.kind == .unavailable { troubled.store(true, ordering: .relaxed) }
         return mapped
     }
 
@@ -234,19 +224,17 @@ public final class PostgresStorage: ServerStorage {
         }
     }
 
-    /// Runs `body` with a connection of the pool. Once the database was found away, and until an access
-    /// succeeds again: when no connection comes within ``leaseDeadline`` (the pool keeps trying to connect),
-    /// fails as `unavailable` instead of waiting, so that requests answer 503 soon and the balancer moves on. A
-    /// lease that comes in time runs to its end.
+    /// Runs `body` with a connection of the pool; when none comes within ``leaseDeadline`` (the database is
+    /// away: the pool keeps trying to connect, and a pool that never connected waits for ever), fails as
+    /// `unavailable` instead of waiting, so that requests answer 503 soon and the balancer moves on. A lease
+    /// that comes in time runs to its end. (Racing only after a failure saved context switches, but an idle
+    /// instance then hung on its first request after the database stopped.)
     private func leased<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws
         -> T
     {
         let client = self.client
-        guard troubled.load(ordering: .relaxed) else {
-            return try await client.withConnection { connection in try await body(connection) }
-        }
         let first = Claim()
-        let result = try await withThrowingTaskGroup(of: T?.self) { group in
+        return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
                 try await client.withConnection { connection in
                     guard first.claim() else { throw CancellationError() }
@@ -268,8 +256,6 @@ public final class PostgresStorage: ServerStorage {
             }
             throw CancellationError()
         }
-        troubled.store(false, ordering: .relaxed)
-        return result
     }
 
     /// How long a request waits for a database connection.
@@ -576,7 +562,8 @@ final class ReplayingConnection: SQLConnection {
     }
 }
 
-/// How a replayed read ended: with the body's value, or to be run the blocking way.
+/// How a replayed read (``PostgresStorage/readStatement(_:)``) ended: with the body's value, or to be run the
+/// blocking way. (The value may itself be optional: a fetched row or none.)
 enum Replayed<T: Sendable>: Sendable {
     case done(T)
     case fallBack
