@@ -33,10 +33,12 @@ public struct BatonServerConfiguration: Sendable {
     /// its backups). Default: `nil` — `keys/master.key` inside the data directory.
     public var masterKeyFile: URL?
     /// The PostgreSQL database that holds the server's state — users, tokens, the sign-in throttle, settings,
-    /// devices and their keys, discarded-change backups, the audit log — shared by every instance that names it.
-    /// Default: `nil` — `server.sqlite` in ``dataDirectory``. (The OData entity data stays in the data directory's
-    /// `data.sqlite` for now.)
+    /// devices and their keys, discarded-change backups, the audit log, the OData entity data and its change log —
+    /// shared by every instance that names it. Default: `nil` — SQLite files in ``dataDirectory``.
     public var database: PostgresLocation?
+    /// How many connections to ``database`` this instance keeps open (a pool of fixed size, opened at start).
+    /// Default: 16.
+    public var databaseConnections = PostgresStorage.defaultConnections
     /// Timeouts and connection limits.
     public var connections = ConnectionLimits()
     /// The addresses of load balancers whose `X-Forwarded-For` names the client. Default: none — the header is
@@ -109,7 +111,8 @@ public struct BatonServer: Sendable {
                 )
             }
             masterKey = try DataDirectory.existingMasterKey(file)
-            let storage = try await PostgresStorage(location: location, logger: logger)
+            let storage = try await PostgresStorage(
+                location: location, connections: configuration.databaseConnections, logger: logger)
             database = try await ServerDatabase(postgres: storage)
             postgres = storage
         } else {

@@ -83,7 +83,9 @@ public final class PostgresCluster: Sendable {
     /// Starts the cluster's server (`pg_ctl start`, waiting until it accepts connections). Blocks.
     func start() throws {
         guard let bin = Self.binDirectory else { throw PostgresClusterError(Self.missing ?? "") }
-        let options = "-p \(port) -k \(directory.path) -c listen_addresses=127.0.0.1 -c fsync=off"
+        // Every server a test starts keeps its pool of connections open: room for a few dozen at once.
+        let options =
+            "-p \(port) -k \(directory.path) -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
         // Foundation learns that a child ended when every holder of a socket it gives the child has closed it;
         // the server pg_ctl leaves running would hold it for ever. A shell closes every descriptor but the
         // standard three before it runs pg_ctl.

@@ -62,6 +62,7 @@ public final class ServerCluster: Sendable {
         var configuration = BatonServerConfiguration()
         configuration.dataDirectory = directory.appendingPathComponent("prepare")
         configuration.database = database
+        configuration.databaseConnections = 4
         configuration.masterKeyFile = masterKeyFile
         configuration.bcryptCost = 4
         let server = try await BatonServer(configuration: configuration, logger: .init(label: "cluster-prepare"))
@@ -113,7 +114,7 @@ public final class ServerCluster: Sendable {
         process.arguments = [
             "serve", "--port", String(ports[index]), "--data-dir",
             directory.appendingPathComponent("instance-\(index)").path, "--public-url", url.absoluteString,
-            "--trusted-proxy", "127.0.0.1", "--log-level", "error",
+            "--trusted-proxy", "127.0.0.1", "--log-level", "error", "--database-connections", "4",
         ]
         var environment = ProcessInfo.processInfo.environment
         environment["BATON_DATABASE_URL"] = database.urlWithPassword

@@ -63,6 +63,8 @@ struct DataOptions: ParsableArguments {
         configuration.dataService.model = try loadModel(model)
         configuration.masterKeyFile = masterKeyURL
         configuration.database = try databaseLocation()
+        // An admin command sends a few statements, one after the other.
+        configuration.databaseConnections = 2
         var logger = Logger(label: "baton-server")
         logger.logLevel = .warning
         do {

@@ -48,7 +48,16 @@ struct ServeCommand: AsyncParsableCommand {
             valueName: "address"))
     var trustedProxies: [String] = []
 
+    @Option(
+        help: ArgumentHelp(
+            "With PostgreSQL: how many database connections this instance keeps open (1-1000). Every instance opens them at start: keep instances × connections below the server's max_connections.",
+            valueName: "n"))
+    var databaseConnections: Int = PostgresStorage.defaultConnections
+
     func validate() throws {
+        guard (1...1_000).contains(databaseConnections) else {
+            throw ValidationError("--database-connections must be between 1 and 1000, not \(databaseConnections).")
+        }
         guard (0...65_535).contains(port) else {
             throw ValidationError("--port must be between 0 and 65535, not \(port).")
         }
@@ -79,6 +88,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.dataService.model = try loadModel(data.model)
         configuration.masterKeyFile = data.masterKeyURL
         configuration.database = try data.databaseLocation()
+        configuration.databaseConnections = databaseConnections
         configuration.trustedProxies = Set(trustedProxies)
         configuration.host = host
         configuration.port = port

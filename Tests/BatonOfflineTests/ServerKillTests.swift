@@ -166,6 +166,7 @@ import Testing
         configuration.dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent(
             "baton-kill-audit-\(UUID())")
         configuration.database = database
+        configuration.databaseConnections = 4
         let keyFile = tablet.directory.appendingPathComponent("master.key")
         try masterKey.write(to: keyFile)
         configuration.masterKeyFile = keyFile

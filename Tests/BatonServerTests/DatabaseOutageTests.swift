@@ -43,6 +43,7 @@ import Testing
         try Data((0..<32).map { _ in UInt8.random(in: 0...255) }).write(to: keyFile)
         let server = try await TestServer {
             $0.database = location
+            $0.databaseConnections = 4
             $0.masterKeyFile = keyFile
         }
         defer { server.remove() }

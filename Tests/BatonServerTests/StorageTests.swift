@@ -87,6 +87,36 @@ import Testing
         #expect(try await storage.read { db in try db.fetchOne("SELECT count(*) FROM replayed")?[0].integer } == 8)
     }
 
+    /// A single-statement read whose statement fails (on PostgreSQL, its preparation: postgres-nio keeps that
+    /// error for the connection) works once the statement can run; every connection of the pool stays usable.
+    @Test(arguments: StorageBackend.allCases) func aStatementThatFailedRunsOnceItCan(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        let storage = server.server.database.storage
+        let statement = "SELECT t FROM appears_later WHERE n = ?"
+        for _ in 0..<8 {
+            let failed = try await storage.readStatement { db -> String in
+                do {
+                    return try db.fetchOne(statement, 1)?["t"].text ?? "no row"
+                } catch let error as StorageError {
+                    return "\(error.kind)"
+                }
+            }
+            #expect(failed == "other")
+        }
+        try await storage.write { db in
+            _ = try db.execute("CREATE TABLE appears_later (n bigint PRIMARY KEY, t text)", [])
+            _ = try db.execute("INSERT INTO appears_later VALUES (?, ?)", 1, "here")
+        }
+        // More reads than the pool has connections, so every connection that saw the failure answers again.
+        for _ in 0..<12 {
+            let read = try await storage.readStatement { db in try db.fetchOne(statement, 1)?["t"].text }
+            #expect(read == "here")
+        }
+    }
+
     @Test(arguments: StorageBackend.allCases) func aWriteThatThrowsLeavesNothingAndUniqueKeysAreTold(
         backend: StorageBackend
     ) async throws {
@@ -257,6 +287,7 @@ import Testing
     static func second(of first: TestServer) async throws -> TestServer {
         try await TestServer(configure: {
             $0.database = first.server.configuration.database
+            $0.databaseConnections = 4
             $0.masterKeyFile = first.server.configuration.masterKeyFile
         })
     }
@@ -330,6 +361,7 @@ import Testing
             var configuration = BatonServerConfiguration()
             configuration.dataDirectory = directory.appendingPathComponent("data")
             configuration.database = good
+            configuration.databaseConnections = 4
             configuration.masterKeyFile = keyFile
             configure(&configuration)
             do {
@@ -563,6 +595,7 @@ import Testing
                     var configuration = BatonServerConfiguration()
                     configuration.dataDirectory = directory.appendingPathComponent("data-\(n)")
                     configuration.database = database
+                    configuration.databaseConnections = 4
                     configuration.masterKeyFile = keyFile
                     configuration.bcryptCost = 4
                     let server = try await BatonServer(configuration: configuration, logger: Logger(label: "quiet"))

@@ -47,6 +47,8 @@ struct TestServer {
             let file = directory.appendingPathComponent("master.key")
             try Data((0..<32).map { _ in UInt8.random(in: 0...255) }).write(to: file)
             configuration.database = database
+            // Every test server keeps its pool open: a few connections each, for many servers on one cluster.
+            configuration.databaseConnections = 4
             configuration.masterKeyFile = file
         }
         configure(&configuration)

@@ -63,7 +63,7 @@ public enum DataCopy {
         guard let serverPool = server.database.pool, let dataPool = server.data.store.pool else {
             throw ServerSetupError("The source of a copy is a SQLite data directory.")
         }
-        let storage = try await PostgresStorage(location: target, logger: logger)
+        let storage = try await PostgresStorage(location: target, connections: 2, logger: logger)
         defer { storage.close() }
         _ = try await ServerDatabase(postgres: storage)
         _ = try await DataStore(postgres: storage, model: model)

@@ -24,7 +24,7 @@ public final class PostgresStorage: ServerStorage {
 
     public var dialect: SQLDialect { .postgres }
 
-    /// How many connections, and threads waiting on them, at most. Default: 16.
+    /// How many connections the pool keeps open (and threads wait on them), unless told otherwise: 16.
     public static let defaultConnections = 16
 
     /// Connects to the database: checks that it answers, with this user and password, before returning.
@@ -40,7 +40,14 @@ public final class PostgresStorage: ServerStorage {
             host: location.host, port: location.port, username: location.user, password: location.password,
             database: location.database,
             tls: location.tls == .disable ? .disable : .require(TLSConfiguration.makeClientConfiguration()))
+        // A pool of a fixed size, without the pool's keep-alive: postgres-nio arms an idle and a keep-alive timer
+        // (a task group and a Dispatch timer each) every time a connection goes back to the pool, which cost
+        // a third of a key read's CPU (perf). A connection that died silently meanwhile costs its next
+        // statement the statement deadline (then the pool replaces it); one the server or a firewall closed
+        // is noticed at once.
+        configuration.options.minimumConnections = connections
         configuration.options.maximumConnections = connections
+        configuration.options.keepAliveBehavior = nil
         configuration.options.connectTimeout = .seconds(5)
         configuration.options.additionalStartupParameters = [("application_name", "baton-server")]
         client = PostgresClient(configuration: configuration, backgroundLogger: logger)
@@ -150,9 +157,7 @@ public final class PostgresStorage: ServerStorage {
                     }
                     let rows: Result<[SQLRow], any Error>
                     do {
-                        rows = .success(
-                            try PostgresSQLConnection.rows(of: try await sql.answer(needed.sql, needed.arguments).get())
-                        )
+                        rows = .success(try await sql.preparedRows(needed.sql, needed.arguments))
                     } catch let error as PSQLError {
                         rows = .failure(StorageError(postgres: error))
                     } catch {
@@ -242,11 +247,13 @@ public final class PostgresStorage: ServerStorage {
                 }
             }
             group.addTask {
-                // Cancelled (the lease came, or the caller went away): the lease decides the outcome.
-                guard (try? await Task.sleep(for: Self.leaseDeadline)) != nil, first.claim() else { return nil }
+                // Cancelled (the lease came, or the caller went away): the lease decides the outcome. The wait is
+                // a timer of an event loop, not `Task.sleep`: on Linux that is a Dispatch timer, whose manager
+                // thread and worker wake-ups cost a fifth of a key read's CPU (perf).
+                guard await Self.waited(Self.leaseDeadline), first.claim() else { return nil }
                 throw StorageError(
                     .unavailable,
-                    "No connection to PostgreSQL within \(Self.leaseDeadline.components.seconds) s; is the database up?"
+                    "No connection to PostgreSQL within \(Self.leaseDeadline.nanoseconds / 1_000_000_000) s; is the database up?"
                 )
             }
             while let result = try await group.next() {
@@ -259,7 +266,18 @@ public final class PostgresStorage: ServerStorage {
     }
 
     /// How long a request waits for a database connection.
-    static let leaseDeadline = Duration.seconds(5)
+    static let leaseDeadline = TimeAmount.seconds(5)
+
+    /// Whether `delay` passed (`false` when the task was cancelled first), timed by an event loop of NIO's
+    /// singleton group — the loop the caller runs on when the server's concurrency runs on its loops.
+    static func waited(_ delay: TimeAmount) async -> Bool {
+        let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: delay) {}
+        return await withTaskCancellationHandler {
+            (try? await timer.futureResult.get()) != nil
+        } onCancel: {
+            timer.cancel()
+        }
+    }
 
     /// A one-line explanation of a failed connection.
     static func connectionProblem(_ error: any Error, location: PostgresLocation) -> String {
@@ -310,9 +328,14 @@ struct PostgresSQLConnection: SQLConnection {
 
     /// A result's rows as Baton reads them.
     static func rows(of result: PostgresQueryResult) throws -> [SQLRow] {
-        guard let first = result.rows.first else { return [] }
+        try rows(of: result.rows)
+    }
+
+    /// Rows as Baton reads them.
+    static func rows(of rows: [PostgresRow]) throws -> [SQLRow] {
+        guard let first = rows.first else { return [] }
         let columns = first.map(\.columnName)
-        return try result.rows.map { row in SQLRow(columns: columns, values: try row.map(Self.value)) }
+        return try rows.map { row in SQLRow(columns: columns, values: try row.map(Self.value)) }
     }
 
     func forEachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws {
@@ -350,16 +373,7 @@ struct PostgresSQLConnection: SQLConnection {
 
     /// Sends a statement; the future is its answer, or fails after the deadline.
     func answer(_ sql: String, _ arguments: [SQLValue]) throws -> EventLoopFuture<PostgresQueryResult> {
-        var binds = PostgresBindings(capacity: arguments.count)
-        for argument in arguments {
-            switch argument {
-            case .null: binds.appendNull()
-            case .integer(let number): binds.append(number)
-            case .real(let number): binds.append(number)
-            case .text(let text): binds.append(text)
-            case .blob(let bytes): binds.append(ByteBuffer(bytes: bytes))
-            }
-        }
+        let binds = Self.bindings(arguments)
         // A query written to a connection that has just closed (the server went away) is never answered:
         // postgres-nio drops the write. Such a statement fails after the deadline, and its connection is closed
         // so that the pool makes a new one.
@@ -389,6 +403,21 @@ struct PostgresSQLConnection: SQLConnection {
 
     /// How long a statement may go unanswered before it fails as `unavailable`.
     static let statementDeadline = TimeAmount.seconds(20)
+
+    /// `arguments` bound as PostgreSQL reads them: integers as `int8`, reals as `float8`, text, bytes as `bytea`.
+    static func bindings(_ arguments: [SQLValue]) -> PostgresBindings {
+        var binds = PostgresBindings(capacity: arguments.count)
+        for argument in arguments {
+            switch argument {
+            case .null: binds.appendNull()
+            case .integer(let number): binds.append(number)
+            case .real(let number): binds.append(number)
+            case .text(let text): binds.append(text)
+            case .blob(let bytes): binds.append(ByteBuffer(bytes: bytes))
+            }
+        }
+        return binds
+    }
 
     /// The value of a cell as Baton reads it: integers, reals, text and bytes; a boolean as 0 or 1; numerics,
     /// instants, dates and times as the canonical text ``BatonSQL/SQLDialect/decode(_:as:column:)`` reads (from
