@@ -117,6 +117,51 @@ import Testing
         }
     }
 
+    /// PostgreSQL numerics are read from their binary form as canonical text: PostgreSQL's own text without the
+    /// scale's trailing zeros, and `Decimal`'s description wherever `Decimal` holds the value exactly.
+    @Test func numericsReadAsTheirCanonicalText() async throws {
+        let server = try await TestServer(backend: .postgres)
+        defer { server.remove() }
+        let storage = server.server.database.storage
+        var values = [
+            "0", "-0", "0.000", "1", "-1", "10000", "9999", "100000000", "0.0001", "0.00001", "-0.00001", "1.50",
+            "100.000", "1e20", "1.5e-20", "123456789.123456789", "12345.6789", "-98765.4321", "0.1", "10.01",
+            "99999999999999999999999999999999999999", "50000.5",
+        ]
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<300 {
+            let digits = String(
+                (0..<Int.random(in: 1...30, using: &generator)).map { _ in
+                    Character(String(Int.random(in: 0...9, using: &generator)))
+                })
+            let point = Int.random(in: 0...digits.count, using: &generator)
+            let sign = Bool.random(using: &generator) ? "-" : ""
+            values.append(sign + digits.prefix(point) + (point < digits.count ? "." + digits.dropFirst(point) : ""))
+        }
+        let inserted = values
+        try await storage.write { db in
+            _ = try db.execute("CREATE TABLE numerics (n bigint PRIMARY KEY, v numeric)", [])
+            for (n, value) in inserted.enumerated() {
+                _ = try db.execute(
+                    "INSERT INTO numerics VALUES (?, CAST(? AS numeric))", n, value.isEmpty ? "0" : value)
+            }
+        }
+        let rows = try await storage.read { db in try db.fetchAll("SELECT v, v::text FROM numerics ORDER BY n", []) }
+        #expect(rows.count == values.count)
+        for row in rows {
+            var expected = row[1].text ?? ""
+            if expected.contains(".") {
+                while expected.hasSuffix("0") { expected.removeLast() }
+                if expected.hasSuffix(".") { expected.removeLast() }
+            }
+            if expected == "-0" { expected = "0" }
+            #expect(row[0].text == expected, "PostgreSQL wrote \(row[1].text ?? "-")")
+            if let decimal = Decimal(string: expected), expected.filter(\.isNumber).count <= 30 {
+                #expect(row[0].text == "\(decimal)")
+            }
+        }
+    }
+
     @Test(arguments: StorageBackend.allCases) func aWriteThatThrowsLeavesNothingAndUniqueKeysAreTold(
         backend: StorageBackend
     ) async throws {

@@ -37,12 +37,24 @@ struct DataService: Sendable {
     }
 
     /// Runs one request and returns the response and the audit entries its changes produced.
-    /// `EntitySet(key)` with no `$expand` or delta token: the read is a single SELECT.
-    static func isSingleStatementRead(_ url: ODataURL) -> Bool {
-        guard case .resource(let segments) = url.path, segments.count == 2, case .entitySet = segments[0],
-            case .key = segments[1]
+    /// `EntitySet(key)`, or a page of `EntitySet` without `$count` or change tracking, with no `$expand` or delta
+    /// token: the read is a single SELECT, atomic on its own.
+    static func isSingleStatementRead(_ url: ODataURL, request: DataRequest) -> Bool {
+        guard case .resource(let segments) = url.path, case .entitySet = segments.first, url.query.expand.isEmpty,
+            url.query.deltaToken == nil
         else { return false }
-        return url.query.expand.isEmpty && url.query.deltaToken == nil
+        switch segments.count {
+        case 1:
+            // A page that starts change tracking reads the change log's position too, in the same snapshot.
+            guard !url.query.count, let preferences = try? Preferences(parsing: request.headers("Prefer")) else {
+                return false
+            }
+            return !preferences.trackChanges
+        case 2:
+            if case .key = segments[1] { return true }
+            return false
+        default: return false
+        }
     }
 
     func execute(_ request: DataRequest, context: Context) async -> (DataResponse, [AuditEntry]) {
@@ -52,9 +64,9 @@ struct DataService: Sendable {
                 let body = { @Sendable (db: any SQLConnection) in
                     try read(url, request: request, in: db, context: context)
                 }
-                // An entity by key is one SELECT: atomic on its own, without a transaction around it.
+                // An entity by key or a plain page is one SELECT: atomic on its own, without a transaction.
                 let response =
-                    Self.isSingleStatementRead(url)
+                    Self.isSingleStatementRead(url, request: request)
                     ? try await store.storage.readStatement(body) : try await store.storage.read(body)
                 return (response, [])
             }

@@ -82,7 +82,10 @@ struct RowJSONWriter: Sendable {
         out.append(contentsOf: Self.etagClose)
         for (position, column) in columns.enumerated() {
             out.append(contentsOf: keys[column.key])
-            let decoded = try dialect.decode(row.value(at: Int(column.index)), as: column.type, column: names[position])
+            let value = row.value(at: Int(column.index))
+            // PostgreSQL's values arrive as the same canonical text (``PostgresSQLConnection/value(_:)``).
+            guard !Self.copyValue(value, column: column, to: &out) else { continue }
+            let decoded = try dialect.decode(value, as: column.type, column: names[position])
             out.append(contentsOf: decoded.json(as: column.type).serializedBytes)
         }
         out.append(UInt8(ascii: "}"))
@@ -137,6 +140,27 @@ struct RowJSONWriter: Sendable {
         }
     }
 
+    /// Writes a value of the expected kind and shape as it is; `false` when it needs decoding and formatting.
+    static func copyValue(_ value: SQLValue, column: Column, to out: inout [UInt8]) -> Bool {
+        switch value {
+        case .null:
+            out.append(contentsOf: null)
+            return true
+        case .integer(let number):
+            if column.type == .boolean {
+                out.append(contentsOf: (number != 0 ? "true" : "false").utf8)
+                return true
+            }
+            guard column.type.isIntegral else { return false }
+            out.append(contentsOf: String(number).utf8)
+            return true
+        case .text(var text):
+            return text.withUTF8 { copyText($0, as: column.type, to: &out) }
+        case .real, .blob:
+            return false
+        }
+    }
+
     /// The general path, for everything else: decode, then format.
     static func convertValue(_ statement: SQLiteStatement, column: Column, name: String, to out: inout [UInt8]) throws {
         let index = column.index
@@ -160,12 +184,14 @@ struct RowJSONWriter: Sendable {
             guard bytes.count == 36, bytes.allSatisfy(isLowerHexOrDash) else { return false }
             quoted(bytes, to: &out)
         case .dateTimeOffset:
-            guard bytes.count == 33, bytes[19] == UInt8(ascii: "."), bytes[32] == UInt8(ascii: "Z"),
-                bytes[..<19].allSatisfy(isDateTimeByte), bytes[20..<32].allSatisfy(isDigit)
+            // SQLite's text has 12 fractional digits, PostgreSQL's (microseconds) 6.
+            guard (22...33).contains(bytes.count), bytes[19] == UInt8(ascii: "."),
+                bytes[bytes.count - 1] == UInt8(ascii: "Z"), bytes[..<19].allSatisfy(isDateTimeByte),
+                bytes[20..<(bytes.count - 1)].allSatisfy(isDigit)
             else { return false }
             out.append(UInt8(ascii: "\""))
             out.append(contentsOf: bytes[..<19])
-            appendFraction(bytes[20..<32], to: &out)
+            appendFraction(bytes[20..<(bytes.count - 1)], to: &out)
             out.append(UInt8(ascii: "Z"))
             out.append(UInt8(ascii: "\""))
         case .date:

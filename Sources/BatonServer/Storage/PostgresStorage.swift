@@ -429,7 +429,9 @@ struct PostgresSQLConnection: SQLConnection {
         case .float4, .float8: return .real(try cell.decode(Double.self))
         case .bool: return .integer(try cell.decode(Bool.self) ? 1 : 0)
         case .bytea: return .blob(Array(buffer: try cell.decode(ByteBuffer.self)))
-        case .numeric: return .text("\(try cell.decode(Decimal.self))")
+        case .numeric:
+            guard let text = numericText(&bytes) else { break }
+            return .text(text)
         case .uuid: return .text(try cell.decode(UUID.self).uuidString.lowercased())
         case .timestamptz, .timestamp:
             guard let micros = bytes.readInteger(as: Int64.self) else { break }
@@ -443,6 +445,50 @@ struct PostgresSQLConnection: SQLConnection {
         default: return .text(try cell.decode(String.self))
         }
         throw StorageError(.other, "A \(cell.dataType) value in column '\(cell.columnName)' is damaged.")
+    }
+
+    /// The canonical text of a numeric in PostgreSQL's binary form, as `Decimal`'s description writes it: plain
+    /// digits, no exponent, no trailing zeros after the point (which PostgreSQL keeps as the value's scale), `0`
+    /// for zero; `nil` for NaN, an infinity or damaged bytes. Read straight from the base-10,000 digit groups:
+    /// through `Decimal`, a page of 50 spent a third of its CPU on decimals (perf).
+    static func numericText(_ bytes: inout ByteBuffer) -> String? {
+        guard let count = bytes.readInteger(as: Int16.self), count >= 0,
+            let weight = bytes.readInteger(as: Int16.self), let sign = bytes.readInteger(as: UInt16.self),
+            sign == 0 || sign == 0x4000, bytes.readInteger(as: Int16.self) != nil
+        else { return nil }
+        var groups: [Int] = []
+        groups.reserveCapacity(Int(count))
+        for _ in 0..<count {
+            guard let group = bytes.readInteger(as: Int16.self), (0..<10_000).contains(group) else { return nil }
+            groups.append(Int(group))
+        }
+        // Group i is worth 10,000^(weight - i).
+        func group(atPower power: Int) -> Int {
+            let index = Int(weight) - power
+            return groups.indices.contains(index) ? groups[index] : 0
+        }
+        var text = sign == 0x4000 ? "-" : ""
+        if weight < 0 {
+            text += "0"
+        } else {
+            text += String(group(atPower: Int(weight)))
+            for power in stride(from: Int(weight) - 1, through: 0, by: -1) {
+                text += fourDigits(group(atPower: power))
+            }
+        }
+        let lowest = Int(weight) - groups.count + 1
+        if lowest < 0 {
+            var fraction = ""
+            for power in stride(from: -1, through: lowest, by: -1) { fraction += fourDigits(group(atPower: power)) }
+            while fraction.last == "0" { fraction.removeLast() }
+            if !fraction.isEmpty { text += "." + fraction }
+        }
+        return text == "-0" ? "0" : text
+    }
+
+    private static func fourDigits(_ group: Int) -> String {
+        let digits = String(group)
+        return String(repeating: "0", count: 4 - digits.count) + digits
     }
 
     /// `YYYY-MM-DD` of a day count from 2000-01-01 (PostgreSQL's epoch), proleptic Gregorian.
