@@ -182,6 +182,12 @@ public struct BatonServer: Sendable {
             databasesAnswer: {
                 let select = "SELECT 1"
                 let server = try? await database.storage.readStatement { try $0.fetchOne(select)?[0].integer }
+                // On PostgreSQL both are one database.
+                if case .postgres(let first) = database.storage, case .postgres(let second) = store.storage,
+                    first === second
+                {
+                    return server == 1
+                }
                 let data = try? await store.storage.readStatement { try $0.fetchOne(select)?[0].integer }
                 return server == 1 && data == 1
             })

@@ -189,6 +189,9 @@ import Testing
         let format = try await Self.server(["serve", "--log-format", "xml"])
         #expect(format.status != 0)
         #expect(format.error.contains("xml"), "\(format.error)")
+        let pool = try await Self.server(["serve", "--database-connections", "0"])
+        #expect(pool.status != 0)
+        #expect(pool.error.contains("--database-connections must be between 1 and 1000"), "\(pool.error)")
     }
 
     @Test func adminErrorsAreClearAndPasswordsAreNeverArguments() async throws {

@@ -117,6 +117,23 @@ import Testing
         }
     }
 
+    /// Each distinct single-statement read is prepared under a slot of its own (``PreparedStatements``): many of
+    /// them, run in turns on every connection, each answer their own statement.
+    @Test func manyPreparedStatementsEachAnswerTheirOwn() async throws {
+        let server = try await TestServer(backend: .postgres)
+        defer { server.remove() }
+        let storage = server.server.database.storage
+        for round in 0..<3 {
+            for factor in 1...70 {
+                let product = try await storage.readStatement { db in
+                    try db.fetchOne("SELECT CAST(? AS bigint) * \(factor) AS product", round + 2)?[0].integer
+                }
+                #expect(product == Int64((round + 2) * factor))
+            }
+        }
+        #expect(PreparedStatements.slot(of: "SELECT CAST(? AS bigint) * 70 AS product", [.integer(0)]) != nil)
+    }
+
     /// PostgreSQL numerics are read from their binary form as canonical text: PostgreSQL's own text without the
     /// scale's trailing zeros, and `Decimal`'s description wherever `Decimal` holds the value exactly.
     @Test func numericsReadAsTheirCanonicalText() async throws {

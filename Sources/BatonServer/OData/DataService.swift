@@ -61,6 +61,12 @@ struct DataService: Sendable {
         do {
             let url = try parse(request.url)
             if request.method == "GET" {
+                // The service document and $metadata come from the model alone.
+                switch url.path {
+                case .serviceDocument: return (serviceDocument(context), [])
+                case .metadata: return (metadata(url, request: request), [])
+                case .batch, .resource: break
+                }
                 let body = { @Sendable (db: any SQLConnection) in
                     try read(url, request: request, in: db, context: context)
                 }

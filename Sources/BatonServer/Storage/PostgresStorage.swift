@@ -453,7 +453,7 @@ struct PostgresSQLConnection: SQLConnection {
     /// through `Decimal`, a page of 50 spent a third of its CPU on decimals (perf).
     static func numericText(_ bytes: inout ByteBuffer) -> String? {
         guard let count = bytes.readInteger(as: Int16.self), count >= 0,
-            let weight = bytes.readInteger(as: Int16.self), let sign = bytes.readInteger(as: UInt16.self),
+            let weight = bytes.readInteger(as: Int16.self).map(Int.init), let sign = bytes.readInteger(as: UInt16.self),
             sign == 0 || sign == 0x4000, bytes.readInteger(as: Int16.self) != nil
         else { return nil }
         var groups: [Int] = []
@@ -464,35 +464,61 @@ struct PostgresSQLConnection: SQLConnection {
         }
         // Group i is worth 10,000^(weight - i).
         func group(atPower power: Int) -> Int {
-            let index = Int(weight) - power
+            let index = weight - power
             return groups.indices.contains(index) ? groups[index] : 0
         }
-        var text = sign == 0x4000 ? "-" : ""
+        var text: [UInt8] = []
+        text.reserveCapacity(groups.count * 4 + max(0, weight) * 4 + 8)
+        if sign == 0x4000 { text.append(UInt8(ascii: "-")) }
         if weight < 0 {
-            text += "0"
+            text.append(UInt8(ascii: "0"))
         } else {
-            text += String(group(atPower: Int(weight)))
-            for power in stride(from: Int(weight) - 1, through: 0, by: -1) {
-                text += fourDigits(group(atPower: power))
+            appendDigits(Int64(group(atPower: weight)), width: 1, to: &text)
+            for power in stride(from: weight - 1, through: 0, by: -1) {
+                appendDigits(Int64(group(atPower: power)), width: 4, to: &text)
             }
         }
-        let lowest = Int(weight) - groups.count + 1
+        let lowest = weight - groups.count + 1
         if lowest < 0 {
-            var fraction = ""
-            for power in stride(from: -1, through: lowest, by: -1) { fraction += fourDigits(group(atPower: power)) }
-            while fraction.last == "0" { fraction.removeLast() }
-            if !fraction.isEmpty { text += "." + fraction }
+            text.append(UInt8(ascii: "."))
+            for power in stride(from: -1, through: lowest, by: -1) {
+                appendDigits(Int64(group(atPower: power)), width: 4, to: &text)
+            }
+            while text.last == UInt8(ascii: "0") { text.removeLast() }
+            if text.last == UInt8(ascii: ".") { text.removeLast() }
         }
-        return text == "-0" ? "0" : text
-    }
-
-    private static func fourDigits(_ group: Int) -> String {
-        let digits = String(group)
-        return String(repeating: "0", count: 4 - digits.count) + digits
+        if text == [UInt8(ascii: "-"), UInt8(ascii: "0")] { return "0" }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// `YYYY-MM-DD` of a day count from 2000-01-01 (PostgreSQL's epoch), proleptic Gregorian.
     static func dateText(daysSince2000 days: Int64) -> String {
+        var text: [UInt8] = []
+        appendDate(daysSince2000: days, to: &text)
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    /// `HH:MM:SS.ffffff` of microseconds since midnight.
+    static func timeText(microseconds: Int64) -> String {
+        var text: [UInt8] = []
+        appendTime(microseconds: microseconds, to: &text)
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    /// `YYYY-MM-DDTHH:MM:SS.ffffffZ` of microseconds since 2000-01-01T00:00:00Z.
+    static func instantText(microsecondsSince2000 micros: Int64) -> String {
+        let perDay: Int64 = 86_400_000_000
+        let days = micros >= 0 ? micros / perDay : (micros - perDay + 1) / perDay
+        var text: [UInt8] = []
+        text.reserveCapacity(27)
+        appendDate(daysSince2000: days, to: &text)
+        text.append(UInt8(ascii: "T"))
+        appendTime(microseconds: micros - days * perDay, to: &text)
+        text.append(UInt8(ascii: "Z"))
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    private static func appendDate(daysSince2000 days: Int64, to text: inout [UInt8]) {
         // Days from 1970-01-01, then the civil date (Howard Hinnant's days_from_civil, inverted).
         let z = days + 10_957 + 719_468
         let era = (z >= 0 ? z : z - 146_096) / 146_097
@@ -503,26 +529,39 @@ struct PostgresSQLConnection: SQLConnection {
         let day = dayOfYear - (153 * shifted + 2) / 5 + 1
         let month = shifted < 10 ? shifted + 3 : shifted - 9
         let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
-        return pad(year, 4) + "-" + pad(month, 2) + "-" + pad(day, 2)
+        appendDigits(year, width: 4, to: &text)
+        text.append(UInt8(ascii: "-"))
+        appendDigits(month, width: 2, to: &text)
+        text.append(UInt8(ascii: "-"))
+        appendDigits(day, width: 2, to: &text)
     }
 
-    /// `HH:MM:SS.ffffff` of microseconds since midnight.
-    static func timeText(microseconds: Int64) -> String {
+    private static func appendTime(microseconds: Int64, to text: inout [UInt8]) {
         let seconds = microseconds / 1_000_000
-        return pad(seconds / 3_600, 2) + ":" + pad(seconds / 60 % 60, 2) + ":" + pad(seconds % 60, 2) + "."
-            + pad(microseconds % 1_000_000, 6)
+        appendDigits(seconds / 3_600, width: 2, to: &text)
+        text.append(UInt8(ascii: ":"))
+        appendDigits(seconds / 60 % 60, width: 2, to: &text)
+        text.append(UInt8(ascii: ":"))
+        appendDigits(seconds % 60, width: 2, to: &text)
+        text.append(UInt8(ascii: "."))
+        appendDigits(microseconds % 1_000_000, width: 6, to: &text)
     }
 
-    /// `YYYY-MM-DDTHH:MM:SS.ffffffZ` of microseconds since 2000-01-01T00:00:00Z.
-    static func instantText(microsecondsSince2000 micros: Int64) -> String {
-        let perDay: Int64 = 86_400_000_000
-        let days = micros >= 0 ? micros / perDay : (micros - perDay + 1) / perDay
-        return dateText(daysSince2000: days) + "T" + timeText(microseconds: micros - days * perDay) + "Z"
-    }
-
-    static func pad(_ number: Int64, _ width: Int) -> String {
-        let text = String(abs(number))
-        return (number < 0 ? "-" : "") + String(repeating: "0", count: max(0, width - text.count)) + text
+    /// The decimal digits of `number`, zero-padded to `width`, a minus sign first when negative.
+    static func appendDigits(_ number: Int64, width: Int, to text: inout [UInt8]) {
+        if number < 0 { text.append(UInt8(ascii: "-")) }
+        let magnitude = number.magnitude
+        var divisor: UInt64 = 1
+        var count = 1
+        while divisor <= magnitude / 10 {
+            divisor *= 10
+            count += 1
+        }
+        for _ in count..<max(count, width) { text.append(UInt8(ascii: "0")) }
+        while divisor > 0 {
+            text.append(UInt8(ascii: "0") + UInt8(magnitude / divisor % 10))
+            divisor /= 10
+        }
     }
 
     /// `sql` with each `?` outside quotes numbered as PostgreSQL wants: `$1, $2, …`.

@@ -16,7 +16,7 @@ import Synchronization
 /// taken, further statements run unprepared, as before.
 enum PreparedStatements {
     /// How many distinct statements are prepared at most.
-    static let slots = 32
+    static let slots = 256
 
     /// The slot of each statement (by SQL and argument types), `nil` for one that is no longer prepared; the SQL
     /// of each slot.
@@ -61,58 +61,50 @@ enum PreparedStatements {
     static func rows(
         ofSlot slot: Int, _ bindings: PostgresBindings, on connection: PostgresConnection, logger: Logger
     ) async throws -> [PostgresRow] {
-        // A type per slot: postgres-nio names a prepared statement by its type.
-        switch slot {
-        case 0: try await rows(of: PreparedSlot<0>(bindings: bindings), on: connection, logger: logger)
-        case 1: try await rows(of: PreparedSlot<1>(bindings: bindings), on: connection, logger: logger)
-        case 2: try await rows(of: PreparedSlot<2>(bindings: bindings), on: connection, logger: logger)
-        case 3: try await rows(of: PreparedSlot<3>(bindings: bindings), on: connection, logger: logger)
-        case 4: try await rows(of: PreparedSlot<4>(bindings: bindings), on: connection, logger: logger)
-        case 5: try await rows(of: PreparedSlot<5>(bindings: bindings), on: connection, logger: logger)
-        case 6: try await rows(of: PreparedSlot<6>(bindings: bindings), on: connection, logger: logger)
-        case 7: try await rows(of: PreparedSlot<7>(bindings: bindings), on: connection, logger: logger)
-        case 8: try await rows(of: PreparedSlot<8>(bindings: bindings), on: connection, logger: logger)
-        case 9: try await rows(of: PreparedSlot<9>(bindings: bindings), on: connection, logger: logger)
-        case 10: try await rows(of: PreparedSlot<10>(bindings: bindings), on: connection, logger: logger)
-        case 11: try await rows(of: PreparedSlot<11>(bindings: bindings), on: connection, logger: logger)
-        case 12: try await rows(of: PreparedSlot<12>(bindings: bindings), on: connection, logger: logger)
-        case 13: try await rows(of: PreparedSlot<13>(bindings: bindings), on: connection, logger: logger)
-        case 14: try await rows(of: PreparedSlot<14>(bindings: bindings), on: connection, logger: logger)
-        case 15: try await rows(of: PreparedSlot<15>(bindings: bindings), on: connection, logger: logger)
-        case 16: try await rows(of: PreparedSlot<16>(bindings: bindings), on: connection, logger: logger)
-        case 17: try await rows(of: PreparedSlot<17>(bindings: bindings), on: connection, logger: logger)
-        case 18: try await rows(of: PreparedSlot<18>(bindings: bindings), on: connection, logger: logger)
-        case 19: try await rows(of: PreparedSlot<19>(bindings: bindings), on: connection, logger: logger)
-        case 20: try await rows(of: PreparedSlot<20>(bindings: bindings), on: connection, logger: logger)
-        case 21: try await rows(of: PreparedSlot<21>(bindings: bindings), on: connection, logger: logger)
-        case 22: try await rows(of: PreparedSlot<22>(bindings: bindings), on: connection, logger: logger)
-        case 23: try await rows(of: PreparedSlot<23>(bindings: bindings), on: connection, logger: logger)
-        case 24: try await rows(of: PreparedSlot<24>(bindings: bindings), on: connection, logger: logger)
-        case 25: try await rows(of: PreparedSlot<25>(bindings: bindings), on: connection, logger: logger)
-        case 26: try await rows(of: PreparedSlot<26>(bindings: bindings), on: connection, logger: logger)
-        case 27: try await rows(of: PreparedSlot<27>(bindings: bindings), on: connection, logger: logger)
-        case 28: try await rows(of: PreparedSlot<28>(bindings: bindings), on: connection, logger: logger)
-        case 29: try await rows(of: PreparedSlot<29>(bindings: bindings), on: connection, logger: logger)
-        case 30: try await rows(of: PreparedSlot<30>(bindings: bindings), on: connection, logger: logger)
-        case 31: try await rows(of: PreparedSlot<31>(bindings: bindings), on: connection, logger: logger)
-        default: preconditionFailure("Slot \(slot) was never given out.")
-        }
+        // The slot's type is spelt by the binary digits of slot + 1, the leading 1 first.
+        let number = slot + 1
+        let digits = Int.bitWidth - number.leadingZeroBitCount
+        return try await rows(
+            number, digitsLeft: digits - 1, as: SlotOne.self, bindings, on: connection, logger: logger)
     }
 
-    private static func rows<let N: Int>(
-        of statement: PreparedSlot<N>, on connection: PostgresConnection, logger: Logger
+    private static func rows<Number: SlotNumber>(
+        _ number: Int, digitsLeft: Int, as _: Number.Type, _ bindings: PostgresBindings,
+        on connection: PostgresConnection, logger: Logger
     ) async throws -> [PostgresRow] {
-        var rows: [PostgresRow] = []
-        for try await row in try await connection.execute(statement, logger: logger) { rows.append(row) }
-        return rows
+        guard digitsLeft > 0 else {
+            var rows: [PostgresRow] = []
+            let statement = PreparedSlot<Number>(bindings: bindings)
+            for try await row in try await connection.execute(statement, logger: logger) { rows.append(row) }
+            return rows
+        }
+        return number >> (digitsLeft - 1) & 1 == 0
+            ? try await rows(
+                number, digitsLeft: digitsLeft - 1, as: SlotTwice<Number>.self, bindings, on: connection,
+                logger: logger)
+            : try await rows(
+                number, digitsLeft: digitsLeft - 1, as: SlotTwicePlusOne<Number>.self, bindings, on: connection,
+                logger: logger)
     }
 }
 
-/// The statement of slot `N` of ``PreparedStatements``, with its arguments.
-struct PreparedSlot<let N: Int>: PostgresPreparedStatement {
+/// A number as a type, built from its binary digits: ``SlotOne`` is 1, `SlotTwice<SlotOne>` 2,
+/// `SlotTwicePlusOne<SlotOne>` 3, … — so that slot `n` has a type of its own (number `n + 1`), reached in
+/// log₂(n) steps, and its name and SQL are static as postgres-nio asks, yet chosen at run time.
+protocol SlotNumber { static var value: Int { get } }
+
+enum SlotOne: SlotNumber { static var value: Int { 1 } }
+
+enum SlotTwice<Half: SlotNumber>: SlotNumber { static var value: Int { Half.value * 2 } }
+
+enum SlotTwicePlusOne<Half: SlotNumber>: SlotNumber { static var value: Int { Half.value * 2 + 1 } }
+
+/// The statement of a slot of ``PreparedStatements`` (slot `Number.value - 1`), with its arguments: its SQL
+/// is the one the slot was given, for the life of the process.
+struct PreparedSlot<Number: SlotNumber>: PostgresPreparedStatement {
     typealias Row = PostgresRow
-    static var name: String { "baton_\(N)" }
-    static var sql: String { PreparedStatements.sql(ofSlot: N) }
+    static var name: String { "baton_\(Number.value - 1)" }
+    static var sql: String { PreparedStatements.sql(ofSlot: Number.value - 1) }
 
     let bindings: PostgresBindings
 
