@@ -91,6 +91,10 @@ public struct BatonServer: Sendable {
     let tokens: TokenService
     let data: DataService
     let issuer: IssuerBox
+    /// The admin cockpit's sessions and the key that seals its sign-in cookie (derived from the master key, so
+    /// every instance opens what another sealed).
+    let cockpitSessions: CockpitSessions
+    let cockpitKey: SymmetricKey
     let logger: Logger
     let database: ServerDatabase
 
@@ -128,6 +132,9 @@ public struct BatonServer: Sendable {
         devices = DeviceRegistry(database: database, clock: clock, masterKey: masterKey)
         try await devices.checkMasterKey()
         audit = AuditLog(database: database)
+        cockpitSessions = CockpitSessions(database: database, clock: clock)
+        cockpitKey = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: masterKey, info: Data("baton-cockpit-sign-in".utf8), outputByteCount: 32)
         // A data directory from before the keys lived in the database: its key moves in (so its tokens stay
         // valid) and the plaintext file goes.
         let legacy = directory.legacySigningKeyURL
@@ -192,6 +199,10 @@ public struct BatonServer: Sendable {
                 return server == 1 && data == 1
             })
         routes.addPublic(to: router)
+        CockpitRoutes(
+            tokens: tokens, users: users, settings: settings, sessions: cockpitSessions, database: database,
+            clock: configuration.clock, key: cockpitKey
+        ).add(to: router)
         let protected = router.group().add(
             middleware: BearerAuthenticationMiddleware(tokens: tokens, settings: settings))
         routes.addProtected(to: protected)

@@ -13,14 +13,21 @@ import Testing
         var error: String
     }
 
-    static func run(_ executable: URL, _ arguments: [String], input: String? = nil) async throws -> Result {
-        try await offThePool { try runBlocking(executable, arguments, input: input) }
+    static func run(
+        _ executable: URL, _ arguments: [String], input: String? = nil, environment: [String: String] = [:]
+    ) async throws -> Result {
+        try await offThePool { try runBlocking(executable, arguments, input: input, environment: environment) }
     }
 
-    static func runBlocking(_ executable: URL, _ arguments: [String], input: String?) throws -> Result {
+    static func runBlocking(
+        _ executable: URL, _ arguments: [String], input: String?, environment: [String: String] = [:]
+    ) throws -> Result {
         let process = Process()
         process.executableURL = executable
         process.arguments = arguments
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        }
         let output = Pipe()
         let error = Pipe()
         let stdin = Pipe()

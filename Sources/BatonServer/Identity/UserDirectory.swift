@@ -56,10 +56,11 @@ public struct UserDirectory: Sendable {
 
     /// Disables a user: sign-in, refresh and access tokens stop working at once, refresh tokens are revoked.
     ///
-    /// - Throws: ``ServerError`` (404) for an unknown user.
+    /// - Throws: ``ServerError``: 404 for an unknown user, 409 for the last enabled admin.
     public func disable(_ name: String) async throws {
         let now = clock.now()
         let found = try await database.storage.write { db -> Bool in
+            try Self.keepAnAdmin(besides: name, in: db, doing: "disable")
             let changed = try db.execute("UPDATE users SET disabled = 1 WHERE name = ?", name) > 0
             try db.execute(#"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
             return changed
@@ -71,10 +72,11 @@ public struct UserDirectory: Sendable {
     /// later under the same name inherits none of it: changes are verified only with keys registered after the
     /// account was created.
     ///
-    /// - Throws: ``ServerError`` (404) for an unknown user.
+    /// - Throws: ``ServerError``: 404 for an unknown user, 409 for the last enabled admin.
     public func delete(_ name: String) async throws {
         let now = clock.now()
         let found = try await database.storage.write { db -> Bool in
+            try Self.keepAnAdmin(besides: name, in: db, doing: "delete")
             try db.execute(#"UPDATE signingKeys SET replacedAt = ? WHERE "user" = ? AND replacedAt IS NULL"#, now, name)
             let changed = try db.execute("DELETE FROM users WHERE name = ?", name) > 0
             try db.execute(#"DELETE FROM refreshTokens WHERE "user" = ?"#, name)
@@ -83,6 +85,59 @@ public struct UserDirectory: Sendable {
             return changed
         }
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
+    }
+
+    /// Enables a disabled user (their earlier refresh tokens stay revoked: they sign in again).
+    ///
+    /// - Throws: ``ServerError`` (404) for an unknown user.
+    public func enable(_ name: String) async throws {
+        let found = try await database.storage.write { db -> Bool in
+            try db.execute("UPDATE users SET disabled = 0 WHERE name = ?", name) > 0
+        }
+        guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
+    }
+
+    /// Gives a user another role; it applies to their next request (roles are read with every token check).
+    ///
+    /// - Throws: ``ServerError``: 404 for an unknown user, 409 when it would leave no enabled admin.
+    public func setRole(_ name: String, to role: User.Role) async throws {
+        let found = try await database.storage.write { db -> Bool in
+            if role != .admin { try Self.keepAnAdmin(besides: name, in: db, doing: "change the role of") }
+            return try db.execute("UPDATE users SET role = ? WHERE name = ?", role.rawValue, name) > 0
+        }
+        guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
+    }
+
+    /// Sets a user's password (checked against the policy) and revokes their refresh tokens, so that every
+    /// device signs in again with it.
+    ///
+    /// - Throws: ``ServerError``: 400 for a password that breaks the policy, 404 for an unknown user.
+    public func setPassword(_ name: String, to password: String) async throws {
+        try policy.check(password, for: name)
+        let cost = bcryptCost
+        let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
+        let now = clock.now()
+        let found = try await database.storage.write { db -> Bool in
+            let changed = try db.execute("UPDATE users SET passwordHash = ? WHERE name = ?", hash, name) > 0
+            try db.execute(#"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
+            return changed
+        }
+        guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
+    }
+
+    /// Refuses a change that would leave no enabled admin: nobody could then run the cockpit or add one.
+    static func keepAnAdmin(besides name: String, in db: any SQLConnection, doing action: String) throws {
+        let others =
+            try db.fetchOne(
+                "SELECT count(*) FROM users WHERE role = 'admin' AND disabled = 0 AND name <> ?", name)?[0].integer ?? 0
+        let isAdmin =
+            try db.fetchOne("SELECT count(*) FROM users WHERE name = ? AND role = 'admin' AND disabled = 0", name)?[0]
+            .integer ?? 0
+        guard isAdmin == 0 || others > 0 else {
+            throw ServerError.conflict(
+                "'\(name)' is the last enabled admin: add or enable another admin before you \(action) them.",
+                target: "name")
+        }
     }
 
     /// The active user whose password is `password`, or `nil`. Runs bcrypt even for unknown users, so timing

@@ -11,14 +11,25 @@ public struct OAuthClient: Sendable, Hashable {
     /// Whether any `http://127.0.0.1:PORT/…` or `http://localhost:PORT/…` redirect is allowed (RFC 8252 §7.3,
     /// native and command-line clients).
     public var allowsLoopbackRedirects: Bool
+    /// Redirect paths on this server itself: each allows the issuer's URL followed by the path.
+    public var issuerRedirectPaths: [String]
 
     /// Creates a client.
-    public init(id: String, grants: Set<String>, redirectURIs: [String] = [], allowsLoopbackRedirects: Bool = false) {
+    public init(
+        id: String, grants: Set<String>, redirectURIs: [String] = [], allowsLoopbackRedirects: Bool = false,
+        issuerRedirectPaths: [String] = []
+    ) {
         self.id = id
         self.grants = grants
         self.redirectURIs = redirectURIs
         self.allowsLoopbackRedirects = allowsLoopbackRedirects
+        self.issuerRedirectPaths = issuerRedirectPaths
     }
+
+    /// The admin cockpit (`/admin/`), served by the server itself: the authorization code with PKCE, redirected
+    /// only to the server's own `/admin/callback`; it is given no tokens (the cockpit keeps a session instead).
+    public static let cockpit = OAuthClient(
+        id: "baton-cockpit", grants: ["authorization_code"], issuerRedirectPaths: ["/admin/callback"])
 
     /// The first-party device app: password and refresh-token grants.
     public static let device = OAuthClient(id: "baton-device", grants: ["password", "refresh_token"])
@@ -28,8 +39,8 @@ public struct OAuthClient: Sendable, Hashable {
         id: "baton-web", grants: ["authorization_code", "refresh_token"], allowsLoopbackRedirects: true)
 
     /// Whether `uri` is a redirect URI this client may use.
-    func accepts(redirectURI uri: String) -> Bool {
-        if redirectURIs.contains(uri) { return true }
+    func accepts(redirectURI uri: String, issuer: String) -> Bool {
+        if redirectURIs.contains(uri) || issuerRedirectPaths.contains(where: { issuer + $0 == uri }) { return true }
         guard allowsLoopbackRedirects, let components = URLComponents(string: uri), components.scheme == "http",
             components.host == "127.0.0.1" || components.host == "localhost" || components.host == "[::1]",
             components.fragment == nil, components.user == nil

@@ -17,8 +17,8 @@ public struct OAuthConfiguration: Sendable {
     /// The scopes a client may ask for; all of them are granted when none is asked. Default:
     /// `odata settings devices`.
     public var scopes: [String] = ["odata", "settings", "devices"]
-    /// The registered clients. Default: ``OAuthClient/device`` and ``OAuthClient/web``.
-    public var clients: [OAuthClient] = [.device, .web]
+    /// The registered clients. Default: ``OAuthClient/device``, ``OAuthClient/web`` and ``OAuthClient/cockpit``.
+    public var clients: [OAuthClient] = [.device, .web, .cockpit]
     /// Sign-in throttling limits.
     var throttle = LoginThrottle.Limits()
 

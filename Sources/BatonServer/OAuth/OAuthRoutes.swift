@@ -107,7 +107,9 @@ struct OAuthRoutes {
             throw ServerError.badRequest(
                 "Unknown client_id, or the client may not use the authorization code flow.", target: "client_id")
         }
-        guard let redirectURI = parameters["redirect_uri"], client.accepts(redirectURI: redirectURI) else {
+        guard let redirectURI = parameters["redirect_uri"],
+            client.accepts(redirectURI: redirectURI, issuer: tokens.issuer.value)
+        else {
             throw ServerError.badRequest(
                 "redirect_uri is missing or not registered for this client.", target: "redirect_uri")
         }

@@ -56,8 +56,10 @@ struct TokenService: Sendable {
         guard ["password", "refresh_token", "authorization_code"].contains(grantType) else {
             throw OAuthError("unsupported_grant_type", "Grant type '\(grantType.prefix(40))' is not supported.")
         }
-        guard client.grants.contains(grantType) else {
-            throw OAuthError("unauthorized_client", "Client '\(client.id)' may not use the \(grantType) grant.")
+        guard client.grants.contains(grantType), client.id != OAuthClient.cockpit.id else {
+            throw OAuthError(
+                "unauthorized_client", "Client '\(client.id)' may not use the \(grantType) grant at the token endpoint."
+            )
         }
         switch grantType {
         case "password": return try await passwordGrant(form, client: client, caller: caller)
@@ -177,6 +179,18 @@ struct TokenService: Sendable {
         guard PKCE.isWellFormed(verifier) else {
             throw OAuthError.invalidRequest("code_verifier must be 43 to 128 unreserved characters.")
         }
+        let redeemed = try await redeem(code: code, verifier: verifier, redirectURI: redirectURI, client: client)
+        return try await issue(user: redeemed.user, client: client, scope: redeemed.scope, family: redeemed.family)
+    }
+
+    /// Redeems an authorization code (once: a second use revokes what the first issued) and returns whom it was
+    /// issued for; the admin cockpit signs its sessions in with this, without tokens.
+    ///
+    /// - Throws: ``OAuthError`` (`invalid_grant`) for an unknown, used, expired or foreign code, a redirect URI
+    ///   or verifier that does not match, or a user disabled meanwhile.
+    func redeem(code: String, verifier: String, redirectURI: String, client: OAuthClient) async throws -> (
+        user: String, scope: String, family: String
+    ) {
         let now = clock.now().timeIntervalSince1970
         let hash = secretHash(code)
         enum Outcome { case ok(user: String, scope: String, family: String), invalid(String) }
@@ -216,8 +230,7 @@ struct TokenService: Sendable {
         }
         switch outcome {
         case .invalid(let reason): throw OAuthError.invalidGrant(reason)
-        case .ok(let user, let scope, let family):
-            return try await issue(user: user, client: client, scope: scope, family: family)
+        case .ok(let user, let scope, let family): return (user, scope, family)
         }
     }
 

@@ -122,8 +122,22 @@ public struct ServerDatabase: Sendable {
             ] + signInThrottleStatements(real: "double precision")
                 + tokenSigningKeysStatements(
                     real: "double precision", blob: "bytea")
-        )
+        ),
+        ("cockpitSessions", cockpitSessionsStatements(real: "double precision")),
     ]
+
+    /// The admin cockpit's browser sessions, shared by every instance (``CockpitSessions``): a session is found by
+    /// the SHA-256 of its cookie, never by the cookie itself.
+    static func cockpitSessionsStatements(real: String) -> [String] {
+        [
+            """
+            CREATE TABLE cockpitSessions (
+                hash text PRIMARY KEY, "user" text NOT NULL, csrf text NOT NULL, createdAt \(real) NOT NULL,
+                lastSeenAt \(real) NOT NULL)
+            """,
+            #"CREATE INDEX cockpitSessionsUser ON cockpitSessions("user")"#,
+        ]
+    }
 
     /// The sign-in throttle's counters, shared by every instance (``LoginThrottle``).
     static func signInThrottleStatements(real: String) -> [String] {
@@ -305,6 +319,9 @@ public struct ServerDatabase: Sendable {
         }
         migrator.registerMigration("tokenSigningKeys") { db in
             for statement in tokenSigningKeysStatements(real: "REAL", blob: "BLOB") { try db.execute(sql: statement) }
+        }
+        migrator.registerMigration("cockpitSessions") { db in
+            for statement in cockpitSessionsStatements(real: "REAL") { try db.execute(sql: statement) }
         }
         return migrator
     }

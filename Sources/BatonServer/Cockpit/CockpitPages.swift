@@ -1,0 +1,187 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Mustache
+
+/// The cockpit's pages: Mustache templates rendered on the server (values HTML-escaped by `{{…}}`), one small
+/// stylesheet, no script. Every page carries the security headers of ``headers``.
+enum CockpitPages {
+    /// Every cockpit response's headers: a strict Content-Security-Policy (the stylesheet from this server,
+    /// nothing else: no script, no frames, forms only to this origin), no framing, no referrer, no caching.
+    static let headers: HTTPFields = [
+        .contentSecurityPolicy:
+            "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        field("X-Frame-Options"): "DENY",
+        field("Referrer-Policy"): "no-referrer",
+        field("X-Content-Type-Options"): "nosniff",
+        .cacheControl: "no-store",
+    ]
+
+    static func field(_ name: String) -> HTTPField.Name {
+        guard let field = HTTPField.Name(name) else { preconditionFailure("'\(name)' is a valid header name") }
+        return field
+    }
+
+    static let library: MustacheLibrary = {
+        var library = MustacheLibrary()
+        do {
+            for (name, text) in templates { try library.register(text, named: name) }
+        } catch {
+            preconditionFailure("A cockpit template does not parse: \(error)")
+        }
+        return library
+    }()
+
+    /// A page: `template` rendered with `values`, inside the layout (navigation, who is signed in, sign-out).
+    static func page(
+        _ template: String, title: String, values: [String: Any], session: CockpitSessions.Session?,
+        status: HTTPResponse.Status = .ok
+    ) -> Response {
+        let content = library.render(values, withTemplate: template) ?? ""
+        // The navigation marks the current section (`{{#overview}}`, `{{#users}}`).
+        var layout: [String: Any] = ["title": title, "content": content, template: true]
+        if let session {
+            layout["session"] = ["user": session.user, "displayName": session.displayName, "csrf": session.csrf]
+        }
+        let html = library.render(layout, withTemplate: "layout") ?? ""
+        var fields = headers
+        fields[.contentType] = "text/html; charset=utf-8"
+        return Response(status: status, headers: fields, body: .init(byteBuffer: ByteBuffer(string: html)))
+    }
+
+    /// A page that says what went wrong and links back.
+    static func message(
+        _ title: String, _ text: String, status: HTTPResponse.Status, session: CockpitSessions.Session? = nil,
+        link: (text: String, href: String)? = nil
+    ) -> Response {
+        var values: [String: Any] = ["heading": title, "text": text]
+        if let link { values["link"] = ["text": link.text, "href": link.href] }
+        return page("message", title: title, values: values, session: session, status: status)
+    }
+
+    /// A redirect after a form (303, so the browser asks with GET), with the cockpit's headers.
+    static func redirect(to location: String) -> Response {
+        var fields = headers
+        fields[.location] = location
+        return Response(status: .seeOther, headers: fields)
+    }
+
+    static let stylesheet = """
+        :root { --ink: #1b2430; --muted: #5b6675; --line: #d5dbe3; --accent: #0b5cad; --bad: #a4161a; --bg: #f6f8fa; }
+        * { box-sizing: border-box; }
+        body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: var(--ink);
+          background: var(--bg); }
+        header { background: var(--ink); color: #fff; padding: .6rem 1rem; display: flex; flex-wrap: wrap; gap: .5rem 1.2rem;
+          align-items: center; }
+        header strong { font-size: 1.1rem; margin-right: .5rem; }
+        header a { color: #fff; text-decoration: none; padding: .2rem 0; border-bottom: 2px solid transparent; }
+        header a[aria-current] { border-bottom-color: #fff; }
+        header form { margin-left: auto; display: flex; gap: .6rem; align-items: center; }
+        main { padding: 1rem; max-width: 1200px; margin: 0 auto; }
+        h1 { font-size: 1.4rem; margin: .4rem 0 1rem; }
+        .cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(170px, 1fr)); gap: .8rem; margin-bottom: 1.2rem; }
+        .card { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: .8rem; }
+        .card b { display: block; font-size: 1.6rem; }
+        .card span { color: var(--muted); }
+        .scroll { overflow-x: auto; max-width: 100%; background: #fff; border: 1px solid var(--line); border-radius: 6px; }
+        form, fieldset, label, input, select { max-width: 100%; }
+        table { border-collapse: collapse; width: 100%; }
+        th, td { text-align: left; padding: .45rem .6rem; border-bottom: 1px solid var(--line); vertical-align: top; }
+        th { background: #eef1f5; font-weight: 600; white-space: nowrap; }
+        td form { display: inline-flex; gap: .3rem; margin: 0 .3rem .3rem 0; flex-wrap: wrap; }
+        input, select, button { font: inherit; padding: .3rem .5rem; border: 1px solid var(--line); border-radius: 4px; }
+        button { background: var(--accent); color: #fff; border-color: var(--accent); cursor: pointer; }
+        button.danger { background: var(--bad); border-color: var(--bad); }
+        header button { background: transparent; border-color: #fff; }
+        fieldset { background: #fff; border: 1px solid var(--line); border-radius: 6px; margin: 0 0 1rem; padding: .8rem; }
+        fieldset label { display: inline-flex; flex-direction: column; margin: 0 .8rem .6rem 0; }
+        .alert { border-left: 4px solid var(--bad); background: #fff; padding: .6rem .8rem; margin-bottom: 1rem; }
+        .notice { border-left: 4px solid var(--accent); background: #fff; padding: .6rem .8rem; margin-bottom: 1rem; }
+        .muted { color: var(--muted); }
+        nav.pages { margin: .8rem 0; display: flex; gap: 1rem; }
+        @media (max-width: 600px) { main { padding: .6rem; } header form { margin-left: 0; } .card b { font-size: 1.3rem; } }
+        """
+
+    static let templates: [(String, String)] = [
+        (
+            "layout",
+            """
+            <!doctype html>
+            <html lang="en"><head><meta charset="utf-8"><title>{{title}} · Baton cockpit</title>
+            <meta name="viewport" content="width=device-width, initial-scale=1">
+            <link rel="stylesheet" href="/admin/style.css"></head>
+            <body><header><strong>Baton cockpit</strong>
+            {{#session}}
+            <a href="/admin/"{{#overview}} aria-current="page"{{/overview}}>Overview</a>
+            <a href="/admin/users"{{#users}} aria-current="page"{{/users}}>Users</a>
+            <form method="post" action="/admin/sign-out"><span>{{displayName}} ({{user}})</span>
+            <input type="hidden" name="csrf" value="{{csrf}}"><button type="submit">Sign out</button></form>
+            {{/session}}
+            </header>
+            <main>{{{content}}}</main></body></html>
+            """
+        ),
+        (
+            "message",
+            """
+            <h1>{{heading}}</h1>
+            <p class="alert" role="alert">{{text}}</p>
+            {{#link}}<p><a href="{{href}}">{{text}}</a></p>{{/link}}
+            """
+        ),
+        (
+            "overview",
+            """
+            <h1>Overview</h1>
+            <div class="cards">
+            <div class="card"><b id="users-count">{{users}}</b><span>users ({{disabled}} disabled)</span></div>
+            <div class="card"><b id="devices-count">{{devices}}</b><span>registered devices</span></div>
+            <div class="card"><b id="devices-seen">{{seen}}</b><span>devices seen in 24 h</span></div>
+            <div class="card"><b id="changes-today">{{changes}}</b><span>changes uploaded today</span></div>
+            <div class="card"><b id="on-behalf-today">{{onBehalf}}</b><span>of them on someone else's behalf</span></div>
+            <div class="card"><b id="refusals-today">{{refusals}}</b><span>discarded-change backups today</span></div>
+            </div>
+            <h2>Settings at a glance</h2>
+            <div class="scroll"><table><thead><tr><th>Setting</th><th>Value</th></tr></thead><tbody>
+            {{#settings}}<tr><td>{{key}}</td><td>{{value}}</td></tr>{{/settings}}
+            </tbody></table></div>
+            """
+        ),
+        (
+            "users",
+            """
+            <h1>Users</h1>
+            {{#error}}<p class="alert" role="alert" id="form-error">{{error}}</p>{{/error}}
+            {{#notice}}<p class="notice" role="status" id="form-notice">{{notice}}</p>{{/notice}}
+            <form method="get" action="/admin/users"><label>Search <input name="q" value="{{query}}" maxlength="64"></label>
+            <button type="submit">Search</button></form>
+            <div class="scroll"><table id="users"><thead><tr><th>Name</th><th>Display name</th><th>Role</th><th>Status</th>
+            <th>Actions</th></tr></thead><tbody>
+            {{#rows}}<tr data-user="{{name}}"><td>{{name}}</td><td>{{displayName}}</td><td>{{role}}</td>
+            <td>{{#disabled}}disabled{{/disabled}}{{^disabled}}active{{/disabled}}</td><td>
+            <form method="post" action="/admin/users/{{name}}/{{#disabled}}enable{{/disabled}}{{^disabled}}disable{{/disabled}}">
+            <input type="hidden" name="csrf" value="{{csrf}}"><button type="submit">{{#disabled}}Enable{{/disabled}}{{^disabled}}Disable{{/disabled}}</button></form>
+            <form method="post" action="/admin/users/{{name}}/role"><input type="hidden" name="csrf" value="{{csrf}}">
+            <select name="role" aria-label="Role of {{name}}">{{#roles}}<option value="{{value}}"{{#selected}} selected{{/selected}}>{{value}}</option>{{/roles}}</select>
+            <button type="submit">Set role</button></form>
+            <form method="post" action="/admin/users/{{name}}/password"><input type="hidden" name="csrf" value="{{csrf}}">
+            <input type="password" name="password" aria-label="New password for {{name}}" autocomplete="new-password" maxlength="128" required>
+            <button type="submit">Reset password</button></form>
+            <form method="post" action="/admin/users/{{name}}/delete"><input type="hidden" name="csrf" value="{{csrf}}">
+            <button type="submit" class="danger">Delete</button></form>
+            </td></tr>{{/rows}}
+            {{^rows}}<tr><td colspan="5" class="muted">No user matches.</td></tr>{{/rows}}
+            </tbody></table></div>
+            <nav class="pages">{{#previous}}<a href="{{previous}}">Previous page</a>{{/previous}}
+            <span class="muted">{{range}}</span>{{#next}}<a href="{{next}}">Next page</a>{{/next}}</nav>
+            <form method="post" action="/admin/users" id="add-user"><fieldset><legend>Add a user</legend>
+            <input type="hidden" name="csrf" value="{{csrf}}">
+            <label>User name <input name="name" maxlength="64" required autocomplete="off"></label>
+            <label>Display name <input name="displayName" maxlength="128"></label>
+            <label>Role <select name="role">{{#newRoles}}<option value="{{.}}">{{.}}</option>{{/newRoles}}</select></label>
+            <label>Password (given once) <input type="password" name="password" maxlength="128" required autocomplete="new-password"></label>
+            <button type="submit">Add user</button></fieldset></form>
+            """
+        ),
+    ]
+}

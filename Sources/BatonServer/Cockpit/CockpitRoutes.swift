@@ -1,0 +1,350 @@
+import BatonOData
+import Crypto
+import Foundation
+import Hummingbird
+
+/// The admin cockpit at `/admin/`: server-rendered pages for the people who run Baton.
+///
+/// Sign-in is Baton's own authorization code flow with PKCE (the cockpit is the OAuth client `baton-cockpit`,
+/// redirected only to this server's `/admin/callback`): the state and verifier travel in a short-lived cookie
+/// sealed under a key derived from the master key, so any instance can finish a sign-in another began. The
+/// redeemed code opens a ``CockpitSessions`` session (no tokens are issued); only enabled admins get one.
+/// Every form that changes something carries the session's CSRF token; cookies are `HttpOnly`,
+/// `SameSite=Strict`, path `/admin`, and `Secure` unless the server is reached on loopback.
+struct CockpitRoutes: Sendable {
+    let tokens: TokenService
+    let users: UserDirectory
+    let settings: SettingsStore
+    let sessions: CockpitSessions
+    let database: ServerDatabase
+    let clock: ServerClock
+    /// Seals the sign-in cookie.
+    let key: SymmetricKey
+
+    static let sessionCookie = "baton_cockpit"
+    static let signInCookie = "baton_cockpit_sign_in"
+    /// How long a sign-in may take, from the cockpit's redirect to the callback.
+    static let signInWindow: TimeInterval = 600
+    /// Users per page.
+    static let pageSize = 25
+
+    func add(to router: Router<BatonRequestContext>) {
+        router.get("/admin/style.css") { _, _ in
+            var fields = CockpitPages.headers
+            fields[.contentType] = "text/css; charset=utf-8"
+            return Response(
+                status: .ok, headers: fields, body: .init(byteBuffer: ByteBuffer(string: CockpitPages.stylesheet)))
+        }
+        router.get("/admin/sign-in") { _, _ in try startSignIn() }
+        router.get("/admin/callback") { request, _ in try await finishSignIn(request) }
+        router.post("/admin/sign-out") { request, context in
+            try await changing(request, context) { session, _ in
+                if let cookie = request.cookies[Self.sessionCookie]?.value { try await sessions.close(cookie: cookie) }
+                var response = CockpitPages.page(
+                    "message", title: "Signed out",
+                    values: [
+                        "heading": "Signed out", "text": "\(session.displayName) signed out of the cockpit.",
+                        "link": ["text": "Sign in again", "href": "/admin/sign-in"],
+                    ], session: nil)
+                response.setCookie(expired(Self.sessionCookie))
+                return response
+            }
+        }
+        router.get("/admin/") { request, _ in
+            try await viewing(request) { session in try await overview(session) }
+        }
+        router.get("/admin/users") { request, _ in
+            try await viewing(request) { session in
+                let query = request.uri.queryParameters
+                return try await usersPage(
+                    session, search: String((query["q"].map(String.init) ?? "").prefix(64)),
+                    page: max(0, min(10_000, query["page"].flatMap { Int(String($0)) } ?? 0)))
+            }
+        }
+        router.post("/admin/users") { request, context in
+            try await changing(request, context) { session, form in
+                let role = User.Role(rawValue: form["role"] ?? "")
+                guard let role else {
+                    return try await usersPage(session, error: "Choose a role: ground-staff, supervisor or admin.")
+                }
+                let name = form["name"] ?? ""
+                let displayName = (form["displayName"] ?? "").trimmingCharacters(in: .whitespaces)
+                guard displayName.count <= 128 else {
+                    return try await usersPage(session, error: "A display name has at most 128 characters.")
+                }
+                return try await acting(session, success: "Added \(name) as \(role.rawValue).") {
+                    try await users.add(
+                        name: name, displayName: displayName.isEmpty ? nil : displayName, role: role,
+                        password: form["password"] ?? "")
+                }
+            }
+        }
+        router.post("/admin/users/:name/:action") { request, context in
+            try await changing(request, context) { session, form in
+                let name = context.parameters.get("name") ?? ""
+                switch context.parameters.get("action") ?? "" {
+                case "disable":
+                    return try await acting(session, success: "Disabled \(name); their tokens no longer work.") {
+                        try await users.disable(name)
+                        try await sessions.closeAll(of: name)
+                    }
+                case "enable":
+                    return try await acting(session, success: "Enabled \(name).") { try await users.enable(name) }
+                case "delete":
+                    return try await acting(session, success: "Deleted \(name).") {
+                        try await users.delete(name)
+                        try await sessions.closeAll(of: name)
+                    }
+                case "role":
+                    guard let role = User.Role(rawValue: form["role"] ?? "") else {
+                        return try await usersPage(session, error: "Choose a role: ground-staff, supervisor or admin.")
+                    }
+                    return try await acting(session, success: "\(name) is now \(role.rawValue).") {
+                        try await users.setRole(name, to: role)
+                        if role != .admin { try await sessions.closeAll(of: name) }
+                    }
+                case "password":
+                    return try await acting(session, success: "Set a new password for \(name); they sign in again.") {
+                        try await users.setPassword(name, to: form["password"] ?? "")
+                    }
+                default:
+                    return CockpitPages.message(
+                        "Not found", "There is no such action.", status: .notFound, session: session,
+                        link: ("Users", "/admin/users"))
+                }
+            }
+        }
+    }
+
+    // MARK: Sessions
+
+    /// Runs `page` for a signed-in admin; anyone else is sent to sign in.
+    func viewing(_ request: Request, _ page: (CockpitSessions.Session) async throws -> Response) async throws
+        -> Response
+    {
+        guard let cookie = request.cookies[Self.sessionCookie]?.value,
+            let session = try await sessions.session(cookie: cookie)
+        else { return CockpitPages.redirect(to: "/admin/sign-in") }
+        return try await page(session)
+    }
+
+    /// Runs `change` for a signed-in admin whose form carries the session's CSRF token; a form without it
+    /// changes nothing (403).
+    func changing(
+        _ request: Request, _ context: BatonRequestContext,
+        _ change: (CockpitSessions.Session, FormBody) async throws -> Response
+    ) async throws -> Response {
+        guard let cookie = request.cookies[Self.sessionCookie]?.value,
+            let session = try await sessions.session(cookie: cookie)
+        else {
+            return CockpitPages.message(
+                "Signed out", "Your cockpit session has ended; sign in again. Nothing was changed.",
+                status: .unauthorized, link: ("Sign in", "/admin/sign-in"))
+        }
+        // A body that is not a form carries no token either.
+        let form = try? await FormBody.read(request, context: context)
+        guard let form, CockpitSessions.isCSRFToken(form["csrf"], of: session) else {
+            return CockpitPages.message(
+                "Refused",
+                "The form did not carry this session's security token (reload the page and try again). "
+                    + "Nothing was changed.", status: .forbidden, session: session, link: ("Overview", "/admin/"))
+        }
+        return try await change(session, form)
+    }
+
+    /// Runs an admin action and shows the users page with its outcome: the success notice, or the server's
+    /// message for a refused change (nothing changed).
+    func acting(_ session: CockpitSessions.Session, success: String, _ action: () async throws -> Void)
+        async throws -> Response
+    {
+        do {
+            try await action()
+        } catch let error as ServerError {
+            return try await usersPage(session, error: error.message)
+        }
+        return try await usersPage(session, notice: success)
+    }
+
+    // MARK: Sign-in
+
+    /// Sends the browser to the authorization endpoint, with a fresh state and PKCE verifier sealed in a cookie.
+    func startSignIn() throws -> Response {
+        let state = randomSecret()
+        let verifier = randomSecret() + randomSecret()
+        let expires = clock.now().timeIntervalSince1970 + Self.signInWindow
+        let sealed = try AES.GCM.seal(
+            Data("\(state) \(verifier) \(Int(expires))".utf8), using: key, authenticating: Data(Self.signInCookie.utf8))
+        guard let combined = sealed.combined else {
+            throw ServerError(.internalServerError, "InternalError", "Cannot seal the sign-in state.")
+        }
+        var query = URLComponents()
+        query.queryItems = [
+            URLQueryItem(name: "response_type", value: "code"),
+            URLQueryItem(name: "client_id", value: OAuthClient.cockpit.id),
+            URLQueryItem(name: "redirect_uri", value: callbackURL),
+            URLQueryItem(name: "state", value: state),
+            URLQueryItem(name: "code_challenge", value: PKCE.challenge(for: verifier)),
+            URLQueryItem(name: "code_challenge_method", value: "S256"),
+        ]
+        var response = CockpitPages.redirect(to: "/oauth/authorize?" + (query.percentEncodedQuery ?? ""))
+        response.setCookie(cookie(Self.signInCookie, base64URL(combined), maxAge: Int(Self.signInWindow)))
+        return response
+    }
+
+    /// The authorization endpoint's redirect: the state must be the one sealed in this browser's cookie, the code
+    /// is redeemed with its verifier, and an enabled admin gets a session; anyone else a 403 page.
+    func finishSignIn(_ request: Request) async throws -> Response {
+        let parameters = request.uri.queryParameters
+        let restart = (text: "Sign in again", href: "/admin/sign-in")
+        guard let sealed = request.cookies[Self.signInCookie]?.value, let bytes = Data(base64URLEncoded: sealed),
+            let box = try? AES.GCM.SealedBox(combined: bytes),
+            let opened = try? AES.GCM.open(box, using: key, authenticating: Data(Self.signInCookie.utf8))
+        else {
+            return CockpitPages.message(
+                "Sign-in not started here", "This browser did not start a cockpit sign-in, or it took too long.",
+                status: .badRequest, link: restart)
+        }
+        let fields = String(decoding: opened, as: UTF8.self).split(separator: " ").map(String.init)
+        guard fields.count == 3, let expires = Double(fields[2]), expires > clock.now().timeIntervalSince1970,
+            let state = parameters["state"].map(String.init), state == fields[0],
+            let code = parameters["code"].map(String.init), !code.isEmpty
+        else {
+            var response = CockpitPages.message(
+                "Sign-in failed", "The sign-in answer does not belong to this browser's sign-in, or it expired.",
+                status: .badRequest, link: restart)
+            response.setCookie(expired(Self.signInCookie))
+            return response
+        }
+        let user: String
+        do {
+            user = try await tokens.redeem(
+                code: code, verifier: fields[1], redirectURI: callbackURL, client: .cockpit
+            ).user
+        } catch let error as OAuthError {
+            var response = CockpitPages.message(
+                "Sign-in failed", error.description, status: .badRequest, link: restart)
+            response.setCookie(expired(Self.signInCookie))
+            return response
+        }
+        guard let account = try await users.user(named: user), account.role == .admin, !account.disabled else {
+            var response = CockpitPages.message(
+                "Not an administrator",
+                "\(user) signed in, but the cockpit is only for users with the admin role. Ask an administrator.",
+                status: .forbidden, link: restart)
+            response.setCookie(expired(Self.signInCookie))
+            return response
+        }
+        let secret = try await sessions.open(for: user)
+        var response = CockpitPages.redirect(to: "/admin/")
+        response.setCookie(expired(Self.signInCookie))
+        response.setCookie(cookie(Self.sessionCookie, secret, maxAge: Int(CockpitSessions.lifetime)))
+        return response
+    }
+
+    /// This server's `/admin/callback`, as registered for ``OAuthClient/cockpit``.
+    var callbackURL: String { tokens.issuer.value + "/admin/callback" }
+
+    /// Whether cookies may go without `Secure`: only when the server is reached on loopback over plain HTTP.
+    var isLoopback: Bool {
+        guard let components = URLComponents(string: tokens.issuer.value), components.scheme == "http" else {
+            return false
+        }
+        return ["127.0.0.1", "localhost", "[::1]", "::1"].contains(components.host ?? "")
+    }
+
+    func cookie(_ name: String, _ value: String, maxAge: Int) -> Cookie {
+        Cookie(
+            name: name, value: value, maxAge: maxAge, path: "/admin", secure: !isLoopback, httpOnly: true,
+            sameSite: .strict)
+    }
+
+    func expired(_ name: String) -> Cookie {
+        Cookie(name: name, value: "", maxAge: 0, path: "/admin", secure: !isLoopback, httpOnly: true, sameSite: .strict)
+    }
+
+    // MARK: Pages
+
+    func overview(_ session: CockpitSessions.Session) async throws -> Response {
+        let now = clock.now().timeIntervalSince1970
+        let midnight = (now / 86_400).rounded(.down) * 86_400
+        let counts = try await database.storage.read { db in
+            let users = try db.fetchOne("SELECT count(*), coalesce(sum(disabled), 0) FROM users")
+            let devices = try db.fetchOne("SELECT count(*) FROM devices")?[0].integer ?? 0
+            let seen =
+                try db.fetchOne(
+                    """
+                    SELECT count(DISTINCT subject) FROM audit
+                    WHERE at >= ? AND action IN ('device-registered', 'store-key-fetched')
+                    """, now - 86_400)?[0].integer ?? 0
+            let changes = try db.fetchOne(
+                """
+                SELECT count(*), coalesce(sum(CASE WHEN detail <> 'uploaded by ' || actor THEN 1 ELSE 0 END), 0)
+                FROM audit WHERE at >= ? AND action IN ('entity-created', 'entity-updated', 'entity-deleted')
+                """, midnight)
+            let refusals =
+                try db.fetchOne("SELECT count(*) FROM audit WHERE at >= ? AND action = 'changes-discarded'", midnight)?[
+                    0
+                ]
+                .integer ?? 0
+            return (
+                users: users?[0].integer ?? 0, disabled: users?[1].integer ?? 0, devices: devices, seen: seen,
+                changes: changes?[0].integer ?? 0, onBehalf: changes?[1].integer ?? 0, refusals: refusals
+            )
+        }
+        let current = try await settings.current()
+        let settingRows: [[String: Any]] = current.lines.map { line in
+            let parts = line.split(separator: "=", maxSplits: 1).map { $0.trimmingCharacters(in: .whitespaces) }
+            return ["key": parts.first ?? "", "value": parts.count > 1 ? parts[1] : ""]
+        }
+        return CockpitPages.page(
+            "overview", title: "Overview",
+            values: [
+                "users": counts.users, "disabled": counts.disabled, "devices": counts.devices, "seen": counts.seen,
+                "changes": counts.changes, "onBehalf": counts.onBehalf, "refusals": counts.refusals,
+                "settings": settingRows,
+            ], session: session)
+    }
+
+    func usersPage(
+        _ session: CockpitSessions.Session, search: String = "", page: Int = 0, error: String? = nil,
+        notice: String? = nil
+    ) async throws -> Response {
+        let all = try await users.list()
+        let matching =
+            search.isEmpty
+            ? all
+            : all.filter {
+                $0.name.localizedCaseInsensitiveContains(search)
+                    || $0.displayName.localizedCaseInsensitiveContains(search)
+            }
+        let start = min(page * Self.pageSize, matching.count)
+        let shown = matching[start..<min(start + Self.pageSize, matching.count)]
+        let rows: [[String: Any]] = shown.map { user in
+            [
+                "name": user.name, "displayName": user.displayName, "role": user.role.rawValue,
+                "disabled": user.disabled,
+                "roles": User.Role.allCases.map { ["value": $0.rawValue, "selected": $0 == user.role] },
+            ]
+        }
+        func link(_ page: Int) -> String {
+            var components = URLComponents()
+            components.queryItems =
+                (search.isEmpty ? [] : [URLQueryItem(name: "q", value: search)]) + [
+                    URLQueryItem(name: "page", value: String(page))
+                ]
+            return "/admin/users?" + (components.percentEncodedQuery ?? "")
+        }
+        var values: [String: Any] = [
+            "rows": rows, "query": search, "csrf": session.csrf,
+            "newRoles": User.Role.allCases.map(\.rawValue),
+            "range": matching.isEmpty
+                ? "" : "\(start + 1)–\(start + shown.count) of \(matching.count)",
+        ]
+        if page > 0 { values["previous"] = link(page - 1) }
+        if start + shown.count < matching.count { values["next"] = link(page + 1) }
+        if let error { values["error"] = error }
+        if let notice { values["notice"] = notice }
+        return CockpitPages.page(
+            "users", title: "Users", values: values, session: session, status: error == nil ? .ok : .badRequest)
+    }
+}

@@ -1,0 +1,49 @@
+import BatonServer
+import BatonTestSupport
+import BatonTesting
+import Foundation
+import Testing
+
+/// The admin cockpit in a real browser: Debian's `chromium` driven through `chromium-driver` by Selenium
+/// (`Interop/cockpit_browser.py`), against a real server on loopback. The script signs in through the
+/// authorization code flow, adds, searches, re-roles, resets, disables and deletes users, tries bad input, forms
+/// without their CSRF token, the last admin, a signed-out session's cookie and a non-admin, and saves a
+/// screenshot of each page.
+@Suite(.serverSlot) struct CockpitBrowserTests {
+    @Test func anAdminRunsUsersFromTheBrowserAndOthersAreKeptOut() async throws {
+        for program in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
+            try #require(
+                FileManager.default.isExecutableFile(atPath: program),
+                "\(program) is missing. Run scripts/test, the README's test command: it installs chromium and chromium-driver."
+            )
+        }
+        let missing = try await offThePool { TestPython.missing(["selenium", "requests"]) }
+        try #require(missing == nil, "\(missing ?? "")")
+        let server = try await LiveServer.start()
+        defer { Task { await server.stop() } }
+        let adminPassword = "harbour-lantern-7391"
+        let staffPassword = "ground-staff-password-1"
+        try await server.addUser("admin", displayName: "Ada Admin", role: .admin, password: adminPassword)
+        try await server.addUser("bob", displayName: "Bob B.", password: staffPassword)
+        try await server.addUser("dana", displayName: "Dana D.", password: staffPassword)
+        let shots =
+            ProcessInfo.processInfo.environment["BATON_COCKPIT_SCREENSHOTS"]
+            ?? FileManager.default.temporaryDirectory.appendingPathComponent("baton-cockpit-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: shots, withIntermediateDirectories: true)
+        let script = try #require(
+            Bundle.module.url(forResource: "cockpit_browser", withExtension: "py", subdirectory: "Interop"))
+        let result = try await ServerExecutableTests.run(
+            TestPython.executable, [script.path, server.url.absoluteString, shots],
+            environment: ["BATON_ADMIN_PASSWORD": adminPassword, "BATON_STAFF_PASSWORD": staffPassword])
+        #expect(result.status == 0, "\(result.output)\(result.error)")
+        #expect(result.output.contains("cockpit browser checks passed"), "\(result.output)\(result.error)")
+        for name in ["overview.png", "users.png", "users-390.png", "forbidden.png"] {
+            let data = try Data(contentsOf: URL(fileURLWithPath: shots).appendingPathComponent(name))
+            #expect(data.starts(with: [0x89, 0x50, 0x4E, 0x47]) && data.count > 5_000, "\(name) is a PNG screenshot")
+        }
+        // The audit log and the server's state agree with what the browser did.
+        #expect(try await server.server.users.user(named: "casey") == nil)
+        #expect(try await server.server.users.user(named: "bob")?.disabled == false)
+        #expect(try await server.server.users.user(named: "admin")?.role == .admin)
+    }
+}

@@ -1,0 +1,232 @@
+"""The admin cockpit in a real browser: Debian's chromium through chromium-driver and Selenium, headless.
+
+Usage: cockpit_browser.py BASE_URL SCREENSHOT_DIR
+Passwords come from the environment (never the command line): BATON_ADMIN_PASSWORD for `admin`,
+BATON_STAFF_PASSWORD for the ground-staff users `bob` and `dana`. Prints one line per check; exits non-zero on
+the first failure.
+"""
+
+import os
+import re
+import sys
+
+import requests
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+BASE = sys.argv[1].rstrip("/")
+SHOTS = sys.argv[2]
+ADMIN_PASSWORD = os.environ["BATON_ADMIN_PASSWORD"]
+STAFF_PASSWORD = os.environ["BATON_STAFF_PASSWORD"]
+
+
+def check(condition, message):
+    if not condition:
+        print(f"FAILED: {message}", flush=True)
+        sys.exit(1)
+    print(f"ok: {message}", flush=True)
+
+
+def browser(width=1280, height=800, phone=False):
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},{height}",
+                     "--disable-gpu", "--no-first-run"]:
+        options.add_argument(argument)
+    if phone:
+        # A headless window is at least 500 px wide; a phone's viewport is emulated instead.
+        options.add_experimental_option(
+            "mobileEmulation", {"deviceMetrics": {"width": width, "height": height, "pixelRatio": 1}})
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def sign_in(driver, name, password):
+    driver.get(BASE + "/admin/")
+    check("/oauth/authorize" in driver.current_url, f"{name}: the cockpit sends the browser to Baton's sign-in page")
+    driver.find_element(By.NAME, "username").send_keys(name)
+    driver.find_element(By.NAME, "password").send_keys(password)
+    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    # The redirects (authorization endpoint, callback) finish before the next page is read.
+    WebDriverWait(driver, 10).until(lambda d: "/oauth/authorize" not in d.current_url)
+
+
+def submit(driver, button):
+    """Clicks a form's button and waits until the answer's page has replaced the one the button was on."""
+    button.click()
+    WebDriverWait(driver, 10).until(expected_conditions.staleness_of(button))
+
+
+def session_cookie(driver):
+    return next((c for c in driver.get_cookies() if c["name"] == "baton_cockpit"), None)
+
+
+def csrf_of(driver):
+    return driver.find_element(By.CSS_SELECTOR, "input[name=csrf]").get_attribute("value")
+
+
+def shot(driver, name):
+    path = os.path.join(SHOTS, name)
+    driver.save_screenshot(path)
+    print(f"screenshot: {path}", flush=True)
+
+
+def device_token(name, password):
+    answer = requests.post(BASE + "/oauth/token", data={
+        "grant_type": "password", "client_id": "baton-device", "username": name, "password": password})
+    return answer.status_code, answer.json().get("access_token")
+
+
+def user_row(driver, name):
+    rows = driver.find_elements(By.CSS_SELECTOR, f"tr[data-user='{name}']")
+    return rows[0] if rows else None
+
+
+admin = browser()
+try:
+    # Sign-in through the authorization code flow with PKCE, then the overview.
+    sign_in(admin, "admin", ADMIN_PASSWORD)
+    check(admin.current_url == BASE + "/admin/", "admin lands on the overview after signing in")
+    check(admin.find_element(By.TAG_NAME, "h1").text == "Overview", "the overview page shows")
+    check(admin.find_element(By.ID, "users-count").text == "3", "the overview counts three users")
+    cookie = session_cookie(admin)
+    check(cookie is not None and cookie["httpOnly"] and cookie.get("sameSite") == "Strict"
+          and cookie["path"] == "/admin" and not cookie["secure"],
+          "the session cookie is HttpOnly, SameSite=Strict, path /admin, not Secure on loopback")
+    jar = {"baton_cockpit": cookie["value"]}
+    page = requests.get(BASE + "/admin/", cookies=jar, allow_redirects=False)
+    headers = page.headers
+    check(page.status_code == 200 and "script-src" not in headers.get("Content-Security-Policy", "")
+          and "default-src 'none'" in headers.get("Content-Security-Policy", "")
+          and headers.get("X-Frame-Options") == "DENY" and headers.get("Referrer-Policy") == "no-referrer"
+          and headers.get("Cache-Control") == "no-store",
+          "cockpit pages carry a strict CSP, X-Frame-Options DENY, Referrer-Policy no-referrer, no-store")
+    check(not re.search(r"<script|\son\w+=", page.text, re.IGNORECASE), "no script, no inline handlers")
+    shot(admin, "overview.png")
+
+    # Users: add one, with bad input refused first.
+    admin.get(BASE + "/admin/users")
+    check(admin.find_element(By.TAG_NAME, "h1").text == "Users", "the users page shows")
+    csrf = csrf_of(admin)
+    before = requests.get(BASE + "/admin/users", cookies=jar).text.count("<tr data-user=")
+    for form, expected in [
+        ({"name": "", "role": "ground-staff", "password": "a-long-enough-password-1"}, "is not valid"),
+        ({"name": "x" * 65, "role": "ground-staff", "password": "a-long-enough-password-1"}, "is not valid"),
+        ({"name": "erin", "role": "pilot", "password": "a-long-enough-password-1"}, "Choose a role"),
+        ({"name": "erin", "role": "ground-staff", "password": "short"}, "assword"),
+        ({"name": "erin", "displayName": "E" * 129, "role": "ground-staff",
+          "password": "a-long-enough-password-1"}, "at most 128"),
+    ]:
+        answer = requests.post(BASE + "/admin/users", cookies=jar, data={"csrf": csrf, **form})
+        check(answer.status_code == 400 and expected in answer.text and 'id="form-error"' in answer.text,
+              f"adding a user with bad input ({expected}) is refused with a message on the page")
+    after = requests.get(BASE + "/admin/users", cookies=jar).text.count("<tr data-user=")
+    check(before == after, "bad input added nobody")
+    form = admin.find_element(By.ID, "add-user")
+    form.find_element(By.NAME, "name").send_keys("casey")
+    form.find_element(By.NAME, "displayName").send_keys("Casey Ng")
+    form.find_element(By.NAME, "password").send_keys("lantern-first-2291")
+    submit(admin, form.find_element(By.CSS_SELECTOR, "button[type=submit]"))
+    check("Added casey" in admin.find_element(By.ID, "form-notice").text, "adding casey is confirmed")
+    check(user_row(admin, "casey") is not None, "casey is listed")
+    status, _ = device_token("casey", "lantern-first-2291")
+    check(status == 200, "casey signs in with the password given once")
+
+    # Searching.
+    admin.get(BASE + "/admin/users?q=case")
+    names = [row.get_attribute("data-user") for row in admin.find_elements(By.CSS_SELECTOR, "tr[data-user]")]
+    check(names == ["casey"], "searching 'case' lists casey alone")
+    admin.get(BASE + "/admin/users")
+    shot(admin, "users.png")
+
+    # The last admin cannot be deleted, disabled or demoted.
+    for action, data in [("delete", {}), ("disable", {}), ("role", {"role": "supervisor"})]:
+        answer = requests.post(BASE + f"/admin/users/admin/{action}", cookies=jar, data={"csrf": csrf, **data})
+        check(answer.status_code == 400 and "last enabled admin" in answer.text,
+              f"{action} of the last admin is refused with a message")
+    status, _ = device_token("admin", ADMIN_PASSWORD)
+    check(status == 200, "the admin still exists and signs in")
+
+    # A form without its CSRF token changes nothing.
+    answer = requests.post(BASE + "/admin/users/casey/disable", cookies=jar, data={})
+    check(answer.status_code == 403, "a form posted without its CSRF token is refused (403)")
+    answer = requests.post(BASE + "/admin/users/casey/disable", cookies=jar, data={"csrf": "not-the-token"})
+    check(answer.status_code == 403, "a form posted with a wrong CSRF token is refused (403)")
+    status, _ = device_token("casey", "lantern-first-2291")
+    check(status == 200, "casey was not disabled by the refused forms")
+
+    # Role change and password reset from the row's forms.
+    row = user_row(admin, "casey")
+    role_form = row.find_element(By.CSS_SELECTOR, "form[action$='/role']")
+    role_form.find_element(By.CSS_SELECTOR, "option[value='supervisor']").click()
+    submit(admin, role_form.find_element(By.CSS_SELECTOR, "button"))
+    check("casey is now supervisor" in admin.find_element(By.ID, "form-notice").text, "casey's role changes")
+    row = user_row(admin, "casey")
+    reset = row.find_element(By.CSS_SELECTOR, "form[action$='/password']")
+    reset.find_element(By.NAME, "password").send_keys("harbour-second-8812")
+    submit(admin, reset.find_element(By.CSS_SELECTOR, "button"))
+    check("new password for casey" in admin.find_element(By.ID, "form-notice").text, "casey's password is reset")
+    check(device_token("casey", "lantern-first-2291")[0] != 200, "the old password no longer works")
+    check(device_token("casey", "harbour-second-8812")[0] == 200, "the new password works")
+
+    # Disabling bob stops his token at once.
+    status, token = device_token("bob", STAFF_PASSWORD)
+    check(status == 200 and token, "bob has a device token")
+    auth = {"Authorization": f"Bearer {token}"}
+    check(requests.get(BASE + "/odata/", headers=auth).status_code == 200, "bob's token works before")
+    admin.get(BASE + "/admin/users")
+    submit(admin, user_row(admin, "bob").find_element(By.CSS_SELECTOR, "form[action$='/disable'] button"))
+    check("Disabled bob" in admin.find_element(By.ID, "form-notice").text, "disabling bob is confirmed")
+    check(requests.get(BASE + "/odata/", headers=auth).status_code == 401, "bob's token is refused at once")
+    submit(admin, user_row(admin, "bob").find_element(By.CSS_SELECTOR, "form[action$='/enable'] button"))
+    check("Enabled bob" in admin.find_element(By.ID, "form-notice").text, "bob can be enabled again")
+
+    # Deleting casey.
+    submit(admin, user_row(admin, "casey").find_element(By.CSS_SELECTOR, "form[action$='/delete'] button"))
+    check(user_row(admin, "casey") is None, "casey is deleted")
+
+    # At 390 px wide the pages still read.
+    narrow = browser(390, 844, phone=True)
+    try:
+        narrow.get(BASE + "/admin/")
+        narrow.add_cookie({"name": "baton_cockpit", "value": cookie["value"], "path": "/admin"})
+        narrow.get(BASE + "/admin/users")
+        shot(narrow, "users-390.png")
+        wide = narrow.execute_script(
+            "return [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > "
+            "document.documentElement.clientWidth + 1 && !(e.parentElement && e.parentElement.closest('.scroll'))).map(e => e.tagName + '.' + "
+            "e.className + '#' + e.id).slice(0, 5).join(' ')")
+        width = narrow.execute_script("return document.documentElement.scrollWidth")
+        check(narrow.execute_script("return window.innerWidth") == 390, "the phone's viewport is 390 px wide")
+        check(width <= 390, f"the users page fits 390 px (tables scroll inside): {width} {wide}")
+    finally:
+        narrow.quit()
+
+    # Sign out: the cookie of the ended session is refused.
+    admin.get(BASE + "/admin/")
+    submit(admin, admin.find_element(By.CSS_SELECTOR, "form[action='/admin/sign-out'] button"))
+    check(admin.find_element(By.TAG_NAME, "h1").text == "Signed out", "signing out says so")
+    old = requests.get(BASE + "/admin/users", cookies=jar, allow_redirects=False)
+    check(old.status_code == 303 and old.headers.get("Location") == "/admin/sign-in",
+          "a cookie from a signed-out session is refused (sent to sign in)")
+    old = requests.post(BASE + "/admin/users/bob/disable", cookies=jar, data={"csrf": csrf})
+    check(old.status_code == 401, "a form with a signed-out session's cookie changes nothing (401)")
+    check(device_token("bob", STAFF_PASSWORD)[0] == 200, "bob was not disabled")
+finally:
+    admin.quit()
+
+# A non-admin signs in and gets a clear 403 page, and no cockpit data.
+staff = browser()
+try:
+    sign_in(staff, "dana", STAFF_PASSWORD)
+    check(staff.find_element(By.TAG_NAME, "h1").text == "Not an administrator", "a non-admin gets the 403 page")
+    check(session_cookie(staff) is None, "a non-admin gets no session")
+    check("Users" not in staff.find_element(By.TAG_NAME, "header").text, "a non-admin sees no cockpit navigation")
+    shot(staff, "forbidden.png")
+    staff.get(BASE + "/admin/users")
+    check("/oauth/authorize" in staff.current_url, "a non-admin asking for a cockpit page is sent to sign in")
+finally:
+    staff.quit()
+print("cockpit browser checks passed", flush=True)
