@@ -131,7 +131,34 @@ import Testing
                 #expect(product == Int64((round + 2) * factor))
             }
         }
-        #expect(PreparedStatements.slot(of: "SELECT CAST(? AS bigint) * 70 AS product", [.integer(0)]) != nil)
+    }
+
+    /// A value Baton cannot read (an instant of `infinity`, written by hand) fails its read as an error of the
+    /// data, never as the database being away (a 503 would have clients and the balancer retry for ever) and
+    /// never as a crash.
+    @Test func aValueThatCannotBeReadIsAnErrorNotAnOutage() async throws {
+        let server = try await TestServer(backend: .postgres)
+        defer { server.remove() }
+        let storage = server.server.database.storage
+        try await storage.write { db in
+            _ = try db.execute("CREATE TABLE odd (n bigint PRIMARY KEY, at timestamptz, day date)", [])
+            _ = try db.execute("INSERT INTO odd VALUES (1, 'infinity', '-infinity'), (2, now(), 'infinity')", [])
+        }
+        for n in [1, 2] {
+            for statement in ["SELECT at FROM odd WHERE n = ?", "SELECT day FROM odd WHERE n = ?"]
+            where !(n == 2 && statement.contains("at FROM")) {
+                do {
+                    let value = try await storage.readStatement { db in try db.fetchOne(statement, n)?[0] }
+                    Issue.record("\(statement) with n = \(n) read \(String(describing: value))")
+                } catch let error as StorageError {
+                    #expect(error.kind == .other, "\(error)")
+                }
+            }
+        }
+        // The instance still answers.
+        #expect(
+            try await storage.readStatement { db in try db.fetchOne("SELECT n FROM odd WHERE n = ?", 2)?[0] }
+                == .integer(2))
     }
 
     /// PostgreSQL numerics are read from their binary form as canonical text: PostgreSQL's own text without the

@@ -434,10 +434,11 @@ struct PostgresSQLConnection: SQLConnection {
             return .text(text)
         case .uuid: return .text(try cell.decode(UUID.self).uuidString.lowercased())
         case .timestamptz, .timestamp:
-            guard let micros = bytes.readInteger(as: Int64.self) else { break }
+            // ±infinity (written by hand: Baton writes none) have no date; they are refused below, not crashed on.
+            guard let micros = bytes.readInteger(as: Int64.self), micros != .min, micros != .max else { break }
             return .text(instantText(microsecondsSince2000: micros))
         case .date:
-            guard let days = bytes.readInteger(as: Int32.self) else { break }
+            guard let days = bytes.readInteger(as: Int32.self), days != .min, days != .max else { break }
             return .text(dateText(daysSince2000: Int64(days)))
         case .time:
             guard let micros = bytes.readInteger(as: Int64.self) else { break }

@@ -1,4 +1,6 @@
 import BatonSQL
+import Crypto
+import Foundation
 import Logging
 import NIOCore
 import PostgresNIO
@@ -20,7 +22,7 @@ enum PreparedStatements {
 
     /// The slot of each statement (by SQL and argument types), `nil` for one that is no longer prepared; the SQL
     /// of each slot.
-    private static let taken = Mutex<(byKey: [String: Int?], sql: [String])>(([:], []))
+    private static let taken = Mutex<(byKey: [String: Int?], slots: [(sql: String, name: String)])>(([:], []))
 
     /// The slot of `sql` run with arguments of these types, taking a free one; `nil` when none is left or the
     /// statement is no longer prepared (``refuse(slot:)``).
@@ -38,10 +40,15 @@ enum PreparedStatements {
         }
         return taken.withLock { taken in
             if let slot = taken.byKey[key] { return slot }
-            guard taken.sql.count < slots else { return nil }
-            taken.sql.append(PostgresSQLConnection.numberedPlaceholders(sql))
-            taken.byKey[key] = taken.sql.count - 1
-            return taken.sql.count - 1
+            guard taken.slots.count < slots else { return nil }
+            // Named by what it runs, not by its slot: the same statement has the same name in every process,
+            // and a name never stands for two statements (a pooler between Baton and PostgreSQL that hands a
+            // connection prepared by one instance to another still gets the right statement).
+            let name =
+                "baton_" + SHA256.hash(data: Data(key.utf8)).prefix(12).map { String(format: "%02x", $0) }.joined()
+            taken.slots.append((PostgresSQLConnection.numberedPlaceholders(sql), name))
+            taken.byKey[key] = taken.slots.count - 1
+            return taken.slots.count - 1
         }
     }
 
@@ -54,8 +61,20 @@ enum PreparedStatements {
         }
     }
 
+    /// Whether an error of this SQLSTATE may have come from preparing a statement (rather than from running
+    /// it): a syntax or access error or an undefined object (42), a feature not supported (0A), a transaction in
+    /// a bad state (25), an invalid statement name, catalog or schema (26, 3D, 3F), an internal error (XX).
+    /// Errors of running it (a refused value, a constraint, a cancelled or timed-out statement, a server
+    /// going away) leave the statement prepared.
+    static func mayComeFromPreparing(_ state: String) -> Bool {
+        ["42", "0A", "25", "26", "3D", "3F", "XX"].contains(String(state.prefix(2)))
+    }
+
     /// The SQL of a slot that ``slot(of:_:)`` gave out.
-    static func sql(ofSlot slot: Int) -> String { taken.withLock { $0.sql[slot] } }
+    static func sql(ofSlot slot: Int) -> String { taken.withLock { $0.slots[slot].sql } }
+
+    /// The statement name of a slot that ``slot(of:_:)`` gave out.
+    static func name(ofSlot slot: Int) -> String { taken.withLock { $0.slots[slot].name } }
 
     /// Runs the statement of `slot` on `connection` (preparing it there first if this connection has not yet).
     static func rows(
@@ -103,7 +122,7 @@ enum SlotTwicePlusOne<Half: SlotNumber>: SlotNumber { static var value: Int { Ha
 /// is the one the slot was given, for the life of the process.
 struct PreparedSlot<Number: SlotNumber>: PostgresPreparedStatement {
     typealias Row = PostgresRow
-    static var name: String { "baton_\(Number.value - 1)" }
+    static var name: String { PreparedStatements.name(ofSlot: Number.value - 1) }
     static var sql: String { PreparedStatements.sql(ofSlot: Number.value - 1) }
 
     let bindings: PostgresBindings
@@ -122,34 +141,39 @@ extension PostgresSQLConnection {
         guard !connection.isClosed else {
             throw StorageError(.unavailable, "The connection to PostgreSQL has closed.")
         }
+        // The statement races its deadline as in ``answer(_:_:)``: a statement written to a connection that has
+        // just closed is never answered by postgres-nio, so the deadline fails this request's wait itself.
         let settled = Claim()
         let connection = self.connection
+        let answered = connection.eventLoop.makePromise(of: [PostgresRow].self)
         let timer = deadline.map { deadline in
             connection.eventLoop.scheduleTask(in: deadline) {
                 guard settled.claim() else { return }
+                answered.fail(
+                    StorageError(
+                        .unavailable, "PostgreSQL did not answer within \(deadline.nanoseconds / 1_000_000_000) s."))
                 connection.close().whenComplete { _ in }
             }
         }
-        do {
-            let rows = try await PreparedStatements.rows(
-                ofSlot: slot, Self.bindings(arguments), on: connection, logger: logger)
-            timer?.cancel()
-            _ = settled.claim()
-            return try Self.rows(of: rows)
-        } catch {
-            timer?.cancel()
-            // Only a timer claims first; it closed the connection, which ended the statement.
-            guard settled.claim() else {
-                throw StorageError(
-                    .unavailable,
-                    "PostgreSQL did not answer within \((deadline?.nanoseconds ?? 0) / 1_000_000_000) s.")
+        let bindings = Self.bindings(arguments)
+        let logger = self.logger
+        Task {
+            let result: Result<[PostgresRow], any Error>
+            do {
+                result = .success(
+                    try await PreparedStatements.rows(ofSlot: slot, bindings, on: connection, logger: logger))
+            } catch {
+                result = .failure(error)
             }
-            // Any error from the server but a refused value (class 22, raised when the statement runs) may have
-            // come from the preparation.
-            if let state = (error as? PSQLError)?.serverInfo?[.sqlState], !state.hasPrefix("22") {
+            timer?.cancel()
+            guard settled.claim() else { return }
+            if case .failure(let error) = result, let state = (error as? PSQLError)?.serverInfo?[.sqlState],
+                PreparedStatements.mayComeFromPreparing(state)
+            {
                 PreparedStatements.refuse(slot: slot)
             }
-            throw error
+            answered.completeWith(result)
         }
+        return try Self.rows(of: try await answered.futureResult.get())
     }
 }
