@@ -200,7 +200,8 @@ public struct BatonServer: Sendable {
             })
         routes.addPublic(to: router)
         CockpitRoutes(
-            tokens: tokens, users: users, settings: settings, sessions: cockpitSessions, database: database,
+            tokens: tokens, users: users, settings: settings, audit: audit, sessions: cockpitSessions,
+            database: database,
             clock: configuration.clock, key: cockpitKey
         ).add(to: router)
         let protected = router.group().add(

@@ -98,11 +98,53 @@ enum CockpitPages {
         .alert { border-left: 4px solid var(--bad); background: #fff; padding: .6rem .8rem; margin-bottom: 1rem; }
         .notice { border-left: 4px solid var(--accent); background: #fff; padding: .6rem .8rem; margin-bottom: 1rem; }
         .muted { color: var(--muted); }
+        tr.behalf td { background: #fff6dd; }
         nav.pages { margin: .8rem 0; display: flex; gap: 1rem; }
         @media (max-width: 600px) { main { padding: .6rem; } header form { margin-left: 0; } .card b { font-size: 1.3rem; } }
         """
 
     static let templates: [(String, String)] = [
+        (
+            "settings",
+            """
+            <h1>Settings</h1>
+            {{#error}}<p class="alert" role="alert" id="form-error">{{error}}</p>{{/error}}
+            {{#notice}}<p class="notice" role="status" id="form-notice">{{notice}}</p>{{/notice}}
+            <p class="muted">Devices receive these at onboarding and when they refresh their settings. Each change is
+            recorded in the audit log.</p>
+            <div class="scroll"><table id="settings"><thead><tr><th>Setting</th><th>Takes</th><th>Value</th></tr></thead><tbody>
+            {{#rows}}<tr data-key="{{key}}"><td>{{key}}</td><td class="muted">{{takes}}</td><td>
+            <form method="post" action="/admin/settings"><input type="hidden" name="csrf" value="{{csrf}}">
+            <input type="hidden" name="key" value="{{key}}">
+            <input name="value" value="{{value}}" aria-label="Value of {{key}}" maxlength="256">
+            <button type="submit">Save</button></form></td></tr>{{/rows}}
+            </tbody></table></div>
+            """
+        ),
+        (
+            "audit",
+            """
+            <h1>Audit</h1>
+            {{#error}}<p class="alert" role="alert" id="form-error">{{error}}</p>{{/error}}
+            <form method="get" action="/admin/audit" id="audit-filter"><fieldset><legend>Filter</legend>
+            <label>User <input name="user" value="{{user}}" maxlength="128"></label>
+            <label>Device <input name="device" value="{{device}}" maxlength="128"></label>
+            <label>Action <input name="action" value="{{action}}" maxlength="128"></label>
+            <label>From <input name="from" type="date" value="{{from}}"></label>
+            <label>To <input name="to" type="date" value="{{to}}"></label>
+            <button type="submit">Filter</button></fieldset></form>
+            {{#csv}}<p><a href="{{csv}}" id="csv">Download as CSV</a></p>{{/csv}}
+            <div class="scroll"><table id="audit"><thead><tr><th>When (UTC)</th><th>Who</th><th>Action</th><th>Subject</th>
+            <th>CheckedBy</th><th>UploadedBy</th><th>Detail</th><th>From</th></tr></thead><tbody>
+            {{#rows}}<tr data-id="{{id}}"{{#onBehalf}} class="behalf"{{/onBehalf}}><td>{{at}}</td><td>{{actor}}</td>
+            <td>{{action}}</td><td>{{subject}}</td><td>{{checkedBy}}</td>
+            <td>{{uploadedBy}}{{#onBehalf}} <strong>(on behalf)</strong>{{/onBehalf}}</td><td>{{detail}}</td>
+            <td>{{address}}</td></tr>{{/rows}}
+            {{^rows}}<tr><td colspan="8" class="muted">No entry matches.</td></tr>{{/rows}}
+            </tbody></table></div>
+            <nav class="pages">{{#newest}}<a href="{{newest}}">Newest</a>{{/newest}}{{#older}}<a href="{{older}}" id="older">Older entries</a>{{/older}}</nav>
+            """
+        ),
         (
             "layout",
             """
@@ -114,6 +156,8 @@ enum CockpitPages {
             {{#session}}
             <a href="/admin/"{{#overview}} aria-current="page"{{/overview}}>Overview</a>
             <a href="/admin/users"{{#users}} aria-current="page"{{/users}}>Users</a>
+            <a href="/admin/settings"{{#settings}} aria-current="page"{{/settings}}>Settings</a>
+            <a href="/admin/audit"{{#audit}} aria-current="page"{{/audit}}>Audit</a>
             <form method="post" action="/admin/sign-out"><span>{{displayName}} ({{user}})</span>
             <input type="hidden" name="csrf" value="{{csrf}}"><button type="submit">Sign out</button></form>
             {{/session}}

@@ -15,6 +15,7 @@ struct CockpitRoutes: Sendable {
     let tokens: TokenService
     let users: UserDirectory
     let settings: SettingsStore
+    let audit: AuditLog
     let sessions: CockpitSessions
     let database: ServerDatabase
     let clock: ServerClock
@@ -72,11 +73,51 @@ struct CockpitRoutes: Sendable {
                 guard displayName.count <= 128 else {
                     return try await usersPage(session, error: "A display name has at most 128 characters.")
                 }
-                return try await acting(session, success: "Added \(name) as \(role.rawValue).") {
+                return try await acting(
+                    session, context, success: "Added \(name) as \(role.rawValue).",
+                    audited: ("user-added", name, "role \(role.rawValue)")
+                ) {
                     try await users.add(
                         name: name, displayName: displayName.isEmpty ? nil : displayName, role: role,
                         password: form["password"] ?? "")
                 }
+            }
+        }
+        router.get("/admin/settings") { request, _ in
+            try await viewing(request) { session in try await settingsPage(session) }
+        }
+        router.post("/admin/settings") { request, context in
+            try await changing(request, context) { session, form in
+                let key = form["key"] ?? ""
+                let value = form["value"] ?? ""
+                do {
+                    _ = try await settings.set(key, to: value)
+                } catch let error as ServerError {
+                    return try await settingsPage(session, error: error.message)
+                }
+                try await record(session, context, ("settings-changed", key, "value \(value.prefix(64))"))
+                return try await settingsPage(session, notice: "\(key) is now '\(value)'.")
+            }
+        }
+        router.get("/admin/audit") { request, _ in
+            try await viewing(request) { session in
+                try await auditPage(
+                    session, filter: AuditFilter(request.uri.queryParameters.map { ($0.key, $0.value) }))
+            }
+        }
+        router.get("/admin/audit.csv") { request, _ in
+            try await viewing(request) { _ in
+                let filter = AuditFilter(request.uri.queryParameters.map { ($0.key, $0.value) })
+                guard filter.problem == nil else {
+                    return CockpitPages.message(
+                        "Audit", filter.problem ?? "", status: .badRequest, link: ("Audit", "/admin/audit"))
+                }
+                let rows = try await auditRows(filter, limit: Self.csvLimit)
+                var fields = CockpitPages.headers
+                fields[.contentType] = "text/csv; charset=utf-8"
+                fields[.contentDisposition] = "attachment; filename=\"baton-audit.csv\""
+                return Response(
+                    status: .ok, headers: fields, body: .init(byteBuffer: ByteBuffer(string: AuditRow.csv(rows))))
             }
         }
         router.post("/admin/users/:name/:action") { request, context in
@@ -84,14 +125,21 @@ struct CockpitRoutes: Sendable {
                 let name = context.parameters.get("name") ?? ""
                 switch context.parameters.get("action") ?? "" {
                 case "disable":
-                    return try await acting(session, success: "Disabled \(name); their tokens no longer work.") {
+                    return try await acting(
+                        session, context, success: "Disabled \(name); their tokens no longer work.",
+                        audited: ("user-disabled", name, nil)
+                    ) {
                         try await users.disable(name)
                         try await sessions.closeAll(of: name)
                     }
                 case "enable":
-                    return try await acting(session, success: "Enabled \(name).") { try await users.enable(name) }
+                    return try await acting(
+                        session, context, success: "Enabled \(name).", audited: ("user-enabled", name, nil)
+                    ) { try await users.enable(name) }
                 case "delete":
-                    return try await acting(session, success: "Deleted \(name).") {
+                    return try await acting(
+                        session, context, success: "Deleted \(name).", audited: ("user-deleted", name, nil)
+                    ) {
                         try await users.delete(name)
                         try await sessions.closeAll(of: name)
                     }
@@ -99,12 +147,18 @@ struct CockpitRoutes: Sendable {
                     guard let role = User.Role(rawValue: form["role"] ?? "") else {
                         return try await usersPage(session, error: "Choose a role: ground-staff, supervisor or admin.")
                     }
-                    return try await acting(session, success: "\(name) is now \(role.rawValue).") {
+                    return try await acting(
+                        session, context, success: "\(name) is now \(role.rawValue).",
+                        audited: ("user-role-changed", name, "role \(role.rawValue)")
+                    ) {
                         try await users.setRole(name, to: role)
                         if role != .admin { try await sessions.closeAll(of: name) }
                     }
                 case "password":
-                    return try await acting(session, success: "Set a new password for \(name); they sign in again.") {
+                    return try await acting(
+                        session, context, success: "Set a new password for \(name); they sign in again.",
+                        audited: ("user-password-reset", name, nil)
+                    ) {
                         try await users.setPassword(name, to: form["password"] ?? "")
                     }
                 default:
@@ -154,15 +208,28 @@ struct CockpitRoutes: Sendable {
 
     /// Runs an admin action and shows the users page with its outcome: the success notice, or the server's
     /// message for a refused change (nothing changed).
-    func acting(_ session: CockpitSessions.Session, success: String, _ action: () async throws -> Void)
-        async throws -> Response
-    {
+    func acting(
+        _ session: CockpitSessions.Session, _ context: BatonRequestContext, success: String,
+        audited: (action: String, subject: String, detail: String?), _ action: () async throws -> Void
+    ) async throws -> Response {
         do {
             try await action()
         } catch let error as ServerError {
             return try await usersPage(session, error: error.message)
         }
+        try await record(session, context, audited)
         return try await usersPage(session, notice: success)
+    }
+
+    /// Records what an admin did in the cockpit.
+    func record(
+        _ session: CockpitSessions.Session, _ context: BatonRequestContext,
+        _ entry: (action: String, subject: String, detail: String?)
+    ) async throws {
+        try await audit.record(
+            AuditEntry(
+                at: clock.now(), actor: session.user, action: entry.action, subject: entry.subject,
+                address: context.clientAddress, detail: entry.detail.map { "\($0) (cockpit)" } ?? "cockpit"))
     }
 
     // MARK: Sign-in
@@ -303,6 +370,61 @@ struct CockpitRoutes: Sendable {
                 "changes": counts.changes, "onBehalf": counts.onBehalf, "refusals": counts.refusals,
                 "settings": settingRows,
             ], session: session)
+    }
+
+    func settingsPage(_ session: CockpitSessions.Session, error: String? = nil, notice: String? = nil)
+        async throws -> Response
+    {
+        let current = try await settings.current().lines
+        let rows: [[String: Any]] = ServerSettings.keys.map { key in
+            let line = current.first { $0.hasPrefix(key.key + " = ") } ?? ""
+            return ["key": key.key, "takes": key.takes, "value": String(line.dropFirst(key.key.count + 3))]
+        }
+        var values: [String: Any] = ["rows": rows, "csrf": session.csrf]
+        if let error { values["error"] = error }
+        if let notice { values["notice"] = notice }
+        return CockpitPages.page(
+            "settings", title: "Settings", values: values, session: session, status: error == nil ? .ok : .badRequest)
+    }
+
+    /// Rows of one audit download at most.
+    static let csvLimit = 100_000
+    /// Rows of one audit page.
+    static let auditPageSize = 50
+
+    func auditRows(_ filter: AuditFilter, limit: Int) async throws -> [AuditRow] {
+        let (sql, arguments) = filter.query(limit: limit)
+        return try await database.storage.read { db in
+            try db.fetchAll(sql, arguments).map(AuditRow.init(row:))
+        }
+    }
+
+    func auditPage(_ session: CockpitSessions.Session, filter: AuditFilter) async throws -> Response {
+        var values: [String: Any] = [
+            "user": filter.user ?? "", "device": filter.device ?? "", "action": filter.action ?? "",
+            "from": filter.fromText ?? "", "to": filter.toText ?? "",
+        ]
+        guard filter.problem == nil else {
+            values["error"] = filter.problem
+            return CockpitPages.page("audit", title: "Audit", values: values, session: session, status: .badRequest)
+        }
+        var rows = try await auditRows(filter, limit: Self.auditPageSize + 1)
+        if rows.count > Self.auditPageSize {
+            rows.removeLast()
+            var older = filter
+            older.before = rows.last?.id
+            values["older"] = "/admin/audit?" + older.queryText
+        }
+        if filter.before != nil {
+            var newest = filter
+            newest.before = nil
+            values["newest"] = "/admin/audit?" + newest.queryText
+        }
+        var all = filter
+        all.before = nil
+        values["csv"] = "/admin/audit.csv?" + all.queryText
+        values["rows"] = rows.map(\.values)
+        return CockpitPages.page("audit", title: "Audit", values: values, session: session)
     }
 
     func usersPage(

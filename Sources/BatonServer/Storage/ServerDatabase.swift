@@ -127,7 +127,7 @@ public struct ServerDatabase: Sendable {
     ]
 
     /// The admin cockpit's browser sessions, shared by every instance (``CockpitSessions``): a session is found by
-    /// the SHA-256 of its cookie, never by the cookie itself.
+    /// the SHA-256 of its cookie, never by the cookie itself. And indexes for the cockpit's audit filters.
     static func cockpitSessionsStatements(real: String) -> [String] {
         [
             """
@@ -136,6 +136,10 @@ public struct ServerDatabase: Sendable {
                 lastSeenAt \(real) NOT NULL)
             """,
             #"CREATE INDEX cockpitSessionsUser ON cockpitSessions("user")"#,
+            // The cockpit's audit filters page by id, newest first.
+            "CREATE INDEX auditActor ON audit (actor, id)",
+            "CREATE INDEX auditAction ON audit (action, id)",
+            "CREATE INDEX auditSubject ON audit (subject, id)",
         ]
     }
 

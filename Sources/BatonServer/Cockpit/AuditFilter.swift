@@ -1,0 +1,166 @@
+import BatonSQL
+import Foundation
+
+/// The cockpit's audit filters (user, device, action, a range of days in UTC) and its page position, read
+/// from a query string; ``problem`` names what is wrong with one, and nothing is searched then.
+struct AuditFilter: Sendable {
+    var user: String?
+    var device: String?
+    var action: String?
+    var fromText: String?
+    var toText: String?
+    /// Entries older than this id (the next page).
+    var before: Int64?
+    var problem: String?
+
+    init(_ parameters: [(Substring, Substring)]) {
+        func value(_ name: String) -> String? {
+            guard let raw = parameters.first(where: { $0.0 == name })?.1 else { return nil }
+            let text = String(raw).trimmingCharacters(in: .whitespaces)
+            return text.isEmpty ? nil : text
+        }
+        user = value("user")
+        device = value("device")
+        action = value("action")
+        fromText = value("from")
+        toText = value("to")
+        for (name, text) in [("user", user), ("device", device), ("action", action)] {
+            if let text, text.count > 128 { problem = "The \(name) filter has at most 128 characters." }
+        }
+        if let fromText, Self.day(fromText) == nil { problem = "'From' must be a date: YYYY-MM-DD." }
+        if let toText, Self.day(toText) == nil { problem = "'To' must be a date: YYYY-MM-DD." }
+        if let from = fromText.flatMap(Self.day), let to = toText.flatMap(Self.day), from > to {
+            problem = "'From' is after 'to'."
+        }
+        if let text = value("before") {
+            guard let id = Int64(text), id > 0 else {
+                problem = "The page position is not valid."
+                return
+            }
+            before = id
+        }
+    }
+
+    /// Seconds since 1970 of a `YYYY-MM-DD` day's start, UTC.
+    static func day(_ text: String) -> Double? {
+        guard text.count == 10 else { return nil }
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC") ?? .current
+        let parts = text.split(separator: "-").compactMap { Int($0) }
+        guard parts.count == 3, (1...9999).contains(parts[0]), (1...12).contains(parts[1]), (1...31).contains(parts[2]),
+            let date = calendar.date(from: DateComponents(year: parts[0], month: parts[1], day: parts[2])),
+            calendar.component(.day, from: date) == parts[2]
+        else { return nil }
+        return date.timeIntervalSince1970
+    }
+
+    /// The newest `limit` entries that match, newest first.
+    func query(limit: Int) -> (String, [SQLValue]) {
+        var conditions: [String] = []
+        var arguments: [SQLValue] = []
+        if let user {
+            conditions.append("actor = ?")
+            arguments.append(.text(user))
+        }
+        if let device {
+            conditions.append("subject = ?")
+            arguments.append(.text(device))
+        }
+        if let action {
+            conditions.append("action = ?")
+            arguments.append(.text(action))
+        }
+        if let from = fromText.flatMap(Self.day) {
+            conditions.append("at >= ?")
+            arguments.append(.real(from))
+        }
+        if let to = toText.flatMap(Self.day) {
+            conditions.append("at < ?")
+            arguments.append(.real(to + 86_400))
+        }
+        if let before {
+            conditions.append("id < ?")
+            arguments.append(.integer(before))
+        }
+        arguments.append(.integer(Int64(limit)))
+        let filter = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
+        return (
+            "SELECT id, at, actor, action, subject, address, detail FROM audit\(filter) ORDER BY id DESC LIMIT ?",
+            arguments
+        )
+    }
+
+    /// The filters (and page position) as a query string.
+    var queryText: String {
+        var components = URLComponents()
+        components.queryItems = [
+            ("user", user), ("device", device), ("action", action), ("from", fromText), ("to", toText),
+            ("before", before.map(String.init)),
+        ].compactMap { name, value in value.map { URLQueryItem(name: name, value: $0) } }
+        return components.percentEncodedQuery ?? ""
+    }
+}
+
+/// One audit entry as the cockpit shows it: an uploaded change's author (`CheckedBy`) and uploader
+/// (`UploadedBy`), and whether it was uploaded on the author's behalf.
+struct AuditRow: Sendable {
+    var id: Int64
+    var at: Date
+    var actor: String
+    var action: String
+    var subject: String
+    var address: String
+    var detail: String
+    var checkedBy: String?
+    var uploadedBy: String?
+
+    init(row: SQLRow) {
+        id = row["id"].integer ?? 0
+        at = row["at"].date ?? .distantPast
+        actor = row["actor"].text ?? ""
+        action = row["action"].text ?? ""
+        subject = row["subject"].text ?? ""
+        address = row["address"].text ?? ""
+        detail = row["detail"].text ?? ""
+        if action.hasPrefix("entity-"), detail.hasPrefix("uploaded by ") {
+            checkedBy = actor
+            uploadedBy = String(detail.dropFirst("uploaded by ".count))
+        }
+    }
+
+    var onBehalf: Bool { uploadedBy.map { $0 != checkedBy } ?? false }
+
+    var time: String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        return formatter.string(from: at)
+    }
+
+    var values: [String: Any] {
+        [
+            "id": id, "at": time, "actor": actor, "action": action, "subject": subject, "address": address,
+            "detail": detail, "checkedBy": checkedBy ?? "", "uploadedBy": uploadedBy ?? "", "onBehalf": onBehalf,
+        ]
+    }
+
+    /// The rows as CSV (RFC 4180), a header first. A cell that a spreadsheet would take for a formula (it starts
+    /// with `=`, `+`, `-`, `@`, a tab or a carriage return) is prefixed with `'`: audit fields hold what users typed.
+    static func csv(_ rows: [AuditRow]) -> String {
+        var text = "id,at,actor,action,subject,address,detail,checked_by,uploaded_by,on_behalf\r\n"
+        for row in rows {
+            let cells = [
+                String(row.id), row.time, row.actor, row.action, row.subject, row.address, row.detail,
+                row.checkedBy ?? "", row.uploadedBy ?? "", row.onBehalf ? "yes" : "no",
+            ]
+            text += cells.map(cell).joined(separator: ",") + "\r\n"
+        }
+        return text
+    }
+
+    static func cell(_ value: String) -> String {
+        var value = value
+        if let first = value.first, "=+-@\t\r".contains(first) { value = "'" + value }
+        guard value.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return value }
+        return "\"" + value.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+}
