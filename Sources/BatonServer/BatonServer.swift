@@ -200,7 +200,7 @@ public struct BatonServer: Sendable {
             })
         routes.addPublic(to: router)
         CockpitRoutes(
-            tokens: tokens, users: users, settings: settings, audit: audit, sessions: cockpitSessions,
+            tokens: tokens, users: users, devices: devices, settings: settings, audit: audit, sessions: cockpitSessions,
             database: database,
             clock: configuration.clock, key: cockpitKey
         ).add(to: router)

@@ -1,8 +1,13 @@
 import BatonServer
 import BatonTestSupport
 import BatonTesting
+import Crypto
 import Foundation
 import Testing
+
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
 
 /// The admin cockpit in a real browser: Debian's `chromium` driven through `chromium-driver` by Selenium
 /// (`Interop/cockpit_browser.py`), against a real server on loopback. The script signs in through the
@@ -26,6 +31,27 @@ import Testing
         try await server.addUser("admin", displayName: "Ada Admin", role: .admin, password: adminPassword)
         try await server.addUser("bob", displayName: "Bob B.", password: staffPassword)
         try await server.addUser("dana", displayName: "Dana D.", password: staffPassword)
+        // Bob's tablet, registered as the app does it (a device key approves his signing key).
+        var tokenRequest = URLRequest(url: server.url.appendingPathComponent("oauth/token"))
+        tokenRequest.httpMethod = "POST"
+        tokenRequest.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        tokenRequest.httpBody = Data(
+            "grant_type=password&client_id=baton-device&username=bob&password=\(staffPassword)".utf8)
+        let (tokenData, _) = try await URLSession.shared.data(for: tokenRequest)
+        let token = try #require(
+            (try JSONSerialization.jsonObject(with: tokenData) as? [String: Any])?["access_token"] as? String)
+        var registration = URLRequest(url: server.url.appendingPathComponent("devices/tablet-9/registration"))
+        registration.httpMethod = "PUT"
+        registration.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        registration.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        registration.setValue("2.4.1", forHTTPHeaderField: "Baton-App-Version")
+        registration.httpBody = Data(
+            DeviceKeys.body(
+                device: "tablet-9", token: token,
+                publicKey: P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString()
+            ).utf8)
+        let (_, registered) = try await URLSession.shared.data(for: registration)
+        #expect((registered as? HTTPURLResponse)?.statusCode == 200)
         let shots =
             ProcessInfo.processInfo.environment["BATON_COCKPIT_SCREENSHOTS"]
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("baton-cockpit-\(UUID().uuidString)").path
@@ -37,7 +63,9 @@ import Testing
             environment: ["BATON_ADMIN_PASSWORD": adminPassword, "BATON_STAFF_PASSWORD": staffPassword])
         #expect(result.status == 0, "\(result.output)\(result.error)")
         #expect(result.output.contains("cockpit browser checks passed"), "\(result.output)\(result.error)")
-        for name in ["overview.png", "users.png", "users-390.png", "forbidden.png"] {
+        for name in [
+            "overview.png", "users.png", "users-390.png", "forbidden.png", "settings.png", "audit.png", "devices.png",
+        ] {
             let data = try Data(contentsOf: URL(fileURLWithPath: shots).appendingPathComponent(name))
             #expect(data.starts(with: [0x89, 0x50, 0x4E, 0x47]) && data.count > 5_000, "\(name) is a PNG screenshot")
         }
@@ -45,5 +73,6 @@ import Testing
         #expect(try await server.server.users.user(named: "casey") == nil)
         #expect(try await server.server.users.user(named: "bob")?.disabled == false)
         #expect(try await server.server.users.user(named: "admin")?.role == .admin)
+        #expect(try await server.server.devices.status(device: "tablet-9").map { $0.revoked && $0.wipeOrdered } == true)
     }
 }

@@ -105,6 +105,27 @@ enum CockpitPages {
 
     static let templates: [(String, String)] = [
         (
+            "devices",
+            """
+            <h1>Devices</h1>
+            {{#error}}<p class="alert" role="alert" id="form-error">{{error}}</p>{{/error}}
+            {{#notice}}<p class="notice" role="status" id="form-notice">{{notice}}</p>{{/notice}}
+            <div class="scroll"><table id="devices"><thead><tr><th>Device</th><th>Users</th><th>Last contact (UTC)</th>
+            <th>App version</th><th>Signing keys</th><th>Status</th><th>Actions</th></tr></thead><tbody>
+            {{#rows}}<tr data-device="{{id}}"><td>{{id}}<br><span class="muted">since {{created}}</span></td>
+            <td>{{#users}}{{name}}{{^active}} <span class="muted">(left)</span>{{/active}}<br>{{/users}}</td>
+            <td>{{seen}}</td><td>{{version}}</td>
+            <td>{{#keys}}<span title="registered {{registered}}">{{id}}… {{user}}{{#retired}} <span class="muted">retired {{retiredAt}}</span>{{/retired}}</span><br>{{/keys}}</td>
+            <td>{{#revoked}}<strong>revoked</strong> {{revokedAt}}<br>{{/revoked}}{{#wipe}}<strong>wipe ordered</strong> {{wipeAt}}{{/wipe}}{{^revoked}}{{^wipe}}in service{{/wipe}}{{/revoked}}</td>
+            <td>{{^revoked}}<form method="post" action="/admin/devices/{{id}}/revoke"><input type="hidden" name="csrf" value="{{csrf}}">
+            <button type="submit" class="danger">Revoke</button></form>{{/revoked}}
+            {{^wipe}}<form method="post" action="/admin/devices/{{id}}/wipe"><input type="hidden" name="csrf" value="{{csrf}}">
+            <button type="submit" class="danger">Order wipe</button></form>{{/wipe}}</td></tr>{{/rows}}
+            {{^rows}}<tr><td colspan="7" class="muted">No device has registered yet.</td></tr>{{/rows}}
+            </tbody></table></div>
+            """
+        ),
+        (
             "settings",
             """
             <h1>Settings</h1>
@@ -156,6 +177,7 @@ enum CockpitPages {
             {{#session}}
             <a href="/admin/"{{#overview}} aria-current="page"{{/overview}}>Overview</a>
             <a href="/admin/users"{{#users}} aria-current="page"{{/users}}>Users</a>
+            <a href="/admin/devices"{{#devices}} aria-current="page"{{/devices}}>Devices</a>
             <a href="/admin/settings"{{#settings}} aria-current="page"{{/settings}}>Settings</a>
             <a href="/admin/audit"{{#audit}} aria-current="page"{{/audit}}>Audit</a>
             <form method="post" action="/admin/sign-out"><span>{{displayName}} ({{user}})</span>

@@ -14,6 +14,7 @@ import Hummingbird
 struct CockpitRoutes: Sendable {
     let tokens: TokenService
     let users: UserDirectory
+    let devices: DeviceRegistry
     let settings: SettingsStore
     let audit: AuditLog
     let sessions: CockpitSessions
@@ -81,6 +82,34 @@ struct CockpitRoutes: Sendable {
                         name: name, displayName: displayName.isEmpty ? nil : displayName, role: role,
                         password: form["password"] ?? "")
                 }
+            }
+        }
+        router.get("/admin/devices") { request, _ in
+            try await viewing(request) { session in try await devicesPage(session) }
+        }
+        router.post("/admin/devices/:device/:action") { request, context in
+            try await changing(request, context) { session, _ in
+                let device = context.parameters.get("device") ?? ""
+                let action = context.parameters.get("action") ?? ""
+                do {
+                    switch action {
+                    case "revoke": try await devices.revoke(device: device)
+                    case "wipe": try await devices.orderWipe(device: device)
+                    default:
+                        return CockpitPages.message(
+                            "Not found", "There is no such action.", status: .notFound, session: session,
+                            link: ("Devices", "/admin/devices"))
+                    }
+                } catch let error as ServerError {
+                    return try await devicesPage(session, error: error.message)
+                }
+                let revoked = action == "revoke"
+                try await record(session, context, (revoked ? "device-revoked" : "device-wipe-ordered", device, nil))
+                return try await devicesPage(
+                    session,
+                    notice: revoked
+                        ? "Revoked \(device): its store key is no longer released and nobody can register on it."
+                        : "Ordered \(device) to wipe itself at its next contact.")
             }
         }
         router.get("/admin/settings") { request, _ in
@@ -370,6 +399,34 @@ struct CockpitRoutes: Sendable {
                 "changes": counts.changes, "onBehalf": counts.onBehalf, "refusals": counts.refusals,
                 "settings": settingRows,
             ], session: session)
+    }
+
+    func devicesPage(_ session: CockpitSessions.Session, error: String? = nil, notice: String? = nil)
+        async throws -> Response
+    {
+        let formatter = ISO8601DateFormatter()
+        let rows: [[String: Any]] = try await devices.summaries().map { device in
+            [
+                "id": device.id, "created": formatter.string(from: device.createdAt),
+                "seen": device.lastSeenAt.map(formatter.string(from:)) ?? "never",
+                "version": device.appVersion ?? "unknown",
+                "revoked": device.revokedAt != nil, "revokedAt": device.revokedAt.map(formatter.string(from:)) ?? "",
+                "wipe": device.wipeOrderedAt != nil, "wipeAt": device.wipeOrderedAt.map(formatter.string(from:)) ?? "",
+                "users": device.users.map { ["name": $0.name, "active": $0.active] },
+                "keys": device.keys.map {
+                    [
+                        "id": String($0.id.prefix(12)), "user": $0.user,
+                        "registered": formatter.string(from: $0.registeredAt),
+                        "retired": $0.replacedAt != nil, "retiredAt": $0.replacedAt.map(formatter.string(from:)) ?? "",
+                    ]
+                },
+            ]
+        }
+        var values: [String: Any] = ["rows": rows, "csrf": session.csrf]
+        if let error { values["error"] = error }
+        if let notice { values["notice"] = notice }
+        return CockpitPages.page(
+            "devices", title: "Devices", values: values, session: session, status: error == nil ? .ok : .badRequest)
     }
 
     func settingsPage(_ session: CockpitSessions.Session, error: String? = nil, notice: String? = nil)

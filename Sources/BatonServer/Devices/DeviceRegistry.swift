@@ -127,7 +127,8 @@ public struct DeviceRegistry: Sendable {
         }
         let freshStoreKey = try sealStoreKey(SymmetricKey(size: .bits256), device: device)
         return try await database.storage.write { db in
-            let existing = try db.fetchOne("SELECT publicKey FROM devices WHERE id = ?", device)
+            let existing = try db.fetchOne("SELECT publicKey, revokedAt FROM devices WHERE id = ?", device)
+            if let existing, existing["revokedAt"] != .null { throw Self.revoked(device) }
             let active =
                 try db.fetchOne("SELECT COUNT(*) FROM deviceRegistrations WHERE device = ? AND active = 1", device)?[0]
                 .integer ?? 0
@@ -190,6 +191,13 @@ public struct DeviceRegistry: Sendable {
         }
     }
 
+    static func revoked(_ device: String) -> ServerError {
+        ServerError(
+            .forbidden, "DeviceRevoked",
+            "Device '\(device.prefix(128))' was taken out of service by an administrator: its store key is no longer released."
+        )
+    }
+
     static func proofRequired(_ device: String) -> ServerError {
         ServerError(
             .forbidden, "DeviceProofRequired",
@@ -242,14 +250,16 @@ public struct DeviceRegistry: Sendable {
     /// - Throws: ``ServerError`` (403) when the user is not registered on the device — whether or not the
     ///   device exists, so the answer does not reveal other devices.
     public func storeKey(device: String, user: String) async throws -> SymmetricKey {
-        let sealed = try await database.storage.read { db -> [UInt8]? in
+        let row = try await database.storage.read { db -> SQLRow? in
             try db.fetchOne(
                 """
-                SELECT d.sealedStoreKey FROM devices d JOIN deviceRegistrations r ON r.device = d.id
-                WHERE d.id = ? AND r."user" = ? AND r.active = 1
-                """, device, user)?[0].bytes
+                SELECT d.sealedStoreKey, d.revokedAt, r.active FROM devices d JOIN deviceRegistrations r
+                ON r.device = d.id WHERE d.id = ? AND r."user" = ?
+                """, device, user)
         }
-        guard let sealed else {
+        // A user of a revoked device (whose registration the revocation ended) is told why.
+        if let row, row["revokedAt"] != .null { throw Self.revoked(device) }
+        guard let row, row["active"].bool == true, let sealed = row["sealedStoreKey"].bytes else {
             throw ServerError.forbidden(
                 "You are not registered on device '\(device)'. Register this device before asking for its store key.")
         }
@@ -375,5 +385,110 @@ extension DeviceRegistry {
         let key = SymmetricKey(data: try AES.GCM.open(keyBox, using: masterKey, authenticating: Data(device.utf8)))
         return try AES.GCM.open(
             AES.GCM.SealedBox(combined: sealed), using: key, authenticating: Self.discardedChangesContext)
+    }
+}
+
+// MARK: Lifecycle (the admin cockpit)
+
+extension DeviceRegistry {
+    /// A device as the cockpit shows it.
+    public struct DeviceSummary: Sendable {
+        public var id: String
+        public var createdAt: Date
+        /// The last time the device asked for its store key or registered a user, and the app version it sent.
+        public var lastSeenAt: Date?
+        public var appVersion: String?
+        public var revokedAt: Date?
+        public var wipeOrderedAt: Date?
+        /// Its users: name, whether still registered, since when.
+        public var users: [(name: String, active: Bool, registeredAt: Date)]
+        /// Every signing key it held: id, user, registered, retired.
+        public var keys: [(id: String, user: String, registeredAt: Date, replacedAt: Date?)]
+    }
+
+    /// Every device, the most recently seen first.
+    public func summaries() async throws -> [DeviceSummary] {
+        try await database.storage.read { db in
+            let devices = try db.fetchAll(
+                """
+                SELECT id, createdAt, lastSeenAt, appVersion, revokedAt, wipeOrderedAt FROM devices
+                ORDER BY coalesce(lastSeenAt, createdAt) DESC, id LIMIT 1000
+                """)
+            return try devices.map { row in
+                let id = row["id"].text ?? ""
+                let users = try db.fetchAll(
+                    #"SELECT "user", active, registeredAt FROM deviceRegistrations WHERE device = ? ORDER BY registeredAt"#,
+                    id
+                ).map { ($0["user"].text ?? "", $0["active"].bool ?? false, $0["registeredAt"].date ?? .distantPast) }
+                let keys = try db.fetchAll(
+                    #"SELECT id, "user", registeredAt, replacedAt FROM signingKeys WHERE device = ? ORDER BY registeredAt"#,
+                    id
+                ).map {
+                    (
+                        $0["id"].text ?? "", $0["user"].text ?? "", $0["registeredAt"].date ?? .distantPast,
+                        $0["replacedAt"].date
+                    )
+                }
+                return DeviceSummary(
+                    id: id, createdAt: row["createdAt"].date ?? .distantPast, lastSeenAt: row["lastSeenAt"].date,
+                    appVersion: row["appVersion"].text, revokedAt: row["revokedAt"].date,
+                    wipeOrderedAt: row["wipeOrderedAt"].date, users: users, keys: keys)
+            }
+        }
+    }
+
+    /// Takes a device out of service: its store key is no longer released, nobody can register on it again,
+    /// its registrations end and its signing keys retire (changes signed there are no longer accepted on anyone's
+    /// behalf).
+    ///
+    /// - Throws: ``ServerError`` (404) for an unknown device.
+    public func revoke(device: String) async throws {
+        let now = clock.now()
+        let found = try await database.storage.write { db -> Bool in
+            guard try db.execute("UPDATE devices SET revokedAt = ? WHERE id = ? AND revokedAt IS NULL", now, device) > 0
+            else { return try db.fetchOne("SELECT 1 FROM devices WHERE id = ?", device) != nil }
+            try db.execute("UPDATE deviceRegistrations SET active = 0 WHERE device = ?", device)
+            try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND replacedAt IS NULL", now, device)
+            return true
+        }
+        guard found else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+    }
+
+    /// Orders a device to wipe itself at its next contact (``status(device:)`` tells it).
+    ///
+    /// - Throws: ``ServerError`` (404) for an unknown device.
+    public func orderWipe(device: String) async throws {
+        let now = clock.now()
+        let found = try await database.storage.write { db -> Bool in
+            try db.execute("UPDATE devices SET wipeOrderedAt = coalesce(wipeOrderedAt, ?) WHERE id = ?", now, device)
+                > 0
+        }
+        guard found else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+    }
+
+    /// Whether a device was revoked or ordered to wipe; `nil` for an unknown device.
+    public func status(device: String) async throws -> (revoked: Bool, wipeOrdered: Bool)? {
+        try await database.storage.read { db in
+            try db.fetchOne("SELECT revokedAt, wipeOrderedAt FROM devices WHERE id = ?", device).map {
+                ($0["revokedAt"] != .null, $0["wipeOrderedAt"] != .null)
+            }
+        }
+    }
+
+    /// Whether `user` is or was registered on `device`.
+    func wasRegistered(device: String, user: String) async throws -> Bool {
+        try await database.storage.read { db in
+            try db.fetchOne(#"SELECT 1 FROM deviceRegistrations WHERE device = ? AND "user" = ?"#, device, user) != nil
+        }
+    }
+
+    /// Notes that a device made contact, with the app version it sent.
+    func noteContact(device: String, appVersion: String?) async throws {
+        let now = clock.now()
+        try await database.storage.write { db in
+            try db.execute(
+                "UPDATE devices SET lastSeenAt = ?, appVersion = coalesce(?, appVersion) WHERE id = ?", now,
+                appVersion.map { String($0.prefix(32)) }, device)
+        }
     }
 }

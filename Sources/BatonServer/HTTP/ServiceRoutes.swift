@@ -87,6 +87,7 @@ struct ServiceRoutes {
                     signature: signature)
             }
             let registration = try await devices.register(device: device, user: name, publicKey: key, proof: proof)
+            try await devices.noteContact(device: device, appVersion: request.headers[.batonAppVersion])
             try await audit.record(
                 AuditEntry(
                     at: clock.now(), actor: name, action: "device-registered", subject: device,
@@ -135,10 +136,24 @@ struct ServiceRoutes {
             response.status = .created
             return response
         }
-        group.get("/devices/{device}/store-key") { _, context in
+        group.get("/devices/{device}/status") { _, context in
+            // What an admin ordered for the device: told to anyone who is or was registered on it (a revoked
+            // device's registrations have ended), and to nobody else, so the answer reveals no other device.
+            let name = try context.userName()
+            let device = try context.parameters.require("device")
+            guard try await devices.wasRegistered(device: device, user: name),
+                let status = try await devices.status(device: device)
+            else { throw ServerError.notFound("You have never been registered on device '\(device.prefix(128))'.") }
+            var response = json(
+                .object([("revoked", .bool(status.revoked)), ("wipeOrdered", .bool(status.wipeOrdered))]))
+            response.headers[.cacheControl] = "no-store"
+            return response
+        }
+        group.get("/devices/{device}/store-key") { request, context in
             let name = try context.userName()
             let device = try context.parameters.require("device")
             let key = try await devices.storeKey(device: device, user: name)
+            try await devices.noteContact(device: device, appVersion: request.headers[.batonAppVersion])
             try await audit.record(
                 AuditEntry(
                     at: clock.now(), actor: name, action: "store-key-fetched", subject: device,

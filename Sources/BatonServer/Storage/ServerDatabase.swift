@@ -136,6 +136,11 @@ public struct ServerDatabase: Sendable {
                 lastSeenAt \(real) NOT NULL)
             """,
             #"CREATE INDEX cockpitSessionsUser ON cockpitSessions("user")"#,
+            // What the cockpit shows of a device and what an admin ordered for it.
+            "ALTER TABLE devices ADD COLUMN lastSeenAt \(real)",
+            "ALTER TABLE devices ADD COLUMN appVersion text",
+            "ALTER TABLE devices ADD COLUMN revokedAt \(real)",
+            "ALTER TABLE devices ADD COLUMN wipeOrderedAt \(real)",
             // The cockpit's audit filters page by id, newest first.
             "CREATE INDEX auditActor ON audit (actor, id)",
             "CREATE INDEX auditAction ON audit (action, id)",

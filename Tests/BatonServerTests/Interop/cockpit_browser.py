@@ -187,6 +187,31 @@ try:
     submit(admin, user_row(admin, "casey").find_element(By.CSS_SELECTOR, "form[action$='/delete'] button"))
     check(user_row(admin, "casey") is None, "casey is deleted")
 
+    # Devices: bob's tablet with its user, app version and key; revoking it stops its store key; a wipe order
+    # reaches the device.
+    status, bob_token = device_token("bob", STAFF_PASSWORD)
+    bob = {"Authorization": f"Bearer {bob_token}"}
+    check(requests.get(BASE + "/devices/tablet-9/store-key", headers=bob).status_code == 200,
+          "bob's tablet gets its store key before")
+    admin.get(BASE + "/admin/devices")
+    check(admin.find_element(By.TAG_NAME, "h1").text == "Devices", "the devices page shows")
+    row = admin.find_element(By.CSS_SELECTOR, "tr[data-device='tablet-9']")
+    check("bob" in row.text and "2.4.1" in row.text and "in service" in row.text,
+          "the tablet is listed with its user, app version and status")
+    shot(admin, "devices.png")
+    submit(admin, row.find_element(By.CSS_SELECTOR, "form[action$='/revoke'] button"))
+    check("Revoked tablet-9" in admin.find_element(By.ID, "form-notice").text, "revoking the tablet is confirmed")
+    refused = requests.get(BASE + "/devices/tablet-9/store-key", headers=bob)
+    check(refused.status_code == 403 and refused.json()["error"]["code"] == "DeviceRevoked",
+          "the revoked tablet's store key is refused")
+    row = admin.find_element(By.CSS_SELECTOR, "tr[data-device='tablet-9']")
+    submit(admin, row.find_element(By.CSS_SELECTOR, "form[action$='/wipe'] button"))
+    check("wipe itself" in admin.find_element(By.ID, "form-notice").text, "the wipe order is confirmed")
+    told = requests.get(BASE + "/devices/tablet-9/status", headers=bob).json()
+    check(told == {"revoked": True, "wipeOrdered": True}, "the tablet learns it was revoked and must wipe")
+    other = requests.get(BASE + "/devices/tablet-1/status", headers=bob)
+    check(other.status_code == 404, "nobody learns about a device they never used")
+
     # Settings: a bad value is refused with what the key takes; a good one is saved and audited.
     admin.get(BASE + "/admin/settings")
     check(admin.find_element(By.TAG_NAME, "h1").text == "Settings", "the settings page shows")
@@ -227,7 +252,7 @@ try:
     check(lines[0].startswith("id,at,actor,action") and len(lines) == 2 and "settings-changed" in lines[1],
           "the CSV holds the filtered entries")
     everything = requests.get(BASE + "/admin/audit.csv", cookies=jar).text
-    for action in ["user-added", "user-role-changed", "user-password-reset", "user-disabled", "user-enabled",
+    for action in ["device-revoked", "device-wipe-ordered", "user-added", "user-role-changed", "user-password-reset", "user-disabled", "user-enabled",
                    "user-deleted", "sign-in"]:
         check(f",{action}," in everything, f"the audit log records {action}")
     bad = requests.get(BASE + "/admin/audit?from=2026-13-40", cookies=jar)
