@@ -22,7 +22,7 @@ import Testing
                 "\(program) is missing. Run scripts/test, the README's test command: it installs chromium and chromium-driver."
             )
         }
-        let missing = try await offThePool { TestPython.missing(["selenium", "requests"]) }
+        let missing = try await offThePool { TestPython.missing(["selenium", "requests", "cryptography"]) }
         try #require(missing == nil, "\(missing ?? "")")
         let server = try await LiveServer.start()
         defer { Task { await server.stop() } }
@@ -65,6 +65,7 @@ import Testing
         #expect(result.output.contains("cockpit browser checks passed"), "\(result.output)\(result.error)")
         for name in [
             "overview.png", "users.png", "users-390.png", "forbidden.png", "settings.png", "audit.png", "devices.png",
+            "backup.png",
         ] {
             let data = try Data(contentsOf: URL(fileURLWithPath: shots).appendingPathComponent(name))
             #expect(data.starts(with: [0x89, 0x50, 0x4E, 0x47]) && data.count > 5_000, "\(name) is a PNG screenshot")

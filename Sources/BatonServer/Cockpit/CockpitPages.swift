@@ -99,11 +99,35 @@ enum CockpitPages {
         .notice { border-left: 4px solid var(--accent); background: #fff; padding: .6rem .8rem; margin-bottom: 1rem; }
         .muted { color: var(--muted); }
         tr.behalf td { background: #fff6dd; }
+        pre { padding: .8rem; white-space: pre-wrap; overflow-wrap: anywhere; }
         nav.pages { margin: .8rem 0; display: flex; gap: 1rem; }
         @media (max-width: 600px) { main { padding: .6rem; } header form { margin-left: 0; } .card b { font-size: 1.3rem; } }
         """
 
     static let templates: [(String, String)] = [
+        (
+            "backups",
+            """
+            <h1>Discarded changes</h1>
+            <p class="muted">When a user is removed from a tablet with changes the server never received, the tablet
+            sends them here, encrypted with its store key, before it deletes them. Reading one is audited.</p>
+            <div class="scroll"><table id="backups"><thead><tr><th>Backup</th><th>Received (UTC)</th><th>Device</th>
+            <th>Author</th><th>Sent by</th><th>Changes</th><th></th></tr></thead><tbody>
+            {{#rows}}<tr data-backup="{{id}}"><td>{{id}}</td><td>{{received}}</td><td>{{device}}</td><td>{{author}}</td>
+            <td>{{uploader}}</td><td>{{count}}</td><td><a href="/admin/backups/{{id}}">Read</a></td></tr>{{/rows}}
+            {{^rows}}<tr><td colspan="7" class="muted">No tablet has sent discarded changes.</td></tr>{{/rows}}
+            </tbody></table></div>
+            """
+        ),
+        (
+            "backup",
+            """
+            <h1>Backup {{id}}</h1>
+            <p><a href="/admin/backups/{{id}}/download" id="download">Download (JSON)</a> ·
+            <a href="/admin/backups">All discarded changes</a></p>
+            <pre id="backup-text" class="scroll">{{text}}</pre>
+            """
+        ),
         (
             "devices",
             """
@@ -179,6 +203,7 @@ enum CockpitPages {
             <a href="/admin/users"{{#users}} aria-current="page"{{/users}}>Users</a>
             <a href="/admin/devices"{{#devices}} aria-current="page"{{/devices}}>Devices</a>
             <a href="/admin/settings"{{#settings}} aria-current="page"{{/settings}}>Settings</a>
+            <a href="/admin/backups"{{#backups}} aria-current="page"{{/backups}}>Discarded changes</a>
             <a href="/admin/audit"{{#audit}} aria-current="page"{{/audit}}>Audit</a>
             <form method="post" action="/admin/sign-out"><span>{{displayName}} ({{user}})</span>
             <input type="hidden" name="csrf" value="{{csrf}}"><button type="submit">Sign out</button></form>

@@ -112,6 +112,59 @@ struct CockpitRoutes: Sendable {
                         : "Ordered \(device) to wipe itself at its next contact.")
             }
         }
+        router.get("/admin/backups") { request, _ in
+            try await viewing(request) { session in
+                let formatter = ISO8601DateFormatter()
+                let rows: [[String: Any]] = try await devices.discardedChanges().map {
+                    [
+                        "id": $0.id, "device": $0.device, "author": $0.author, "uploader": $0.uploader,
+                        "count": $0.count, "received": formatter.string(from: $0.receivedAt),
+                    ]
+                }
+                return CockpitPages.page(
+                    "backups", title: "Discarded changes", values: ["rows": rows], session: session)
+            }
+        }
+        router.get("/admin/backups/:id") { request, context in
+            try await viewing(request) { session in
+                guard let id = context.parameters.get("id").flatMap({ Int64($0) }) else {
+                    return CockpitPages.message(
+                        "Not found", "There is no such backup.", status: .notFound, session: session,
+                        link: ("Discarded changes", "/admin/backups"))
+                }
+                let opened: Data
+                do {
+                    opened = try await devices.openDiscardedChanges(id)
+                } catch let error as ServerError {
+                    return CockpitPages.message(
+                        "Not found", error.message, status: error.status, session: session,
+                        link: ("Discarded changes", "/admin/backups"))
+                }
+                try await record(session, context, ("backup-read", String(id), nil))
+                return CockpitPages.page(
+                    "backup", title: "Backup \(id)",
+                    values: ["id": id, "text": Self.readable(opened)], session: session)
+            }
+        }
+        router.get("/admin/backups/:id/download") { request, context in
+            try await viewing(request) { session in
+                guard let id = context.parameters.get("id").flatMap({ Int64($0) }) else {
+                    return CockpitPages.message(
+                        "Not found", "There is no such backup.", status: .notFound, session: session)
+                }
+                let opened: Data
+                do {
+                    opened = try await devices.openDiscardedChanges(id)
+                } catch let error as ServerError {
+                    return CockpitPages.message("Not found", error.message, status: error.status, session: session)
+                }
+                try await record(session, context, ("backup-downloaded", String(id), nil))
+                var fields = CockpitPages.headers
+                fields[.contentType] = "application/json"
+                fields[.contentDisposition] = "attachment; filename=\"baton-discarded-\(id).json\""
+                return Response(status: .ok, headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: opened)))
+            }
+        }
         router.get("/admin/settings") { request, _ in
             try await viewing(request) { session in try await settingsPage(session) }
         }
@@ -399,6 +452,17 @@ struct CockpitRoutes: Sendable {
                 "changes": counts.changes, "onBehalf": counts.onBehalf, "refusals": counts.refusals,
                 "settings": settingRows,
             ], session: session)
+    }
+
+    /// A backup's changes as text to read: indented JSON when it is JSON, else its UTF-8 (or a note that it is
+    /// not text).
+    static func readable(_ data: Data) -> String {
+        if let object = try? JSONSerialization.jsonObject(with: data),
+            let pretty = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys])
+        {
+            return String(decoding: pretty, as: UTF8.self)
+        }
+        return String(data: data, encoding: .utf8) ?? "(\(data.count) bytes that are not text: download them)"
     }
 
     func devicesPage(_ session: CockpitSessions.Session, error: String? = nil, notice: String? = nil)

@@ -6,15 +6,17 @@ BATON_STAFF_PASSWORD for the ground-staff users `bob` and `dana`. Prints one lin
 the first failure.
 """
 
+import base64
+import json
 import os
 import re
 import sys
 
 import requests
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
 BASE = sys.argv[1].rstrip("/")
@@ -54,9 +56,16 @@ def sign_in(driver, name, password):
 
 
 def submit(driver, button):
-    """Clicks a form's button and waits until the answer's page has replaced the one the button was on."""
+    """Clicks a form's button (or a link) and waits until the answer's page has replaced the one it was on."""
+    driver.execute_script("window.batonOldPage = true")
     button.click()
-    WebDriverWait(driver, 10).until(expected_conditions.staleness_of(button))
+
+    def replaced(d):
+        try:
+            return d.execute_script("return window.batonOldPage === undefined && document.readyState === 'complete'")
+        except Exception:  # the old document went away mid-question: ask again
+            return False
+    WebDriverWait(driver, 10).until(replaced)
 
 
 def session_cookie(driver):
@@ -193,6 +202,25 @@ try:
     bob = {"Authorization": f"Bearer {bob_token}"}
     check(requests.get(BASE + "/devices/tablet-9/store-key", headers=bob).status_code == 200,
           "bob's tablet gets its store key before")
+    # Bob's tablet backs up a removed user's changes, encrypted with its store key, as the app does.
+    store_key = base64.b64decode(requests.get(BASE + "/devices/tablet-9/store-key", headers=bob).json()["key"])
+    nonce = os.urandom(12)
+    changes = json.dumps([{"author": "bob", "set": "PreflightChecks", "body": {"Remarks": "left tyre <soft>"}}])
+    sealed = nonce + AESGCM(store_key).encrypt(nonce, changes.encode(), b"baton-discarded-v1")
+    kept = requests.post(BASE + "/devices/tablet-9/discarded-changes", headers=bob,
+                         json={"author": "bob", "count": 1, "backup": base64.b64encode(sealed).decode()})
+    check(kept.status_code == 201, "the tablet's backup is kept")
+    admin.get(BASE + "/admin/backups")
+    row = admin.find_element(By.CSS_SELECTOR, f"tr[data-backup='{kept.json()['id']}']")
+    check("tablet-9" in row.text and "bob" in row.text, "the backup is listed with its device and author")
+    submit(admin, row.find_element(By.LINK_TEXT, "Read"))
+    text = admin.find_element(By.ID, "backup-text").text
+    check("left tyre <soft>" in text and '"Remarks"' in text, "the backup reads decrypted, HTML escaped")
+    shot(admin, "backup.png")
+    download = requests.get(admin.find_element(By.ID, "download").get_attribute("href"), cookies=jar)
+    check(download.status_code == 200 and json.loads(download.content)[0]["body"]["Remarks"] == "left tyre <soft>"
+          and "attachment" in download.headers.get("Content-Disposition", ""), "the backup downloads as JSON")
+
     admin.get(BASE + "/admin/devices")
     check(admin.find_element(By.TAG_NAME, "h1").text == "Devices", "the devices page shows")
     row = admin.find_element(By.CSS_SELECTOR, "tr[data-device='tablet-9']")
@@ -252,7 +280,7 @@ try:
     check(lines[0].startswith("id,at,actor,action") and len(lines) == 2 and "settings-changed" in lines[1],
           "the CSV holds the filtered entries")
     everything = requests.get(BASE + "/admin/audit.csv", cookies=jar).text
-    for action in ["device-revoked", "device-wipe-ordered", "user-added", "user-role-changed", "user-password-reset", "user-disabled", "user-enabled",
+    for action in ["backup-read", "backup-downloaded", "device-revoked", "device-wipe-ordered", "user-added", "user-role-changed", "user-password-reset", "user-disabled", "user-enabled",
                    "user-deleted", "sign-in"]:
         check(f",{action}," in everything, f"the audit log records {action}")
     bad = requests.get(BASE + "/admin/audit?from=2026-13-40", cookies=jar)
