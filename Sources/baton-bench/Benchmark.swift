@@ -35,6 +35,11 @@ struct Benchmark: AsyncParsableCommand {
         help: "Profile: send this many key reads and filtered pages through the router in-process (no sockets).")
     var inProcess: Int?
 
+    @Option(
+        help:
+            "Profile the admin cockpit: seed this many audit entries (the issue's figure: 100000) and render the overview, users and audit pages in-process, reporting p50 and CPU per page."
+    )
+    var cockpit: Int?
     @Flag(help: .hidden) var downloadClient = false
 
     @Option(
@@ -97,6 +102,9 @@ struct Benchmark: AsyncParsableCommand {
         try await server.users.add(
             name: "bench", displayName: nil, role: .supervisor, password: "load-generator-secret-1")
 
+        if let cockpit {
+            return try await CockpitProfile(server: server, entries: cockpit).run()
+        }
         if let inProcess {
             return try await InProcessProfile(server: server, requests: inProcess, only: only).run()
         }

@@ -39,6 +39,14 @@ public struct AuditLog: Sendable {
         try await database.storage.write { db in try Self.insert([entry], in: db) }
     }
 
+    /// Records several entries in one transaction (imports, and the benchmark's seeding).
+    ///
+    /// - Throws: the database error, if the write fails (then none is recorded).
+    public func record(contentsOf entries: [AuditEntry]) async throws {
+        guard !entries.isEmpty else { return }
+        try await database.storage.write { db in try Self.insert(entries, in: db) }
+    }
+
     /// Records the entries of a committed data change, already in the data database's `outbox`, in one
     /// transaction; the outbox drops them with the next change. Adding an entry that is in the log already
     /// does nothing.

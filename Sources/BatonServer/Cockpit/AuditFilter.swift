@@ -130,11 +130,9 @@ struct AuditRow: Sendable {
 
     var onBehalf: Bool { uploadedBy.map { $0 != checkedBy } ?? false }
 
-    var time: String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.string(from: at)
-    }
+    var time: String { at.formatted(Self.timeStyle) }
+
+    static let timeStyle = Date.ISO8601FormatStyle()
 
     var values: [String: Any] {
         [

@@ -134,6 +134,8 @@ enum CockpitPages {
             <h1>Devices</h1>
             {{#error}}<p class="alert" role="alert" id="form-error">{{error}}</p>{{/error}}
             {{#notice}}<p class="notice" role="status" id="form-notice">{{notice}}</p>{{/notice}}
+            <form method="get" action="/admin/devices"><label>Device id contains <input name="q" value="{{query}}" maxlength="128"></label>
+            <button type="submit">Search</button> <span class="muted">(the 500 most recently seen are listed)</span></form>
             <div class="scroll"><table id="devices"><thead><tr><th>Device</th><th>Users</th><th>Last contact (UTC)</th>
             <th>App version</th><th>Signing keys</th><th>Status</th><th>Actions</th></tr></thead><tbody>
             {{#rows}}<tr data-device="{{id}}"><td>{{id}}<br><span class="muted">since {{created}}</span></td>

@@ -59,7 +59,10 @@ struct CockpitRoutes: Sendable {
             try await viewing(request) { session in
                 let query = request.uri.queryParameters
                 return try await usersPage(
-                    session, search: String((query["q"].map(String.init) ?? "").prefix(64)),
+                    // A browser's form writes a space as '+' (names have neither).
+                    session,
+                    search: String(
+                        (query["q"].map(String.init) ?? "").replacingOccurrences(of: "+", with: " ").prefix(64)),
                     page: max(0, min(10_000, query["page"].flatMap { Int(String($0)) } ?? 0)))
             }
         }
@@ -85,7 +88,10 @@ struct CockpitRoutes: Sendable {
             }
         }
         router.get("/admin/devices") { request, _ in
-            try await viewing(request) { session in try await devicesPage(session) }
+            try await viewing(request) { session in
+                let search = request.uri.queryParameters["q"].map { String($0.prefix(128)) } ?? ""
+                return try await devicesPage(session, search: search)
+            }
         }
         router.post("/admin/devices/:device/:action") { request, context in
             try await changing(request, context) { session, _ in
@@ -93,7 +99,10 @@ struct CockpitRoutes: Sendable {
                 let action = context.parameters.get("action") ?? ""
                 do {
                     switch action {
-                    case "revoke": try await devices.revoke(device: device)
+                    case "revoke":
+                        guard try await devices.revoke(device: device) else {
+                            return try await devicesPage(session, notice: "\(device) was already revoked.")
+                        }
                     case "wipe": try await devices.orderWipe(device: device)
                     default:
                         return CockpitPages.message(
@@ -108,7 +117,8 @@ struct CockpitRoutes: Sendable {
                 return try await devicesPage(
                     session,
                     notice: revoked
-                        ? "Revoked \(device): its store key is no longer released and nobody can register on it."
+                        ? "Revoked \(device): its store key is no longer released and nobody can register on it again. "
+                            + "Its users' tokens run out within 15 minutes; disable a user to stop theirs at once."
                         : "Ordered \(device) to wipe itself at its next contact.")
             }
         }
@@ -212,7 +222,6 @@ struct CockpitRoutes: Sendable {
                         audited: ("user-disabled", name, nil)
                     ) {
                         try await users.disable(name)
-                        try await sessions.closeAll(of: name)
                     }
                 case "enable":
                     return try await acting(
@@ -223,7 +232,6 @@ struct CockpitRoutes: Sendable {
                         session, context, success: "Deleted \(name).", audited: ("user-deleted", name, nil)
                     ) {
                         try await users.delete(name)
-                        try await sessions.closeAll(of: name)
                     }
                 case "role":
                     guard let role = User.Role(rawValue: form["role"] ?? "") else {
@@ -234,7 +242,6 @@ struct CockpitRoutes: Sendable {
                         audited: ("user-role-changed", name, "role \(role.rawValue)")
                     ) {
                         try await users.setRole(name, to: role)
-                        if role != .admin { try await sessions.closeAll(of: name) }
                     }
                 case "password":
                     return try await acting(
@@ -420,11 +427,7 @@ struct CockpitRoutes: Sendable {
             let users = try db.fetchOne("SELECT count(*), coalesce(sum(disabled), 0) FROM users")
             let devices = try db.fetchOne("SELECT count(*) FROM devices")?[0].integer ?? 0
             let seen =
-                try db.fetchOne(
-                    """
-                    SELECT count(DISTINCT subject) FROM audit
-                    WHERE at >= ? AND action IN ('device-registered', 'store-key-fetched')
-                    """, now - 86_400)?[0].integer ?? 0
+                try db.fetchOne("SELECT count(*) FROM devices WHERE lastSeenAt >= ?", now - 86_400)?[0].integer ?? 0
             let changes = try db.fetchOne(
                 """
                 SELECT count(*), coalesce(sum(CASE WHEN detail <> 'uploaded by ' || actor THEN 1 ELSE 0 END), 0)
@@ -465,11 +468,11 @@ struct CockpitRoutes: Sendable {
         return String(data: data, encoding: .utf8) ?? "(\(data.count) bytes that are not text: download them)"
     }
 
-    func devicesPage(_ session: CockpitSessions.Session, error: String? = nil, notice: String? = nil)
-        async throws -> Response
-    {
+    func devicesPage(
+        _ session: CockpitSessions.Session, search: String = "", error: String? = nil, notice: String? = nil
+    ) async throws -> Response {
         let formatter = ISO8601DateFormatter()
-        let rows: [[String: Any]] = try await devices.summaries().map { device in
+        let rows: [[String: Any]] = try await devices.summaries(search: search).map { device in
             [
                 "id": device.id, "created": formatter.string(from: device.createdAt),
                 "seen": device.lastSeenAt.map(formatter.string(from:)) ?? "never",
@@ -486,7 +489,7 @@ struct CockpitRoutes: Sendable {
                 },
             ]
         }
-        var values: [String: Any] = ["rows": rows, "csrf": session.csrf]
+        var values: [String: Any] = ["rows": rows, "csrf": session.csrf, "query": search]
         if let error { values["error"] = error }
         if let notice { values["notice"] = notice }
         return CockpitPages.page(

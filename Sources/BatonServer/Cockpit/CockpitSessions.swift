@@ -74,13 +74,6 @@ struct CockpitSessions: Sendable {
         try await database.storage.write { db in try db.execute("DELETE FROM cockpitSessions WHERE hash = ?", hash) }
     }
 
-    /// Ends every session of `user` (disabled, deleted or demoted by another admin).
-    func closeAll(of user: String) async throws {
-        try await database.storage.write { db in
-            try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, user)
-        }
-    }
-
     /// Whether `sent` is the session's CSRF token, compared in constant time.
     static func isCSRFToken(_ sent: String?, of session: Session) -> Bool {
         guard let sent else { return false }

@@ -44,7 +44,8 @@ public struct DeviceRegistry: Sendable {
 
     /// Whether `id` is an acceptable device id: 1–128 of letters, digits, `.`, `_`, `-`, `:`.
     static func isValidDeviceID(_ id: String) -> Bool {
-        (1...128).contains(id.count)
+        // "." and ".." would be path segments that mean something else in /devices/{id}/… and /admin/devices/….
+        (1...128).contains(id.count) && id != "." && id != ".."
             && id.unicodeScalars.allSatisfy {
                 $0.isASCII
                     && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-:".unicodeScalars.contains($0))
@@ -406,33 +407,43 @@ extension DeviceRegistry {
         public var keys: [(id: String, user: String, registeredAt: Date, replacedAt: Date?)]
     }
 
-    /// Every device, the most recently seen first.
-    public func summaries() async throws -> [DeviceSummary] {
+    /// Devices whose id contains `search` (all when empty), the most recently seen first, at most `limit`; three
+    /// statements however many devices there are.
+    public func summaries(search: String = "", limit: Int = 500) async throws -> [DeviceSummary] {
         try await database.storage.read { db in
+            let pattern =
+                "%"
+                + search.replacingOccurrences(of: "\\", with: "\\\\")
+                .replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_") + "%"
             let devices = try db.fetchAll(
                 """
                 SELECT id, createdAt, lastSeenAt, appVersion, revokedAt, wipeOrderedAt FROM devices
-                ORDER BY coalesce(lastSeenAt, createdAt) DESC, id LIMIT 1000
-                """)
-            return try devices.map { row in
-                let id = row["id"].text ?? ""
-                let users = try db.fetchAll(
-                    #"SELECT "user", active, registeredAt FROM deviceRegistrations WHERE device = ? ORDER BY registeredAt"#,
-                    id
-                ).map { ($0["user"].text ?? "", $0["active"].bool ?? false, $0["registeredAt"].date ?? .distantPast) }
-                let keys = try db.fetchAll(
-                    #"SELECT id, "user", registeredAt, replacedAt FROM signingKeys WHERE device = ? ORDER BY registeredAt"#,
-                    id
-                ).map {
+                WHERE id LIKE ? ESCAPE '\\' ORDER BY coalesce(lastSeenAt, createdAt) DESC, id LIMIT ?
+                """, pattern, limit)
+            let ids = Set(devices.compactMap { $0["id"].text })
+            var users: [String: [(name: String, active: Bool, registeredAt: Date)]] = [:]
+            for row in try db.fetchAll(
+                #"SELECT device, "user", active, registeredAt FROM deviceRegistrations ORDER BY registeredAt"#)
+            where ids.contains(row["device"].text ?? "") {
+                users[row["device"].text ?? "", default: []].append(
+                    (row["user"].text ?? "", row["active"].bool ?? false, row["registeredAt"].date ?? .distantPast))
+            }
+            var keys: [String: [(id: String, user: String, registeredAt: Date, replacedAt: Date?)]] = [:]
+            for row in try db.fetchAll(
+                #"SELECT device, id, "user", registeredAt, replacedAt FROM signingKeys ORDER BY registeredAt"#)
+            where ids.contains(row["device"].text ?? "") {
+                keys[row["device"].text ?? "", default: []].append(
                     (
-                        $0["id"].text ?? "", $0["user"].text ?? "", $0["registeredAt"].date ?? .distantPast,
-                        $0["replacedAt"].date
-                    )
-                }
+                        row["id"].text ?? "", row["user"].text ?? "", row["registeredAt"].date ?? .distantPast,
+                        row["replacedAt"].date
+                    ))
+            }
+            return devices.map { row in
+                let id = row["id"].text ?? ""
                 return DeviceSummary(
                     id: id, createdAt: row["createdAt"].date ?? .distantPast, lastSeenAt: row["lastSeenAt"].date,
                     appVersion: row["appVersion"].text, revokedAt: row["revokedAt"].date,
-                    wipeOrderedAt: row["wipeOrderedAt"].date, users: users, keys: keys)
+                    wipeOrderedAt: row["wipeOrderedAt"].date, users: users[id] ?? [], keys: keys[id] ?? [])
             }
         }
     }
@@ -441,17 +452,20 @@ extension DeviceRegistry {
     /// its registrations end and its signing keys retire (changes signed there are no longer accepted on anyone's
     /// behalf).
     ///
+    /// - Returns: `false` when the device was revoked already (nothing changes).
     /// - Throws: ``ServerError`` (404) for an unknown device.
-    public func revoke(device: String) async throws {
+    @discardableResult
+    public func revoke(device: String) async throws -> Bool {
         let now = clock.now()
-        let found = try await database.storage.write { db -> Bool in
+        let outcome = try await database.storage.write { db -> Bool? in
             guard try db.execute("UPDATE devices SET revokedAt = ? WHERE id = ? AND revokedAt IS NULL", now, device) > 0
-            else { return try db.fetchOne("SELECT 1 FROM devices WHERE id = ?", device) != nil }
+            else { return try db.fetchOne("SELECT 1 FROM devices WHERE id = ?", device) != nil ? false : nil }
             try db.execute("UPDATE deviceRegistrations SET active = 0 WHERE device = ?", device)
             try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND replacedAt IS NULL", now, device)
             return true
         }
-        guard found else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+        guard let outcome else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+        return outcome
     }
 
     /// Orders a device to wipe itself at its next contact (``status(device:)`` tells it).

@@ -25,7 +25,8 @@ public struct User: Sendable, Hashable, Codable {
 
     /// Whether `name` is an acceptable user name.
     static func isValidName(_ name: String) -> Bool {
-        (1...64).contains(name.count)
+        // "." and ".." would be path segments that mean something else in /admin/users/{name}/….
+        (1...64).contains(name.count) && name != "." && name != ".."
             && name.unicodeScalars.allSatisfy {
                 $0.isASCII
                     && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0))

@@ -62,6 +62,7 @@ public struct UserDirectory: Sendable {
         let found = try await database.storage.write { db -> Bool in
             try Self.keepAnAdmin(besides: name, in: db, doing: "disable")
             let changed = try db.execute("UPDATE users SET disabled = 1 WHERE name = ?", name) > 0
+            try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
             try db.execute(#"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
             return changed
         }
@@ -79,6 +80,7 @@ public struct UserDirectory: Sendable {
             try Self.keepAnAdmin(besides: name, in: db, doing: "delete")
             try db.execute(#"UPDATE signingKeys SET replacedAt = ? WHERE "user" = ? AND replacedAt IS NULL"#, now, name)
             let changed = try db.execute("DELETE FROM users WHERE name = ?", name) > 0
+            try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
             try db.execute(#"DELETE FROM refreshTokens WHERE "user" = ?"#, name)
             try db.execute(#"DELETE FROM authorizationCodes WHERE "user" = ?"#, name)
             try db.execute(#"UPDATE deviceRegistrations SET active = 0 WHERE "user" = ?"#, name)
@@ -102,14 +104,17 @@ public struct UserDirectory: Sendable {
     /// - Throws: ``ServerError``: 404 for an unknown user, 409 when it would leave no enabled admin.
     public func setRole(_ name: String, to role: User.Role) async throws {
         let found = try await database.storage.write { db -> Bool in
-            if role != .admin { try Self.keepAnAdmin(besides: name, in: db, doing: "change the role of") }
+            if role != .admin {
+                try Self.keepAnAdmin(besides: name, in: db, doing: "change the role of")
+                try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
+            }
             return try db.execute("UPDATE users SET role = ? WHERE name = ?", role.rawValue, name) > 0
         }
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
     }
 
-    /// Sets a user's password (checked against the policy) and revokes their refresh tokens, so that every
-    /// device signs in again with it.
+    /// Sets a user's password (checked against the policy), revokes their refresh tokens and ends their cockpit
+    /// sessions, so that every device and browser signs in again with it.
     ///
     /// - Throws: ``ServerError``: 400 for a password that breaks the policy, 404 for an unknown user.
     public func setPassword(_ name: String, to password: String) async throws {
@@ -119,6 +124,8 @@ public struct UserDirectory: Sendable {
         let now = clock.now()
         let found = try await database.storage.write { db -> Bool in
             let changed = try db.execute("UPDATE users SET passwordHash = ? WHERE name = ?", hash, name) > 0
+            // A password reset after a leak ends the cockpit sessions a thief may hold too.
+            try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
             try db.execute(#"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
             return changed
         }

@@ -124,10 +124,11 @@ public struct ServerDatabase: Sendable {
                     real: "double precision", blob: "bytea")
         ),
         ("cockpitSessions", cockpitSessionsStatements(real: "double precision")),
+        ("cockpitDevicesAndAudit", cockpitDevicesAndAuditStatements(real: "double precision")),
     ]
 
     /// The admin cockpit's browser sessions, shared by every instance (``CockpitSessions``): a session is found by
-    /// the SHA-256 of its cookie, never by the cookie itself. And indexes for the cockpit's audit filters.
+    /// the SHA-256 of its cookie, never by the cookie itself.
     static func cockpitSessionsStatements(real: String) -> [String] {
         [
             """
@@ -136,6 +137,13 @@ public struct ServerDatabase: Sendable {
                 lastSeenAt \(real) NOT NULL)
             """,
             #"CREATE INDEX cockpitSessionsUser ON cockpitSessions("user")"#,
+        ]
+    }
+
+    /// What the cockpit shows of a device and what an admin ordered for it; indexes for the cockpit's audit
+    /// filters and overview.
+    static func cockpitDevicesAndAuditStatements(real: String) -> [String] {
+        [
             // What the cockpit shows of a device and what an admin ordered for it.
             "ALTER TABLE devices ADD COLUMN lastSeenAt \(real)",
             "ALTER TABLE devices ADD COLUMN appVersion text",
@@ -145,6 +153,8 @@ public struct ServerDatabase: Sendable {
             "CREATE INDEX auditActor ON audit (actor, id)",
             "CREATE INDEX auditAction ON audit (action, id)",
             "CREATE INDEX auditSubject ON audit (subject, id)",
+            // The overview counts today's entries.
+            "CREATE INDEX auditAt ON audit (at)",
         ]
     }
 
@@ -331,6 +341,9 @@ public struct ServerDatabase: Sendable {
         }
         migrator.registerMigration("cockpitSessions") { db in
             for statement in cockpitSessionsStatements(real: "REAL") { try db.execute(sql: statement) }
+        }
+        migrator.registerMigration("cockpitDevicesAndAudit") { db in
+            for statement in cockpitDevicesAndAuditStatements(real: "REAL") { try db.execute(sql: statement) }
         }
         return migrator
     }

@@ -232,6 +232,9 @@ try:
     refused = requests.get(BASE + "/devices/tablet-9/store-key", headers=bob)
     check(refused.status_code == 403 and refused.json()["error"]["code"] == "DeviceRevoked",
           "the revoked tablet's store key is refused")
+    again = requests.post(BASE + "/admin/devices/tablet-9/revoke", cookies=jar, data={"csrf": csrf})
+    check(again.status_code == 200 and "was already revoked" in again.text, "revoking twice changes nothing")
+    admin.get(BASE + "/admin/devices?q=tablet")
     row = admin.find_element(By.CSS_SELECTOR, "tr[data-device='tablet-9']")
     submit(admin, row.find_element(By.CSS_SELECTOR, "form[action$='/wipe'] button"))
     check("wipe itself" in admin.find_element(By.ID, "form-notice").text, "the wipe order is confirmed")
@@ -280,6 +283,7 @@ try:
     check(lines[0].startswith("id,at,actor,action") and len(lines) == 2 and "settings-changed" in lines[1],
           "the CSV holds the filtered entries")
     everything = requests.get(BASE + "/admin/audit.csv", cookies=jar).text
+    check(everything.count(",device-revoked,") == 1, "one revocation, one audit entry")
     for action in ["backup-read", "backup-downloaded", "device-revoked", "device-wipe-ordered", "user-added", "user-role-changed", "user-password-reset", "user-disabled", "user-enabled",
                    "user-deleted", "sign-in"]:
         check(f",{action}," in everything, f"the audit log records {action}")
