@@ -383,7 +383,21 @@ struct PostgresSQLConnection: SQLConnection {
         let answered = connection.eventLoop.makePromise(of: PostgresQueryResult.self)
         let settled = Claim()
         let connection = self.connection
-        let timer = deadline.map { deadline in
+        let timer = failing(answered, settled)
+        connection.query(PostgresQuery(unsafeSQL: Self.numberedPlaceholders(sql), binds: binds), logger: logger)
+            .whenComplete { result in
+                timer?.cancel()
+                guard settled.claim() else { return }
+                answered.completeWith(result)
+            }
+        return answered.futureResult
+    }
+
+    /// A timer that, at the deadline (none when `deadline` is `nil`), fails `answered` as `unavailable` and closes
+    /// the connection — unless the answer claimed `settled` first.
+    func failing<T>(_ answered: EventLoopPromise<T>, _ settled: Claim) -> Scheduled<Void>? {
+        let connection = self.connection
+        return deadline.map { deadline in
             connection.eventLoop.scheduleTask(in: deadline) {
                 guard settled.claim() else { return }
                 answered.fail(
@@ -392,13 +406,6 @@ struct PostgresSQLConnection: SQLConnection {
                 connection.close().whenComplete { _ in }
             }
         }
-        connection.query(PostgresQuery(unsafeSQL: Self.numberedPlaceholders(sql), binds: binds), logger: logger)
-            .whenComplete { result in
-                timer?.cancel()
-                guard settled.claim() else { return }
-                answered.completeWith(result)
-            }
-        return answered.futureResult
     }
 
     /// How long a statement may go unanswered before it fails as `unavailable`.

@@ -146,15 +146,7 @@ extension PostgresSQLConnection {
         let settled = Claim()
         let connection = self.connection
         let answered = connection.eventLoop.makePromise(of: [PostgresRow].self)
-        let timer = deadline.map { deadline in
-            connection.eventLoop.scheduleTask(in: deadline) {
-                guard settled.claim() else { return }
-                answered.fail(
-                    StorageError(
-                        .unavailable, "PostgreSQL did not answer within \(deadline.nanoseconds / 1_000_000_000) s."))
-                connection.close().whenComplete { _ in }
-            }
-        }
+        let timer = failing(answered, settled)
         let bindings = Self.bindings(arguments)
         let logger = self.logger
         Task {
