@@ -117,8 +117,8 @@ struct CockpitRoutes: Sendable {
                 return try await devicesPage(
                     session,
                     notice: revoked
-                        ? "Revoked \(device): its store key is no longer released and nobody can register on it again. "
-                            + "Its users' tokens run out within 15 minutes; disable a user to stop theirs at once."
+                        ? "Revoked \(device): the sign-ins it used are revoked, its store key is no longer released "
+                            + "and nobody can register on it again."
                         : "Ordered \(device) to wipe itself at its next contact.")
             }
         }

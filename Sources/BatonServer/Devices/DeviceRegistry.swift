@@ -448,9 +448,9 @@ extension DeviceRegistry {
         }
     }
 
-    /// Takes a device out of service: its store key is no longer released, nobody can register on it again,
-    /// its registrations end and its signing keys retire (changes signed there are no longer accepted on anyone's
-    /// behalf).
+    /// Takes a device out of service: the tokens of every sign-in it used stop at once, its store key is no
+    /// longer released, nobody can register on it again, its registrations end and its signing keys retire
+    /// (changes signed there are no longer accepted on anyone's behalf).
     ///
     /// - Returns: `false` when the device was revoked already (nothing changes).
     /// - Throws: ``ServerError`` (404) for an unknown device.
@@ -462,6 +462,12 @@ extension DeviceRegistry {
             else { return try db.fetchOne("SELECT 1 FROM devices WHERE id = ?", device) != nil ? false : nil }
             try db.execute("UPDATE deviceRegistrations SET active = 0 WHERE device = ?", device)
             try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND replacedAt IS NULL", now, device)
+            // The sign-ins the device used: their tokens stop at once (the family is checked with every token).
+            try db.execute(
+                """
+                UPDATE refreshTokens SET revokedAt = ? WHERE revokedAt IS NULL
+                AND family IN (SELECT family FROM deviceTokenFamilies WHERE device = ?)
+                """, now, device)
             return true
         }
         guard let outcome else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
@@ -496,13 +502,18 @@ extension DeviceRegistry {
         }
     }
 
-    /// Notes that a device made contact, with the app version it sent.
-    func noteContact(device: String, appVersion: String?) async throws {
+    /// Notes that a device made contact, with the app version it sent and the sign-in (token family) it used.
+    func noteContact(device: String, appVersion: String?, family: String?) async throws {
         let now = clock.now()
         try await database.storage.write { db in
             try db.execute(
                 "UPDATE devices SET lastSeenAt = ?, appVersion = coalesce(?, appVersion) WHERE id = ?", now,
                 appVersion.map { String($0.prefix(32)) }, device)
+            if let family {
+                try db.execute(
+                    "INSERT INTO deviceTokenFamilies (family, device) VALUES (?, ?) ON CONFLICT DO NOTHING", family,
+                    device)
+            }
         }
     }
 }

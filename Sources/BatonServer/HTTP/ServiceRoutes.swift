@@ -87,7 +87,8 @@ struct ServiceRoutes {
                     signature: signature)
             }
             let registration = try await devices.register(device: device, user: name, publicKey: key, proof: proof)
-            try await devices.noteContact(device: device, appVersion: request.headers[.batonAppVersion])
+            try await devices.noteContact(
+                device: device, appVersion: request.headers[.batonAppVersion], family: context.claims?.family)
             try await audit.record(
                 AuditEntry(
                     at: clock.now(), actor: name, action: "device-registered", subject: device,
@@ -153,7 +154,8 @@ struct ServiceRoutes {
             let name = try context.userName()
             let device = try context.parameters.require("device")
             let key = try await devices.storeKey(device: device, user: name)
-            try await devices.noteContact(device: device, appVersion: request.headers[.batonAppVersion])
+            try await devices.noteContact(
+                device: device, appVersion: request.headers[.batonAppVersion], family: context.claims?.family)
             try await audit.record(
                 AuditEntry(
                     at: clock.now(), actor: name, action: "store-key-fetched", subject: device,

@@ -322,7 +322,7 @@ struct TokenService: Sendable {
         let user = claims.sub.value
         // Revocation and the user's current status are read on every request (one query), so a revocation or a
         // disabled user takes effect at once — also when an admin command changed them from another process.
-        let status: (disabled: Bool, role: String?, revoked: Bool)?
+        let status: (disabled: Bool, role: String?, revoked: Bool, deviceRevoked: Bool)?
         do {
             let family = claims.family ?? ""
             status = try await database.storage.readStatement { db in
@@ -330,16 +330,26 @@ struct TokenService: Sendable {
                     """
                     SELECT disabled, role,
                         EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?)
-                        OR EXISTS (SELECT 1 FROM refreshTokens WHERE family = ? AND revokedAt IS NOT NULL) AS revoked
+                        OR EXISTS (SELECT 1 FROM refreshTokens WHERE family = ? AND revokedAt IS NOT NULL) AS revoked,
+                        EXISTS (
+                            SELECT 1 FROM deviceTokenFamilies f JOIN devices d ON d.id = f.device
+                            WHERE f.family = ? AND d.revokedAt IS NOT NULL) AS deviceRevoked
                     FROM users WHERE name = ?
-                    """, jti, family, user
-                ).map { row in (row[0].bool ?? true, row[1].text, row[2].bool ?? true) }
+                    """, jti, family, family, user
+                ).map { row in (row[0].bool ?? true, row[1].text, row[2].bool ?? true, row[3].bool ?? false) }
             }
         } catch {
             throw .databaseUnavailable("The server cannot check the token right now; try again.")
         }
         guard let status, !status.disabled, let role = status.role.flatMap(User.Role.init(rawValue:)) else {
             throw .unauthorized("The user is disabled or no longer exists.")
+        }
+        // A tablet an admin took out of service is told so, not just refused: it can then delete what it holds.
+        guard !status.deviceRevoked else {
+            var error = ServerError.unauthorized(
+                "This device was taken out of service by an administrator; its sign-ins were revoked.")
+            error.code = "DeviceRevoked"
+            throw error
         }
         guard !status.revoked else { throw .unauthorized("The access token was revoked.") }
         return (claims, role)

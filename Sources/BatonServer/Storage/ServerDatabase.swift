@@ -125,6 +125,7 @@ public struct ServerDatabase: Sendable {
         ),
         ("cockpitSessions", cockpitSessionsStatements(real: "double precision")),
         ("cockpitDevicesAndAudit", cockpitDevicesAndAuditStatements(real: "double precision")),
+        ("deviceTokenFamilies", deviceTokenFamiliesStatements),
     ]
 
     /// The admin cockpit's browser sessions, shared by every instance (``CockpitSessions``): a session is found by
@@ -139,6 +140,13 @@ public struct ServerDatabase: Sendable {
             #"CREATE INDEX cockpitSessionsUser ON cockpitSessions("user")"#,
         ]
     }
+
+    /// The sign-ins (refresh-token families) each device used on its routes, so that revoking the device stops
+    /// exactly its tokens.
+    static let deviceTokenFamiliesStatements = [
+        "CREATE TABLE deviceTokenFamilies (family text NOT NULL, device text NOT NULL, PRIMARY KEY (family, device))",
+        "CREATE INDEX deviceTokenFamiliesDevice ON deviceTokenFamilies (device)",
+    ]
 
     /// What the cockpit shows of a device and what an admin ordered for it; indexes for the cockpit's audit
     /// filters and overview.
@@ -344,6 +352,9 @@ public struct ServerDatabase: Sendable {
         }
         migrator.registerMigration("cockpitDevicesAndAudit") { db in
             for statement in cockpitDevicesAndAuditStatements(real: "REAL") { try db.execute(sql: statement) }
+        }
+        migrator.registerMigration("deviceTokenFamilies") { db in
+            for statement in deviceTokenFamiliesStatements { try db.execute(sql: statement) }
         }
         return migrator
     }

@@ -229,9 +229,16 @@ try:
     shot(admin, "devices.png")
     submit(admin, row.find_element(By.CSS_SELECTOR, "form[action$='/revoke'] button"))
     check("Revoked tablet-9" in admin.find_element(By.ID, "form-notice").text, "revoking the tablet is confirmed")
+    stopped = requests.get(BASE + "/odata/", headers=bob)
+    check(stopped.status_code == 401 and stopped.json()["error"]["code"] == "DeviceRevoked",
+          "the tokens the revoked tablet used stop at once, and say why")
+    bob = {"Authorization": f"Bearer {device_token('bob', STAFF_PASSWORD)[1]}"}
+    check(requests.get(BASE + "/odata/", headers=bob).status_code == 200, "bob signs in anew elsewhere")
     refused = requests.get(BASE + "/devices/tablet-9/store-key", headers=bob)
     check(refused.status_code == 403 and refused.json()["error"]["code"] == "DeviceRevoked",
           "the revoked tablet's store key is refused")
+    registered = requests.put(BASE + "/devices/tablet-9/registration", headers=bob, json={"publicKey": "AAAA"})
+    check(registered.status_code in (400, 403), "nobody registers on the revoked tablet")
     again = requests.post(BASE + "/admin/devices/tablet-9/revoke", cookies=jar, data={"csrf": csrf})
     check(again.status_code == 200 and "was already revoked" in again.text, "revoking twice changes nothing")
     admin.get(BASE + "/admin/devices?q=tablet")
