@@ -26,17 +26,33 @@ public final class LiveServer: Sendable {
     ///   - port: the port; any free one when 0.
     ///   - dataService: limits and retention windows of the OData service.
     ///   - logger: where the server logs, with every request at `info` (its access log); none when nil.
+    ///   - database: a PostgreSQL database to keep the state in (a master-key file is made in `directory`); SQLite
+    ///     files in `directory` when nil.
     /// - Returns: the running server.
     /// - Throws: when the server cannot be set up or does not start listening.
     public static func start(
         settings: [String: String] = [:], clock: ServerClock = .system, directory: URL? = nil, port: Int = 0,
-        dataService: DataServiceConfiguration = DataServiceConfiguration(), logger: Logger? = nil
+        dataService: DataServiceConfiguration = DataServiceConfiguration(), logger: Logger? = nil,
+        database: PostgresLocation? = nil
     ) async throws -> LiveServer {
         let directory =
             directory
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("baton-live-\(UUID().uuidString)")
         var configuration = BatonServerConfiguration()
         configuration.dataDirectory = directory
+        if let database {
+            try FileManager.default.createDirectory(
+                at: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let keyFile = directory.appendingPathComponent("master.key")
+            guard
+                FileManager.default.createFile(
+                    atPath: keyFile.path, contents: Data((0..<32).map { _ in UInt8.random(in: 0...255) }),
+                    attributes: [.posixPermissions: 0o600])
+            else { throw LiveServerError() }
+            configuration.database = database
+            configuration.databaseConnections = 4
+            configuration.masterKeyFile = keyFile
+        }
         configuration.port = port
         configuration.bcryptCost = 4
         configuration.clock = clock

@@ -14,8 +14,11 @@ import Testing
 /// authorization code flow, adds, searches, re-roles, resets, disables and deletes users, tries bad input, forms
 /// without their CSRF token, the last admin, a signed-out session's cookie and a non-admin, and saves a
 /// screenshot of each page.
-@Suite(.serverSlot) struct CockpitBrowserTests {
-    @Test func anAdminRunsUsersFromTheBrowserAndOthersAreKeptOut() async throws {
+@Suite(.serverSlot, .serialized) struct CockpitBrowserTests {
+    /// On both engines: the cockpit is built on the storage seam, so every instance on PostgreSQL serves it.
+    @Test(arguments: StorageBackend.allCases) func anAdminRunsBatonFromTheBrowserAndOthersAreKeptOut(
+        backend: StorageBackend
+    ) async throws {
         for program in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
             try #require(
                 FileManager.default.isExecutableFile(atPath: program),
@@ -24,7 +27,7 @@ import Testing
         }
         let missing = try await offThePool { TestPython.missing(["selenium", "requests", "cryptography"]) }
         try #require(missing == nil, "\(missing ?? "")")
-        let server = try await LiveServer.start()
+        let server = try await LiveServer.start(database: try await backend.freshDatabase())
         defer { Task { await server.stop() } }
         let adminPassword = "harbour-lantern-7391"
         let staffPassword = "ground-staff-password-1"
@@ -52,8 +55,9 @@ import Testing
             ).utf8)
         let (_, registered) = try await URLSession.shared.data(for: registration)
         #expect((registered as? HTTPURLResponse)?.statusCode == 200)
+        // The README's screenshots come from the SQLite run.
         let shots =
-            ProcessInfo.processInfo.environment["BATON_COCKPIT_SCREENSHOTS"]
+            (backend == .sqlite ? ProcessInfo.processInfo.environment["BATON_COCKPIT_SCREENSHOTS"] : nil)
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("baton-cockpit-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: shots, withIntermediateDirectories: true)
         let script = try #require(

@@ -232,7 +232,8 @@ enum CockpitPages {
             <div class="card"><b id="devices-seen">{{seen}}</b><span>devices seen in 24 h</span></div>
             <div class="card"><b id="changes-today">{{changes}}</b><span>changes uploaded today</span></div>
             <div class="card"><b id="on-behalf-today">{{onBehalf}}</b><span>of them on someone else's behalf</span></div>
-            <div class="card"><b id="refusals-today">{{refusals}}</b><span>discarded-change backups today</span></div>
+            <div class="card"><b id="refusals-today">{{refusals}}</b><span>changes refused today (to error archives)</span></div>
+            <div class="card"><b id="discarded-today">{{discarded}}</b><span>discarded-change backups today</span></div>
             </div>
             <h2>Settings at a glance</h2>
             <div class="scroll"><table><thead><tr><th>Setting</th><th>Value</th></tr></thead><tbody>

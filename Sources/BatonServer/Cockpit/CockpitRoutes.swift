@@ -433,14 +433,14 @@ struct CockpitRoutes: Sendable {
                 SELECT count(*), coalesce(sum(CASE WHEN detail <> 'uploaded by ' || actor THEN 1 ELSE 0 END), 0)
                 FROM audit WHERE at >= ? AND action IN ('entity-created', 'entity-updated', 'entity-deleted')
                 """, midnight)
-            let refusals =
-                try db.fetchOne("SELECT count(*) FROM audit WHERE at >= ? AND action = 'changes-discarded'", midnight)?[
-                    0
-                ]
-                .integer ?? 0
+            func today(_ action: String) throws -> Int64 {
+                try db.fetchOne("SELECT count(*) FROM audit WHERE at >= ? AND action = ?", midnight, action)?[0]
+                    .integer ?? 0
+            }
             return (
                 users: users?[0].integer ?? 0, disabled: users?[1].integer ?? 0, devices: devices, seen: seen,
-                changes: changes?[0].integer ?? 0, onBehalf: changes?[1].integer ?? 0, refusals: refusals
+                changes: changes?[0].integer ?? 0, onBehalf: changes?[1].integer ?? 0,
+                refusals: try today("change-refused"), discarded: try today("changes-discarded")
             )
         }
         let current = try await settings.current()
@@ -453,6 +453,7 @@ struct CockpitRoutes: Sendable {
             values: [
                 "users": counts.users, "disabled": counts.disabled, "devices": counts.devices, "seen": counts.seen,
                 "changes": counts.changes, "onBehalf": counts.onBehalf, "refusals": counts.refusals,
+                "discarded": counts.discarded,
                 "settings": settingRows,
             ], session: session)
     }

@@ -69,6 +69,9 @@ struct ODataRoutes {
         if response.isDeltaPage { metrics.deltaPage() }
         if !reading, ChangeAnswer.isRefusal(status: response.status) {
             metrics.refusedChange(code: response.errorCode ?? "unknown")
+            await recordRefusals(
+                [(dataRequest, response.errorCode ?? "unknown")], uploadedBy: name, address: context.clientAddress,
+                logger: context.logger)
         }
         count(entries, uploadedBy: name)
         await recordAudit(entries, logger: context.logger)
@@ -131,10 +134,18 @@ struct ODataRoutes {
         let (responses, entries) = await service.batch(requests, context: context)
         metrics.database("batch", ContinuousClock.now - start)
         let methods = Dictionary(requests.map { ($0.id, $0.method) }) { first, _ in first }
+        let byID = Dictionary(requests.map { ($0.id, $0) }) { first, _ in first }
+        var refused: [(DataRequest, String)] = []
         for response in responses where methods[response.id] != "GET" && ChangeAnswer.isRefusal(status: response.status)
         {
-            metrics.refusedChange(code: response.body?["error"]?["code"]?.stringValue ?? "unknown")
+            let code = response.body?["error"]?["code"]?.stringValue ?? "unknown"
+            metrics.refusedChange(code: code)
+            if let request = byID[response.id] {
+                refused.append(
+                    (DataRequest(method: request.method, url: request.url, headers: request.headers, body: []), code))
+            }
         }
+        await recordRefusals(refused, uploadedBy: context.user, address: context.address, logger: logger)
         count(entries, uploadedBy: context.user)
         await recordAudit(entries, logger: logger)
         var headers: HTTPFields = [.odataVersion: version.rawValue]
@@ -157,6 +168,33 @@ struct ODataRoutes {
     func count(_ entries: [AuditEntry], uploadedBy uploader: String) {
         for entry in entries {
             metrics.uploaded(onBehalf: entry.actor != uploader)
+        }
+    }
+
+    /// Records the changes the server refused (the ones a device moves to its error archive), so that the
+    /// cockpit can show them: the author (the signed one, or the uploader), what, why. A failure to record
+    /// them is logged; the answer stands.
+    func recordRefusals(
+        _ refused: [(DataRequest, String)], uploadedBy uploader: String, address: String, logger: Logger
+    )
+        async
+    {
+        guard !refused.isEmpty else { return }
+        let now = Date()
+        let entries = refused.map { request, code in
+            AuditEntry(
+                at: now, actor: request.header("Baton-Author") ?? uploader, action: "change-refused",
+                subject: String(
+                    ("\(request.method) " + (request.url.split(separator: "?").first.map(String.init) ?? ""))
+                        .prefix(200)),
+                address: address, detail: "\(code), uploaded by \(uploader)")
+        }
+        do {
+            try await audit.record(contentsOf: entries)
+        } catch {
+            logger.error(
+                "Refused changes could not be audited",
+                metadata: ["count": "\(entries.count)", "error.type": "\(type(of: error))"])
         }
     }
 

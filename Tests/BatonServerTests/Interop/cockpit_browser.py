@@ -202,6 +202,13 @@ try:
     bob = {"Authorization": f"Bearer {bob_token}"}
     check(requests.get(BASE + "/devices/tablet-9/store-key", headers=bob).status_code == 200,
           "bob's tablet gets its store key before")
+    # A change the server refuses (it goes to the tablet's error archive) shows on the overview.
+    refusal = requests.patch(BASE + "/odata/PreflightChecks(00000000-0000-4000-8000-00000000beef)", headers=bob,
+                             json={"Remarks": "no If-Match"})
+    check(refusal.status_code == 428, "a change without its ETag is refused")
+    overview = requests.get(BASE + "/admin/", cookies=jar).text
+    check('id="refusals-today">1<' in overview, "the overview counts the refused change")
+
     # Bob's tablet backs up a removed user's changes, encrypted with its store key, as the app does.
     store_key = base64.b64decode(requests.get(BASE + "/devices/tablet-9/store-key", headers=bob).json()["key"])
     nonce = os.urandom(12)
@@ -291,6 +298,8 @@ try:
           "the CSV holds the filtered entries")
     everything = requests.get(BASE + "/admin/audit.csv", cookies=jar).text
     check(everything.count(",device-revoked,") == 1, "one revocation, one audit entry")
+    check(",change-refused,PATCH PreflightChecks(" in everything and "PreconditionRequired, uploaded by bob" in everything,
+          "the refused change is audited with its reason")
     for action in ["backup-read", "backup-downloaded", "device-revoked", "device-wipe-ordered", "user-added", "user-role-changed", "user-password-reset", "user-disabled", "user-enabled",
                    "user-deleted", "sign-in"]:
         check(f",{action}," in everything, f"the audit log records {action}")
