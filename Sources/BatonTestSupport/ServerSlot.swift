@@ -33,13 +33,47 @@ extension Trait where Self == ServerSlotTrait {
     public static var serverSlot: Self { Self() }
 }
 
+/// One test with this trait runs at a time: the tests that drive a real user interface against a clock — the
+/// terminal app through pexpect, the cockpit in chromium — each wait tens of seconds at most for a screen, and
+/// two of them at once on two cores (a browser rendering beside an app deriving passcode keys) made one miss
+/// its screen. List it after ``ServerSlotTrait/serverSlot`` (slots are always taken in that order).
+public struct InteractiveSlotTrait: SuiteTrait, TestTrait, TestScoping {
+    public var isRecursive: Bool { true }
+
+    public func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
+        test.isSuite || testCase == nil ? nil : self
+    }
+
+    public func provideScope(
+        for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
+    ) async throws {
+        await ServerSlots.interactive.acquire()
+        do {
+            try await function()
+        } catch {
+            await ServerSlots.interactive.release()
+            throw error
+        }
+        await ServerSlots.interactive.release()
+    }
+}
+
+extension Trait where Self == InteractiveSlotTrait {
+    /// The test (or each test of the suite) runs alone among those that drive a real user interface.
+    public static var interactiveSlot: Self { Self() }
+}
+
 /// A counting semaphore for tests, first come first served.
 public actor ServerSlots {
     /// How many tests may hold a slot at once: enough to keep two cores busy while some wait on sockets.
     public static let capacity = 8
-    public static let shared = ServerSlots()
+    public static let shared = ServerSlots(capacity: capacity)
+    /// The slot of ``InteractiveSlotTrait``.
+    public static let interactive = ServerSlots(capacity: 1)
 
-    private var free = ServerSlots.capacity
+    private var free: Int
+
+    init(capacity: Int) { free = capacity }
     private var waiting: [CheckedContinuation<Void, Never>] = []
 
     func acquire() async {
