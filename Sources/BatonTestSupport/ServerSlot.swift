@@ -7,6 +7,9 @@ import Testing
 /// descriptors, where Foundation's `Process.run()` on Linux reads past its `/proc/self/fd` listing and crashes
 /// the whole run (SIGSEGV). Suites that start servers take a slot per test case; the rest run freely.
 public struct ServerSlotTrait: SuiteTrait, TestTrait, TestScoping {
+    /// The semaphore this trait's tests take a slot of.
+    let slots: ServerSlots
+
     public var isRecursive: Bool { true }
 
     /// Each test case, not the suite, takes a slot.
@@ -17,50 +20,26 @@ public struct ServerSlotTrait: SuiteTrait, TestTrait, TestScoping {
     public func provideScope(
         for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
     ) async throws {
-        await ServerSlots.shared.acquire()
+        await slots.acquire()
         do {
             try await function()
         } catch {
-            await ServerSlots.shared.release()
+            await slots.release()
             throw error
         }
-        await ServerSlots.shared.release()
+        await slots.release()
     }
 }
 
 extension Trait where Self == ServerSlotTrait {
     /// The test (or each test of the suite) holds one of the few server slots while it runs.
-    public static var serverSlot: Self { Self() }
-}
+    public static var serverSlot: Self { Self(slots: .shared) }
 
-/// One test with this trait runs at a time: the tests that drive a real user interface against a clock — the
-/// terminal app through pexpect, the cockpit in chromium — each wait tens of seconds at most for a screen, and
-/// two of them at once on two cores (a browser rendering beside an app deriving passcode keys) made one miss
-/// its screen. List it after ``ServerSlotTrait/serverSlot`` (slots are always taken in that order).
-public struct InteractiveSlotTrait: SuiteTrait, TestTrait, TestScoping {
-    public var isRecursive: Bool { true }
-
-    public func scopeProvider(for test: Test, testCase: Test.Case?) -> Self? {
-        test.isSuite || testCase == nil ? nil : self
-    }
-
-    public func provideScope(
-        for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
-    ) async throws {
-        await ServerSlots.interactive.acquire()
-        do {
-            try await function()
-        } catch {
-            await ServerSlots.interactive.release()
-            throw error
-        }
-        await ServerSlots.interactive.release()
-    }
-}
-
-extension Trait where Self == InteractiveSlotTrait {
-    /// The test (or each test of the suite) runs alone among those that drive a real user interface.
-    public static var interactiveSlot: Self { Self() }
+    /// The test (or each test of the suite) runs alone among those that drive a real user interface against a
+    /// clock — the terminal app through pexpect, the cockpit in chromium: each waits tens of seconds at most for
+    /// a screen, and two of them at once on two cores (a browser rendering beside an app deriving passcode keys)
+    /// made one miss its screen. List it after ``serverSlot`` (slots are always taken in that order).
+    public static var interactiveSlot: Self { Self(slots: .interactive) }
 }
 
 /// A counting semaphore for tests, first come first served.
@@ -68,7 +47,7 @@ public actor ServerSlots {
     /// How many tests may hold a slot at once: enough to keep two cores busy while some wait on sockets.
     public static let capacity = 8
     public static let shared = ServerSlots(capacity: capacity)
-    /// The slot of ``InteractiveSlotTrait``.
+    /// The slot of ``Testing/Trait/interactiveSlot``.
     public static let interactive = ServerSlots(capacity: 1)
 
     private var free: Int

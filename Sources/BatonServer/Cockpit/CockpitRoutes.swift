@@ -137,18 +137,10 @@ struct CockpitRoutes: Sendable {
         }
         router.get("/admin/backups/:id") { request, context in
             try await viewing(request) { session in
-                guard let id = context.parameters.get("id").flatMap({ Int64($0) }) else {
-                    return CockpitPages.message(
-                        "Not found", "There is no such backup.", status: .notFound, session: session,
-                        link: ("Discarded changes", "/admin/backups"))
-                }
+                let id: Int64
                 let opened: Data
-                do {
-                    opened = try await devices.openDiscardedChanges(id)
-                } catch let error as ServerError {
-                    return CockpitPages.message(
-                        "Not found", error.message, status: error.status, session: session,
-                        link: ("Discarded changes", "/admin/backups"))
+                do { (id, opened) = try await openedBackup(session, context) } catch let page as PageInstead {
+                    return page.response
                 }
                 try await record(session, context, ("backup-read", String(id), nil))
                 return CockpitPages.page(
@@ -158,15 +150,10 @@ struct CockpitRoutes: Sendable {
         }
         router.get("/admin/backups/:id/download") { request, context in
             try await viewing(request) { session in
-                guard let id = context.parameters.get("id").flatMap({ Int64($0) }) else {
-                    return CockpitPages.message(
-                        "Not found", "There is no such backup.", status: .notFound, session: session)
-                }
+                let id: Int64
                 let opened: Data
-                do {
-                    opened = try await devices.openDiscardedChanges(id)
-                } catch let error as ServerError {
-                    return CockpitPages.message("Not found", error.message, status: error.status, session: session)
+                do { (id, opened) = try await openedBackup(session, context) } catch let page as PageInstead {
+                    return page.response
                 }
                 try await record(session, context, ("backup-downloaded", String(id), nil))
                 var fields = CockpitPages.headers
@@ -456,6 +443,32 @@ struct CockpitRoutes: Sendable {
                 "discarded": counts.discarded,
                 "settings": settingRows,
             ], session: session)
+    }
+
+    /// A page to answer with instead of the one asked for.
+    struct PageInstead: Error {
+        let response: Response
+    }
+
+    /// The backup a route's `:id` names, opened.
+    ///
+    /// - Throws: ``PageInstead`` saying why not (no such backup, or it cannot be opened).
+    func openedBackup(_ session: CockpitSessions.Session, _ context: BatonRequestContext) async throws -> (
+        Int64, Data
+    ) {
+        let back = (text: "Discarded changes", href: "/admin/backups")
+        guard let id = context.parameters.get("id").flatMap({ Int64($0) }) else {
+            throw PageInstead(
+                response: CockpitPages.message(
+                    "Not found", "There is no such backup.", status: .notFound, session: session, link: back))
+        }
+        do {
+            return (id, try await devices.openDiscardedChanges(id))
+        } catch let error as ServerError {
+            throw PageInstead(
+                response: CockpitPages.message(
+                    "Not found", error.message, status: error.status, session: session, link: back))
+        }
     }
 
     /// A backup's changes as text to read: indented JSON when it is JSON, else its UTF-8 (or a note that it is

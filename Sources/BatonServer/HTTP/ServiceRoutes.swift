@@ -34,11 +34,13 @@ struct ServiceRoutes {
                     ("user_endpoint", .string("\(issuer)/me")),
                     ("device_registration_endpoint", .string("\(issuer)/devices/{deviceID}/registration")),
                     ("device_store_key_endpoint", .string("\(issuer)/devices/{deviceID}/store-key")),
+                    ("device_status_endpoint", .string("\(issuer)/devices/{deviceID}/status")),
                     (
                         "device_discarded_changes_endpoint",
                         .string("\(issuer)/devices/{deviceID}/discarded-changes")
                     ),
                     ("odata_service_root", .string("\(issuer)/odata/")),
+                    ("admin_cockpit", .string("\(issuer)/admin/")),
                     ("client_id", .string(OAuthClient.device.id)),
                 ]))
         }
