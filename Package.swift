@@ -71,7 +71,9 @@ let package = Package(
         .target(
             name: "BatonClient",
             dependencies: [
+                "BatonOData",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "W3CTraceContext", package: "swift-w3c-trace-context"),
             ],
             swiftSettings: swiftSettings

@@ -11,6 +11,8 @@ public actor AuthorizedSession {
     let onTokensChanged: @Sendable (OAuthTokens) async -> Void
     /// A refresh in flight, so concurrent requests share one (refresh tokens are single-use).
     var refreshing: Task<OAuthTokens, any Error>?
+    /// Set by ``invalidate()``: the session this connection belonged to is over.
+    public private(set) var isInvalidated = false
 
     public init(
         client: BatonClient, configuration: ServerConfiguration, oauth: OAuthClient, tokens: OAuthTokens,
@@ -23,14 +25,32 @@ public actor AuthorizedSession {
         self.onTokensChanged = onTokensChanged
     }
 
+    /// Ends this connection for good: every later call throws `SessionInvalidated`, and the tokens are dropped
+    /// from memory. A locked, closed or removed session invalidates its connection, so a copy kept anywhere sends
+    /// nothing in the user's name.
+    public func invalidate() {
+        isInvalidated = true
+        refreshing?.cancel()
+        tokens = OAuthTokens(accessToken: "", refreshToken: nil, expiresAt: .distantPast)
+    }
+
+    func requireValid() throws(BatonClientError) {
+        guard !isInvalidated else {
+            throw BatonClientError(
+                .sessionInvalidated, "This session was locked, closed or removed; open the user's session again.")
+        }
+    }
+
     /// A valid access token, refreshed first when it is about to expire.
     public func accessToken() async throws(BatonClientError) -> String {
+        try requireValid()
         if tokens.needsRefresh(at: oauth.now()) { try await refresh() }
         return tokens.accessToken
     }
 
     /// Sends `request` with the user's token; on 401 refreshes once and retries.
     public func send(_ request: ClientRequest) async throws(BatonClientError) -> ClientResponse {
+        try requireValid()
         let response = try await client.send(request, token: try await accessToken())
         guard response.status == 401 else { return response }
         try await refresh()
@@ -52,6 +72,7 @@ public actor AuthorizedSession {
 
     /// Refreshes the tokens now.
     public func refresh() async throws(BatonClientError) {
+        try requireValid()
         if let refreshing {
             do {
                 tokens = try await refreshing.value
@@ -68,6 +89,7 @@ public actor AuthorizedSession {
         defer { refreshing = nil }
         do {
             let fresh = try await task.value
+            try requireValid()
             tokens = fresh
             await onTokensChanged(fresh)
         } catch {
@@ -77,6 +99,7 @@ public actor AuthorizedSession {
 
     /// Revokes the session on the server (sign out).
     public func revoke() async throws(BatonClientError) {
+        try requireValid()
         try await oauth.revoke(tokens)
     }
 }

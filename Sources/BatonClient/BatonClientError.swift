@@ -20,6 +20,8 @@ public struct BatonClientError: Error, Sendable, Equatable, CustomStringConverti
         public static let server = Code("ServerError")
         /// The server's answer is not what the protocol says.
         public static let invalidResponse = Code("InvalidResponse")
+        /// The session this client belonged to was locked, closed or removed: it sends nothing any more.
+        public static let sessionInvalidated = Code("SessionInvalidated")
         /// The server URL is not usable.
         public static let invalidServerURL = Code("InvalidServerURL")
     }

@@ -84,6 +84,10 @@ public struct ServerConfiguration: Sendable, Hashable, Codable {
     /// With `{deviceID}` in place of the device id; where a device sends backups of discarded changes (nil
     /// for a server without it).
     public var deviceDiscardedChangesEndpoint: String?
+    /// With `{deviceID}` in place of the device id; what an admin ordered for the device (nil for an older server).
+    public var deviceStatusEndpoint: String?
+    /// With `{deviceID}` in place of the device id; where a device reports a wipe done (nil for an older server).
+    public var deviceWipedEndpoint: String?
     public var odataServiceRoot: String
     public var clientID: String
     public var oauthAuthorizationServer: String
@@ -95,6 +99,8 @@ public struct ServerConfiguration: Sendable, Hashable, Codable {
         case deviceRegistrationEndpoint = "device_registration_endpoint"
         case deviceStoreKeyEndpoint = "device_store_key_endpoint"
         case deviceDiscardedChangesEndpoint = "device_discarded_changes_endpoint"
+        case deviceStatusEndpoint = "device_status_endpoint"
+        case deviceWipedEndpoint = "device_wiped_endpoint"
         case odataServiceRoot = "odata_service_root"
         case clientID = "client_id"
         case oauthAuthorizationServer = "oauth_authorization_server"

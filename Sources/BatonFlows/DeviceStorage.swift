@@ -25,6 +25,8 @@ public struct DeviceStorage: Sendable {
     }
 
     var usersDirectory: URL { directory.appendingPathComponent("users") }
+    /// Encrypted backups of discarded changes (`*.sealed`; `*.sealed.sent` once the server has them).
+    public var backupsURL: URL { directory.appendingPathComponent("backups") }
     var registryURL: URL { directory.appendingPathComponent("users.registry") }
     var deviceKeyURL: URL { directory.appendingPathComponent("device.key") }
     var deviceIDURL: URL { directory.appendingPathComponent("device.id") }

@@ -19,6 +19,13 @@ public struct FlowsConfiguration: Sendable {
     /// Asked before a user is removed; throwing refuses the removal. The offline store plugs its rule in here
     /// (pending changes are uploaded first or their discard is confirmed).
     public var removalGuard: (@Sendable (UserManager.User) async throws -> Void)?
+    /// Hands over pending changes before a user withdrawn by the server, or a wiped device, loses them: upload
+    /// what the server takes, back up the rest to it. The offline store plugs in ``OfflineStoreStep/handOver(_:)``
+    /// here; without it the device holds no changes of its own.
+    public var handOverPendingChanges: (@Sendable (PendingChangesHandover) async throws(FlowsError) -> HandoverReport)?
+    /// How often an open session asks the server for its settings and the device's status
+    /// (``OnboardingSessionManager/contactServerIfDue()``), besides unlock, switch and sync.
+    public var settingsRefreshInterval: TimeInterval = 15 * 60
     /// Decides retry or stop when a step fails (default: stop).
     public var errorHandler: (any OnboardingErrorHandling)?
 

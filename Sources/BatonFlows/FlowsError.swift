@@ -13,8 +13,24 @@ public struct FlowsError: Error, Sendable, Equatable, CustomStringConvertible {
         /// Someone onboarded as a user already on this device; ``FlowsError/onboardingID`` is that user,
         /// whom the next ``OnboardingSessionManager/open()`` restores.
         public static let userAlreadyExists = Code("UserAlreadyExists")
-        /// A passcode reset signed in with another account than the one being reset.
+        /// A passcode reset (or a signed-out user's sign-in) signed in with another account than the expected one.
+        /// ``FlowsError/serverUserID`` names the account that signed in, and ``FlowsError/onboardingID`` is that
+        /// account's user on this device when it has one (restore it), `nil` when not (onboard it).
         public static let userMismatch = Code("UserMismatch")
+        /// The session (or a handle obtained from it) was locked, closed or removed; open it again.
+        public static let sessionInvalidated = Code("SessionInvalidated")
+        /// The server no longer allows this app version: update the app. Pending changes stay on the device.
+        public static let appVersionInactive = Code("AppVersionInactive")
+        /// The server disabled or deleted this user: their data was removed from the device after their pending
+        /// changes were uploaded or backed up to the server.
+        public static let userWithdrawn = Code("UserWithdrawn")
+        /// An administrator revoked this device or ordered it wiped: every user and the offline store were removed
+        /// after the pending changes were uploaded or backed up to the server.
+        public static let deviceWiped = Code("DeviceWiped")
+        /// The person at the passcode prompt forgot their passcode: the presenter throws this from
+        /// ``OnboardingPresenter/passcode(user:problem:)`` and the session manager resets the passcode (same
+        /// account, online), keeping the user's data.
+        public static let forgotPasscode = Code("ForgotPasscode")
         /// Multi-user mode needs sign-in and a passcode; the app's flows have no such step.
         public static let multiUserNeedsAuthentication = Code("MultiUserNeedsAuthentication")
         /// The server allows one user per device, and this device has one.
@@ -43,11 +59,14 @@ public struct FlowsError: Error, Sendable, Equatable, CustomStringConvertible {
     public var message: String
     /// The user the error is about, when there is one.
     public var onboardingID: UUID?
+    /// The server account the error is about, when there is one (`UserMismatch`: who signed in).
+    public var serverUserID: String?
 
-    public init(_ code: Code, _ message: String, onboardingID: UUID? = nil) {
+    public init(_ code: Code, _ message: String, onboardingID: UUID? = nil, serverUserID: String? = nil) {
         self.code = code
         self.message = message
         self.onboardingID = onboardingID
+        self.serverUserID = serverUserID
     }
 
     public var description: String { message }

@@ -72,6 +72,89 @@ public struct OfflineStoreStep: OnboardingStep {
         if context.flowType == .reset, others.isEmpty { try? await store.wipe() }
     }
 
+    /// Hands over pending changes before their authors leave the device (``FlowsConfiguration/handOverPendingChanges``):
+    /// uploads what the server takes (when allowed), then backs up every remaining change of those authors —
+    /// queued or in the error archive — encrypted under the store key, sends the backup to the server and only
+    /// then lets it go from the device. A backup the server did not receive stays in the device's backups folder
+    /// and stops a wipe (nothing is ever dropped unseen).
+    public func handOver(_ handover: PendingChangesHandover) async throws(FlowsError) -> HandoverReport {
+        var report = HandoverReport()
+        guard let storeKey = handover.session.storeKey else {
+            throw FlowsError(.sessionInvalidated, "The session ended before its pending changes were handed over.")
+        }
+        if handover.upload,
+            let uploaded = try? await store.upload(using: handover.session.authorized, allowOnBehalf: true)
+        {
+            report.uploaded = uploaded.uploaded.count
+        }
+        let counts: [String: Int]
+        do {
+            var all = try await store.pendingCounts()
+            for entry in try await store.archivedEntries() { all[entry.entry.author, default: 0] += 1 }
+            counts = all
+        } catch {
+            throw FlowsError(.storage, "Cannot read the pending changes: \(error.message)")
+        }
+        let authors = (handover.authors ?? Array(counts.keys)).filter { (counts[$0] ?? 0) > 0 }.sorted()
+        do {
+            try FileManager.default.createDirectory(at: handover.backups, withIntermediateDirectories: true)
+        } catch {
+            throw FlowsError(.storage, "Cannot create the backups folder.")
+        }
+        var unsent: [String] = []
+        for author in authors {
+            let file = handover.backups.appendingPathComponent(
+                "\(Int(Date().timeIntervalSince1970))-\(UUID().uuidString.prefix(8)).sealed")
+            let count: Int
+            do {
+                count = try await store.discardPendingChanges(
+                    of: author, backupTo: file, key: SymmetricKey(data: storeKey))
+            } catch {
+                throw FlowsError(.storage, "Cannot back up \(author)'s changes: \(error.message)")
+            }
+            guard count > 0, let sealed = try? Data(contentsOf: file) else { continue }
+            do {
+                try await handover.client.sendDiscardedChanges(
+                    handover.configuration, deviceID: handover.deviceID, author: author, count: count, sealed: sealed,
+                    as: handover.credential)
+                try? FileManager.default.moveItem(at: file, to: file.appendingPathExtension("sent"))
+                report.backedUp += count
+            } catch {
+                unsent.append(author)
+            }
+        }
+        if handover.wipeStore {
+            // Backups from earlier discards that never reached the server go now, or the wipe waits.
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: handover.backups.path)) ?? []
+            for name in names where name.hasSuffix(".sealed") {
+                let file = handover.backups.appendingPathComponent(name)
+                guard let sealed = try? Data(contentsOf: file),
+                    let backup = try? OfflineStore.describeBackup(sealed, key: SymmetricKey(data: storeKey)),
+                    (try? await handover.client.sendDiscardedChanges(
+                        handover.configuration, deviceID: handover.deviceID, author: backup.author,
+                        count: backup.count, sealed: sealed, as: handover.credential)) != nil
+                else {
+                    unsent.append(name)
+                    continue
+                }
+                try? FileManager.default.moveItem(at: file, to: file.appendingPathExtension("sent"))
+            }
+            guard unsent.isEmpty else {
+                throw FlowsError(
+                    .offline,
+                    "The device must be wiped, but the backups of its pending changes did not reach the server; it tries again at the next contact."
+                )
+            }
+            do {
+                try await store.wipe()
+                try await store.removeFiles()
+            } catch {
+                throw FlowsError(.storage, "Cannot wipe the offline store: \(error.message)")
+            }
+        }
+        return report
+    }
+
     func open(_ context: inout OnboardingContext) async throws -> AuthorizedSession {
         guard let user = context.info[.serverUser], let raw = context.info[.signingKey],
             let storeKey = context.info[.storeKey],

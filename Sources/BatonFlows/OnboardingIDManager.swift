@@ -8,16 +8,30 @@ public enum OnboardingDecision: Sendable, Hashable {
     case restore(UUID)
 }
 
-/// Decides whom the next open is for (SAP: OnboardingIDManaging).
+/// Decides whom the next open is for, and hears which onboarding ids come and go (SAP: OnboardingIDManaging,
+/// with its `flowToStart`, `store` and `remove`). An app with its own way of choosing users — a badge reader,
+/// a kiosk that always opens the last user — brings its own.
 public protocol OnboardingIDManaging: Sendable {
-    func decide(users: UserManager, presenter: any OnboardingPresenter) async throws(FlowsError) -> OnboardingDecision
+    /// Which flow to run for whom when the app opens (or switches users without naming one).
+    func flowToStart(users: UserManager, presenter: any OnboardingPresenter) async throws(FlowsError)
+        -> OnboardingDecision
+    /// Called after an onboarding succeeded: `onboardingID` is now a user of this device.
+    func store(_ onboardingID: UUID, users: UserManager) async
+    /// Called after a user left the device (removed, withdrawn by the server, or wiped).
+    func remove(_ onboardingID: UUID, users: UserManager) async
+}
+
+extension OnboardingIDManaging {
+    /// Baton's own managers keep nothing beyond the user registry.
+    public func store(_ onboardingID: UUID, users: UserManager) async {}
+    public func remove(_ onboardingID: UUID, users: UserManager) async {}
 }
 
 /// One user per device (SAP: SingleUserOnboardingIDManager): restore them if onboarded, else onboard.
 public struct SingleUserOnboardingIDManager: OnboardingIDManaging {
     public init() {}
 
-    public func decide(users: UserManager, presenter: any OnboardingPresenter) async throws(FlowsError)
+    public func flowToStart(users: UserManager, presenter: any OnboardingPresenter) async throws(FlowsError)
         -> OnboardingDecision
     {
         let current = await users.currentUser
@@ -34,7 +48,7 @@ public struct SingleUserOnboardingIDManager: OnboardingIDManaging {
 public struct MultiUserOnboardingIDManager: OnboardingIDManaging {
     public init() {}
 
-    public func decide(users: UserManager, presenter: any OnboardingPresenter) async throws(FlowsError)
+    public func flowToStart(users: UserManager, presenter: any OnboardingPresenter) async throws(FlowsError)
         -> OnboardingDecision
     {
         if let transient = await users.transientUser, transient.status == .success {

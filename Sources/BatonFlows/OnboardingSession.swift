@@ -2,29 +2,75 @@ import BatonClient
 import BatonSecureStore
 import Crypto
 import Foundation
+import Synchronization
 
 /// An open, unlocked user session: the user, their secure store, their authorised connection and what the
 /// flow gathered (settings, signing key, store key).
+///
+/// A session ends with ``invalidate()`` — the session manager calls it when it locks, closes, signs out or
+/// removes the user — and from then on every handle obtained from it refuses to work: the secure store and the
+/// authorised connection throw `SessionInvalidated`, and so do ``signingKey()`` and ``storeKey``.
 public struct OnboardingSession: Sendable {
     public let user: UserManager.User
     public let deviceID: String
     public let secureStore: SecureStore
     /// Requests with this user's tokens (refreshed and saved to the secure store as they rotate).
     public let authorized: AuthorizedSession
-    public let settings: ClientSettings
+    /// The server's settings as last known (the session manager refreshes them).
+    public internal(set) var settings: ClientSettings
     /// Everything the flow's steps handed on, including the app's own keys.
     public let info: OnboardingInfo
+    let validity = Validity()
+
+    init(
+        user: UserManager.User, deviceID: String, secureStore: SecureStore, authorized: AuthorizedSession,
+        settings: ClientSettings, info: OnboardingInfo
+    ) {
+        self.user = user
+        self.deviceID = deviceID
+        self.secureStore = secureStore
+        self.authorized = authorized
+        self.settings = settings
+        self.info = info
+    }
+
+    /// Whether this session is still open (not invalidated).
+    public var isValid: Bool { validity.isValid }
+
+    /// Ends the session: its secure store closes (key and values leave memory) and its connection sends nothing
+    /// more. Every copy of this session shares the end.
+    public func invalidate() async {
+        validity.invalidate()
+        await secureStore.close()
+        await authorized.invalidate()
+    }
 
     /// The user's signing key on this device (for on-behalf uploads of their changes).
     public func signingKey() throws(FlowsError) -> P256.Signing.PrivateKey {
+        try requireValid()
         guard let raw = info[.signingKey], let key = try? P256.Signing.PrivateKey(rawRepresentation: raw) else {
             throw FlowsError(.storage, "The signing key of \(user.displayName) is missing or damaged; reset the user.")
         }
         return key
     }
 
-    /// The device's store key, from this user's copy.
-    public var storeKey: Data? { info[.storeKey] }
+    /// The device's store key, from this user's copy (`nil` once the session was invalidated).
+    public var storeKey: Data? { validity.isValid ? info[.storeKey] : nil }
+
+    func requireValid() throws(FlowsError) {
+        guard validity.isValid else {
+            throw FlowsError(
+                .sessionInvalidated, "\(user.displayName)'s session was locked, closed or removed; open it again.",
+                onboardingID: user.onboardingID)
+        }
+    }
+
+    /// Shared by every copy of one session.
+    final class Validity: Sendable {
+        let state = Mutex(true)
+        var isValid: Bool { state.withLock { $0 } }
+        func invalidate() { state.withLock { $0 = false } }
+    }
 }
 
 /// Runs the flow the onboarding-ID manager chose (SAP: OnboardingController) and keeps the user registry's

@@ -19,12 +19,14 @@ public actor OnboardingSessionManager {
         case locked
     }
 
-    public private(set) var state = State.closed
+    public internal(set) var state = State.closed
     /// The open session, when ``state`` is `open`.
-    public private(set) var session: OnboardingSession?
+    public internal(set) var session: OnboardingSession?
     /// The user whose session is locked.
-    public private(set) var lockedUser: UUID?
+    public internal(set) var lockedUser: UUID?
     var lastActivity: Date
+    /// When the server was last asked for settings and the device's status (``contactServer()``).
+    var lastContact: Date?
 
     public nonisolated let users: UserManager
     public nonisolated let configuration: FlowsConfiguration
@@ -81,13 +83,21 @@ public actor OnboardingSessionManager {
         if state == .locked, let lockedUser, configuration.mode == .singleUser {
             return try await run(.restore(lockedUser))
         }
-        return try await run(try await idManager.decide(users: users, presenter: presenter))
+        return try await run(try await idManager.flowToStart(users: users, presenter: presenter))
     }
 
     /// Onboards another user while others stay on the device (the open session is locked first).
     @discardableResult
     public func addUser() async throws(FlowsError) -> OnboardingSession {
         try requireMultiUser("add a user")
+        // The server may have switched multi-user mode off since: no one new joins, everyone here stays.
+        let known = await users.lastKnownSettings?.settings ?? session?.settings
+        if known?.sharedDevices.multiUser == false, !(await users.activeUsers.isEmpty) {
+            throw FlowsError(
+                .multiUserNotAllowed,
+                "The server allows one user per device now; the users already here keep working, but no one new can be added."
+            )
+        }
         // The open session approves the newcomer with its device key (no passcode needed: it is unlocked).
         var info = OnboardingInfo()
         info[.deviceKey] = session?.info[.deviceKey]
@@ -107,7 +117,7 @@ public actor OnboardingSessionManager {
             }
             return try await run(.restore(onboardingID))
         }
-        return try await run(try await idManager.decide(users: users, presenter: presenter))
+        return try await run(try await idManager.flowToStart(users: users, presenter: presenter))
     }
 
     func run(_ decision: OnboardingDecision, info: OnboardingInfo = OnboardingInfo()) async throws(FlowsError)
@@ -118,10 +128,15 @@ public actor OnboardingSessionManager {
         case .onboard(let new): (type, id) = (.onboard, new)
         case .restore(let existing): (type, id) = (.restore, existing)
         }
+        let session: OnboardingSession
         do {
             let context = try await controller.run(type, for: id, info: info)
-            return try await assemble(context)
+            session = try await assemble(context)
         } catch {
+            if error.code == .forgotPasscode, type == .restore {
+                // "Forgot passcode" at the unlock prompt: the same account signs in and sets a new passcode.
+                return try await resetPasscode(for: id)
+            }
             if error.code == .userAlreadyExists, let existing = error.onboardingID {
                 try await users.setTransientUser(existing)
             }
@@ -131,6 +146,10 @@ public actor OnboardingSessionManager {
             }
             throw error
         }
+        if type == .onboard { await idManager.store(id, users: users) }
+        // Online, the unlock or switch also learns what the server changed for this device and its users.
+        if type == .restore { try await contactServer() }
+        return self.session ?? session
     }
 
     func assemble(_ context: OnboardingContext) async throws(FlowsError) -> OnboardingSession {
@@ -140,9 +159,11 @@ public actor OnboardingSessionManager {
             throw FlowsError(.stepFailed, "The flow finished without a secure store, sign-in or settings.")
         }
         let authorized = try context.authorizedSession()
+        var info = context.info
+        info[.enteredPasscode] = nil
         let session = OnboardingSession(
             user: user, deviceID: context.deviceID, secureStore: store, authorized: authorized, settings: settings,
-            info: context.info)
+            info: info)
         try await users.setCurrentUser(user.onboardingID, signedInAt: self.configuration.now())
         self.session = session
         state = .open
@@ -159,6 +180,7 @@ public actor OnboardingSessionManager {
         lockedUser = session.user.onboardingID
         self.session = nil
         state = .locked
+        await session.invalidate()
         await runBackground(session)
     }
 
@@ -192,7 +214,10 @@ public actor OnboardingSessionManager {
 
     /// Closes the session locally (nothing is sent to the server; tokens stay for the next restore).
     public func close() async {
-        if let session { await runBackground(session) }
+        if let session {
+            await session.invalidate()
+            await runBackground(session)
+        }
         session = nil
         lockedUser = nil
         state = .closed
@@ -221,6 +246,7 @@ public actor OnboardingSessionManager {
         guard let id = onboardingID ?? session?.user.onboardingID ?? lockedUser else {
             throw FlowsError(.notOpen, "Choose the user whose passcode is reset.")
         }
+        await session?.invalidate()
         session = nil
         state = .closed
         do {
@@ -270,6 +296,7 @@ public actor OnboardingSessionManager {
         }
         try? SecureStore.delete(at: storage.secureStoreURL(for: target))
         try await users.remove(target)
+        await idManager.remove(target, users: users)
         guard removingSelf else { return session }
         await close()
         return try await open()

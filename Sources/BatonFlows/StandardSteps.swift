@@ -11,12 +11,22 @@ public enum SecureStoreKey {
     public static let tokens = "baton.tokens"
     public static let serverUser = "baton.serverUser"
     public static let settings = "baton.settings"
+    /// The ETag of those settings, for the next conditional refresh.
+    public static let settingsETag = "baton.settingsETag"
     public static let signingKey = "baton.signingKey"
     public static let storeKey = "baton.storeKey"
     /// The device key (P-256, raw): proves to the server that a user of this device approves another joining it.
     public static let deviceKey = "baton.deviceKey"
     /// Set when the user signed out: their tokens are revoked, so the next restore with network signs in again.
     public static let signedOut = "baton.signedOut"
+}
+
+extension OnboardingInfoKey where Value == String {
+    /// The passcode that opened the secure store in this restore, kept only until the settings step checked it
+    /// against the server's current policy (then removed; never saved).
+    static var enteredPasscode: Self { Self("baton.passcode.entered") }
+    /// The ETag of the settings in ``OnboardingInfoKey/settings``.
+    static var settingsETag: Self { Self("baton.settings.etag") }
 }
 
 extension OnboardingInfoKey where Value == Bool {
@@ -31,6 +41,8 @@ func flowsError(_ error: BatonClientError, doing action: String) -> FlowsError {
     if error.code == .unreachable {
         return FlowsError(.offline, "Cannot \(action): \(error.message)")
     }
+    if error.code == .appVersionInactive { return SettingsExchangeStep.inactiveVersion(nil) }
+    if error.code == .sessionInvalidated { return FlowsError(.sessionInvalidated, error.message) }
     return FlowsError(.stepFailed, "Cannot \(action): \(error.message)")
 }
 
@@ -159,12 +171,15 @@ public struct SignInStep: OnboardingStep {
         }
         if let expected, user.name != expected {
             try? await oauth.revoke(tokens)
+            // Name the account that did sign in, and its user here if it has one, so the app can offer to restore
+            // that user or onboard that account.
+            let signedIn = await context.users.user(serverUserID: user.name)
             throw FlowsError(
                 .userMismatch,
                 context.flowType == .resetPasscode
-                    ? "This passcode reset is for another account; sign in as the user whose passcode is being reset."
-                    : "This is \(expected)'s session; sign in as \(expected).",
-                onboardingID: context.onboardingID)
+                    ? "This passcode reset is for \(expected), but \(user.name) signed in; sign in as \(expected)."
+                    : "This is \(expected)'s session, but \(user.name) signed in; sign in as \(expected).",
+                onboardingID: signedIn?.status == .success ? signedIn?.onboardingID : nil, serverUserID: user.name)
         }
         if expected == nil, let existing = await context.users.user(serverUserID: user.name),
             existing.onboardingID != context.onboardingID
@@ -197,10 +212,18 @@ public struct SettingsExchangeStep: OnboardingStep {
             throw FlowsError(.stepFailed, "The settings exchange needs discovery and sign-in before it.")
         }
         let settings: ClientSettings
-        do {
-            settings = try await context.client.settings(configuration, token: tokens.accessToken)
+        do throws(BatonClientError) {
+            guard
+                case .changed(let fresh, let etag) = try await context.client.settings(
+                    configuration, token: tokens.accessToken, etag: nil)
+            else { throw BatonClientError(.invalidResponse, "The server answered 304 to an unconditional request.") }
+            settings = fresh
+            context.info[.settingsETag] = etag
         } catch {
             throw flowsError(error, doing: "read the server's settings")
+        }
+        if let version = context.configuration.appVersion, settings.appVersions.inactive.contains(version) {
+            throw Self.inactiveVersion(version)
         }
         let others = await context.users.activeUsers.filter { $0.onboardingID != context.onboardingID }
         if !settings.sharedDevices.multiUser, context.flowType == .onboard, !others.isEmpty {
@@ -211,10 +234,67 @@ public struct SettingsExchangeStep: OnboardingStep {
         context.info[.settings] = settings
     }
 
+    /// The settings kept in the user's secure store, or the device's last known ones when another user's session
+    /// learned newer ones; refreshed from the server (conditionally: 304 when nothing changed) when it is
+    /// reachable. An app version the server retired stops the restore (`AppVersionInactive`); a passcode that
+    /// no longer meets the policy must be changed now — the user keeps their data.
     public func restore(_ context: inout OnboardingContext) async throws {
         let store = try context.requireSecureStore(for: name)
-        context.info[.settings] = try await load(
-            ClientSettings.self, SecureStoreKey.settings, from: store, step: name)
+        var settings = try await load(ClientSettings.self, SecureStoreKey.settings, from: store, step: name)
+        var etag = try? await store.value(String.self, forKey: SecureStoreKey.settingsETag)
+        if let known = await context.users.lastKnownSettings, known.etag != etag || known.settings != settings {
+            (settings, etag) = (known.settings, known.etag)
+        }
+        if let configuration = context.info[.serverConfiguration], context.info[.tokens] != nil,
+            await context.client.isReachable()
+        {
+            let session = try context.authorizedSession()
+            do {
+                let token = try await session.accessToken()
+                if case .changed(let fresh, let freshETag) = try await context.client.settings(
+                    configuration, token: token, etag: etag)
+                {
+                    (settings, etag) = (fresh, freshETag)
+                }
+            } catch where error.code == .appVersionInactive {
+                context.info[.tokens] = await session.tokens
+                throw Self.inactiveVersion(context.configuration.appVersion)
+            } catch {
+                // The session manager's contact with the server tells a withdrawn user or device apart; the
+                // restore carries on with the last known settings.
+            }
+            context.info[.tokens] = await session.tokens
+        }
+        try await Self.keep(settings, etag: etag, in: store, users: context.users)
+        context.info[.settings] = settings
+        context.info[.settingsETag] = etag
+        if let version = context.configuration.appVersion, settings.appVersions.inactive.contains(version) {
+            throw Self.inactiveVersion(version)
+        }
+        if let passcode = context.info[.enteredPasscode] {
+            context.info[.enteredPasscode] = nil
+            try await PasscodeStep.requireCompliance(passcode, settings: settings, store: store, context: context)
+        }
+    }
+
+    /// Keeps `settings` in the user's secure store and as the device's last known settings.
+    static func keep(_ settings: ClientSettings, etag: String?, in store: SecureStore, users: UserManager)
+        async throws(FlowsError)
+    {
+        if (try? await store.value(ClientSettings.self, forKey: SecureStoreKey.settings)) != settings {
+            try await save(settings, SecureStoreKey.settings, in: store)
+        }
+        if let etag, (try? await store.value(String.self, forKey: SecureStoreKey.settingsETag)) != etag {
+            try await save(etag, SecureStoreKey.settingsETag, in: store)
+        }
+        try await users.setLastKnownSettings(settings, etag: etag)
+    }
+
+    static func inactiveVersion(_ version: String?) -> FlowsError {
+        FlowsError(
+            .appVersionInactive,
+            "This version of the app\(version.map { " (\($0))" } ?? "") is no longer allowed by the server. Install the current version; the changes waiting on this device are kept and upload after the update."
+        )
     }
 }
 
@@ -278,7 +358,10 @@ public struct PasscodeStep: OnboardingStep {
         }
         if let value = context.info[.tokens] { try await save(value, SecureStoreKey.tokens, in: store) }
         if let value = context.info[.serverUser] { try await save(value, SecureStoreKey.serverUser, in: store) }
-        if let value = context.info[.settings] { try await save(value, SecureStoreKey.settings, in: store) }
+        if let value = context.info[.settings] {
+            try await SettingsExchangeStep.keep(
+                value, etag: context.info[.settingsETag], in: store, users: context.users)
+        }
     }
 
     public func restore(_ context: inout OnboardingContext) async throws {
@@ -289,6 +372,8 @@ public struct PasscodeStep: OnboardingStep {
             let passcode = try await context.presenter.passcode(user: displayName, problem: problem)
             do {
                 context.secureStore = try SecureStore.open(at: url, passcode: passcode)
+                // Checked against the server's current policy once the settings step knows it.
+                context.info[.enteredPasscode] = passcode
                 return
             } catch  where error.code == .wrongPasscode {
                 problem = error.message
@@ -309,6 +394,38 @@ public struct PasscodeStep: OnboardingStep {
         guard context.flowType == .reset || context.info[.createdSecureStore] == true else { return }
         context.secureStore = nil
         try? SecureStore.delete(at: context.storage.secureStoreURL(for: context.onboardingID))
+    }
+
+    /// Asks for a new passcode when `passcode` no longer meets the policy of `settings`, and protects the user's
+    /// secure store with it (same data key: the user keeps everything).
+    static func requireCompliance(
+        _ passcode: String, settings: ClientSettings, store: SecureStore, context: OnboardingContext
+    ) async throws {
+        let policy = policy(settings, mode: context.configuration.mode)
+        let reason: String
+        do {
+            try policy.check(passcode)
+            return
+        } catch {
+            reason = error.message
+        }
+        var problem: String? =
+            "The server's passcode policy changed and your passcode no longer meets it (\(reason)); choose a new one."
+        while true {
+            let (new, confirmation) = try await context.presenter.newPasscode(policy: policy, problem: problem)
+            guard new == confirmation else {
+                problem = "The two passcodes differ; type the same passcode twice."
+                continue
+            }
+            do {
+                try await store.changePasscode(to: new, policy: policy, kdf: context.configuration.keyDerivation())
+                return
+            } catch where error.code == .passcodePolicy {
+                problem = error.message
+            } catch {
+                throw FlowsError(.storage, "Cannot change the passcode: \(error.message)")
+            }
+        }
     }
 
     /// The server's passcode rules. A minimum length below 4 means "no passcode" on the server; Baton always

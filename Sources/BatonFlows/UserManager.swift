@@ -1,3 +1,4 @@
+import BatonClient
 import Crypto
 import Foundation
 
@@ -50,6 +51,10 @@ public actor UserManager {
         var users: [User] = []
         var transientUser: UUID?
         var currentUser: UUID?
+        /// The server's settings as this device last learned them (from any user's session), and their ETag: what
+        /// holds offline, for every user.
+        var settings: ClientSettings?
+        var settingsETag: String?
     }
 
     let storage: DeviceStorage
@@ -116,22 +121,40 @@ public actor UserManager {
 
     // MARK: Changing
 
-    /// Adds or replaces a user.
+    /// Adds or replaces a user. Observers hear `userAdded` once the user's onboarding succeeded (here, or when
+    /// ``setStatus(_:for:)`` later marks it so), never for an onboarding that failed or was refused.
     public func upsert(_ user: User) throws(FlowsError) {
         if let index = registry.users.firstIndex(where: { $0.onboardingID == user.onboardingID }) {
+            let before = registry.users[index].status
             registry.users[index] = user
             try save()
+            if before == .onboardInProgress && user.status == .success { emit(.userAdded(user)) }
         } else {
             registry.users.append(user)
             try save()
-            emit(.userAdded(user))
+            if user.status == .success { emit(.userAdded(user)) }
         }
     }
 
     /// Changes a user's status.
     public func setStatus(_ status: Status, for onboardingID: UUID) throws(FlowsError) {
         guard let index = registry.users.firstIndex(where: { $0.onboardingID == onboardingID }) else { return }
+        let before = registry.users[index].status
         registry.users[index].status = status
+        try save()
+        if before == .onboardInProgress && status == .success { emit(.userAdded(registry.users[index])) }
+    }
+
+    /// The server's settings as this device last learned them, with their ETag.
+    public var lastKnownSettings: (settings: ClientSettings, etag: String?)? {
+        registry.settings.map { ($0, registry.settingsETag) }
+    }
+
+    /// Keeps the settings the server just sent as the device's last known ones.
+    public func setLastKnownSettings(_ settings: ClientSettings, etag: String?) throws(FlowsError) {
+        guard registry.settings != settings || registry.settingsETag != etag else { return }
+        registry.settings = settings
+        registry.settingsETag = etag
         try save()
     }
 
@@ -173,7 +196,8 @@ public actor UserManager {
         if registry.currentUser == onboardingID { registry.currentUser = nil }
         if registry.transientUser == onboardingID { registry.transientUser = nil }
         try save()
-        emit(.userRemoved(removed))
+        // Only users who were announced are announced gone.
+        if removed.status != .onboardInProgress && removed.status != .new { emit(.userRemoved(removed)) }
     }
 
     // MARK: Observers

@@ -52,6 +52,9 @@ extension OfflineStore {
         // Two batches in flight: while the server applies one, the next is chosen, sent and parsed. The second
         // never holds a change to an entity the first has (each change builds on the ETag the one before got).
         var inFlight: (chosen: [QueueEntry], answer: Task<Result<[String: BatchResponse], OfflineError>, Never>)?
+        // The server may have switched on-behalf uploads off since the device last heard: its refusal makes other
+        // authors' changes wait for them (as the setting would), not go to the error archive.
+        var allowOnBehalf = allowOnBehalf
         while true {
             let busy = Set(inFlight?.chosen.map(\.entityID) ?? [])
             let chosen = try nextChunk(for: user, allowOnBehalf: allowOnBehalf, chunkSize: chunkSize, excluding: busy)
@@ -74,11 +77,13 @@ extension OfflineStore {
                 _ = await next?.answer.value
                 throw error
             }
-            let retryLater = try await record(current.chosen, responses: responses, session: session, into: &report)
+            let retryLater = try await record(
+                current.chosen, responses: responses, session: session, into: &report, allowOnBehalf: &allowOnBehalf)
             self.report(.upload(done: report.uploaded.count + report.archived.count, total: total))
             if retryLater {
                 if let next, case .success(let answers) = await next.answer.value {
-                    _ = try await record(next.chosen, responses: answers, session: session, into: &report)
+                    _ = try await record(
+                        next.chosen, responses: answers, session: session, into: &report, allowOnBehalf: &allowOnBehalf)
                 }
                 break
             }
@@ -95,7 +100,7 @@ extension OfflineStore {
     /// archive. Returns whether some changes must wait for a later upload (no answer, or a temporary failure).
     func record(
         _ chosen: [QueueEntry], responses: [String: BatchResponse], session: AuthorizedSession,
-        into report: inout UploadReport
+        into report: inout UploadReport, allowOnBehalf: inout Bool
     ) async throws(OfflineError) -> Bool {
         var retryLater = false
         var succeeded: [(entry: QueueEntry, response: BatchResponse)] = []
@@ -109,6 +114,8 @@ extension OfflineStore {
                 succeeded.append((entry, response))
             case let status where status >= 400 && !ChangeAnswer.isRefusal(status: status):
                 retryLater = true
+            case 403 where response.body?["error"]?["code"]?.stringValue == "OnBehalfNotAllowed":
+                allowOnBehalf = false
             default:
                 let serverVersion =
                     response.status == 412 ? try? await fetchServerVersion(entry.entityID, session: session) : nil

@@ -117,6 +117,26 @@ extension OfflineStore {
 }
 
 extension OfflineStore {
+    /// Closes the store and deletes its files (database, write-ahead log, shared memory, and the files earlier
+    /// stores left aside): a device wiped by order of an administrator keeps nothing, not even under an old key.
+    ///
+    /// - Throws: ``OfflineError`` `Storage` when a file cannot be deleted.
+    public func removeFiles() throws(OfflineError) {
+        close()
+        let directory = url.deletingLastPathComponent()
+        let name = url.lastPathComponent
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory.path)) ?? []
+        for file in names where file == name || file.hasPrefix(name + "-") || file.hasPrefix(name + ".orphan-") {
+            do {
+                try FileManager.default.removeItem(at: directory.appendingPathComponent(file))
+            } catch {
+                throw OfflineError(.storage, "Cannot delete the offline store file \(file).")
+            }
+        }
+    }
+}
+
+extension OfflineStore {
     /// Inserts rows in one transaction and returns how long it took — the encrypted-insert baseline of the
     /// benchmark (not for apps: the rows bypass the queue).
     public func measureBulkInsert(_ rows: [[String: PrimitiveValue]], into entitySet: String) throws(OfflineError)

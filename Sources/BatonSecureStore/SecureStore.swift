@@ -17,8 +17,10 @@ public actor SecureStore {
     /// The file the store lives in.
     public nonisolated let url: URL
     var file: SecureStoreFile
-    let dataKey: SymmetricKey
+    var dataKey: SymmetricKey
     var values: [String: Data]
+    /// Set by ``close()``.
+    public private(set) var isClosed = false
 
     init(url: URL, file: SecureStoreFile, dataKey: SymmetricKey, values: [String: Data]) {
         self.url = url
@@ -104,10 +106,27 @@ public actor SecureStore {
         }
     }
 
+    /// Closes this handle for good: the data key and the values leave memory, and every later call throws
+    /// `SessionInvalidated` (the file stays; open it again with the passcode). Locking a session closes its store.
+    public func close() {
+        isClosed = true
+        values = [:]
+        dataKey = SymmetricKey(size: .bits256)
+    }
+
+    func requireOpen() throws(SecureStoreError) {
+        guard !isClosed else {
+            throw SecureStoreError(
+                .sessionInvalidated, "This secure store was closed (its session was locked or closed); unlock it again.")
+        }
+    }
+
     /// The value stored under `key`, decoded as `type`, or `nil`.
     ///
-    /// - Throws: ``SecureStoreError`` (`Corrupted`) when the stored value is not a `T`.
+    /// - Throws: ``SecureStoreError`` (`Corrupted`) when the stored value is not a `T`; `SessionInvalidated`
+    ///   after ``close()``.
     public func value<T: Decodable>(_ type: T.Type = T.self, forKey key: String) throws(SecureStoreError) -> T? {
+        try requireOpen()
         guard let data = values[key] else { return nil }
         do { return try JSONDecoder().decode(T.self, from: data) } catch {
             throw SecureStoreError(.corrupted, "The value stored under '\(key)' is not a \(T.self).")
@@ -145,6 +164,7 @@ public actor SecureStore {
     public func changePasscode(to passcode: String, policy: PasscodePolicy, kdf: KeyDerivation = .recommended())
         throws(SecureStoreError)
     {
+        try requireOpen()
         try policy.check(passcode)
         var updated = file
         updated.kdf = kdf
@@ -158,6 +178,7 @@ public actor SecureStore {
     }
 
     func persist(_ changed: [String: Data]) throws(SecureStoreError) {
+        try requireOpen()
         guard let plain = try? JSONEncoder().encode(changed) else {
             throw SecureStoreError(.io, "Cannot encode the values.")
         }

@@ -21,6 +21,8 @@ public struct SecureStoreError: Error, Sendable, Equatable, CustomStringConverti
         public static let passcodePolicy = Code("PasscodePolicy")
         /// Reading or writing the file failed.
         public static let io = Code("IO")
+        /// The store was closed (its session locked, closed or removed); open it again with the passcode.
+        public static let sessionInvalidated = Code("SessionInvalidated")
     }
 
     /// What kind of failure this is.

@@ -207,6 +207,10 @@ public struct BatonServer: Sendable {
         let protected = router.group().add(
             middleware: BearerAuthenticationMiddleware(tokens: tokens, settings: settings))
         routes.addProtected(to: protected)
+        routes.addDeviceRoutes(
+            to: router.group().add(
+                middleware: DeviceProofMiddleware(
+                    bearer: BearerAuthenticationMiddleware(tokens: tokens, settings: settings), devices: devices)))
         ODataRoutes(
             service: data, users: users, devices: devices, settings: settings, audit: audit, issuer: issuer,
             metrics: metrics

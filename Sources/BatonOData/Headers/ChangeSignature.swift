@@ -1,3 +1,5 @@
+import Foundation
+
 /// The canonical form an author signs (ECDSA P-256 over its bytes) for every change the device queues, and the
 /// server verifies before it applies one — shared by the device that signs and the server that verifies. See
 /// the BatonServer article "Uploading another user's changes".
@@ -36,6 +38,45 @@ public enum DeviceJoin {
     /// - Returns: the UTF-8 bytes to sign or verify.
     public static func message(device: String, user: String, keyID: String) -> [UInt8] {
         Array(["baton-device-join-v1", device, user, keyID].joined(separator: "\n").utf8)
+    }
+}
+
+/// What a device key signs to speak for the device itself, without any user's token: asking what an admin
+/// ordered for it, handing back the backups of changes it is about to wipe, and reporting a wipe done. A tablet
+/// an admin took out of service has no working token any more, but the users who unlock it still hold the
+/// device key. Sent as `Baton-Device-Proof: t=<unix seconds>, sig=<base64url raw ECDSA P-256 signature>`.
+public enum DeviceRequestProof {
+    /// How far the proof's time may be from the server's clock, either way.
+    public static let window: Double = 300
+
+    /// `baton-device-request-v1`, the method, the path (without query), the device id, the time in seconds and
+    /// the lower-case hex SHA-256 of the body, one per line.
+    public static func message(method: String, path: String, device: String, time: Int64, bodySHA256: String)
+        -> [UInt8]
+    {
+        Array(["baton-device-request-v1", method, path, device, String(time), bodySHA256].joined(separator: "\n").utf8)
+    }
+
+    /// The header value for `time` and a raw signature.
+    public static func header(time: Int64, signature: [UInt8]) -> String {
+        "t=\(time), sig=\(Data(signature).base64URLEncoded)"
+    }
+
+    /// The time and signature of a header value, or `nil` when it is not of that form.
+    public static func parse(_ header: String) -> (time: Int64, signature: [UInt8])? {
+        var time: Int64?
+        var signature: [UInt8]?
+        for part in header.split(separator: ",") {
+            let pair = part.trimmingCharacters(in: .whitespaces).split(separator: "=", maxSplits: 1)
+            guard pair.count == 2 else { return nil }
+            switch pair[0] {
+            case "t": time = Int64(pair[1])
+            case "sig": signature = Data(base64URLEncoded: String(pair[1])).map(Array.init)
+            default: return nil
+            }
+        }
+        guard let time, let signature, signature.count == 64 else { return nil }
+        return (time, signature)
     }
 }
 

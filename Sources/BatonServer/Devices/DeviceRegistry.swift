@@ -401,6 +401,8 @@ extension DeviceRegistry {
         public var appVersion: String?
         public var revokedAt: Date?
         public var wipeOrderedAt: Date?
+        /// When the device reported the wipe done.
+        public var wipedAt: Date?
         /// Its users: name, whether still registered, since when.
         public var users: [(name: String, active: Bool, registeredAt: Date)]
         /// Every signing key it held: id, user, registered, retired.
@@ -417,7 +419,7 @@ extension DeviceRegistry {
                 .replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_") + "%"
             let devices = try db.fetchAll(
                 """
-                SELECT id, createdAt, lastSeenAt, appVersion, revokedAt, wipeOrderedAt FROM devices
+                SELECT id, createdAt, lastSeenAt, appVersion, revokedAt, wipeOrderedAt, wipedAt FROM devices
                 WHERE id LIKE ? ESCAPE '\\' ORDER BY coalesce(lastSeenAt, createdAt) DESC, id LIMIT ?
                 """, pattern, limit)
             let ids = Set(devices.compactMap { $0["id"].text })
@@ -443,7 +445,7 @@ extension DeviceRegistry {
                 return DeviceSummary(
                     id: id, createdAt: row["createdAt"].date ?? .distantPast, lastSeenAt: row["lastSeenAt"].date,
                     appVersion: row["appVersion"].text, revokedAt: row["revokedAt"].date,
-                    wipeOrderedAt: row["wipeOrderedAt"].date, users: users[id] ?? [], keys: keys[id] ?? [])
+                    wipeOrderedAt: row["wipeOrderedAt"].date, wipedAt: row["wipedAt"].date, users: users[id] ?? [], keys: keys[id] ?? [])
             }
         }
     }
@@ -486,13 +488,69 @@ extension DeviceRegistry {
         guard found else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
     }
 
-    /// Whether a device was revoked or ordered to wipe; `nil` for an unknown device.
-    public func status(device: String) async throws -> (revoked: Bool, wipeOrdered: Bool)? {
+    /// What an admin ordered for a device, and which of the users ever registered on it were disabled or deleted
+    /// since.
+    public struct Status: Sendable, Hashable {
+        public var revoked: Bool
+        public var wipeOrdered: Bool
+        /// When the device reported its wipe done.
+        public var wipedAt: Date?
+        /// Users once registered on the device who are now disabled or deleted, by name.
+        public var withdrawnUsers: [String]
+    }
+
+    /// The status of a device; `nil` for an unknown device.
+    public func status(device: String) async throws -> Status? {
         try await database.storage.read { db in
-            try db.fetchOne("SELECT revokedAt, wipeOrderedAt FROM devices WHERE id = ?", device).map {
-                ($0["revokedAt"] != .null, $0["wipeOrderedAt"] != .null)
-            }
+            guard let row = try db.fetchOne("SELECT revokedAt, wipeOrderedAt, wipedAt FROM devices WHERE id = ?", device)
+            else { return nil }
+            let withdrawn = try db.fetchAll(
+                """
+                SELECT r."user" FROM deviceRegistrations r LEFT JOIN users u ON u.name = r."user"
+                WHERE r.device = ? AND (u.name IS NULL OR u.disabled <> 0) ORDER BY r."user"
+                """, device
+            ).compactMap { $0[0].text }
+            return Status(
+                revoked: row["revokedAt"] != .null, wipeOrdered: row["wipeOrderedAt"] != .null,
+                wipedAt: row["wipedAt"].date, withdrawnUsers: withdrawn)
         }
+    }
+
+    /// Records that a device reported its wipe done (the first report counts).
+    ///
+    /// - Throws: ``ServerError`` (404) for an unknown device.
+    public func noteWiped(device: String) async throws {
+        let now = clock.now()
+        let found = try await database.storage.write { db -> Bool in
+            try db.execute("UPDATE devices SET wipedAt = coalesce(wipedAt, ?) WHERE id = ?", now, device) > 0
+        }
+        guard found else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+    }
+
+    /// Checks a device's own proof (``DeviceRequestProof``): a signature by the device key the server holds for
+    /// `device`, over the request, made within the proof window of the server's clock.
+    ///
+    /// - Throws: ``ServerError`` 401 `InvalidDeviceProof` for an unknown device, a device without a key, a proof
+    ///   out of its window or a signature that does not verify — one message for all, so a caller learns nothing
+    ///   about which devices exist.
+    func verifyProof(_ header: String, device: String, method: String, path: String, body: [UInt8])
+        async throws
+    {
+        var refused = ServerError.unauthorized(
+            "The device proof does not verify: sign the request with this device's key, with the current time.")
+        refused.code = "InvalidDeviceProof"
+        guard Self.isValidDeviceID(device), let proof = DeviceRequestProof.parse(header),
+            abs(Double(proof.time) - clock.now().timeIntervalSince1970) <= DeviceRequestProof.window,
+            let signature = try? P256.Signing.ECDSASignature(rawRepresentation: proof.signature)
+        else { throw refused }
+        let stored = try await database.storage.read { db in
+            try db.fetchOne("SELECT publicKey FROM devices WHERE id = ?", device)?["publicKey"].bytes
+        }
+        guard let stored, let key = try? P256.Signing.PublicKey(x963Representation: stored) else { throw refused }
+        let message = DeviceRequestProof.message(
+            method: method, path: path, device: device, time: proof.time,
+            bodySHA256: SHA256.hash(data: body).lowercaseHex)
+        guard key.isValidSignature(signature, for: message) else { throw refused }
     }
 
     /// Whether `user` is or was registered on `device`.

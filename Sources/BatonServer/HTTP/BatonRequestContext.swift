@@ -14,6 +14,8 @@ public struct BatonRequestContext: RequestContext, RemoteAddressRequestContext {
     var claims: AccessTokenClaims?
     /// The authenticated user's current role, read with the token checks.
     var role: User.Role?
+    /// The device that signed this request with its own key (``DeviceProofMiddleware``).
+    var provenDevice: String?
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)

@@ -1,6 +1,7 @@
 import BatonOData
 import Crypto
 import Foundation
+import HTTPTypes
 import Hummingbird
 
 /// The device-facing routes: discovery, health, settings exchange, the signed-in user, device registration,
@@ -35,6 +36,7 @@ struct ServiceRoutes {
                     ("device_registration_endpoint", .string("\(issuer)/devices/{deviceID}/registration")),
                     ("device_store_key_endpoint", .string("\(issuer)/devices/{deviceID}/store-key")),
                     ("device_status_endpoint", .string("\(issuer)/devices/{deviceID}/status")),
+                    ("device_wiped_endpoint", .string("\(issuer)/devices/{deviceID}/wiped")),
                     (
                         "device_discarded_changes_endpoint",
                         .string("\(issuer)/devices/{deviceID}/discarded-changes")
@@ -47,10 +49,19 @@ struct ServiceRoutes {
     }
 
     func addProtected(to group: RouterGroup<BatonRequestContext>) {
-        group.get("/settings") { _, _ in
+        group.get("/settings") { request, _ in
+            // A device refreshes often: a strong ETag of the settings it would get lets it ask conditionally and
+            // get 304 when nothing changed.
             let data = try JSONEncoder.sorted.encode(try await settings.current().effective)
+            let etag = "\"" + Array(SHA256.hash(data: data).prefix(16)).lowercaseHex + "\""
+            let matches = request.headers[.ifNoneMatch].map { header in
+                header == "*" || header.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == etag }
+            }
+            if matches == true {
+                return Response(status: .notModified, headers: [.eTag: etag, .cacheControl: "no-cache"])
+            }
             return Response(
-                status: .ok, headers: [.contentType: "application/json"],
+                status: .ok, headers: [.contentType: "application/json", .eTag: etag, .cacheControl: "no-cache"],
                 body: .init(byteBuffer: ByteBuffer(bytes: data)))
         }
         group.get("/me") { _, context in
@@ -115,10 +126,45 @@ struct ServiceRoutes {
                     address: context.clientAddress, detail: target == name ? nil : "user \(target)"))
             return Response(status: .noContent)
         }
-        group.post("/devices/{device}/discarded-changes") { request, context in
+        group.get("/devices/{device}/store-key") { request, context in
             let name = try context.userName()
             let device = try context.parameters.require("device")
+            let key = try await devices.storeKey(device: device, user: name)
+            try await devices.noteContact(
+                device: device, appVersion: request.headers[.batonAppVersion], family: context.claims?.family)
+            try await audit.record(
+                AuditEntry(
+                    at: clock.now(), actor: name, action: "store-key-fetched", subject: device,
+                    address: context.clientAddress, detail: nil))
+            var response = json(
+                .object([
+                    ("device", .string(device)),
+                    ("key", .string(key.withUnsafeBytes { Data($0) }.base64EncodedString())),
+                ]))
+            response.headers[.cacheControl] = "no-store"
+            return response
+        }
+    }
+}
+
+extension ServiceRoutes {
+    /// The routes a device may call with its own proof (``DeviceRequestProof``) as well as with a user's token:
+    /// what an admin ordered for it, backups of the changes it discards, and the report of a wipe done. A tablet
+    /// taken out of service still reaches these, so what it held comes back before it forgets it.
+    func addDeviceRoutes(to group: RouterGroup<BatonRequestContext>) {
+        /// Who speaks: the device itself, or a user who is or was registered on it.
+        @Sendable func caller(_ context: BatonRequestContext, device: String) async throws -> String {
+            if context.provenDevice == device { return "device:\(device)" }
+            let name = try context.userName()
+            guard try await devices.wasRegistered(device: device, user: name) else {
+                throw ServerError.notFound("You have never been registered on device '\(device.prefix(128))'.")
+            }
+            return name
+        }
+        group.post("/devices/{device}/discarded-changes") { request, context in
+            let device = try context.parameters.require("device")
             guard DeviceRegistry.isValidDeviceID(device) else { throw DeviceRegistry.invalidDeviceID }
+            let name = context.provenDevice == device ? "device:\(device)" : try context.userName()
             var request = request
             let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
             guard let author = body["author"]?.stringValue, case .number(let countText)? = body["count"],
@@ -140,37 +186,69 @@ struct ServiceRoutes {
             return response
         }
         group.get("/devices/{device}/status") { _, context in
-            // What an admin ordered for the device: told to anyone who is or was registered on it (a revoked
-            // device's registrations have ended), and to nobody else, so the answer reveals no other device.
-            let name = try context.userName()
+            // What an admin ordered for the device, and which of its users were withdrawn: told to the device
+            // itself and to anyone who is or was registered on it, and to nobody else, so the answer reveals no
+            // other device.
             let device = try context.parameters.require("device")
-            guard try await devices.wasRegistered(device: device, user: name),
-                let status = try await devices.status(device: device)
-            else { throw ServerError.notFound("You have never been registered on device '\(device.prefix(128))'.") }
-            var response = json(
-                .object([("revoked", .bool(status.revoked)), ("wipeOrdered", .bool(status.wipeOrdered))]))
-            response.headers[.cacheControl] = "no-store"
-            return response
-        }
-        group.get("/devices/{device}/store-key") { request, context in
-            let name = try context.userName()
-            let device = try context.parameters.require("device")
-            let key = try await devices.storeKey(device: device, user: name)
-            try await devices.noteContact(
-                device: device, appVersion: request.headers[.batonAppVersion], family: context.claims?.family)
-            try await audit.record(
-                AuditEntry(
-                    at: clock.now(), actor: name, action: "store-key-fetched", subject: device,
-                    address: context.clientAddress, detail: nil))
+            _ = try await caller(context, device: device)
+            guard let status = try await devices.status(device: device) else {
+                throw ServerError.notFound("You have never been registered on device '\(device.prefix(128))'.")
+            }
             var response = json(
                 .object([
-                    ("device", .string(device)),
-                    ("key", .string(key.withUnsafeBytes { Data($0) }.base64EncodedString())),
+                    ("revoked", .bool(status.revoked)), ("wipeOrdered", .bool(status.wipeOrdered)),
+                    ("withdrawnUsers", .array(status.withdrawnUsers.map { .string($0) })),
                 ]))
             response.headers[.cacheControl] = "no-store"
             return response
         }
+        group.post("/devices/{device}/wiped") { _, context in
+            let device = try context.parameters.require("device")
+            let name = try await caller(context, device: device)
+            try await devices.noteWiped(device: device)
+            try await audit.record(
+                AuditEntry(
+                    at: clock.now(), actor: name, action: "device-wiped", subject: device,
+                    address: context.clientAddress, detail: nil))
+            return Response(status: .noContent)
+        }
     }
+}
+
+/// Lets a device speak for itself with `Baton-Device-Proof` (``DeviceRequestProof``) on the device routes;
+/// a request with an `Authorization` header goes through ``BearerAuthenticationMiddleware`` as everywhere else.
+struct DeviceProofMiddleware: RouterMiddleware {
+    typealias Context = BatonRequestContext
+    let bearer: BearerAuthenticationMiddleware
+    let devices: DeviceRegistry
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+        -> Response
+    {
+        guard request.headers[.authorization] == nil, let proof = request.headers[.batonDeviceProof] else {
+            return try await bearer.handle(request, context: context, next: next)
+        }
+        let parts = request.uri.path.split(separator: "/", omittingEmptySubsequences: false)
+        guard parts.count == 4, parts[1] == "devices" else {
+            throw ServerError.unauthorized("A device proof is accepted only on the device's own routes.")
+        }
+        var request = request
+        let body = try await request.collectBody(upTo: context.maxUploadSize)
+        let device = String(parts[2])
+        try await devices.verifyProof(
+            proof, device: device, method: request.method.rawValue, path: request.uri.path, body: Array(buffer: body))
+        var context = context
+        context.provenDevice = device
+        return try await next(request, context)
+    }
+}
+
+extension HTTPField.Name {
+    /// `Baton-Device-Proof`: a request signed with the device key (``DeviceRequestProof``).
+    static let batonDeviceProof: HTTPField.Name = {
+        guard let name = HTTPField.Name("Baton-Device-Proof") else { preconditionFailure("valid header name") }
+        return name
+    }()
 }
 
 extension JSONEncoder {

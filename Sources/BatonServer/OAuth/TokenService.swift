@@ -342,7 +342,11 @@ struct TokenService: Sendable {
             throw .databaseUnavailable("The server cannot check the token right now; try again.")
         }
         guard let status, !status.disabled, let role = status.role.flatMap(User.Role.init(rawValue:)) else {
-            throw .unauthorized("The user is disabled or no longer exists.")
+            // Told apart from an expired or revoked token, so the device removes the user instead of asking them
+            // to sign in again.
+            var error = ServerError.unauthorized("This user was disabled or deleted by an administrator.")
+            error.code = "UserWithdrawn"
+            throw error
         }
         // A tablet an admin took out of service is told so, not just refused: it can then delete what it holds.
         guard !status.deviceRevoked else {

@@ -126,6 +126,7 @@ public struct ServerDatabase: Sendable {
         ("cockpitSessions", cockpitSessionsStatements(real: "double precision")),
         ("cockpitDevicesAndAudit", cockpitDevicesAndAuditStatements(real: "double precision")),
         ("deviceTokenFamilies", deviceTokenFamiliesStatements),
+        ("deviceWipes", deviceWipesStatements(real: "double precision")),
     ]
 
     /// The admin cockpit's browser sessions, shared by every instance (``CockpitSessions``): a session is found by
@@ -147,6 +148,11 @@ public struct ServerDatabase: Sendable {
         "CREATE TABLE deviceTokenFamilies (family text NOT NULL, device text NOT NULL, PRIMARY KEY (family, device))",
         "CREATE INDEX deviceTokenFamiliesDevice ON deviceTokenFamilies (device)",
     ]
+
+    /// When a device reported the wipe an admin ordered (or its revocation caused) done.
+    static func deviceWipesStatements(real: String) -> [String] {
+        ["ALTER TABLE devices ADD COLUMN wipedAt \(real)"]
+    }
 
     /// What the cockpit shows of a device and what an admin ordered for it; indexes for the cockpit's audit
     /// filters and overview.
@@ -355,6 +361,9 @@ public struct ServerDatabase: Sendable {
         }
         migrator.registerMigration("deviceTokenFamilies") { db in
             for statement in deviceTokenFamiliesStatements { try db.execute(sql: statement) }
+        }
+        migrator.registerMigration("deviceWipes") { db in
+            for statement in deviceWipesStatements(real: "REAL") { try db.execute(sql: statement) }
         }
         return migrator
     }

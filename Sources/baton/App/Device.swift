@@ -61,9 +61,11 @@ struct Device: Sendable {
         var configuration = FlowsConfiguration(mode: .multiUser)
         configuration.appVersion = "1.0"
         configuration.removalGuard = { user in try await store.requireNoPendingChanges(of: user.serverUserID ?? "") }
+        let step = OfflineStoreStep(store: store)
+        configuration.handOverPendingChanges = { handover throws(FlowsError) in try await step.handOver(handover) }
         let sessions = try OnboardingSessionManager(
             serverURL: url, directory: directory, configuration: configuration, presenter: presenter,
-            flowProvider: StandardFlowProvider(appSteps: [OfflineStoreStep(store: store)]),
+            flowProvider: StandardFlowProvider(appSteps: [step]),
             transport: offline ? NetworkOff() : AsyncHTTPClientTransport())
         return Device(directory: directory, serverURL: url, sessions: sessions, store: store, offline: offline)
     }
@@ -177,12 +179,21 @@ struct Device: Sendable {
         var upload = UploadReport()
         var download = DownloadReport()
         var me = ""
+        /// Users the server withdrew, removed from the device by this sync, and their changes backed up.
+        var removedUsers: [String] = []
+        var backedUp = 0
 
         /// "uploaded 3 changes: 2 yours, 1 alice's on their behalf; downloaded 12 updates".
         var text: String {
-            Self.describe(
+            var text = Self.describe(
                 uploaded: upload.uploadedByAuthor, archived: upload.archived.count, waiting: upload.waiting.count,
                 downloaded: download.updated + download.removed, me: me)
+            if !removedUsers.isEmpty {
+                text +=
+                    "; removed \(removedUsers.joined(separator: ", ")) (withdrawn on the server)"
+                    + (backedUp > 0 ? ", \(backedUp) of their changes backed up to the server" : "")
+            }
+            return text
         }
 
         static func describe(uploaded byAuthor: [String: Int], archived: Int, waiting: Int, downloaded: Int, me: String)
@@ -218,7 +229,7 @@ struct Device: Sendable {
     }
 
     private func syncInTrace(progress: @escaping @Sendable (SyncProgress) -> Void) async throws -> SyncSummary {
-        let session = try await session()
+        _ = try await session()
         guard await isOnline() else {
             throw AppError(
                 .offline,
@@ -226,12 +237,18 @@ struct Device: Sendable {
                     ? "Working offline (--offline); nothing was sent. Your changes stay on this device."
                     : "The server \(serverURL.absoluteString) cannot be reached; your changes stay on this device.")
         }
+        // First what the server changed for this device: settings (on-behalf uploads, app versions), withdrawn
+        // users, a revocation or a wipe order.
+        let contact = try await sessions.contactServer()
+        let session = try await session()
         let events = await store.progress()
         let listener = Task {
             for await event in events { progress(event) }
         }
         defer { listener.cancel() }
         var summary = SyncSummary(me: session.user.serverUserID ?? "")
+        summary.removedUsers = contact.removedUsers.map(\.displayName)
+        summary.backedUp = contact.handover.backedUp
         do {
             summary.upload = try await store.upload(
                 using: session.authorized,

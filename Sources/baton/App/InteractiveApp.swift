@@ -66,6 +66,14 @@ struct InteractiveApp {
                 return .home
             } catch let error as FlowsError where error.code == .cancelled && error.message == ConsolePresenter.quit {
                 return .quit
+            } catch let error as FlowsError where error.code == .appVersionInactive {
+                return await inactiveVersion(error)
+            } catch let error as FlowsError where error.code == .userWithdrawn || error.code == .deviceWiped {
+                // The server withdrew the user or the device: what they held is on the server; the list goes on.
+                ui.notice("! " + error.message, .warning)
+                guard let again = await ui.ask("Enter continues · q quits:"), again.lowercased() != "q" else {
+                    return .quit
+                }
             } catch let error as FlowsError where error.code == .cancelled {
                 if ui.inputEnded { return .quit }
                 ui.notice("! " + error.message, .warning)
@@ -128,7 +136,8 @@ struct InteractiveApp {
                3  Pending changes              9  Reset my passcode
                4  Error archive               10  Sign out
                5  Sync now                    11  Remove a user
-               6  Lock                         q  Quit
+               6  Lock                        12  Change my passcode
+                                               q  Quit
             """)
         guard let choice = await ui.ask("Choose:") else { return .quit }
         guard await sessions.state == .open else { return .signIn }
@@ -149,9 +158,7 @@ struct InteractiveApp {
                 _ = try await withDownloadProgress { try await sessions.addUser() }
                 await device.notePendingChanges()
                 ui.notice("✓ Added. \(await sessions.session?.user.displayName ?? "The new user") is signed in.")
-            case "9":
-                _ = try await sessions.resetPasscode()
-                ui.notice("✓ Your passcode is changed.")
+            case "9": return try await resetMyPasscode()
             case "10":
                 guard
                     await confirm(
@@ -161,10 +168,18 @@ struct InteractiveApp {
                 ui.notice("✓ Signed out.")
                 return .signIn
             case "11": return try await removeUser()
+            case "12":
+                try await sessions.changePasscode()
+                ui.notice("✓ Your passcode is changed; your data is as it was.")
             case "q", "quit": return .quit
             case "": break
-            default: ui.failure("'\(choice)' is not on the menu; type a number from 1 to 11, or q.")
+            default: ui.failure("'\(choice)' is not on the menu; type a number from 1 to 12, or q.")
             }
+        } catch let error as FlowsError where error.code == .appVersionInactive {
+            return await inactiveVersion(error)
+        } catch let error as FlowsError where error.code == .userWithdrawn || error.code == .deviceWiped {
+            ui.notice("! " + error.message, .warning)
+            return .signIn
         } catch let error as FlowsError where error.code == .cancelled {
             // Removing oneself opens the user list (or onboarding) at once; quitting there quits the app.
             if error.message == ConsolePresenter.quit || ui.inputEnded { return .quit }
@@ -173,6 +188,60 @@ struct InteractiveApp {
             ui.notice("✗ " + AppError.from(error).message, .error)
         }
         return await sessions.state == .open ? .home : .signIn
+    }
+
+    /// The blocking screen of an app version the server retired: what to do, what stays safe, and quit.
+    func inactiveVersion(_ error: FlowsError) async -> Next {
+        await device.notePendingChanges()
+        let waiting = await sessions.users.allUsers.compactMap(\.pendingChanges).reduce(0, +)
+        await sessions.close()
+        ui.newScreen()
+        ui.heading("This version of Baton can no longer be used")
+        ui.notice("✗ " + error.message, .error)
+        ui.say("Ask your administrator for the current version and install it; then sign in as usual.")
+        ui.say(
+            waiting > 0
+                ? "\(waiting) change\(waiting == 1 ? "" : "s") waiting on this device stay\(waiting == 1 ? "s" : "") safe here and upload after the update."
+                : "Nothing is waiting on this device.")
+        while let answer = await ui.ask("q quits:"), answer.lowercased() != "q" {}
+        return .quit
+    }
+
+    /// Resets the passcode (sign in again as oneself); a sign-in as another account offers that account.
+    func resetMyPasscode() async throws -> Next {
+        let outcome: FlowsError?
+        do {
+            _ = try await sessions.resetPasscode()
+            outcome = nil
+        } catch {
+            outcome = error
+        }
+        if let outcome {
+            guard outcome.code == .userMismatch else { throw outcome }
+            return try await offerSignedInAccount(outcome)
+        }
+        ui.notice("✓ Your passcode is changed.")
+        return .home
+    }
+
+    /// A passcode reset signed in as another account: offer that account — its user here, or onboarding it.
+    func offerSignedInAccount(_ error: FlowsError) async throws -> Next {
+        ui.notice("! " + error.message, .warning)
+        guard let account = error.serverUserID else { return .signIn }
+        if let id = error.onboardingID {
+            guard await confirm("\(account) is a user of this device. Open \(account)'s session instead?") else {
+                return .signIn
+            }
+            _ = try await withDownloadProgress { try await sessions.switchUser(to: id) }
+        } else {
+            guard await confirm("\(account) is not on this device yet. Add \(account) as a new user?") else {
+                return .signIn
+            }
+            _ = try await withDownloadProgress { try await sessions.addUser() }
+        }
+        await device.notePendingChanges()
+        ui.notice("✓ \(await sessions.session?.user.displayName ?? account) is signed in.")
+        return .home
     }
 
     func confirm(_ question: String) async -> Bool {
@@ -513,6 +582,13 @@ struct InteractiveApp {
                 if await sessions.lockIfInactive() {
                     ui.newScreen()
                     ui.notice("! Locked after inactivity. Press Enter to sign in.", .warning)
+                }
+                // Every settings-refresh interval: the server's settings and what it ordered for this device.
+                do {
+                    try await sessions.contactServerIfDue()
+                } catch {
+                    ui.newScreen()
+                    ui.notice("! " + AppError.from(error).message + " Press Enter.", .warning)
                 }
             }
         }

@@ -44,7 +44,14 @@ struct ConsolePresenter: OnboardingPresenter {
 
     func passcode(user: String, problem: String?) async throws -> String {
         if let problem { ui.failure(problem) }
-        guard let passcode = await ui.askSecret("Passcode for \(user) (hidden):") else { throw cancelled("Sign-in") }
+        guard let passcode = await ui.askSecret("Passcode for \(user) (hidden; ? if you forgot it):") else {
+            throw cancelled("Sign-in")
+        }
+        // No passcode is one character long: "?" asks for a passcode reset (sign in again, keep the data).
+        if passcode == "?" {
+            throw FlowsError(
+                .forgotPasscode, "\(user) forgot their passcode: they sign in with their password and choose a new one.")
+        }
         return passcode
     }
 

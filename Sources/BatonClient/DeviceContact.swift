@@ -1,0 +1,150 @@
+import BatonOData
+import Crypto
+import Foundation
+
+/// What the settings exchange answered to a conditional request.
+public enum SettingsAnswer: Sendable, Hashable {
+    /// Nothing changed since the settings with the ETag the device sent (HTTP 304).
+    case unchanged
+    /// The current settings, with their ETag for the next conditional request.
+    case changed(ClientSettings, etag: String?)
+}
+
+/// What an admin ordered for a device, and which of its users were withdrawn (disabled or deleted).
+public struct DeviceStatus: Sendable, Hashable, Decodable {
+    public var revoked: Bool
+    public var wipeOrdered: Bool
+    /// Users once registered on the device whom the server disabled or deleted since.
+    public var withdrawnUsers: [String]
+
+    public init(revoked: Bool = false, wipeOrdered: Bool = false, withdrawnUsers: [String] = []) {
+        self.revoked = revoked
+        self.wipeOrdered = wipeOrdered
+        self.withdrawnUsers = withdrawnUsers
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        revoked = try container.decode(Bool.self, forKey: .revoked)
+        wipeOrdered = try container.decode(Bool.self, forKey: .wipeOrdered)
+        withdrawnUsers = try container.decodeIfPresent([String].self, forKey: .withdrawnUsers) ?? []
+    }
+
+    enum CodingKeys: String, CodingKey { case revoked, wipeOrdered, withdrawnUsers }
+}
+
+/// Who speaks for a device on its own routes: a user with their access token, or the device itself with its
+/// device key (``DeviceRequestProof``) — which still works after an admin revoked every token of the device.
+public enum DeviceCredential: Sendable {
+    case token(String)
+    case deviceKey(P256.Signing.PrivateKey)
+}
+
+extension BatonClient {
+    /// A conditional settings exchange: `etag` is the ETag of the settings the device has (nil: none yet).
+    ///
+    /// - Throws: ``BatonClientError`` as ``settings(_:token:)`` does.
+    public func settings(_ configuration: ServerConfiguration, token: String, etag: String?)
+        async throws(BatonClientError) -> SettingsAnswer
+    {
+        var headers = [("Accept", "application/json")]
+        if let etag { headers.append(("If-None-Match", etag)) }
+        let response = try await send(
+            ClientRequest(url: try endpoint(configuration.settingsEndpoint), headers: headers), token: token)
+        if response.status == 304 { return .unchanged }
+        guard response.status == 200 else { throw Self.error(from: response, doing: "read the settings") }
+        do {
+            return .changed(
+                try JSONDecoder().decode(ClientSettings.self, from: Data(response.body)), etag: response.header("ETag"))
+        } catch {
+            throw BatonClientError(.invalidResponse, "Cannot read the settings: the server's answer is not what Baton expects.")
+        }
+    }
+
+    /// What an admin ordered for this device and which of its users were withdrawn.
+    ///
+    /// - Throws: ``BatonClientError``; `InvalidResponse` for a server without the endpoint.
+    public func deviceStatus(_ configuration: ServerConfiguration, deviceID: String, as credential: DeviceCredential)
+        async throws(BatonClientError) -> DeviceStatus
+    {
+        guard let template = configuration.deviceStatusEndpoint else {
+            throw BatonClientError(.invalidResponse, "This server does not tell devices their status.")
+        }
+        let response = try await sendForDevice(
+            ClientRequest(url: try endpoint(template, deviceID: deviceID), headers: [("Accept", "application/json")]),
+            deviceID: deviceID, as: credential)
+        guard response.status == 200, let status = try? JSONDecoder().decode(DeviceStatus.self, from: Data(response.body))
+        else { throw Self.error(from: response, doing: "read this device's status") }
+        return status
+    }
+
+    /// Sends a backup of discarded changes as the device itself or as a user (see
+    /// ``sendDiscardedChanges(_:deviceID:author:count:sealed:token:)``).
+    @discardableResult
+    public func sendDiscardedChanges(
+        _ configuration: ServerConfiguration, deviceID: String, author: String, count: Int, sealed: Data,
+        as credential: DeviceCredential
+    ) async throws(BatonClientError) -> Int {
+        switch credential {
+        case .token(let token):
+            return try await sendDiscardedChanges(
+                configuration, deviceID: deviceID, author: author, count: count, sealed: sealed, token: token)
+        case .deviceKey:
+            guard let template = configuration.deviceDiscardedChangesEndpoint else {
+                throw BatonClientError(.invalidResponse, "This server does not keep backups of discarded changes.")
+            }
+            struct Backup: Encodable {
+                var author: String
+                var count: Int
+                var backup: String
+            }
+            struct Answer: Decodable { var id: Int }
+            let body =
+                (try? JSONEncoder().encode(Backup(author: author, count: count, backup: sealed.base64EncodedString())))
+                ?? Data()
+            let response = try await sendForDevice(
+                ClientRequest(
+                    method: "POST", url: try endpoint(template, deviceID: deviceID),
+                    headers: [("Content-Type", "application/json")], body: Array(body)),
+                deviceID: deviceID, as: credential)
+            guard response.status == 201, let answer = try? JSONDecoder().decode(Answer.self, from: Data(response.body))
+            else { throw Self.error(from: response, doing: "send the backup of discarded changes") }
+            return answer.id
+        }
+    }
+
+    /// Reports that the device wiped itself as an admin ordered.
+    public func reportWiped(_ configuration: ServerConfiguration, deviceID: String, as credential: DeviceCredential)
+        async throws(BatonClientError)
+    {
+        guard let template = configuration.deviceWipedEndpoint else {
+            throw BatonClientError(.invalidResponse, "This server takes no reports of wipes.")
+        }
+        let response = try await sendForDevice(
+            ClientRequest(method: "POST", url: try endpoint(template, deviceID: deviceID)), deviceID: deviceID,
+            as: credential)
+        guard response.status == 204 else { throw Self.error(from: response, doing: "report the wipe") }
+    }
+
+    /// Sends `request` with a user's token, or signed with the device key (`Baton-Device-Proof`).
+    func sendForDevice(_ request: ClientRequest, deviceID: String, as credential: DeviceCredential)
+        async throws(BatonClientError) -> ClientResponse
+    {
+        switch credential {
+        case .token(let token):
+            return try await send(request, token: token)
+        case .deviceKey(let key):
+            var request = request
+            let time = Int64(Date().timeIntervalSince1970)
+            let message = DeviceRequestProof.message(
+                method: request.method, path: request.url.path, device: deviceID, time: time,
+                bodySHA256: SHA256.hash(data: request.body).lowercaseHex)
+            guard let signature = try? key.signature(for: message) else {
+                throw BatonClientError(.invalidResponse, "The device key cannot sign.")
+            }
+            request.headers.append(
+                ("Baton-Device-Proof", DeviceRequestProof.header(time: time, signature: Array(signature.rawRepresentation))))
+            return try await send(request, token: nil)
+        }
+    }
+}
