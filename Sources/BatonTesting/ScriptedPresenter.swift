@@ -11,6 +11,8 @@ public actor ScriptedPresenter: OnboardingPresenter {
         case credentials(String, String)
         case newPasscode(String, confirmation: String)
         case passcode(String)
+        /// "Forgot passcode" at the passcode prompt.
+        case forgotPasscode
         /// Picks the user with this display name.
         case pick(String)
         case addUser
@@ -58,6 +60,7 @@ public actor ScriptedPresenter: OnboardingPresenter {
 
     public func passcode(user: String, problem: String?) async throws -> String {
         let answer = try next("passcode(\(user))", problem: problem)
+        if case .forgotPasscode = answer { throw FlowsError(.forgotPasscode, "Forgot the passcode.") }
         guard case .passcode(let passcode) = answer else { throw mismatch("passcode", answer) }
         return passcode
     }

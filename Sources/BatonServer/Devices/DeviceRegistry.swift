@@ -268,6 +268,16 @@ public struct DeviceRegistry: Sendable {
         return SymmetricKey(data: try AES.GCM.open(box, using: masterKey, authenticating: Data(device.utf8)))
     }
 
+    /// The device's store key, whatever its registrations or revocation (for the device's own, proven requests).
+    func deviceStoreKey(_ device: String) async throws -> SymmetricKey {
+        let sealed = try await database.storage.read { db in
+            try db.fetchOne("SELECT sealedStoreKey FROM devices WHERE id = ?", device)?["sealedStoreKey"].bytes
+        }
+        guard let sealed else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+        let box = try AES.GCM.SealedBox(combined: sealed)
+        return SymmetricKey(data: try AES.GCM.open(box, using: masterKey, authenticating: Data(device.utf8)))
+    }
+
     /// Checks that the master key opens the store keys already sealed in the database.
     ///
     /// - Throws: ``ServerSetupError`` when it does not (the wrong master-key file).
@@ -330,7 +340,9 @@ extension DeviceRegistry {
         guard count > 0, !author.isEmpty, author.count <= 64 else {
             throw ServerError.badRequest("A backup names its author and holds at least one change.")
         }
-        let key = try await storeKey(device: device, user: uploader)
+        // The device itself (its own proof) hands back what it holds even after a revocation; a user must be
+        // registered on it.
+        let key = try await uploader == "device:\(device)" ? deviceStoreKey(device) : storeKey(device: device, user: uploader)
         guard
             (try? AES.GCM.open(
                 AES.GCM.SealedBox(combined: sealed), using: key, authenticating: Self.discardedChangesContext))
@@ -510,19 +522,27 @@ extension DeviceRegistry {
                 WHERE r.device = ? AND (u.name IS NULL OR u.disabled <> 0) ORDER BY r."user"
                 """, device
             ).compactMap { $0[0].text }
+            // A wipe reported after the order settles it; a new order after that stands.
+            let ordered = row["wipeOrderedAt"].real
+            let wiped = row["wipedAt"].real
             return Status(
-                revoked: row["revokedAt"] != .null, wipeOrdered: row["wipeOrderedAt"] != .null,
+                revoked: row["revokedAt"] != .null, wipeOrdered: ordered.map { $0 > (wiped ?? -1) } ?? false,
                 wipedAt: row["wipedAt"].date, withdrawnUsers: withdrawn)
         }
     }
 
-    /// Records that a device reported its wipe done (the first report counts).
+    /// Records that a device reported its wipe done: its registrations end and its users' signing keys retire
+    /// (their pending changes were uploaded or backed up first), and a wipe order before it is settled.
     ///
     /// - Throws: ``ServerError`` (404) for an unknown device.
     public func noteWiped(device: String) async throws {
         let now = clock.now()
         let found = try await database.storage.write { db -> Bool in
-            try db.execute("UPDATE devices SET wipedAt = coalesce(wipedAt, ?) WHERE id = ?", now, device) > 0
+            guard try db.execute("UPDATE devices SET wipedAt = ? WHERE id = ?", now, device) > 0 else { return false }
+            // Nobody is on the device any more: the next user to join re-keys it (a new store key).
+            try db.execute("UPDATE deviceRegistrations SET active = 0 WHERE device = ?", device)
+            try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND replacedAt IS NULL", now, device)
+            return true
         }
         guard found else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
     }

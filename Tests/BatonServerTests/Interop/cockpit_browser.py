@@ -253,7 +253,8 @@ try:
     submit(admin, row.find_element(By.CSS_SELECTOR, "form[action$='/wipe'] button"))
     check("wipe itself" in admin.find_element(By.ID, "form-notice").text, "the wipe order is confirmed")
     told = requests.get(BASE + "/devices/tablet-9/status", headers=bob).json()
-    check(told == {"revoked": True, "wipeOrdered": True}, "the tablet learns it was revoked and must wipe")
+    check(told == {"revoked": True, "wipeOrdered": True, "withdrawnUsers": []},
+          "the tablet learns it was revoked and must wipe")
     other = requests.get(BASE + "/devices/tablet-1/status", headers=bob)
     check(other.status_code == 404, "nobody learns about a device they never used")
 
