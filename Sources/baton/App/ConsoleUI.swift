@@ -35,7 +35,28 @@ final class ConsoleUI: Sendable {
     // MARK: Output
 
     func say(_ text: String, _ style: ConsoleStyle = .plain) {
-        terminal.output(text.consoleText(style), newLine: true)
+        terminal.output(Self.wrapped(text).consoleText(style), newLine: true)
+    }
+
+    /// `text` with every line longer than `width` columns broken at spaces (continuations indented by two), so
+    /// every screen fits an 80-column terminal whatever a message says.
+    static func wrapped(_ text: String, width: Int = 80) -> String {
+        text.split(separator: "\n", omittingEmptySubsequences: false).map { line -> String in
+            guard line.count > width else { return String(line) }
+            var lines: [String] = []
+            var current = ""
+            for word in line.split(separator: " ", omittingEmptySubsequences: false) {
+                let candidate = current.isEmpty ? String(word) : current + " " + word
+                if candidate.count > width, !current.isEmpty {
+                    lines.append(current)
+                    current = "  " + word
+                } else {
+                    current = candidate
+                }
+            }
+            lines.append(current)
+            return lines.joined(separator: "\n")
+        }.joined(separator: "\n")
     }
 
     func heading(_ text: String) { say(text, ConsoleStyle(color: .cyan, isBold: true)) }
@@ -70,7 +91,8 @@ final class ConsoleUI: Sendable {
 
     /// One line typed by the person, trimmed; `nil` at the end of input (Ctrl-D, closed pipe).
     func ask(_ prompt: String) async -> String? {
-        terminal.output(prompt.consoleText(.info) + " ", newLine: false)
+        // Room for a short answer after a prompt on an 80-column screen.
+        terminal.output(Self.wrapped(prompt, width: 72).consoleText(.info) + " ", newLine: false)
         let line = await Self.offThread { Swift.readLine(strippingNewline: true) }
         lastInput.withLock { $0 = Date() }
         if line == nil { ended.withLock { $0 = true } }
@@ -80,7 +102,7 @@ final class ConsoleUI: Sendable {
     /// A secret typed without echo (console-kit's passphrase reading on the terminal); from a pipe, one line.
     /// `nil` when nothing was typed or the input ended.
     func askSecret(_ prompt: String) async -> String? {
-        terminal.output(prompt.consoleText(.info) + " ", newLine: false)
+        terminal.output(Self.wrapped(prompt, width: 72).consoleText(.info) + " ", newLine: false)
         let interactive = interactive
         let terminal = terminal
         let secret = await Self.offThread { () -> String? in
