@@ -75,7 +75,9 @@ public actor AuthorizedSession {
         try requireValid()
         if let refreshing {
             do {
-                tokens = try await refreshing.value
+                let fresh = try await refreshing.value
+                try requireValid()
+                tokens = fresh
             } catch {
                 throw (error as? BatonClientError)
                     ?? BatonClientError(.unauthorized, "The session could not be renewed.")

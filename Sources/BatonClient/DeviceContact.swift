@@ -1,6 +1,7 @@
 import BatonOData
 import Crypto
 import Foundation
+import Synchronization
 
 /// What the settings exchange answered to a conditional request.
 public enum SettingsAnswer: Sendable, Hashable {
@@ -41,6 +42,8 @@ public enum DeviceCredential: Sendable {
 }
 
 extension BatonClient {
+    static let lastProofTime = Mutex<Int64>(0)
+
     /// A conditional settings exchange: `etag` is the ETag of the settings the device has (nil: none yet).
     ///
     /// - Throws: ``BatonClientError`` as ``settings(_:token:)`` does.
@@ -135,10 +138,15 @@ extension BatonClient {
             return try await send(request, token: token)
         case .deviceKey(let key):
             var request = request
-            let time = Int64(Date().timeIntervalSince1970)
+            // The server takes each proof once, in order: every proof of this process is later than the last.
+            let time = Self.lastProofTime.withLock { last in
+                last = max(Int64(Date().timeIntervalSince1970 * 1000), last + 1)
+                return last
+            }
+            // The route's own path, so a proxy's prefix changes nothing.
             let message = DeviceRequestProof.message(
-                method: request.method, path: request.url.path, device: deviceID, time: time,
-                bodySHA256: SHA256.hash(data: request.body).lowercaseHex)
+                method: request.method, path: "/devices/\(deviceID)/\(request.url.lastPathComponent)", device: deviceID,
+                time: time, bodySHA256: SHA256.hash(data: request.body).lowercaseHex)
             guard let signature = try? key.signature(for: message) else {
                 throw BatonClientError(.invalidResponse, "The device key cannot sign.")
             }

@@ -18,8 +18,10 @@ public struct OnboardingSession: Sendable {
     public let authorized: AuthorizedSession
     /// The server's settings as last known (the session manager refreshes them).
     public internal(set) var settings: ClientSettings
-    /// Everything the flow's steps handed on, including the app's own keys.
-    public let info: OnboardingInfo
+    /// Everything the flow's steps handed on, including the app's own keys — empty once the session was
+    /// invalidated, so no copy of the session hands out its tokens or keys any more.
+    public var info: OnboardingInfo { validity.isValid ? storedInfo : OnboardingInfo() }
+    let storedInfo: OnboardingInfo
     let validity = Validity()
 
     init(
@@ -31,7 +33,7 @@ public struct OnboardingSession: Sendable {
         self.secureStore = secureStore
         self.authorized = authorized
         self.settings = settings
-        self.info = info
+        self.storedInfo = info
     }
 
     /// Whether this session is still open (not invalidated).

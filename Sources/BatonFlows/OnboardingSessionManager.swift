@@ -180,8 +180,8 @@ public actor OnboardingSessionManager {
         lockedUser = session.user.onboardingID
         self.session = nil
         state = .locked
-        await session.invalidate()
         await runBackground(session)
+        await session.invalidate()
     }
 
     /// Runs the background flow for a session that is being locked or closed: each step's `background` —
@@ -215,8 +215,8 @@ public actor OnboardingSessionManager {
     /// Closes the session locally (nothing is sent to the server; tokens stay for the next restore).
     public func close() async {
         if let session {
-            await session.invalidate()
             await runBackground(session)
+            await session.invalidate()
         }
         session = nil
         lockedUser = nil

@@ -74,10 +74,15 @@ extension OnboardingSessionManager {
         var revoked = false
         do {
             let token = try await session.authorized.accessToken()
-            let etag = await users.lastKnownSettings?.etag
-            if case .changed(let fresh, let freshETag) = try await client.settings(
-                configuration, token: token, etag: etag)
+            // The ETag of the user's own copy (behind their passcode), never the device-wide one.
+            let etag = try? await session.secureStore.value(String.self, forKey: SecureStoreKey.settingsETag)
+            var answer = try await client.settings(configuration, token: token, etag: etag)
+            if answer == .unchanged,
+                let kept = try? await session.secureStore.value(ClientSettings.self, forKey: SecureStoreKey.settings)
             {
+                answer = .changed(kept, etag: etag)
+            }
+            if case .changed(let fresh, let freshETag) = answer {
                 report.settingsChanged = fresh != session.settings
                 session.settings = fresh
                 self.session = session
@@ -201,13 +206,15 @@ extension OnboardingSessionManager {
         self.session = nil
         lockedUser = nil
         state = .closed
+        var complete = true
         for user in await users.allUsers {
-            try? SecureStore.delete(at: storage.secureStoreURL(for: user.onboardingID))
+            do { try SecureStore.delete(at: storage.secureStoreURL(for: user.onboardingID)) } catch { complete = false }
             try await users.remove(user.onboardingID)
             await idManager.remove(user.onboardingID, users: users)
         }
         try? FileManager.default.removeItem(at: storage.backupsURL)
-        try? await client.reportWiped(configuration, deviceID: deviceID, as: credential)
+        // Reported only when everything is gone (a store that could not be deleted keeps the order pending).
+        if complete { try? await client.reportWiped(configuration, deviceID: deviceID, as: credential) }
         let kept = handover.uploaded + handover.backedUp
         throw FlowsError(
             .deviceWiped,

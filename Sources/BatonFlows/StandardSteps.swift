@@ -240,8 +240,11 @@ public struct SettingsExchangeStep: OnboardingStep {
     /// no longer meets the policy must be changed now — the user keeps their data.
     public func restore(_ context: inout OnboardingContext) async throws {
         let store = try context.requireSecureStore(for: name)
-        var settings = try await load(ClientSettings.self, SecureStoreKey.settings, from: store, step: name)
-        var etag = try? await store.value(String.self, forKey: SecureStoreKey.settingsETag)
+        // The user's own copy (behind their passcode) is what a conditional request names; the device's last
+        // known copy (newer when another user's session learned it) applies only offline.
+        let kept = try await load(ClientSettings.self, SecureStoreKey.settings, from: store, step: name)
+        let keptETag = try? await store.value(String.self, forKey: SecureStoreKey.settingsETag)
+        var (settings, etag) = (kept, keptETag)
         if let known = await context.users.lastKnownSettings, known.etag != etag || known.settings != settings {
             (settings, etag) = (known.settings, known.etag)
         }
@@ -251,10 +254,9 @@ public struct SettingsExchangeStep: OnboardingStep {
             let session = try context.authorizedSession()
             do {
                 let token = try await session.accessToken()
-                if case .changed(let fresh, let freshETag) = try await context.client.settings(
-                    configuration, token: token, etag: etag)
-                {
-                    (settings, etag) = (fresh, freshETag)
+                switch try await context.client.settings(configuration, token: token, etag: keptETag) {
+                case .unchanged: (settings, etag) = (kept, keptETag)
+                case .changed(let fresh, let freshETag): (settings, etag) = (fresh, freshETag)
                 }
             } catch where error.code == .appVersionInactive {
                 context.info[.tokens] = await session.tokens
@@ -272,8 +274,9 @@ public struct SettingsExchangeStep: OnboardingStep {
             throw Self.inactiveVersion(version)
         }
         if let passcode = context.info[.enteredPasscode] {
-            context.info[.enteredPasscode] = nil
+            // Cleared only once the passcode meets the policy: a retried step checks again.
             try await PasscodeStep.requireCompliance(passcode, settings: settings, store: store, context: context)
+            context.info[.enteredPasscode] = nil
         }
     }
 

@@ -232,11 +232,14 @@ import Testing
         // Not revoked: the change went up as an ordinary upload, nothing needed a backup.
         #expect(try await server.server.devices.discardedChanges().isEmpty)
         #expect(try await server.server.devices.status(device: alice.deviceID)?.wipeOrdered == false)
-        // Onboarding again on the same tablet works (the wipe order is settled).
+        // Onboarding again on the same tablet works (the wipe order is settled), and a new order stands again.
         await device.presenter.append(Self.alice)
         _ = try await device.manager.open()
         _ = try await device.manager.contactServer()
         #expect(await device.manager.state == .open)
+        try await server.server.devices.orderWipe(device: alice.deviceID)
+        let again = await #expect(throws: FlowsError.self) { try await device.manager.contactServer() }
+        #expect(again?.code == .deviceWiped)
     }
 
     @Test func anInvalidatedSessionsHandlesRefuseToWork() async throws {
@@ -411,19 +414,32 @@ import Testing
             }
             #expect(refused?.serverCode == "InvalidDeviceProof")
         }
-        let path = "/devices/\(alice.deviceID)/status"
-        let stale = Int64(Date().timeIntervalSince1970) - 600
-        let signature = try own.signature(
-            for: DeviceRequestProof.message(
-                method: "GET", path: path, device: alice.deviceID, time: stale,
-                bodySHA256: SHA256.hash(data: Data()).lowercaseHex))
-        let response = try await client.send(
-            ClientRequest(
-                url: try #require(URL(string: server.url.absoluteString.trimmingSuffix("/") + path)),
+        let root = server.url.absoluteString.trimmingSuffix("/")
+        func proven(_ method: String, _ action: String, at time: Int64) throws -> ClientRequest {
+            let path = "/devices/\(alice.deviceID)/\(action)"
+            let signature = try own.signature(
+                for: DeviceRequestProof.message(
+                    method: method, path: path, device: alice.deviceID, time: time,
+                    bodySHA256: SHA256.hash(data: Data()).lowercaseHex))
+            return ClientRequest(
+                method: method, url: try #require(URL(string: root + path)),
                 headers: [
-                    ("Baton-Device-Proof", DeviceRequestProof.header(time: stale, signature: Array(signature.rawRepresentation)))
-                ]), token: nil)
-        #expect(response.status == 401)
+                    ("Baton-Device-Proof", DeviceRequestProof.header(time: time, signature: Array(signature.rawRepresentation)))
+                ])
+        }
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        #expect(try await client.send(try proven("GET", "status", at: now - 600_000), token: nil).status == 401)
+        // Each proof once: the same header again is a replay.
+        let fresh = try proven("GET", "status", at: now + 1000)
+        #expect(try await client.send(fresh, token: nil).status == 200)
+        #expect(try await client.send(fresh, token: nil).status == 401)
+        // A wipe is reported by the device alone, and only one it was told to do.
+        #expect(try await client.send(try proven("POST", "wiped", at: now + 2000), token: nil).status == 409)
+        let byUser = try await client.send(
+            ClientRequest(method: "POST", url: try #require(URL(string: root + "/devices/\(alice.deviceID)/wiped"))),
+            token: try await alice.authorized.accessToken())
+        #expect(byUser.status == 403)
+        #expect(try await server.server.devices.summaries(search: alice.deviceID).first?.wipedAt == nil)
         // A proof is no key to anything else.
         let other = try await client.send(
             ClientRequest(

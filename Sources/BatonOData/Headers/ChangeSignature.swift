@@ -44,13 +44,15 @@ public enum DeviceJoin {
 /// What a device key signs to speak for the device itself, without any user's token: asking what an admin
 /// ordered for it, handing back the backups of changes it is about to wipe, and reporting a wipe done. A tablet
 /// an admin took out of service has no working token any more, but the users who unlock it still hold the
-/// device key. Sent as `Baton-Device-Proof: t=<unix seconds>, sig=<base64url raw ECDSA P-256 signature>`.
+/// device key. Sent as `Baton-Device-Proof: t=<unix milliseconds>, sig=<base64url raw ECDSA P-256 signature>`.
+/// The server takes each proof of a device only once: its time must be later than the last one it accepted.
 public enum DeviceRequestProof {
-    /// How far the proof's time may be from the server's clock, either way.
+    /// How far the proof's time may be from the server's clock, either way, in seconds.
     public static let window: Double = 300
 
-    /// `baton-device-request-v1`, the method, the path (without query), the device id, the time in seconds and
-    /// the lower-case hex SHA-256 of the body, one per line.
+    /// `baton-device-request-v1`, the method, the route's path (`/devices/{id}/{action}`, whatever prefix a
+    /// proxy adds or strips), the device id, the time in milliseconds and the lower-case hex SHA-256 of the
+    /// body, one per line.
     public static func message(method: String, path: String, device: String, time: Int64, bodySHA256: String)
         -> [UInt8]
     {

@@ -342,7 +342,11 @@ extension DeviceRegistry {
         }
         // The device itself (its own proof) hands back what it holds even after a revocation; a user must be
         // registered on it.
-        let key = try await uploader == "device:\(device)" ? deviceStoreKey(device) : storeKey(device: device, user: uploader)
+        let byDevice = uploader == "device:\(device)"
+        if byDevice, try await !wasRegistered(device: device, user: author) {
+            throw ServerError.badRequest("A device hands back only the changes of users who were registered on it.")
+        }
+        let key = byDevice ? try await deviceStoreKey(device) : try await storeKey(device: device, user: uploader)
         guard
             (try? AES.GCM.open(
                 AES.GCM.SealedBox(combined: sealed), using: key, authenticating: Self.discardedChangesContext))
@@ -494,8 +498,14 @@ extension DeviceRegistry {
     public func orderWipe(device: String) async throws {
         let now = clock.now()
         let found = try await database.storage.write { db -> Bool in
-            try db.execute("UPDATE devices SET wipeOrderedAt = coalesce(wipeOrderedAt, ?) WHERE id = ?", now, device)
-                > 0
+            // A new order stands even after an earlier wipe was reported; an order still pending keeps its time.
+            try db.execute(
+                """
+                UPDATE devices SET wipeOrderedAt = CASE
+                    WHEN wipeOrderedAt IS NULL OR (wipedAt IS NOT NULL AND wipedAt >= wipeOrderedAt) THEN ?
+                    ELSE wipeOrderedAt END
+                WHERE id = ?
+                """, now, device) > 0
         }
         guard found else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
     }
@@ -535,16 +545,32 @@ extension DeviceRegistry {
     /// (their pending changes were uploaded or backed up first), and a wipe order before it is settled.
     ///
     /// - Throws: ``ServerError`` (404) for an unknown device.
-    public func noteWiped(device: String) async throws {
+    ///
+    /// Only a device that was revoked or has a wipe order pending may report: otherwise nothing changes
+    /// (`false`), so a report can neither settle an order it did not carry out nor shut a working device's users
+    /// out.
+    @discardableResult
+    public func noteWiped(device: String) async throws -> Bool {
         let now = clock.now()
-        let found = try await database.storage.write { db -> Bool in
-            guard try db.execute("UPDATE devices SET wipedAt = ? WHERE id = ?", now, device) > 0 else { return false }
-            // Nobody is on the device any more: the next user to join re-keys it (a new store key).
+        let outcome = try await database.storage.write { db -> Bool? in
+            guard let row = try db.fetchOne("SELECT revokedAt, wipeOrderedAt, wipedAt FROM devices WHERE id = ?", device)
+            else { return nil }
+            let ordered = row["wipeOrderedAt"].real.map { $0 > (row["wipedAt"].real ?? -1) } ?? false
+            guard row["revokedAt"] != .null || ordered else { return false }
+            // Nobody is on the device any more: its sign-ins end, its device key is forgotten (no more proofs), and
+            // the next user to join re-keys it (a new device key and store key).
+            try db.execute("UPDATE devices SET wipedAt = ?, publicKey = NULL WHERE id = ?", now, device)
             try db.execute("UPDATE deviceRegistrations SET active = 0 WHERE device = ?", device)
             try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND replacedAt IS NULL", now, device)
+            try db.execute(
+                """
+                UPDATE refreshTokens SET revokedAt = ? WHERE revokedAt IS NULL
+                AND family IN (SELECT family FROM deviceTokenFamilies WHERE device = ?)
+                """, now, device)
             return true
         }
-        guard found else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+        guard let outcome else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+        return outcome
     }
 
     /// Checks a device's own proof (``DeviceRequestProof``): a signature by the device key the server holds for
@@ -560,7 +586,7 @@ extension DeviceRegistry {
             "The device proof does not verify: sign the request with this device's key, with the current time.")
         refused.code = "InvalidDeviceProof"
         guard Self.isValidDeviceID(device), let proof = DeviceRequestProof.parse(header),
-            abs(Double(proof.time) - clock.now().timeIntervalSince1970) <= DeviceRequestProof.window,
+            abs(Double(proof.time) / 1000 - clock.now().timeIntervalSince1970) <= DeviceRequestProof.window,
             let signature = try? P256.Signing.ECDSASignature(rawRepresentation: proof.signature)
         else { throw refused }
         let stored = try await database.storage.read { db in
@@ -571,6 +597,13 @@ extension DeviceRegistry {
             method: method, path: path, device: device, time: proof.time,
             bodySHA256: SHA256.hash(data: body).lowercaseHex)
         guard key.isValidSignature(signature, for: message) else { throw refused }
+        // Each proof once: a captured header replayed within the window is refused.
+        let fresh = try await database.storage.write { db in
+            try db.execute(
+                "UPDATE devices SET lastProofAt = ? WHERE id = ? AND (lastProofAt IS NULL OR lastProofAt < ?)",
+                proof.time, device, proof.time) > 0
+        }
+        guard fresh else { throw refused }
     }
 
     /// Whether `user` is or was registered on `device`.

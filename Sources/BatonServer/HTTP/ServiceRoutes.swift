@@ -186,26 +186,34 @@ extension ServiceRoutes {
             return response
         }
         group.get("/devices/{device}/status") { _, context in
-            // What an admin ordered for the device, and which of its users were withdrawn: told to the device
-            // itself and to anyone who is or was registered on it, and to nobody else, so the answer reveals no
-            // other device.
+            // What an admin ordered for the device: told to the device itself and to anyone who is or was
+            // registered on it, and to nobody else, so the answer reveals no other device. Which of its users were
+            // withdrawn only to the device and its current users.
             let device = try context.parameters.require("device")
-            _ = try await caller(context, device: device)
+            let name = try await caller(context, device: device)
             guard let status = try await devices.status(device: device) else {
                 throw ServerError.notFound("You have never been registered on device '\(device.prefix(128))'.")
             }
+            var current = name == "device:\(device)"
+            if !current { current = try await devices.isRegistered(device: device, user: name) }
             var response = json(
                 .object([
                     ("revoked", .bool(status.revoked)), ("wipeOrdered", .bool(status.wipeOrdered)),
-                    ("withdrawnUsers", .array(status.withdrawnUsers.map { .string($0) })),
+                    ("withdrawnUsers", .array(current ? status.withdrawnUsers.map { .string($0) } : [])),
                 ]))
             response.headers[.cacheControl] = "no-store"
             return response
         }
         group.post("/devices/{device}/wiped") { _, context in
+            // Only the device itself reports its wipe, and only one it was told to do.
             let device = try context.parameters.require("device")
-            let name = try await caller(context, device: device)
-            try await devices.noteWiped(device: device)
+            guard context.provenDevice == device else {
+                throw ServerError.forbidden("Only the device itself reports its wipe, signed with its device key.")
+            }
+            let name = "device:\(device)"
+            guard try await devices.noteWiped(device: device) else {
+                throw ServerError.conflict("Nobody ordered this device wiped; nothing was recorded.")
+            }
             try await audit.record(
                 AuditEntry(
                     at: clock.now(), actor: name, action: "device-wiped", subject: device,
@@ -236,7 +244,8 @@ struct DeviceProofMiddleware: RouterMiddleware {
         let body = try await request.collectBody(upTo: context.maxUploadSize)
         let device = String(parts[2])
         try await devices.verifyProof(
-            proof, device: device, method: request.method.rawValue, path: request.uri.path, body: Array(buffer: body))
+            proof, device: device, method: request.method.rawValue, path: "/devices/\(device)/\(parts[3])",
+            body: Array(buffer: body))
         var context = context
         context.provenDevice = device
         return try await next(request, context)

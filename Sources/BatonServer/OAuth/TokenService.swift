@@ -341,6 +341,9 @@ struct TokenService: Sendable {
         } catch {
             throw .databaseUnavailable("The server cannot check the token right now; try again.")
         }
+        if let status, !status.disabled, status.role.flatMap(User.Role.init(rawValue:)) == nil {
+            throw .unauthorized("The user's role cannot be read; try again or ask an administrator.")
+        }
         guard let status, !status.disabled, let role = status.role.flatMap(User.Role.init(rawValue:)) else {
             // Told apart from an expired or revoked token, so the device removes the user instead of asking them
             // to sign in again.

@@ -149,9 +149,10 @@ public struct ServerDatabase: Sendable {
         "CREATE INDEX deviceTokenFamiliesDevice ON deviceTokenFamilies (device)",
     ]
 
-    /// When a device reported the wipe an admin ordered (or its revocation caused) done.
+    /// When a device reported the wipe an admin ordered (or its revocation caused) done, and the time of the
+    /// last device proof accepted from it (in milliseconds: each proof must be later, so none is replayed).
     static func deviceWipesStatements(real: String) -> [String] {
-        ["ALTER TABLE devices ADD COLUMN wipedAt \(real)"]
+        ["ALTER TABLE devices ADD COLUMN wipedAt \(real)", "ALTER TABLE devices ADD COLUMN lastProofAt bigint"]
     }
 
     /// What the cockpit shows of a device and what an admin ordered for it; indexes for the cockpit's audit
