@@ -60,7 +60,8 @@ extension BatonClient {
             return .changed(
                 try JSONDecoder().decode(ClientSettings.self, from: Data(response.body)), etag: response.header("ETag"))
         } catch {
-            throw BatonClientError(.invalidResponse, "Cannot read the settings: the server's answer is not what Baton expects.")
+            throw BatonClientError(
+                .invalidResponse, "Cannot read the settings: the server's answer is not what Baton expects.")
         }
     }
 
@@ -76,7 +77,8 @@ extension BatonClient {
         let response = try await sendForDevice(
             ClientRequest(url: try endpoint(template, deviceID: deviceID), headers: [("Accept", "application/json")]),
             deviceID: deviceID, as: credential)
-        guard response.status == 200, let status = try? JSONDecoder().decode(DeviceStatus.self, from: Data(response.body))
+        guard response.status == 200,
+            let status = try? JSONDecoder().decode(DeviceStatus.self, from: Data(response.body))
         else { throw Self.error(from: response, doing: "read this device's status") }
         return status
     }
@@ -151,7 +153,10 @@ extension BatonClient {
                 throw BatonClientError(.invalidResponse, "The device key cannot sign.")
             }
             request.headers.append(
-                ("Baton-Device-Proof", DeviceRequestProof.header(time: time, signature: Array(signature.rawRepresentation))))
+                (
+                    "Baton-Device-Proof",
+                    DeviceRequestProof.header(time: time, signature: Array(signature.rawRepresentation))
+                ))
             return try await send(request, token: nil)
         }
     }

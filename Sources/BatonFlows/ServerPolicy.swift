@@ -106,7 +106,8 @@ extension OnboardingSessionManager {
         }
         let credential = await deviceCredential(session)
         var status = DeviceStatus(revoked: revoked)
-        if let credential, let fetched = try? await client.deviceStatus(configuration, deviceID: deviceID, as: credential)
+        if let credential,
+            let fetched = try? await client.deviceStatus(configuration, deviceID: deviceID, as: credential)
         {
             status = fetched
             status.revoked = status.revoked || revoked
@@ -196,7 +197,9 @@ extension OnboardingSessionManager {
     /// Hands over every pending change, removes every user and empties the offline store, reports the wipe and
     /// throws `DeviceWiped`. A handover that fails stops the wipe before anything is removed (it runs again at
     /// the next contact).
-    func wipe(_ session: OnboardingSession, credential: DeviceCredential, configuration: ServerConfiguration, revoked: Bool)
+    func wipe(
+        _ session: OnboardingSession, credential: DeviceCredential, configuration: ServerConfiguration, revoked: Bool
+    )
         async throws(FlowsError)
     {
         let handover = try await handOver(
@@ -248,9 +251,9 @@ extension OnboardingSessionManager {
             do {
                 _ = try SecureStore.open(at: url, passcode: current)
                 break
-            } catch where error.code == .wrongPasscode {
+            } catch  where error.code == .wrongPasscode {
                 problem = error.message
-            } catch where error.code == .wiped {
+            } catch  where error.code == .wiped {
                 await close()
                 throw FlowsError(.wiped, error.message, onboardingID: session.user.onboardingID)
             } catch {
@@ -273,10 +276,11 @@ extension OnboardingSessionManager {
                 continue
             }
             do {
-                try await session.secureStore.changePasscode(to: new, policy: policy, kdf: configuration.keyDerivation())
+                try await session.secureStore.changePasscode(
+                    to: new, policy: policy, kdf: configuration.keyDerivation())
                 lastActivity = configuration.now()
                 return
-            } catch where error.code == .passcodePolicy {
+            } catch  where error.code == .passcodePolicy {
                 problem = error.message
             } catch {
                 throw FlowsError(.storage, "Cannot change the passcode: \(error.message)")

@@ -258,7 +258,7 @@ public struct SettingsExchangeStep: OnboardingStep {
                 case .unchanged: (settings, etag) = (kept, keptETag)
                 case .changed(let fresh, let freshETag): (settings, etag) = (fresh, freshETag)
                 }
-            } catch where error.code == .appVersionInactive {
+            } catch  where error.code == .appVersionInactive {
                 context.info[.tokens] = await session.tokens
                 throw Self.inactiveVersion(context.configuration.appVersion)
             } catch {
@@ -423,7 +423,7 @@ public struct PasscodeStep: OnboardingStep {
             do {
                 try await store.changePasscode(to: new, policy: policy, kdf: context.configuration.keyDerivation())
                 return
-            } catch where error.code == .passcodePolicy {
+            } catch  where error.code == .passcodePolicy {
                 problem = error.message
             } catch {
                 throw FlowsError(.storage, "Cannot change the passcode: \(error.message)")

@@ -117,7 +117,8 @@ public actor SecureStore {
     func requireOpen() throws(SecureStoreError) {
         guard !isClosed else {
             throw SecureStoreError(
-                .sessionInvalidated, "This secure store was closed (its session was locked or closed); unlock it again.")
+                .sessionInvalidated, "This secure store was closed (its session was locked or closed); unlock it again."
+            )
         }
     }
 

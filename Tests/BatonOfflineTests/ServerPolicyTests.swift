@@ -406,7 +406,9 @@ import Testing
         let configuration = try #require(alice.info[.serverConfiguration])
         let client = BatonClient(serverURL: server.url)
         let own = try P256.Signing.PrivateKey(rawRepresentation: try #require(alice.info[.deviceKey]))
-        #expect(try await client.deviceStatus(configuration, deviceID: alice.deviceID, as: .deviceKey(own)).revoked == false)
+        #expect(
+            try await client.deviceStatus(configuration, deviceID: alice.deviceID, as: .deviceKey(own)).revoked == false
+        )
         // Another key, another device's id, or a stale time: one refusal for all.
         for (id, key) in [(alice.deviceID, P256.Signing.PrivateKey()), ("some-other-device", own)] {
             let refused = await #expect(throws: BatonClientError.self) {
@@ -424,7 +426,10 @@ import Testing
             return ClientRequest(
                 method: method, url: try #require(URL(string: root + path)),
                 headers: [
-                    ("Baton-Device-Proof", DeviceRequestProof.header(time: time, signature: Array(signature.rawRepresentation)))
+                    (
+                        "Baton-Device-Proof",
+                        DeviceRequestProof.header(time: time, signature: Array(signature.rawRepresentation))
+                    )
                 ])
         }
         let now = Int64(Date().timeIntervalSince1970 * 1000)

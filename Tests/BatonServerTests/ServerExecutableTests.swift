@@ -1,5 +1,8 @@
+import BatonOData
+import BatonServer
 import BatonTestSupport
 import BatonTesting
+import Crypto
 import Foundation
 import Testing
 
@@ -220,6 +223,41 @@ import Testing
                 "Pass --password-stdin and give the password on standard input; it is never an argument."))
         let missing = try await Self.server(["user", "disable", "nobody", "--data-dir", dataDir])
         #expect(missing.error == "Error: There is no user named 'nobody'.\n")
+    }
+
+    @Test func devicesAreListedRevokedAndOrderedWipedFromTheCommandLine() async throws {
+        let server = try await LiveServer.start()
+        try await server.addUser("alice", displayName: "Alice", password: "blue-harbour-1234")
+        let deviceKey = DeviceKeys.key(for: "tablet-7")
+        let signing = P256.Signing.PrivateKey()
+        let keyID = Data(SHA256.hash(data: signing.publicKey.x963Representation)).base64URLEncoded
+        let proof = try deviceKey.signature(
+            for: DeviceRegistry.joinMessage(device: "tablet-7", user: "alice", keyID: keyID))
+        _ = try await server.server.devices.register(
+            device: "tablet-7", user: "alice", publicKey: signing.publicKey,
+            proof: .init(deviceKey: deviceKey.publicKey, signature: proof))
+        await server.stop()
+        server.server.close()
+        defer { try? FileManager.default.removeItem(at: server.directory) }
+        let dataDir = server.directory.path
+
+        let listed = try await Self.server(["devices", "list", "--data-dir", dataDir])
+        #expect(listed.status == 0)
+        #expect(listed.output.hasPrefix("tablet-7  last seen never  app ?  users: alice\n"), "\(listed.output)")
+        let revoked = try await Self.server(["devices", "revoke", "tablet-7", "--data-dir", dataDir])
+        #expect(revoked.output == "Revoked tablet-7.\n")
+        let twice = try await Self.server(["devices", "revoke", "tablet-7", "--data-dir", dataDir])
+        #expect(twice.output == "tablet-7 was revoked already.\n")
+        let wipe = try await Self.server(["devices", "wipe", "tablet-7", "--data-dir", dataDir])
+        #expect(wipe.output == "Ordered tablet-7 to wipe itself at its next contact.\n")
+        let after = try await Self.server(["devices", "list", "--data-dir", dataDir])
+        #expect(after.output.contains("users: (alice)  [revoked "), "\(after.output)")
+        #expect(after.output.contains(", wipe ordered "))
+        let unknown = try await Self.server(["devices", "wipe", "no-such-tablet", "--data-dir", dataDir])
+        #expect(unknown.status == 1)
+        #expect(unknown.error == "Error: There is no device 'no-such-tablet'.\n")
+        let audit = try await Self.server(["devices", "list", "--search", "nothing-like-it", "--data-dir", dataDir])
+        #expect(audit.output == "No devices.\n")
     }
 
     /// Adds alice (and optionally seed data) to a fresh data directory, serves it, and runs an interop script.

@@ -461,7 +461,8 @@ extension DeviceRegistry {
                 return DeviceSummary(
                     id: id, createdAt: row["createdAt"].date ?? .distantPast, lastSeenAt: row["lastSeenAt"].date,
                     appVersion: row["appVersion"].text, revokedAt: row["revokedAt"].date,
-                    wipeOrderedAt: row["wipeOrderedAt"].date, wipedAt: row["wipedAt"].date, users: users[id] ?? [], keys: keys[id] ?? [])
+                    wipeOrderedAt: row["wipeOrderedAt"].date, wipedAt: row["wipedAt"].date, users: users[id] ?? [],
+                    keys: keys[id] ?? [])
             }
         }
     }
@@ -524,7 +525,8 @@ extension DeviceRegistry {
     /// The status of a device; `nil` for an unknown device.
     public func status(device: String) async throws -> Status? {
         try await database.storage.read { db in
-            guard let row = try db.fetchOne("SELECT revokedAt, wipeOrderedAt, wipedAt FROM devices WHERE id = ?", device)
+            guard
+                let row = try db.fetchOne("SELECT revokedAt, wipeOrderedAt, wipedAt FROM devices WHERE id = ?", device)
             else { return nil }
             let withdrawn = try db.fetchAll(
                 """
@@ -553,7 +555,8 @@ extension DeviceRegistry {
     public func noteWiped(device: String) async throws -> Bool {
         let now = clock.now()
         let outcome = try await database.storage.write { db -> Bool? in
-            guard let row = try db.fetchOne("SELECT revokedAt, wipeOrderedAt, wipedAt FROM devices WHERE id = ?", device)
+            guard
+                let row = try db.fetchOne("SELECT revokedAt, wipeOrderedAt, wipedAt FROM devices WHERE id = ?", device)
             else { return nil }
             let ordered = row["wipeOrderedAt"].real.map { $0 > (row["wipedAt"].real ?? -1) } ?? false
             guard row["revokedAt"] != .null || ordered else { return false }

@@ -55,7 +55,8 @@ struct ServiceRoutes {
             let data = try JSONEncoder.sorted.encode(try await settings.current().effective)
             let etag = "\"" + Array(SHA256.hash(data: data).prefix(16)).lowercaseHex + "\""
             let matches = request.headers[.ifNoneMatch].map { header in
-                header == "*" || header.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == etag }
+                header == "*"
+                    || header.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == etag }
             }
             if matches == true {
                 return Response(status: .notModified, headers: [.eTag: etag, .cacheControl: "no-cache"])

@@ -50,7 +50,8 @@ struct ConsolePresenter: OnboardingPresenter {
         // No passcode is one character long: "?" asks for a passcode reset (sign in again, keep the data).
         if passcode == "?" {
             throw FlowsError(
-                .forgotPasscode, "\(user) forgot their passcode: they sign in with their password and choose a new one.")
+                .forgotPasscode, "\(user) forgot their passcode: they sign in with their password and choose a new one."
+            )
         }
         return passcode
     }
