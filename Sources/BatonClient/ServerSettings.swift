@@ -58,9 +58,16 @@ public struct ClientSettings: Sendable, Hashable, Codable {
         }
     }
 
+    public struct Devices: Sendable, Hashable, Codable {
+        /// Seconds between an open session's contacts with the server; `nil` when the server does not say.
+        public var settingsRefreshSeconds: Int?
+        public init() {}
+    }
+
     public var sharedDevices = SharedDevices()
     public var passcode = Passcode()
     public var appVersions = AppVersions()
+    public var devices = Devices()
 
     public init() {}
 
@@ -69,6 +76,7 @@ public struct ClientSettings: Sendable, Hashable, Codable {
         sharedDevices = try container.decodeIfPresent(SharedDevices.self, forKey: .sharedDevices) ?? SharedDevices()
         passcode = try container.decodeIfPresent(Passcode.self, forKey: .passcode) ?? Passcode()
         appVersions = try container.decodeIfPresent(AppVersions.self, forKey: .appVersions) ?? AppVersions()
+        devices = try container.decodeIfPresent(Devices.self, forKey: .devices) ?? Devices()
     }
 }
 

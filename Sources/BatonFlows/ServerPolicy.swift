@@ -150,14 +150,16 @@ extension OnboardingSessionManager {
         return report
     }
 
-    /// ``contactServer()`` when the last contact is older than ``FlowsConfiguration/settingsRefreshInterval``;
-    /// `nil` when none was due (or nobody is signed in).
+    /// ``contactServer()`` when the last contact is older than the server's `devices.settings-refresh-seconds`
+    /// (or, from a server that does not say, ``FlowsConfiguration/settingsRefreshInterval``); `nil` when none was
+    /// due (or nobody is signed in).
     @discardableResult
     public func contactServerIfDue() async throws(FlowsError) -> ContactReport? {
-        guard state == .open else { return nil }
-        if let lastContact,
-            configuration.now().timeIntervalSince(lastContact) < configuration.settingsRefreshInterval
-        {
+        guard state == .open, let session else { return nil }
+        let interval =
+            session.settings.devices.settingsRefreshSeconds.map(TimeInterval.init)
+            ?? configuration.settingsRefreshInterval
+        if let lastContact, configuration.now().timeIntervalSince(lastContact) < interval {
             return nil
         }
         return try await contactServer()

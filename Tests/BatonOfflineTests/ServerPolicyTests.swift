@@ -125,6 +125,16 @@ import Testing
         #expect(device.transport.statuses(path: "/settings").last == 200)
         clock.advance(by: 31)
         #expect(await device.manager.lockIfInactive())
+
+        // The server decides how often an open session asks.
+        await device.presenter.append([.passcode("alice-pass-1")])
+        _ = try await device.manager.unlock()
+        _ = try await server.server.settings.set("devices.settings-refresh-seconds", to: "60")
+        #expect(try await device.manager.contactServer().settingsChanged)
+        clock.advance(by: 20)
+        #expect(try await device.manager.contactServerIfDue() == nil)
+        clock.advance(by: 41)
+        #expect(try await device.manager.contactServerIfDue()?.reachable == true)
     }
 
     @Test func onBehalfSwitchedOffWhileTheDeviceWasOfflineKeepsChangesWaitingForTheirAuthor() async throws {
@@ -396,6 +406,21 @@ import Testing
         await device.presenter.append([.passcode("alice-pass-1")])
         let back = try await device.manager.switchUser(to: alice.user.onboardingID)
         #expect(back.user.serverUserID == "alice")
+    }
+
+    @Test func aSettingsDocumentStoredBeforeTheDevicesSectionStillReads() throws {
+        let older = #"{"appVersions":{"inactive":["0.9"]},"passcode":{"lockTimeoutSeconds":60,"minLength":10,"#
+            + #""requireDigit":true,"requireLetter":false,"requireSymbol":false,"retryLimit":5},"#
+            + #""sharedDevices":{"multiUser":true,"uploadPendingChangesOfPreviousUser":false,"#
+            + #""whenUploadNotAllowed":"wait-for-author"}}"#
+        let settings = try JSONDecoder().decode(ServerSettings.self, from: Data(older.utf8))
+        #expect(settings.devices.settingsRefreshSeconds == 900)
+        #expect(settings.passcode.minLength == 10 && settings.appVersions.inactive == ["0.9"])
+        #expect(!settings.sharedDevices.uploadPendingChangesOfPreviousUser)
+        var changed = settings
+        #expect(throws: ServerError.self) { try changed.set("devices.settings-refresh-seconds", to: "5") }
+        try changed.set("devices.settings-refresh-seconds", to: "600")
+        #expect(changed.lines.last == "devices.settings-refresh-seconds = 600")
     }
 
     @Test func aDeviceProofMustBeTheDevicesOwnAndFresh() async throws {

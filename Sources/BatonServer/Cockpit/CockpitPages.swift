@@ -142,7 +142,7 @@ enum CockpitPages {
             <td>{{#users}}{{name}}{{^active}} <span class="muted">(left)</span>{{/active}}<br>{{/users}}</td>
             <td>{{seen}}</td><td>{{version}}</td>
             <td>{{#keys}}<span title="registered {{registered}}">{{id}}… {{user}}{{#retired}} <span class="muted">retired {{retiredAt}}</span>{{/retired}}</span><br>{{/keys}}</td>
-            <td>{{#revoked}}<strong>revoked</strong> {{revokedAt}}<br>{{/revoked}}{{#wipe}}<strong>wipe ordered</strong> {{wipeAt}}{{/wipe}}{{^revoked}}{{^wipe}}in service{{/wipe}}{{/revoked}}</td>
+            <td>{{#revoked}}<strong>revoked</strong> {{revokedAt}}<br>{{/revoked}}{{#wipe}}<strong>wipe ordered</strong> {{wipeAt}}<br>{{/wipe}}{{#wiped}}<strong>wiped</strong> {{wipedAt}}{{/wiped}}{{^revoked}}{{^wipe}}{{^wiped}}in service{{/wiped}}{{/wipe}}{{/revoked}}</td>
             <td>{{^revoked}}<form method="post" action="/admin/devices/{{id}}/revoke"><input type="hidden" name="csrf" value="{{csrf}}">
             <button type="submit" class="danger">Revoke</button></form>{{/revoked}}
             {{^wipe}}<form method="post" action="/admin/devices/{{id}}/wipe"><input type="hidden" name="csrf" value="{{csrf}}">

@@ -492,7 +492,10 @@ struct CockpitRoutes: Sendable {
                 "seen": device.lastSeenAt.map(formatter.string(from:)) ?? "never",
                 "version": device.appVersion ?? "unknown",
                 "revoked": device.revokedAt != nil, "revokedAt": device.revokedAt.map(formatter.string(from:)) ?? "",
-                "wipe": device.wipeOrderedAt != nil, "wipeAt": device.wipeOrderedAt.map(formatter.string(from:)) ?? "",
+                // An order still to be carried out; one the device reported done gives way to "wiped".
+                "wipe": device.wipeOrderedAt.map { $0 > (device.wipedAt ?? .distantPast) } ?? false,
+                "wipeAt": device.wipeOrderedAt.map(formatter.string(from:)) ?? "",
+                "wiped": device.wipedAt != nil, "wipedAt": device.wipedAt.map(formatter.string(from:)) ?? "",
                 "users": device.users.map { ["name": $0.name, "active": $0.active] },
                 "keys": device.keys.map {
                     [

@@ -12,6 +12,7 @@ extension ServerSettings {
         ("passcode.retry-limit", "an integer from 1 to 100"),
         ("passcode.lock-timeout-seconds", "an integer from 10 to 86400"),
         ("app-versions.inactive", "a comma-separated list of versions, or an empty string"),
+        ("devices.settings-refresh-seconds", "an integer from 60 to 86400"),
     ]
 
     /// Sets one setting from its command-line form.
@@ -44,6 +45,7 @@ extension ServerSettings {
             let versions = value.split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) }
             guard versions.allSatisfy({ !$0.isEmpty && $0.count <= 32 }) else { throw invalid(key, value) }
             appVersions.inactive = versions
+        case "devices.settings-refresh-seconds": devices.settingsRefreshSeconds = try int(60...86_400)
         default:
             throw ServerError.badRequest(
                 "Unknown setting '\(key)'. Known settings: \(Self.keys.map(\.key).joined(separator: ", ")).",
@@ -68,6 +70,7 @@ extension ServerSettings {
             "passcode.retry-limit = \(passcode.retryLimit)",
             "passcode.lock-timeout-seconds = \(passcode.lockTimeoutSeconds)",
             "app-versions.inactive = \(appVersions.inactive.joined(separator: ","))",
+            "devices.settings-refresh-seconds = \(devices.settingsRefreshSeconds)",
         ]
     }
 }

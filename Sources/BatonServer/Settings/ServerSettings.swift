@@ -35,15 +35,33 @@ public struct ServerSettings: Sendable, Hashable, Codable {
         public var inactive: [String] = []
     }
 
+    /// How devices keep in touch.
+    public struct Devices: Sendable, Hashable, Codable {
+        /// Seconds between an open session's requests for the settings and its device's status (besides
+        /// unlock, switch and sync). Default: 900.
+        public var settingsRefreshSeconds = 900
+    }
+
     /// Shared-device mode.
     public var sharedDevices = SharedDevices()
     /// The passcode policy.
     public var passcode = Passcode()
     /// App version status.
     public var appVersions = AppVersions()
+    /// How devices keep in touch.
+    public var devices = Devices()
 
     /// The defaults.
     public init() {}
+
+    /// Reads a stored document; sections a document from an older server lacks take their defaults.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        sharedDevices = try container.decodeIfPresent(SharedDevices.self, forKey: .sharedDevices) ?? SharedDevices()
+        passcode = try container.decodeIfPresent(Passcode.self, forKey: .passcode) ?? Passcode()
+        appVersions = try container.decodeIfPresent(AppVersions.self, forKey: .appVersions) ?? AppVersions()
+        devices = try container.decodeIfPresent(Devices.self, forKey: .devices) ?? Devices()
+    }
 
     /// The smallest passcode length multi-user mode falls back to when the policy asks for none.
     public static let fallbackPasscodeLength = 8

@@ -68,6 +68,9 @@ struct InteractiveApp {
                 return .quit
             } catch let error as FlowsError where error.code == .appVersionInactive {
                 return await inactiveVersion(error)
+            } catch let error as FlowsError where error.code == .userMismatch {
+                // A signed-out user's sign-in as another account: offer that account.
+                if let next = try? await offerSignedInAccount(error), next == .home { return .home }
             } catch let error as FlowsError where error.code == .userWithdrawn || error.code == .deviceWiped {
                 // The server withdrew the user or the device: what they held is on the server; the list goes on.
                 ui.notice("! " + error.message, .warning)
