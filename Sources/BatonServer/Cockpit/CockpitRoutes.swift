@@ -486,16 +486,17 @@ struct CockpitRoutes: Sendable {
         _ session: CockpitSessions.Session, search: String = "", error: String? = nil, notice: String? = nil
     ) async throws -> Response {
         let formatter = ISO8601DateFormatter()
-        let rows: [[String: Any]] = try await devices.summaries(search: search).map { device in
-            [
+        let rows: [[String: Any]] = try await devices.summaries(search: search).map { device -> [String: Any] in
+            // An order still to be carried out; one the device reported done gives way to "wiped".
+            let pendingWipe: Bool = device.wipeOrderedAt.map { $0 > (device.wipedAt ?? .distantPast) } ?? false
+            let wipedAt: String = device.wipedAt.map(formatter.string(from:)) ?? ""
+            return [
                 "id": device.id, "created": formatter.string(from: device.createdAt),
                 "seen": device.lastSeenAt.map(formatter.string(from:)) ?? "never",
                 "version": device.appVersion ?? "unknown",
                 "revoked": device.revokedAt != nil, "revokedAt": device.revokedAt.map(formatter.string(from:)) ?? "",
-                // An order still to be carried out; one the device reported done gives way to "wiped".
-                "wipe": device.wipeOrderedAt.map { $0 > (device.wipedAt ?? .distantPast) } ?? false,
-                "wipeAt": device.wipeOrderedAt.map(formatter.string(from:)) ?? "",
-                "wiped": device.wipedAt != nil, "wipedAt": device.wipedAt.map(formatter.string(from:)) ?? "",
+                "wipe": pendingWipe, "wipeAt": device.wipeOrderedAt.map(formatter.string(from:)) ?? "",
+                "wiped": !wipedAt.isEmpty, "wipedAt": wipedAt,
                 "users": device.users.map { ["name": $0.name, "active": $0.active] },
                 "keys": device.keys.map {
                     [
