@@ -119,26 +119,8 @@ public struct BatonClient: Sendable {
     public func sendDiscardedChanges(
         _ configuration: ServerConfiguration, deviceID: String, author: String, count: Int, sealed: Data, token: String
     ) async throws(BatonClientError) -> Int {
-        guard let template = configuration.deviceDiscardedChangesEndpoint else {
-            throw BatonClientError(.invalidResponse, "This server does not keep backups of discarded changes.")
-        }
-        struct Backup: Encodable {
-            var author: String
-            var count: Int
-            var backup: String
-        }
-        struct Answer: Decodable { var id: Int }
-        let body =
-            (try? JSONEncoder().encode(Backup(author: author, count: count, backup: sealed.base64EncodedString())))
-            ?? Data()
-        let response = try await send(
-            ClientRequest(
-                method: "POST", url: try endpoint(template, deviceID: deviceID),
-                headers: [("Content-Type", "application/json")], body: Array(body)),
-            token: token)
-        guard response.status == 201, let answer = try? JSONDecoder().decode(Answer.self, from: Data(response.body))
-        else { throw Self.error(from: response, doing: "send the backup of discarded changes") }
-        return answer.id
+        try await sendDiscardedChanges(
+            configuration, deviceID: deviceID, author: author, count: count, sealed: sealed, as: .token(token))
     }
 
     // MARK: Plumbing

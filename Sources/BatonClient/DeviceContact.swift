@@ -90,32 +90,26 @@ extension BatonClient {
         _ configuration: ServerConfiguration, deviceID: String, author: String, count: Int, sealed: Data,
         as credential: DeviceCredential
     ) async throws(BatonClientError) -> Int {
-        switch credential {
-        case .token(let token):
-            return try await sendDiscardedChanges(
-                configuration, deviceID: deviceID, author: author, count: count, sealed: sealed, token: token)
-        case .deviceKey:
-            guard let template = configuration.deviceDiscardedChangesEndpoint else {
-                throw BatonClientError(.invalidResponse, "This server does not keep backups of discarded changes.")
-            }
-            struct Backup: Encodable {
-                var author: String
-                var count: Int
-                var backup: String
-            }
-            struct Answer: Decodable { var id: Int }
-            let body =
-                (try? JSONEncoder().encode(Backup(author: author, count: count, backup: sealed.base64EncodedString())))
-                ?? Data()
-            let response = try await sendForDevice(
-                ClientRequest(
-                    method: "POST", url: try endpoint(template, deviceID: deviceID),
-                    headers: [("Content-Type", "application/json")], body: Array(body)),
-                deviceID: deviceID, as: credential)
-            guard response.status == 201, let answer = try? JSONDecoder().decode(Answer.self, from: Data(response.body))
-            else { throw Self.error(from: response, doing: "send the backup of discarded changes") }
-            return answer.id
+        guard let template = configuration.deviceDiscardedChangesEndpoint else {
+            throw BatonClientError(.invalidResponse, "This server does not keep backups of discarded changes.")
         }
+        struct Backup: Encodable {
+            var author: String
+            var count: Int
+            var backup: String
+        }
+        struct Answer: Decodable { var id: Int }
+        let body =
+            (try? JSONEncoder().encode(Backup(author: author, count: count, backup: sealed.base64EncodedString())))
+            ?? Data()
+        let response = try await sendForDevice(
+            ClientRequest(
+                method: "POST", url: try endpoint(template, deviceID: deviceID),
+                headers: [("Content-Type", "application/json")], body: Array(body)),
+            deviceID: deviceID, as: credential)
+        guard response.status == 201, let answer = try? JSONDecoder().decode(Answer.self, from: Data(response.body))
+        else { throw Self.error(from: response, doing: "send the backup of discarded changes") }
+        return answer.id
     }
 
     /// Reports that the device wiped itself as an admin ordered.

@@ -409,7 +409,8 @@ import Testing
     }
 
     @Test func aSettingsDocumentStoredBeforeTheDevicesSectionStillReads() throws {
-        let older = #"{"appVersions":{"inactive":["0.9"]},"passcode":{"lockTimeoutSeconds":60,"minLength":10,"#
+        let older =
+            #"{"appVersions":{"inactive":["0.9"]},"passcode":{"lockTimeoutSeconds":60,"minLength":10,"#
             + #""requireDigit":true,"requireLetter":false,"requireSymbol":false,"retryLimit":5},"#
             + #""sharedDevices":{"multiUser":true,"uploadPendingChangesOfPreviousUser":false,"#
             + #""whenUploadNotAllowed":"wait-for-author"}}"#
