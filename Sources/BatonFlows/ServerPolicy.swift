@@ -263,30 +263,17 @@ extension OnboardingSessionManager {
             }
         }
         let policy = PasscodeStep.policy(session.settings, mode: configuration.mode)
-        problem = nil
-        while true {
-            let (new, confirmation): (String, String)
-            do {
-                (new, confirmation) = try await presenter.newPasscode(policy: policy, problem: problem)
-            } catch let error as FlowsError {
-                throw error
-            } catch {
-                throw FlowsError(.cancelled, "The passcode was not changed.")
+        let kdf = configuration.keyDerivation()
+        do {
+            _ = try await PasscodeStep.askNewPasscode(presenter, policy: policy, problem: nil) {
+                passcode throws(SecureStoreError) in
+                try await session.secureStore.changePasscode(to: passcode, policy: policy, kdf: kdf)
             }
-            guard new == confirmation else {
-                problem = "The two passcodes differ; type the same passcode twice."
-                continue
-            }
-            do {
-                try await session.secureStore.changePasscode(
-                    to: new, policy: policy, kdf: configuration.keyDerivation())
-                lastActivity = configuration.now()
-                return
-            } catch  where error.code == .passcodePolicy {
-                problem = error.message
-            } catch {
-                throw FlowsError(.storage, "Cannot change the passcode: \(error.message)")
-            }
+        } catch let error as FlowsError {
+            throw error
+        } catch {
+            throw FlowsError(.cancelled, "The passcode was not changed.")
         }
+        lastActivity = configuration.now()
     }
 }

@@ -324,18 +324,32 @@ public struct PasscodeStep: OnboardingStep {
     /// wrong each time.
     func newPasscode(_ context: OnboardingContext) async throws -> String {
         let policy = Self.policy(context.info[.settings] ?? ClientSettings(), mode: context.configuration.mode)
-        var problem: String?
+        return try await Self.askNewPasscode(context.presenter, policy: policy, problem: nil) {
+            passcode throws(SecureStoreError) in
+            try policy.check(passcode)
+        }
+    }
+
+    /// Asks for a new passcode (typed twice) until `accept` takes it; a `PasscodePolicy` refusal asks again with
+    /// its reason, any other refusal stops with a `Storage` error. Returns the passcode taken.
+    static func askNewPasscode(
+        _ presenter: any OnboardingPresenter, policy: PasscodePolicy, problem: String?,
+        accept: (String) async throws(SecureStoreError) -> Void
+    ) async throws -> String {
+        var problem = problem
         while true {
-            let (passcode, confirmation) = try await context.presenter.newPasscode(policy: policy, problem: problem)
+            let (passcode, confirmation) = try await presenter.newPasscode(policy: policy, problem: problem)
             guard passcode == confirmation else {
                 problem = "The two passcodes differ; type the same passcode twice."
                 continue
             }
             do {
-                try policy.check(passcode)
+                try await accept(passcode)
                 return passcode
-            } catch {
+            } catch  where error.code == .passcodePolicy {
                 problem = error.message
+            } catch {
+                throw FlowsError(.storage, "Cannot keep the new passcode: \(error.message)")
             }
         }
     }
@@ -412,22 +426,12 @@ public struct PasscodeStep: OnboardingStep {
         } catch {
             reason = error.message
         }
-        var problem: String? =
-            "The server's passcode policy changed and your passcode no longer meets it (\(reason)); choose a new one."
-        while true {
-            let (new, confirmation) = try await context.presenter.newPasscode(policy: policy, problem: problem)
-            guard new == confirmation else {
-                problem = "The two passcodes differ; type the same passcode twice."
-                continue
-            }
-            do {
-                try await store.changePasscode(to: new, policy: policy, kdf: context.configuration.keyDerivation())
-                return
-            } catch  where error.code == .passcodePolicy {
-                problem = error.message
-            } catch {
-                throw FlowsError(.storage, "Cannot change the passcode: \(error.message)")
-            }
+        _ = try await askNewPasscode(
+            context.presenter, policy: policy,
+            problem:
+                "The server's passcode policy changed and your passcode no longer meets it (\(reason)); choose a new one."
+        ) { passcode throws(SecureStoreError) in
+            try await store.changePasscode(to: passcode, policy: policy, kdf: context.configuration.keyDerivation())
         }
     }
 

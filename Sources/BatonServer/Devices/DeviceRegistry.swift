@@ -479,18 +479,23 @@ extension DeviceRegistry {
         let outcome = try await database.storage.write { db -> Bool? in
             guard try db.execute("UPDATE devices SET revokedAt = ? WHERE id = ? AND revokedAt IS NULL", now, device) > 0
             else { return try db.fetchOne("SELECT 1 FROM devices WHERE id = ?", device) != nil ? false : nil }
-            try db.execute("UPDATE deviceRegistrations SET active = 0 WHERE device = ?", device)
-            try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND replacedAt IS NULL", now, device)
-            // The sign-ins the device used: their tokens stop at once (the family is checked with every token).
-            try db.execute(
-                """
-                UPDATE refreshTokens SET revokedAt = ? WHERE revokedAt IS NULL
-                AND family IN (SELECT family FROM deviceTokenFamilies WHERE device = ?)
-                """, now, device)
+            try Self.endUsers(of: device, at: now, in: db)
             return true
         }
         guard let outcome else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
         return outcome
+    }
+
+    /// Ends everyone's use of a device, inside a write: registrations end, signing keys retire, and the sign-ins
+    /// (token families) the device used stop at once (the family is checked with every token).
+    static func endUsers(of device: String, at now: Date, in db: any SQLConnection) throws {
+        try db.execute("UPDATE deviceRegistrations SET active = 0 WHERE device = ?", device)
+        try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND replacedAt IS NULL", now, device)
+        try db.execute(
+            """
+            UPDATE refreshTokens SET revokedAt = ? WHERE revokedAt IS NULL
+            AND family IN (SELECT family FROM deviceTokenFamilies WHERE device = ?)
+            """, now, device)
     }
 
     /// Orders a device to wipe itself at its next contact (``status(device:)`` tells it).
@@ -563,13 +568,7 @@ extension DeviceRegistry {
             // Nobody is on the device any more: its sign-ins end, its device key is forgotten (no more proofs), and
             // the next user to join re-keys it (a new device key and store key).
             try db.execute("UPDATE devices SET wipedAt = ?, publicKey = NULL WHERE id = ?", now, device)
-            try db.execute("UPDATE deviceRegistrations SET active = 0 WHERE device = ?", device)
-            try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND replacedAt IS NULL", now, device)
-            try db.execute(
-                """
-                UPDATE refreshTokens SET revokedAt = ? WHERE revokedAt IS NULL
-                AND family IN (SELECT family FROM deviceTokenFamilies WHERE device = ?)
-                """, now, device)
+            try Self.endUsers(of: device, at: now, in: db)
             return true
         }
         guard let outcome else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
