@@ -27,6 +27,8 @@ public actor OnboardingSessionManager {
     var lastActivity: Date
     /// When the server was last asked for settings and the device's status (``contactServer()``).
     var lastContact: Date?
+    /// When ``contactServer()`` last tried, reachable or not.
+    var lastContactAttempt: Date?
 
     public nonisolated let users: UserManager
     public nonisolated let configuration: FlowsConfiguration

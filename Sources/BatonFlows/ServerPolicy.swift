@@ -65,6 +65,7 @@ extension OnboardingSessionManager {
     public func contactServer() async throws(FlowsError) -> ContactReport {
         guard var session, state == .open else { throw FlowsError(.notOpen, "Nobody is signed in.") }
         var report = ContactReport()
+        lastContactAttempt = self.configuration.now()
         guard await client.isReachable(), let configuration = session.info[.serverConfiguration] else {
             return report
         }
@@ -159,9 +160,10 @@ extension OnboardingSessionManager {
         let interval =
             session.settings.devices.settingsRefreshSeconds.map(TimeInterval.init)
             ?? configuration.settingsRefreshInterval
-        if let lastContact, configuration.now().timeIntervalSince(lastContact) < interval {
-            return nil
-        }
+        let now = configuration.now()
+        if let lastContact, now.timeIntervalSince(lastContact) < interval { return nil }
+        // Offline, the server is asked again after a minute, not on every call.
+        if let lastContactAttempt, now.timeIntervalSince(lastContactAttempt) < min(60, interval) { return nil }
         return try await contactServer()
     }
 

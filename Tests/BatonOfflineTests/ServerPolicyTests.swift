@@ -137,6 +137,23 @@ import Testing
         #expect(try await device.manager.contactServerIfDue()?.reachable == true)
     }
 
+    @Test func offlineTheServerIsAskedAgainAfterAMinuteNotOnEveryCall() async throws {
+        let server = try await server()
+        let clock = TestClock()
+        let device = try tablet(server, clock: clock, Self.alice)
+        _ = try await device.manager.open()
+        await server.stop()
+        defer { Task { await server.shutDown() } }
+        clock.advance(by: 901)
+        #expect(try await device.manager.contactServerIfDue()?.reachable == false)
+        clock.advance(by: 30)
+        #expect(try await device.manager.contactServerIfDue() == nil)
+        clock.advance(by: 31)
+        #expect(try await device.manager.contactServerIfDue()?.reachable == false)
+        // The last known settings hold.
+        #expect(await device.manager.session?.settings.passcode.lockTimeoutSeconds == 300)
+    }
+
     @Test func onBehalfSwitchedOffWhileTheDeviceWasOfflineKeepsChangesWaitingForTheirAuthor() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
