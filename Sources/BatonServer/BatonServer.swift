@@ -180,7 +180,8 @@ public struct BatonServer: Sendable {
         router.add(middleware: ForwardedAddressMiddleware(trustedProxies: configuration.trustedProxies))
         router.add(middleware: RequestTelemetryMiddleware(metrics: metrics, accessLog: configuration.accessLog))
         router.add(middleware: ErrorMiddleware())
-        OAuthRoutes(tokens: tokens, configuration: configuration.oauth, metrics: metrics).add(to: router)
+        OAuthRoutes(tokens: tokens, configuration: configuration.oauth, metrics: metrics, settings: settings).add(
+            to: router)
         let database = self.database
         let store = data.store
         let routes = ServiceRoutes(

@@ -26,3 +26,34 @@ enum LoginPage {
     }
 
 }
+
+/// The verification page of the device authorization grant (RFC 8628 §3.3): the user code (filled in from
+/// `verification_uri_complete`), the person's user name and password, approve or deny.
+enum DevicePage {
+    static func html(userCode: String, error: String? = nil) -> String {
+        let message = error.map { "<p role=\"alert\">\(escapeXML($0))</p>" } ?? ""
+        return """
+            <!doctype html>
+            <html lang="en"><head><meta charset="utf-8"><title>Sign in a device to Baton</title>
+            <meta name="viewport" content="width=device-width, initial-scale=1"></head>
+            <body><main><h1>Sign in a device to Baton</h1>
+            <p>Check that the code below is the one your device shows, then sign in to let it in.</p>
+            \(message)
+            <form method="post" action="/oauth/device">
+                <label>Code on the device <input name="user_code" value="\(escapeXML(String(userCode.prefix(16))))" required maxlength="16" autocomplete="off"></label>
+                <label>User name <input name="username" autocomplete="username"></label>
+                <label>Password <input name="password" type="password" autocomplete="current-password"></label>
+                <button type="submit" name="action" value="approve">Sign in and allow</button>
+                <button type="submit" name="action" value="deny">This was not me: deny</button>
+            </form></main></body></html>
+            """
+    }
+
+    static func done(_ text: String) -> String {
+        """
+        <!doctype html>
+        <html lang="en"><head><meta charset="utf-8"><title>Baton</title></head>
+        <body><main><h1>Baton</h1><p role="status">\(escapeXML(text))</p></main></body></html>
+        """
+    }
+}

@@ -31,8 +31,9 @@ public struct OAuthClient: Sendable, Hashable {
     public static let cockpit = OAuthClient(
         id: "baton-cockpit", grants: ["authorization_code"], issuerRedirectPaths: ["/admin/callback"])
 
-    /// The first-party device app: password and refresh-token grants.
-    public static let device = OAuthClient(id: "baton-device", grants: ["password", "refresh_token"])
+    /// The first-party device app: password, device-authorization (RFC 8628) and refresh-token grants.
+    public static let device = OAuthClient(
+        id: "baton-device", grants: ["password", "refresh_token", "urn:ietf:params:oauth:grant-type:device_code"])
 
     /// Browser and native clients: authorization code with PKCE, refresh tokens, loopback redirects.
     public static let web = OAuthClient(

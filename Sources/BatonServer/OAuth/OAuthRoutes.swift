@@ -9,6 +9,7 @@ struct OAuthRoutes {
     let tokens: TokenService
     let configuration: OAuthConfiguration
     let metrics: ServerMetrics
+    let settings: SettingsStore
 
     func add(to router: Router<BatonRequestContext>) {
         router.get("/.well-known/oauth-authorization-server") { _, _ in
@@ -25,6 +26,7 @@ struct OAuthRoutes {
             let grant = form["grant_type"] ?? ""
             let response: TokenService.TokenResponse
             do {
+                try await requireSignInMethod(grant: grant, client: form["client_id"])
                 response = try await tokens.grant(form.values, caller: .init(address: context.clientAddress))
             } catch let error as OAuthError {
                 count(grant: grant, result: error.error)
@@ -36,6 +38,7 @@ struct OAuthRoutes {
                 status: .ok, headers: [.contentType: "application/json", .cacheControl: "no-store"],
                 body: .init(byteBuffer: ByteBuffer(bytes: data)))
         }
+        addDeviceAuthorization(to: router)
         router.post("/oauth/revoke") { request, context in
             let form = try await FormBody.read(request, context: context)
             guard let token = form["token"], !token.isEmpty else {
@@ -80,6 +83,89 @@ struct OAuthRoutes {
             return Response(
                 status: .found,
                 headers: [.location: location?.string ?? authorization.redirectURI, .cacheControl: "no-store"])
+        }
+    }
+
+    /// The server's `sign-in.methods` decide how the device app signs people in: a password typed into the app,
+    /// or a browser elsewhere (the device authorization grant).
+    func requireSignInMethod(grant: String, client: String?) async throws {
+        guard client == OAuthClient.device.id else { return }
+        let method: String
+        switch grant {
+        case "password": method = "password"
+        case DeviceAuthorizations.grantType: method = "device"
+        default: return
+        }
+        guard try await settings.current().signIn.methods.contains(method) else {
+            throw OAuthError(
+                "unauthorized_client",
+                method == "password"
+                    ? "This server does not take passwords typed into devices; sign in through a browser (device code)."
+                    : "This server does not allow sign-in through a browser for devices.")
+        }
+    }
+
+    /// RFC 8628: `POST /oauth/device_authorization` for the device, and the verification page where the person
+    /// enters the user code, signs in and approves (or denies).
+    func addDeviceAuthorization(to router: Router<BatonRequestContext>) {
+        router.post("/oauth/device_authorization") { request, context in
+            let form = try await FormBody.read(request, context: context)
+            guard let client = configuration.client(form["client_id"]),
+                client.grants.contains(DeviceAuthorizations.grantType)
+            else { throw OAuthError.invalidClient("Unknown client_id, or the client may not use device codes.") }
+            try await requireSignInMethod(grant: DeviceAuthorizations.grantType, client: client.id)
+            let scope = try tokens.requestedScope(form["scope"])
+            let started = try await tokens.deviceAuthorizations.start(client: client.id, scope: scope)
+            let page = "\(tokens.issuer.value)/oauth/device"
+            var response = json(
+                .object([
+                    ("device_code", .string(started.deviceCode)), ("user_code", .string(started.userCode)),
+                    ("verification_uri", .string(page)),
+                    ("verification_uri_complete", .string("\(page)?user_code=\(started.userCode)")),
+                    ("expires_in", .number(String(started.expiresIn))), ("interval", .number(String(started.interval))),
+                ]))
+            response.headers[.cacheControl] = "no-store"
+            return response
+        }
+        router.get("/oauth/device") { request, _ in
+            html(DevicePage.html(userCode: request.uri.queryParameters["user_code"].map(String.init) ?? ""))
+        }
+        router.post("/oauth/device") { request, context in
+            let form = try await FormBody.read(request, context: context)
+            let code = form["user_code"] ?? ""
+            if form["action"] == "deny" {
+                _ = try await tokens.deviceAuthorizations.decide(userCode: code, approvedBy: nil)
+                return html(DevicePage.done("The sign-in was denied. The device shows that it was refused."))
+            }
+            guard DeviceAuthorizations.normalized(code) != nil else {
+                var response = html(
+                    DevicePage.html(
+                        userCode: code, error: "That is not a code from a device: 8 letters, like BDFH-KLMN."))
+                response.status = .badRequest
+                return response
+            }
+            let user: User
+            do {
+                user = try await tokens.signIn(
+                    name: form["username"] ?? "", password: form["password"] ?? "", clientID: OAuthClient.device.id,
+                    caller: .init(address: context.clientAddress))
+            } catch let error as OAuthError where error.error == "invalid_grant" || error.error == "too_many_attempts" {
+                metrics.signIn(method: "device_page", result: error.error)
+                var response = html(DevicePage.html(userCode: code, error: error.description))
+                response.status = error.status == .tooManyRequests ? .tooManyRequests : .unauthorized
+                return response
+            }
+            metrics.signIn(method: "device_page", result: "success")
+            guard try await tokens.deviceAuthorizations.decide(userCode: code, approvedBy: user.name) else {
+                var response = html(
+                    DevicePage.html(
+                        userCode: code,
+                        error: "This code is unknown, expired or used; start the sign-in on the device again."))
+                response.status = .badRequest
+                return response
+            }
+            return html(
+                DevicePage.done("Signed in as \(user.displayName). Go back to the device: it continues by itself."))
         }
     }
 
@@ -134,6 +220,7 @@ struct OAuthRoutes {
         return .object([
             ("issuer", .string(issuer)),
             ("authorization_endpoint", .string("\(issuer)/oauth/authorize")),
+            ("device_authorization_endpoint", .string("\(issuer)/oauth/device_authorization")),
             ("token_endpoint", .string("\(issuer)/oauth/token")),
             ("revocation_endpoint", .string("\(issuer)/oauth/revoke")),
             ("jwks_uri", .string("\(issuer)/oauth/jwks")),
@@ -141,7 +228,9 @@ struct OAuthRoutes {
             ("response_types_supported", .array([.string("code")])),
             (
                 "grant_types_supported",
-                .array(["password", "refresh_token", "authorization_code"].map(JSONValue.string))
+                .array(
+                    ["password", "refresh_token", "authorization_code", DeviceAuthorizations.grantType].map(
+                        JSONValue.string))
             ),
             ("token_endpoint_auth_methods_supported", .array([.string("none")])),
             ("revocation_endpoint_auth_methods_supported", .array([.string("none")])),

@@ -53,7 +53,8 @@ struct TokenService: Sendable {
         guard let client = configuration.client(form["client_id"]) else {
             throw OAuthError.invalidClient("Unknown client_id; use the client id your app was registered with.")
         }
-        guard ["password", "refresh_token", "authorization_code"].contains(grantType) else {
+        guard ["password", "refresh_token", "authorization_code", DeviceAuthorizations.grantType].contains(grantType)
+        else {
             throw OAuthError("unsupported_grant_type", "Grant type '\(grantType.prefix(40))' is not supported.")
         }
         guard client.grants.contains(grantType), client.id != OAuthClient.cockpit.id else {
@@ -64,9 +65,28 @@ struct TokenService: Sendable {
         switch grantType {
         case "password": return try await passwordGrant(form, client: client, caller: caller)
         case "refresh_token": return try await refreshGrant(form, client: client, caller: caller)
+        case DeviceAuthorizations.grantType: return try await deviceCodeGrant(form, client: client, caller: caller)
         default: return try await codeGrant(form, client: client, caller: caller)
         }
     }
+
+    /// The device authorization grant (RFC 8628 §3.4): tokens once the person approved the user code.
+    func deviceCodeGrant(_ form: [String: String], client: OAuthClient, caller: Caller) async throws -> TokenResponse {
+        guard let code = form["device_code"], !code.isEmpty, code.count <= 128 else {
+            throw OAuthError.invalidRequest("The device_code parameter is missing.")
+        }
+        let approved = try await deviceAuthorizations.poll(deviceCode: code, client: client.id)
+        guard try await users.user(named: approved.user).map({ !$0.disabled }) == true else {
+            throw OAuthError.invalidGrant("The user who approved is disabled or no longer exists.")
+        }
+        try await audit.record(
+            AuditEntry(
+                at: clock.now(), actor: approved.user, action: "sign-in", subject: approved.user,
+                address: caller.address, detail: "client \(client.id), device authorization"))
+        return try await issue(user: approved.user, client: client, scope: approved.scope, family: UUID().uuidString)
+    }
+
+    var deviceAuthorizations: DeviceAuthorizations { DeviceAuthorizations(database: database, clock: clock) }
 
     func requestedScope(_ text: String?) throws(OAuthError) -> String {
         guard let text, !text.isEmpty else { return configuration.scopes.joined(separator: " ") }

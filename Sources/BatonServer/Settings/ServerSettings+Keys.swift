@@ -13,6 +13,7 @@ extension ServerSettings {
         ("passcode.lock-timeout-seconds", "an integer from 10 to 86400"),
         ("app-versions.inactive", "a comma-separated list of versions, or an empty string"),
         ("devices.settings-refresh-seconds", "an integer from 60 to 86400"),
+        ("sign-in.methods", "a comma-separated list of password and device (at least one)"),
     ]
 
     /// Sets one setting from its command-line form.
@@ -46,6 +47,12 @@ extension ServerSettings {
             guard versions.allSatisfy({ !$0.isEmpty && $0.count <= 32 }) else { throw invalid(key, value) }
             appVersions.inactive = versions
         case "devices.settings-refresh-seconds": devices.settingsRefreshSeconds = try int(60...86_400)
+        case "sign-in.methods":
+            let methods = value.split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) }
+            guard !methods.isEmpty, methods.allSatisfy(["password", "device"].contains) else {
+                throw invalid(key, value)
+            }
+            signIn.methods = Array(Set(methods)).sorted().reversed()
         default:
             throw ServerError.badRequest(
                 "Unknown setting '\(key)'. Known settings: \(Self.keys.map(\.key).joined(separator: ", ")).",
@@ -71,6 +78,7 @@ extension ServerSettings {
             "passcode.lock-timeout-seconds = \(passcode.lockTimeoutSeconds)",
             "app-versions.inactive = \(appVersions.inactive.joined(separator: ","))",
             "devices.settings-refresh-seconds = \(devices.settingsRefreshSeconds)",
+            "sign-in.methods = \(signIn.methods.joined(separator: ","))",
         ]
     }
 }

@@ -35,6 +35,13 @@ public struct ServerSettings: Sendable, Hashable, Codable {
         public var inactive: [String] = []
     }
 
+    /// How people sign in on devices.
+    public struct SignIn: Sendable, Hashable, Codable {
+        /// The methods devices may use: `password` (typed into the app) and `device` (in a browser elsewhere,
+        /// RFC 8628). Default: both.
+        public var methods = ["password", "device"]
+    }
+
     /// How devices keep in touch.
     public struct Devices: Sendable, Hashable, Codable {
         /// Seconds between an open session's requests for the settings and its device's status (besides
@@ -50,6 +57,8 @@ public struct ServerSettings: Sendable, Hashable, Codable {
     public var appVersions = AppVersions()
     /// How devices keep in touch.
     public var devices = Devices()
+    /// How people sign in on devices.
+    public var signIn = SignIn()
 
     /// The defaults.
     public init() {}
@@ -61,6 +70,7 @@ public struct ServerSettings: Sendable, Hashable, Codable {
         passcode = try container.decodeIfPresent(Passcode.self, forKey: .passcode) ?? Passcode()
         appVersions = try container.decodeIfPresent(AppVersions.self, forKey: .appVersions) ?? AppVersions()
         devices = try container.decodeIfPresent(Devices.self, forKey: .devices) ?? Devices()
+        signIn = try container.decodeIfPresent(SignIn.self, forKey: .signIn) ?? SignIn()
     }
 
     /// The smallest passcode length multi-user mode falls back to when the policy asks for none.

@@ -127,6 +127,7 @@ public struct ServerDatabase: Sendable {
         ("cockpitDevicesAndAudit", cockpitDevicesAndAuditStatements(real: "double precision")),
         ("deviceTokenFamilies", deviceTokenFamiliesStatements),
         ("deviceWipes", deviceWipesStatements(real: "double precision")),
+        ("deviceAuthorizations", deviceAuthorizationsStatements(real: "double precision")),
     ]
 
     /// The admin cockpit's browser sessions, shared by every instance (``CockpitSessions``): a session is found by
@@ -148,6 +149,19 @@ public struct ServerDatabase: Sendable {
         "CREATE TABLE deviceTokenFamilies (family text NOT NULL, device text NOT NULL, PRIMARY KEY (family, device))",
         "CREATE INDEX deviceTokenFamiliesDevice ON deviceTokenFamilies (device)",
     ]
+
+    /// Sign-ins through a browser elsewhere (RFC 8628): the device code's hash, the user code the person types,
+    /// and where the person's decision stands.
+    static func deviceAuthorizationsStatements(real: String) -> [String] {
+        [
+            """
+            CREATE TABLE deviceAuthorizations (
+                deviceCodeHash text PRIMARY KEY, userCode text NOT NULL UNIQUE, clientID text NOT NULL,
+                scope text NOT NULL, createdAt \(real) NOT NULL, expiresAt \(real) NOT NULL,
+                pollInterval integer NOT NULL, lastPolledAt \(real), status text NOT NULL, "user" text)
+            """
+        ]
+    }
 
     /// When a device reported the wipe an admin ordered (or its revocation caused) done, and the time of the
     /// last device proof accepted from it (in milliseconds: each proof must be later, so none is replayed).
@@ -365,6 +379,9 @@ public struct ServerDatabase: Sendable {
         }
         migrator.registerMigration("deviceWipes") { db in
             for statement in deviceWipesStatements(real: "REAL") { try db.execute(sql: statement) }
+        }
+        migrator.registerMigration("deviceAuthorizations") { db in
+            for statement in deviceAuthorizationsStatements(real: "REAL") { try db.execute(sql: statement) }
         }
         return migrator
     }

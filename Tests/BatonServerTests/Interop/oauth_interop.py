@@ -5,6 +5,7 @@ Exits 0 and prints "interop ok" when every step passes; otherwise prints the fai
 """
 
 import sys
+import time
 import urllib.parse
 
 import requests
@@ -86,6 +87,30 @@ def main():
     check(query.get("state") == state, "state comes back unchanged")
     expect_oauth_error(lambda: web.fetch_token(metadata["token_endpoint"], authorization_response=location,
                                                code_verifier=verifier), "invalid_grant", "reused authorization code")
+    # Device authorization grant (RFC 8628): Authlib polls the token endpoint while the person approves the
+    # user code on the server's page (requests plays the browser).
+    device_grant = "urn:ietf:params:oauth:grant-type:device_code"
+    check(device_grant in metadata["grant_types_supported"], "metadata lists the device code grant")
+    started = requests.post(metadata["device_authorization_endpoint"],
+                            data={"client_id": "baton-device", "scope": "odata settings devices"}, timeout=10).json()
+    check(len(started["user_code"]) == 9 and started["interval"] == 5, "a short user code and a 5 s interval")
+    polling = OAuth2Session(client_id="baton-device", token_endpoint_auth_method="none")
+    expect_oauth_error(lambda: polling.fetch_token(token_url, grant_type=device_grant,
+                                                   device_code=started["device_code"]),
+                       "authorization_pending", "polling before the approval")
+    page = requests.get(started["verification_uri_complete"], timeout=10)
+    check(page.status_code == 200 and started["user_code"] in page.text, "the verification page shows the code")
+    approved = requests.post(started["verification_uri"], timeout=10, data={
+        "user_code": started["user_code"], "username": user, "password": password, "action": "approve"})
+    check(approved.status_code == 200 and "Signed in as" in approved.text, "the person approves on the page")
+    time.sleep(started["interval"] + 0.5)
+    device_token = polling.fetch_token(token_url, grant_type=device_grant, device_code=started["device_code"])
+    verify_access_token(device_token["access_token"], jwks, user)
+    check(polling.get(base + "/me", timeout=10).json()["name"] == user, "the device's token opens /me")
+    time.sleep(started["interval"] + 0.5)
+    expect_oauth_error(lambda: polling.fetch_token(token_url, grant_type=device_grant,
+                                                   device_code=started["device_code"]),
+                       "invalid_grant", "a device code is used once")
     print("interop ok")
 
 

@@ -1,0 +1,127 @@
+import BatonOData
+import Crypto
+import Foundation
+
+/// The OAuth 2.0 Device Authorization Grant (RFC 8628): a device that cannot show a browser asks for a code,
+/// shows the person a short user code and where to enter it, and polls the token endpoint while the person
+/// signs in on their phone or computer and approves.
+///
+/// Device codes are stored as SHA-256 hashes, user codes as eight letters from a 20-letter alphabet without
+/// vowels (no words, no look-alikes; RFC 8628 §6.1), shown as `XXXX-XXXX`. A code lives 10 minutes and is used
+/// once; polling faster than the interval gets `slow_down` and a longer interval.
+struct DeviceAuthorizations: Sendable {
+    static let grantType = "urn:ietf:params:oauth:grant-type:device_code"
+    static let lifetime: TimeInterval = 600
+    static let interval = 5
+    static let alphabet = Array("BCDFGHJKLMNPQRSTVWXZ")
+
+    let database: ServerDatabase
+    let clock: ServerClock
+
+    struct Started: Sendable {
+        var deviceCode: String
+        var userCode: String
+        var expiresIn: Int
+        var interval: Int
+    }
+
+    /// Starts an authorization for `client` with `scope`.
+    func start(client: String, scope: String) async throws -> Started {
+        let deviceCode = randomSecret()
+        let now = clock.now().timeIntervalSince1970
+        // A collision of user codes among live ones (1 in 25 billion per pair) is retried.
+        for _ in 0..<5 {
+            let userCode = String((0..<8).map { _ in Self.alphabet[Int.random(in: 0..<Self.alphabet.count)] })
+            let inserted = try await database.storage.write { db -> Bool in
+                try db.execute("DELETE FROM deviceAuthorizations WHERE expiresAt < ?", now - 3600)
+                guard try db.fetchOne("SELECT 1 FROM deviceAuthorizations WHERE userCode = ?", userCode) == nil else {
+                    return false
+                }
+                try db.execute(
+                    """
+                    INSERT INTO deviceAuthorizations
+                        (deviceCodeHash, userCode, clientID, scope, createdAt, expiresAt, pollInterval, status)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')
+                    """, secretHash(deviceCode), userCode, client, scope, now, now + Self.lifetime, Self.interval)
+                return true
+            }
+            if inserted {
+                return Started(
+                    deviceCode: deviceCode, userCode: Self.display(userCode), expiresIn: Int(Self.lifetime),
+                    interval: Self.interval)
+            }
+        }
+        throw ServerError.databaseUnavailable("No free user code; try again.")
+    }
+
+    /// `ABCD-EFGH` for stored `ABCDEFGH`.
+    static func display(_ code: String) -> String { "\(code.prefix(4))-\(code.dropFirst(4))" }
+
+    /// The stored form of what a person typed: letters only, upper-cased; `nil` when it cannot be a user code.
+    static func normalized(_ typed: String) -> String? {
+        let letters = typed.uppercased().filter { $0 != "-" && $0 != " " }
+        guard letters.count == 8, letters.allSatisfy({ alphabet.contains($0) }) else { return nil }
+        return letters
+    }
+
+    /// Records the person's decision for a pending, unexpired user code.
+    ///
+    /// - Returns: `false` when there is no such pending code (unknown, expired, or decided already).
+    func decide(userCode typed: String, approvedBy user: String?) async throws -> Bool {
+        guard let code = Self.normalized(typed) else { return false }
+        let now = clock.now().timeIntervalSince1970
+        return try await database.storage.write { db in
+            try db.execute(
+                """
+                UPDATE deviceAuthorizations SET status = ?, "user" = ?
+                WHERE userCode = ? AND status = 'pending' AND expiresAt > ?
+                """, user == nil ? "denied" : "approved", user, code, now) > 0
+        }
+    }
+
+    /// One poll of the token endpoint: the user and scope once approved (the code is then used up), or the
+    /// RFC 8628 §3.5 error.
+    func poll(deviceCode: String, client: String) async throws -> (user: String, scope: String) {
+        let now = clock.now().timeIntervalSince1970
+        enum Outcome { case approved(String, String), error(OAuthError) }
+        let outcome = try await database.storage.write { db -> Outcome in
+            guard
+                let row = try db.fetchOne(
+                    """
+                    SELECT clientID, scope, expiresAt, pollInterval, lastPolledAt, status, "user"
+                    FROM deviceAuthorizations WHERE deviceCodeHash = ?
+                    """, secretHash(deviceCode)),
+                row["clientID"].text == client
+            else { return .error(.invalidGrant("The device code is unknown or was issued to another client.")) }
+            if (row["expiresAt"].real ?? 0) <= now {
+                return .error(OAuthError("expired_token", "The device code expired; start the sign-in again."))
+            }
+            let interval = row["pollInterval"].integer ?? Int64(Self.interval)
+            if let last = row["lastPolledAt"].real, now - last < Double(interval) {
+                try db.execute(
+                    "UPDATE deviceAuthorizations SET pollInterval = ?, lastPolledAt = ? WHERE deviceCodeHash = ?",
+                    interval + 5, now, secretHash(deviceCode))
+                return .error(OAuthError("slow_down", "Polling too fast: wait \(interval + 5) seconds between polls."))
+            }
+            try db.execute(
+                "UPDATE deviceAuthorizations SET lastPolledAt = ? WHERE deviceCodeHash = ?", now, secretHash(deviceCode)
+            )
+            switch row["status"].text {
+            case "pending":
+                return .error(OAuthError("authorization_pending", "The person has not approved the sign-in yet."))
+            case "denied":
+                return .error(OAuthError("access_denied", "The person denied the sign-in."))
+            case "approved":
+                try db.execute(
+                    "UPDATE deviceAuthorizations SET status = 'used' WHERE deviceCodeHash = ?", secretHash(deviceCode))
+                return .approved(row["user"].text ?? "", row["scope"].text ?? "")
+            default:
+                return .error(.invalidGrant("The device code was used already."))
+            }
+        }
+        switch outcome {
+        case .approved(let user, let scope): return (user, scope)
+        case .error(let error): throw error
+        }
+    }
+}
