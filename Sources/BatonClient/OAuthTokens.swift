@@ -83,6 +83,47 @@ public struct OAuthClient: Sendable {
         }
     }
 
+    /// Starts a sign-in through a browser elsewhere (RFC 8628): the code to show the person and where they enter it.
+    ///
+    /// - Throws: ``BatonClientError``: `InvalidResponse` for a server without device authorization; the server's
+    ///   refusal (`unauthorized_client` when its settings do not allow it).
+    public func startDeviceAuthorization(scope: String? = nil) async throws(BatonClientError) -> DeviceAuthorization {
+        guard let endpoint = metadata.deviceAuthorizationEndpoint.flatMap(URL.init(string:)) else {
+            throw BatonClientError(.invalidResponse, "This server has no sign-in through a browser.")
+        }
+        var form = [("client_id", clientID)]
+        if let scope { form.append(("scope", scope)) }
+        let response = try await transport.send(
+            ClientRequest(
+                method: "POST", url: endpoint,
+                headers: [("Content-Type", "application/x-www-form-urlencoded"), ("Accept", "application/json")],
+                body: Self.form(form)))
+        guard response.status == 200,
+            let started = try? JSONDecoder().decode(DeviceAuthorization.self, from: Data(response.body))
+        else { throw BatonClient.error(from: response, doing: "start the sign-in through a browser") }
+        return started
+    }
+
+    /// One poll of the token endpoint for `authorization`: the tokens once the person approved, `nil` while the
+    /// approval is pending. `slow_down` makes `interval` longer by 5 s, as RFC 8628 §3.5 asks.
+    ///
+    /// - Throws: ``BatonClientError`` with server code `access_denied` or `expired_token`, or the server's error.
+    public func pollDeviceToken(_ authorization: DeviceAuthorization, interval: inout Int)
+        async throws(BatonClientError) -> OAuthTokens?
+    {
+        do {
+            return try await token([
+                ("grant_type", DeviceAuthorization.grantType), ("client_id", clientID),
+                ("device_code", authorization.deviceCode),
+            ])
+        } catch  where error.serverCode == "authorization_pending" {
+            return nil
+        } catch  where error.serverCode == "slow_down" {
+            interval += 5
+            return nil
+        }
+    }
+
     func token(_ form: [(String, String)]) async throws(BatonClientError) -> OAuthTokens {
         guard let endpoint = URL(string: metadata.tokenEndpoint) else {
             throw BatonClientError(.invalidResponse, "The server's token endpoint is not a URL.")
@@ -129,5 +170,34 @@ public struct OAuthClient: Sendable {
             return "\(name)=\(encoded)"
         }.joined(separator: "&")
         return Array(text.utf8)
+    }
+}
+
+/// A sign-in through a browser elsewhere, as the server started it (RFC 8628 §3.2).
+public struct DeviceAuthorization: Sendable, Hashable, Decodable {
+    static let grantType = "urn:ietf:params:oauth:grant-type:device_code"
+    /// The secret the device polls with; never shown.
+    public var deviceCode: String
+    /// What the person types on the page (`BDFH-KLMN`).
+    public var userCode: String
+    public var verificationURI: String
+    /// The page with the code filled in (for a QR code or a link).
+    public var verificationURIComplete: String?
+    public var expiresIn: Int
+    public var interval: Int
+
+    enum CodingKeys: String, CodingKey {
+        case deviceCode = "device_code", userCode = "user_code", verificationURI = "verification_uri"
+        case verificationURIComplete = "verification_uri_complete", expiresIn = "expires_in", interval
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        deviceCode = try container.decode(String.self, forKey: .deviceCode)
+        userCode = try container.decode(String.self, forKey: .userCode)
+        verificationURI = try container.decode(String.self, forKey: .verificationURI)
+        verificationURIComplete = try container.decodeIfPresent(String.self, forKey: .verificationURIComplete)
+        expiresIn = try container.decode(Int.self, forKey: .expiresIn)
+        interval = try container.decodeIfPresent(Int.self, forKey: .interval) ?? 5
     }
 }

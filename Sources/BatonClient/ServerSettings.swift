@@ -97,6 +97,8 @@ public struct ServerConfiguration: Sendable, Hashable, Codable {
     /// With `{deviceID}` in place of the device id; where a device reports a wipe done (nil for an older server).
     public var deviceWipedEndpoint: String?
     public var odataServiceRoot: String
+    /// How people may sign in on devices (`password`, `device`); nil from an older server (password only).
+    public var signInMethods: [String]?
     public var clientID: String
     public var oauthAuthorizationServer: String
 
@@ -110,6 +112,7 @@ public struct ServerConfiguration: Sendable, Hashable, Codable {
         case deviceStatusEndpoint = "device_status_endpoint"
         case deviceWipedEndpoint = "device_wiped_endpoint"
         case odataServiceRoot = "odata_service_root"
+        case signInMethods = "sign_in_methods"
         case clientID = "client_id"
         case oauthAuthorizationServer = "oauth_authorization_server"
     }
@@ -120,12 +123,15 @@ public struct AuthorizationServerMetadata: Sendable, Hashable, Codable {
     public var issuer: String
     public var tokenEndpoint: String
     public var revocationEndpoint: String?
+    /// RFC 8628's endpoint, for sign-in through a browser elsewhere (nil for a server without it).
+    public var deviceAuthorizationEndpoint: String?
     public var grantTypesSupported: [String]?
 
     enum CodingKeys: String, CodingKey {
         case issuer
         case tokenEndpoint = "token_endpoint"
         case revocationEndpoint = "revocation_endpoint"
+        case deviceAuthorizationEndpoint = "device_authorization_endpoint"
         case grantTypesSupported = "grant_types_supported"
     }
 }

@@ -26,6 +26,8 @@ public struct FlowsConfiguration: Sendable {
     /// How often an open session asks the server for its settings and the device's status
     /// (``OnboardingSessionManager/contactServerIfDue()``), besides unlock, switch and sync.
     public var settingsRefreshInterval: TimeInterval = 15 * 60
+    /// Waits between polls of a sign-in through a browser (tests shorten it).
+    public var pollDelay: @Sendable (Duration) async throws -> Void = { try await Task.sleep(for: $0) }
     /// Decides retry or stop when a step fails (default: stop).
     public var errorHandler: (any OnboardingErrorHandling)?
 

@@ -11,6 +11,26 @@ public struct Credentials: Sendable, Hashable {
     }
 }
 
+/// How a person signs in on the device, among what the server allows (`sign-in.methods`).
+public enum SignInMethod: String, Sendable, Hashable, CaseIterable {
+    /// User name and password typed into the app.
+    case password
+    /// On another device's browser, with a code the app shows (RFC 8628).
+    case browser
+}
+
+/// What the person needs to sign in through a browser elsewhere, shown while the device waits.
+public struct DeviceCodePrompt: Sendable, Hashable {
+    /// The code to type on the page (`BDFH-KLMN`).
+    public var userCode: String
+    /// The page.
+    public var verificationURI: String
+    /// The page with the code filled in (what a QR code would carry), when the server gives it.
+    public var verificationURIComplete: String?
+    /// When the code stops working.
+    public var expiresAt: Date
+}
+
 /// The answer at the user picker.
 public enum UserChoice: Sendable, Hashable {
     /// This user (an onboarding id from the list shown).
@@ -31,6 +51,11 @@ public protocol OnboardingPresenter: Sendable {
     func passcode(user: String, problem: String?) async throws -> String
     /// Which user continues: one of `users`, or someone new.
     func pickUser(_ users: [UserManager.User]) async throws -> UserChoice
+    /// How to sign in when the server allows more than one way. The default: a typed password.
+    func signInMethod(server: String, available: [SignInMethod]) async throws -> SignInMethod
+    /// Shows where and with which code the person signs in on another device; the flow then waits for the
+    /// approval. The default shows it as a message.
+    func showDeviceCode(_ prompt: DeviceCodePrompt) async throws
     /// A message for the person at the device.
     func show(_ message: String) async
     /// Progress of a flow: the step running and how far the flow is (0...1).
@@ -44,6 +69,15 @@ public protocol OnboardingPresenter: Sendable {
 }
 
 extension OnboardingPresenter {
+    public func signInMethod(server: String, available: [SignInMethod]) async throws -> SignInMethod {
+        available.contains(.password) ? .password : available.first ?? .password
+    }
+
+    public func showDeviceCode(_ prompt: DeviceCodePrompt) async throws {
+        await show(
+            "Sign in on another device: open \(prompt.verificationURI) and enter the code \(prompt.userCode).")
+    }
+
     public func approver(for newUser: String, among users: [UserManager.User], problem: String?) async throws
         -> (onboardingID: UUID, passcode: String)
     {

@@ -130,6 +130,39 @@ public struct SignInStep: OnboardingStep {
         context.info[.serverUser] = user
     }
 
+    /// RFC 8628: shows the person the code and the page, and polls until they approved there (or denied, or the
+    /// code expired).
+    static func signInThroughBrowser(_ oauth: OAuthClient, _ context: OnboardingContext) async throws -> OAuthTokens {
+        let started: DeviceAuthorization
+        do {
+            started = try await oauth.startDeviceAuthorization()
+        } catch {
+            throw flowsError(error, doing: "start the sign-in through a browser")
+        }
+        try await context.presenter.showDeviceCode(
+            DeviceCodePrompt(
+                userCode: started.userCode, verificationURI: started.verificationURI,
+                verificationURIComplete: started.verificationURIComplete,
+                expiresAt: context.configuration.now().addingTimeInterval(TimeInterval(started.expiresIn))))
+        var interval = started.interval
+        while true {
+            do {
+                try await context.configuration.pollDelay(.seconds(interval))
+            } catch {
+                throw FlowsError(.cancelled, "The sign-in through a browser was cancelled.")
+            }
+            do {
+                if let tokens = try await oauth.pollDeviceToken(started, interval: &interval) { return tokens }
+            } catch  where error.serverCode == "access_denied" {
+                throw FlowsError(.cancelled, "The sign-in was denied on the page.")
+            } catch  where error.serverCode == "expired_token" {
+                throw FlowsError(.stepFailed, "The code expired before anyone signed in with it; start again.")
+            } catch {
+                throw flowsError(error, doing: "sign in through a browser")
+            }
+        }
+    }
+
     public func reset(_ context: inout OnboardingContext) async {
         // A failed onboarding or a removed user leaves no live session on the server (best effort offline).
         guard context.flowType != .restore, let tokens = context.info[.tokens],
@@ -148,18 +181,33 @@ public struct SignInStep: OnboardingStep {
         let oauth = OAuthClient(
             metadata: metadata, clientID: configuration.clientID, transport: context.client.transport,
             now: context.configuration.now)
-        var problem: String?
+        // What the server allows (an older server says nothing: passwords), and what this client can do.
+        let allowed = configuration.signInMethods ?? ["password"]
+        var available: [SignInMethod] = []
+        if allowed.contains("password") { available.append(.password) }
+        if allowed.contains("device"), metadata.deviceAuthorizationEndpoint != nil { available.append(.browser) }
+        guard let only = available.first else {
+            throw FlowsError(.stepFailed, "The server allows no way of signing in that this app knows.")
+        }
+        let server = context.client.serverURL.absoluteString
+        let method =
+            available.count == 1 ? only : try await context.presenter.signInMethod(server: server, available: available)
         var tokens: OAuthTokens
-        while true {
-            let credentials = try await context.presenter.credentials(
-                server: context.client.serverURL.absoluteString, username: expected, problem: problem)
-            do {
-                tokens = try await oauth.signIn(username: credentials.username, password: credentials.password)
-                break
-            } catch  where error.code == .invalidCredentials {
-                problem = error.message
-            } catch {
-                throw flowsError(error, doing: "sign in")
+        if method == .browser {
+            tokens = try await Self.signInThroughBrowser(oauth, context)
+        } else {
+            var problem: String?
+            while true {
+                let credentials = try await context.presenter.credentials(
+                    server: server, username: expected, problem: problem)
+                do {
+                    tokens = try await oauth.signIn(username: credentials.username, password: credentials.password)
+                    break
+                } catch  where error.code == .invalidCredentials {
+                    problem = error.message
+                } catch {
+                    throw flowsError(error, doing: "sign in")
+                }
             }
         }
         let user: ServerUser

@@ -1,3 +1,4 @@
+import BatonClient
 import BatonFlows
 import BatonSecureStore
 import Foundation
@@ -13,6 +14,13 @@ public actor ScriptedPresenter: OnboardingPresenter {
         case passcode(String)
         /// "Forgot passcode" at the passcode prompt.
         case forgotPasscode
+        /// The way to sign in, when the server offers several.
+        case signInMethod(SignInMethod)
+        /// At a device code: the person signs in on the page as this user and approves (over HTTP, as a browser
+        /// would post the form).
+        case approveInBrowser(String, String)
+        /// At a device code: the person denies on the page.
+        case denyInBrowser
         /// Picks the user with this display name.
         case pick(String)
         case addUser
@@ -76,6 +84,37 @@ public actor ScriptedPresenter: OnboardingPresenter {
             return .user(user.onboardingID)
         default: throw mismatch("pickUser", answer)
         }
+    }
+
+    public func signInMethod(server: String, available: [SignInMethod]) async throws -> SignInMethod {
+        let answer = try next("signInMethod(\(available.map(\.rawValue).joined(separator: ",")))", problem: nil)
+        guard case .signInMethod(let method) = answer else { throw mismatch("signInMethod", answer) }
+        return method
+    }
+
+    public func showDeviceCode(_ prompt: DeviceCodePrompt) async throws {
+        let answer = try next("deviceCode(\(prompt.userCode))", problem: nil)
+        var fields = [("user_code", prompt.userCode)]
+        switch answer {
+        case .approveInBrowser(let user, let password):
+            fields += [("username", user), ("password", password), ("action", "approve")]
+        case .denyInBrowser:
+            fields.append(("action", "deny"))
+        default:
+            throw mismatch("deviceCode", answer)
+        }
+        guard let url = URL(string: prompt.verificationURI) else {
+            throw FlowsError(.stepFailed, "The verification page is not a URL.")
+        }
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~")
+        let body = fields.map { "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed) ?? "")" }
+            .joined(separator: "&")
+        let response = try await AsyncHTTPClientTransport().send(
+            ClientRequest(
+                method: "POST", url: url, headers: [("Content-Type", "application/x-www-form-urlencoded")],
+                body: Array(body.utf8)))
+        transcript.append("page: HTTP \(response.status)")
     }
 
     public func show(_ message: String) async { transcript.append("message: \(message)") }

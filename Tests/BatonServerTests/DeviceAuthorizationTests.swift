@@ -18,6 +18,7 @@ import Testing
         let server = try await TestServer(backend: backend)
         defer { server.remove() }
         _ = try await server.addUser("alice")
+        _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
         try await server.test { client in
             let (_, metadata, _) = try await client.get("/.well-known/oauth-authorization-server", token: nil)
             #expect(
@@ -73,6 +74,7 @@ import Testing
         let server = try await TestServer(backend: .sqlite)
         defer { server.remove() }
         _ = try await server.addUser("alice")
+        _ = try await server.server.settings.set("sign-in.methods", to: "device,password")
         try await server.test { client in
             let denied = try await client.start()
             let (status, _) = try await client.form(

@@ -261,9 +261,14 @@ import Testing
     }
 
     /// Adds alice (and optionally seed data) to a fresh data directory, serves it, and runs an interop script.
-    static func interopAgainstFreshServer(_ script: String, seed: Bool) async throws {
+    static func interopAgainstFreshServer(_ script: String, seed: Bool, settings: [(String, String)] = [])
+        async throws
+    {
         let dataDir = temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: dataDir) }
+        for (key, value) in settings {
+            #expect(try await server(["settings", "set", key, value, "--data-dir", dataDir]).status == 0)
+        }
         if seed {
             #expect(try await server(["seed", "--aircraft", "5", "--checks", "40", "--data-dir", dataDir]).status == 0)
         }
@@ -294,7 +299,9 @@ import Testing
     }
 
     @Test func aThirdPartyOAuthClientInteroperates() async throws {
-        try await Self.interopAgainstFreshServer("oauth_interop", seed: false)
+        // Sign-in through a browser is the admin's choice; the script exercises it too.
+        try await Self.interopAgainstFreshServer(
+            "oauth_interop", seed: false, settings: [("sign-in.methods", "password,device")])
     }
 }
 

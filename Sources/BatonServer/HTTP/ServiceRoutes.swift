@@ -27,6 +27,8 @@ struct ServiceRoutes {
         }
         router.get("/.well-known/baton-configuration") { _, _ in
             let issuer = issuerBox.value
+            // Read before sign-in: how devices may sign people in.
+            let methods = try await settings.current().signIn.methods
             return json(
                 .object([
                     ("issuer", .string(issuer)),
@@ -43,6 +45,7 @@ struct ServiceRoutes {
                     ),
                     ("odata_service_root", .string("\(issuer)/odata/")),
                     ("admin_cockpit", .string("\(issuer)/admin/")),
+                    ("sign_in_methods", .array(methods.map { .string($0) })),
                     ("client_id", .string(OAuthClient.device.id)),
                 ]))
         }

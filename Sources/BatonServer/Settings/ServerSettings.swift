@@ -38,8 +38,9 @@ public struct ServerSettings: Sendable, Hashable, Codable {
     /// How people sign in on devices.
     public struct SignIn: Sendable, Hashable, Codable {
         /// The methods devices may use: `password` (typed into the app) and `device` (in a browser elsewhere,
-        /// RFC 8628). Default: both.
-        public var methods = ["password", "device"]
+        /// RFC 8628). Default: `password`; an admin turns the browser on with
+        /// `settings set sign-in.methods password,device` (or `device` alone).
+        public var methods = ["password"]
     }
 
     /// How devices keep in touch.

@@ -28,6 +28,26 @@ struct ConsolePresenter: OnboardingPresenter {
         return Credentials(username: name, password: password)
     }
 
+    func signInMethod(server: String, available: [SignInMethod]) async throws -> SignInMethod {
+        ui.heading("Sign in to \(server)")
+        while true {
+            guard let answer = await ui.ask("p  password here · b  browser on another device:")?.lowercased(),
+                !answer.isEmpty
+            else { throw cancelled("Sign-in") }
+            if answer == "p", available.contains(.password) { return .password }
+            if answer == "b", available.contains(.browser) { return .browser }
+            ui.failure("'\(answer)' is not a choice; type p or b.")
+        }
+    }
+
+    func showDeviceCode(_ prompt: DeviceCodePrompt) async throws {
+        ui.heading("Sign in on your phone or computer")
+        ui.say("Open  \(prompt.verificationURI)")
+        ui.heading("Code  \(prompt.userCode)")
+        if let complete = prompt.verificationURIComplete { ui.dim("(or open \(complete))") }
+        ui.say("Waiting for you to sign in there; the code works for 10 minutes.")
+    }
+
     func newPasscode(policy: PasscodePolicy, problem: String?) async throws -> (passcode: String, confirmation: String)
     {
         var rules = ["at least \(policy.minLength) characters"]
