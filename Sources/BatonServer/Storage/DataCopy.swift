@@ -25,7 +25,7 @@ public enum DataCopy {
     static let serverTables = [
         "users", "refreshTokens", "authorizationCodes", "revokedAccessTokens", "settings", "devices",
         "deviceRegistrations", "signingKeys", "audit", "discardedChanges", "signInFailures", "signInKnown",
-        "tokenSigningKeys", "cockpitSessions", "deviceTokenFamilies",
+        "tokenSigningKeys", "cockpitSessions", "deviceTokenFamilies", "deviceAuthorizations",
     ]
     /// The data store's own tables (the entity tables come from the model).
     static let dataTables = [DataStore.auditOutbox, "$removed", "$repeatability", "$sequence"]
