@@ -61,17 +61,13 @@ struct OAuthRoutes {
             let form = try await FormBody.read(request, context: context)
             let authorization = try authorizationRequest(form.values)
             let user: User
-            do {
-                user = try await tokens.signIn(
-                    name: form["username"] ?? "", password: form["password"] ?? "", clientID: authorization.client.id,
-                    caller: .init(address: context.clientAddress))
-            } catch let error as OAuthError where error.error == "invalid_grant" || error.error == "too_many_attempts" {
-                metrics.signIn(method: "sign_in_page", result: error.error)
-                var response = html(LoginPage.html(parameters: form.values, error: error.description))
-                response.status = error.status == .tooManyRequests ? .tooManyRequests : .unauthorized
-                return response
+            switch try await signIn(
+                form, clientID: authorization.client.id, method: "sign_in_page", context: context,
+                page: { LoginPage.html(parameters: form.values, error: $0) })
+            {
+            case .signedIn(let signedIn): user = signedIn
+            case .refused(let page): return page
             }
-            metrics.signIn(method: "sign_in_page", result: "success")
             let code = try await tokens.createAuthorizationCode(
                 user: user.name, client: authorization.client, redirectURI: authorization.redirectURI,
                 challenge: authorization.challenge, scope: authorization.scope)
@@ -145,17 +141,13 @@ struct OAuthRoutes {
                 return response
             }
             let user: User
-            do {
-                user = try await tokens.signIn(
-                    name: form["username"] ?? "", password: form["password"] ?? "", clientID: OAuthClient.device.id,
-                    caller: .init(address: context.clientAddress))
-            } catch let error as OAuthError where error.error == "invalid_grant" || error.error == "too_many_attempts" {
-                metrics.signIn(method: "device_page", result: error.error)
-                var response = html(DevicePage.html(userCode: code, error: error.description))
-                response.status = error.status == .tooManyRequests ? .tooManyRequests : .unauthorized
-                return response
+            switch try await signIn(
+                form, clientID: OAuthClient.device.id, method: "device_page", context: context,
+                page: { DevicePage.html(userCode: code, error: $0) })
+            {
+            case .signedIn(let signedIn): user = signedIn
+            case .refused(let page): return page
             }
-            metrics.signIn(method: "device_page", result: "success")
             guard try await tokens.deviceAuthorizations.decide(userCode: code, approvedBy: user.name) else {
                 var response = html(
                     DevicePage.html(
@@ -166,6 +158,31 @@ struct OAuthRoutes {
             }
             return html(
                 DevicePage.done("Signed in as \(user.displayName). Go back to the device: it continues by itself."))
+        }
+    }
+
+    enum PageSignIn {
+        case signedIn(User)
+        /// The page again, with the reason (a wrong password, or too many attempts).
+        case refused(Response)
+    }
+
+    /// Signs the person in from a page's form, under the sign-in throttle, and counts the outcome.
+    func signIn(
+        _ form: FormBody, clientID: String, method: String, context: BatonRequestContext,
+        page: (String) -> String
+    ) async throws -> PageSignIn {
+        do {
+            let user = try await tokens.signIn(
+                name: form["username"] ?? "", password: form["password"] ?? "", clientID: clientID,
+                caller: .init(address: context.clientAddress))
+            metrics.signIn(method: method, result: "success")
+            return .signedIn(user)
+        } catch let error as OAuthError where error.error == "invalid_grant" || error.error == "too_many_attempts" {
+            metrics.signIn(method: method, result: error.error)
+            var response = html(page(error.description))
+            response.status = error.status == .tooManyRequests ? .tooManyRequests : .unauthorized
+            return .refused(response)
         }
     }
 
