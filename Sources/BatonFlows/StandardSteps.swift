@@ -144,12 +144,17 @@ public struct SignInStep: OnboardingStep {
                 userCode: started.userCode, verificationURI: started.verificationURI,
                 verificationURIComplete: started.verificationURIComplete,
                 expiresAt: context.configuration.now().addingTimeInterval(TimeInterval(started.expiresIn))))
-        var interval = started.interval
+        // At least a second between polls whatever the server says, and no polling past the code's life.
+        var interval = max(started.interval, 1)
+        let deadline = context.configuration.now().addingTimeInterval(TimeInterval(started.expiresIn))
         while true {
             do {
                 try await context.configuration.pollDelay(.seconds(interval))
             } catch {
                 throw FlowsError(.cancelled, "The sign-in through a browser was cancelled.")
+            }
+            guard context.configuration.now() < deadline else {
+                throw FlowsError(.stepFailed, "The code expired before anyone signed in with it; start again.")
             }
             do {
                 if let tokens = try await oauth.pollDeviceToken(started, interval: &interval) { return tokens }
@@ -157,6 +162,8 @@ public struct SignInStep: OnboardingStep {
                 throw FlowsError(.cancelled, "The sign-in was denied on the page.")
             } catch  where error.serverCode == "expired_token" {
                 throw FlowsError(.stepFailed, "The code expired before anyone signed in with it; start again.")
+            } catch  where error.serverCode == "invalid_grant" {
+                throw FlowsError(.stepFailed, "The server no longer knows this sign-in's code; start again.")
             } catch {
                 throw flowsError(error, doing: "sign in through a browser")
             }

@@ -98,6 +98,24 @@ import Testing
             #expect(foreign["error"] as? String == "unauthorized_client")
             let (webStart, webBody) = try await client.form("/oauth/device_authorization", [("client_id", "baton-web")])
             #expect(webStart == .unauthorized && webBody["error"] as? String == "invalid_client")
+
+            // Guessing codes, with a good password or none (deny), is slowed down like guessing passwords.
+            var statuses: [HTTPResponse.Status] = []
+            for guess in 0..<12 {
+                let code = "BBBB-" + String(repeating: "CDFG".map(String.init)[guess % 4], count: 4)
+                let answer =
+                    guess.isMultiple(of: 2)
+                    ? try await client.approve(code, password: "correct-horse-battery").status
+                    : try await client.form("/oauth/device", [("user_code", code), ("action", "deny")]).0
+                statuses.append(answer)
+            }
+            #expect(statuses.first == .badRequest)
+            #expect(statuses.contains(.tooManyRequests), "\(statuses)")
+            // A real code from that address waits too.
+            let waiting = try await client.start()
+            let blocked = try await client.approve(
+                waiting["user_code"] as? String ?? "", password: "correct-horse-battery")
+            #expect(blocked.status == .tooManyRequests && blocked.text.contains("Try again in"))
         }
     }
 

@@ -98,10 +98,11 @@ struct DeviceAuthorizations: Sendable {
             }
             let interval = row["pollInterval"].integer ?? Int64(Self.interval)
             if let last = row["lastPolledAt"].real, now - last < Double(interval) {
+                let slower = min(interval + 5, 60)
                 try db.execute(
                     "UPDATE deviceAuthorizations SET pollInterval = ?, lastPolledAt = ? WHERE deviceCodeHash = ?",
-                    interval + 5, now, secretHash(deviceCode))
-                return .error(OAuthError("slow_down", "Polling too fast: wait \(interval + 5) seconds between polls."))
+                    slower, now, secretHash(deviceCode))
+                return .error(OAuthError("slow_down", "Polling too fast: wait \(slower) seconds between polls."))
             }
             try db.execute(
                 "UPDATE deviceAuthorizations SET lastPolledAt = ? WHERE deviceCodeHash = ?", now, secretHash(deviceCode)
@@ -112,8 +113,12 @@ struct DeviceAuthorizations: Sendable {
             case "denied":
                 return .error(OAuthError("access_denied", "The person denied the sign-in."))
             case "approved":
-                try db.execute(
-                    "UPDATE deviceAuthorizations SET status = 'used' WHERE deviceCodeHash = ?", secretHash(deviceCode))
+                // Used once: only the poll that moves it from approved to used gets tokens.
+                guard
+                    try db.execute(
+                        "UPDATE deviceAuthorizations SET status = 'used' WHERE deviceCodeHash = ? AND status = 'approved'",
+                        secretHash(deviceCode)) == 1
+                else { return .error(.invalidGrant("The device code was used already.")) }
                 return .approved(row["user"].text ?? "", row["scope"].text ?? "")
             default:
                 return .error(.invalidGrant("The device code was used already."))

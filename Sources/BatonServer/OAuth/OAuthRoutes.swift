@@ -129,9 +129,24 @@ struct OAuthRoutes {
         router.post("/oauth/device") { request, context in
             let form = try await FormBody.read(request, context: context)
             let code = form["user_code"] ?? ""
-            if form["action"] == "deny" {
-                _ = try await tokens.deviceAuthorizations.decide(userCode: code, approvedBy: nil)
-                return html(DevicePage.done("The sign-in was denied. The device shows that it was refused."))
+            let address = context.clientAddress
+            // Codes are guessed from an address, not an account: every unknown or expired code counts against the
+            // address as a failed sign-in does, so guessing is as slow as guessing passwords (RFC 8628 §5.1).
+            if let wait = try await tokens.throttle.retryAfter(user: Self.codeGuesses, address: address) {
+                var response = html(
+                    DevicePage.html(userCode: code, error: "Too many codes tried. Try again in \(wait) seconds."))
+                response.status = .tooManyRequests
+                response.headers[.retryAfter] = String(wait)
+                return response
+            }
+            func unknownCode() async throws -> Response {
+                try await tokens.throttle.recordFailure(user: Self.codeGuesses, address: address)
+                var response = html(
+                    DevicePage.html(
+                        userCode: code,
+                        error: "This code is unknown, expired or used; start the sign-in on the device again."))
+                response.status = .badRequest
+                return response
             }
             guard DeviceAuthorizations.normalized(code) != nil else {
                 var response = html(
@@ -139,6 +154,16 @@ struct OAuthRoutes {
                         userCode: code, error: "That is not a code from a device: 8 letters, like BDFH-KLMN."))
                 response.status = .badRequest
                 return response
+            }
+            if form["action"] == "deny" {
+                guard try await tokens.deviceAuthorizations.decide(userCode: code, approvedBy: nil) else {
+                    return try await unknownCode()
+                }
+                try await tokens.audit.record(
+                    AuditEntry(
+                        at: tokens.clock.now(), actor: nil, action: "device-sign-in-denied", subject: nil,
+                        address: address, detail: "code \(code.prefix(16))"))
+                return html(DevicePage.done("The sign-in was denied. The device shows that it was refused."))
             }
             let user: User
             switch try await signIn(
@@ -149,17 +174,19 @@ struct OAuthRoutes {
             case .refused(let page): return page
             }
             guard try await tokens.deviceAuthorizations.decide(userCode: code, approvedBy: user.name) else {
-                var response = html(
-                    DevicePage.html(
-                        userCode: code,
-                        error: "This code is unknown, expired or used; start the sign-in on the device again."))
-                response.status = .badRequest
-                return response
+                return try await unknownCode()
             }
+            try await tokens.audit.record(
+                AuditEntry(
+                    at: tokens.clock.now(), actor: user.name, action: "device-sign-in-allowed", subject: user.name,
+                    address: address, detail: "code \(code.prefix(16))"))
             return html(
                 DevicePage.done("Signed in as \(user.displayName). Go back to the device: it continues by itself."))
         }
     }
+
+    /// The throttle's key for user codes tried from one address.
+    static let codeGuesses = "(device codes)"
 
     enum PageSignIn {
         case signedIn(User)

@@ -159,7 +159,9 @@ public struct ServerDatabase: Sendable {
                 deviceCodeHash text PRIMARY KEY, userCode text NOT NULL UNIQUE, clientID text NOT NULL,
                 scope text NOT NULL, createdAt \(real) NOT NULL, expiresAt \(real) NOT NULL,
                 pollInterval integer NOT NULL, lastPolledAt \(real), status text NOT NULL, "user" text)
-            """
+            """,
+            // Every start removes the long-expired ones.
+            "CREATE INDEX deviceAuthorizationsExpiry ON deviceAuthorizations (expiresAt)",
         ]
     }
 
