@@ -28,30 +28,19 @@ import Testing
         }
     }
 
-    @Test func aSecondUserJoinsFromAScriptOnlyWithAnApprover() async throws {
-        let work = FileManager.default.temporaryDirectory.appendingPathComponent("baton-join-\(UUID())")
-        try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: work) }
-        let serverData = work.appendingPathComponent("server").path
-        let serverBinary = BatonExecutableTests.executable.deletingLastPathComponent().appendingPathComponent(
-            "baton-server")
-        for (name, password) in [("alice", "blue-harbour-1234"), ("bob", "green-meadow-5678")] {
-            let added = try await BatonExecutableTests.run(
-                ["user", "add", name, "--data-dir", serverData, "--password-stdin", "--bcrypt-cost", "4"],
-                executable: serverBinary, input: password + "\n")
-            #expect(added.status == 0, "\(added.error)")
-        }
+    static var serverBinary: URL {
+        BatonExecutableTests.executable.deletingLastPathComponent().appendingPathComponent("baton-server")
+    }
+
+    /// Starts the built `baton-server` on a free port over `data`; returns the process and its URL.
+    static func serve(_ data: String) async throws -> (Process, String) {
         let server = Process()
         server.executableURL = serverBinary
-        server.arguments = ["serve", "--port", "0", "--data-dir", serverData, "--log-level", "error"]
+        server.arguments = ["serve", "--port", "0", "--data-dir", data, "--log-level", "error"]
         let output = Pipe()
         server.standardOutput = output
         server.standardError = FileHandle.nullDevice
         try server.runAlone()
-        defer {
-            server.terminate()
-            server.waitUntilExit()
-        }
         let reader = output.fileHandleForReading
         let line = try await offThePool {
             var line = Data()
@@ -64,6 +53,112 @@ import Testing
         }
         let url = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
             .replacingOccurrences(of: "listening on ", with: "")
+        return (server, url)
+    }
+
+    @Test func checksAreCorrectedFinalizedAndDeletedFromScripts() async throws {
+        let work = FileManager.default.temporaryDirectory.appendingPathComponent("baton-edit-\(UUID())")
+        try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: work) }
+        let serverData = work.appendingPathComponent("server").path
+        for (name, role, password) in [
+            ("alice", "ground-staff", "blue-harbour-1234"), ("sam", "supervisor", "grey-pebble-4321"),
+        ] {
+            let added = try await BatonExecutableTests.run(
+                [
+                    "user", "add", name, "--role", role, "--data-dir", serverData, "--password-stdin", "--bcrypt-cost",
+                    "4",
+                ], executable: Self.serverBinary, input: password + "\n")
+            #expect(added.status == 0, "\(added.error)")
+        }
+        let seeded = try await BatonExecutableTests.run(
+            ["seed", "--aircraft", "2", "--checks", "4", "--data-dir", serverData], executable: Self.serverBinary)
+        #expect(seeded.status == 0, "\(seeded.error)")
+        let (server, url) = try await Self.serve(serverData)
+        defer {
+            server.terminate()
+            server.waitUntilExit()
+        }
+        let device = work.appendingPathComponent("device").path
+        func baton(_ arguments: [String], as user: String, passcode: String) async throws -> BatonExecutableTests.Result
+        {
+            try await BatonExecutableTests.run(
+                arguments + ["--data-dir", device, "--user", user, "--passcode-stdin"], input: passcode + "\n")
+        }
+        let alice = try await BatonExecutableTests.run(
+            ["users", "add", "--data-dir", device, "--server", url, "--password-stdin", "--user", "alice"],
+            input: "blue-harbour-1234\nalice-2468x\n")
+        #expect(alice.status == 0, "\(alice.error)")
+        let aircraft = try await baton(["aircraft", "--json"], as: "alice", passcode: "alice-2468x")
+        let tails = try #require(try JSONSerialization.jsonObject(with: Data(aircraft.output.utf8)) as? [[String: Any]])
+        let tail = try #require(tails.first?["tailNumber"] as? String)
+        let check = [
+            "checks", "add", "--tail", tail, "--fuel-kg", "5200", "--main-psi", "200", "--nose-psi", "60",
+            "--oil-quarts", "15", "--status", "draft", "--json",
+        ]
+        let draft = try await baton(check, as: "alice", passcode: "alice-2468x")
+        let draftID = try #require(
+            (try JSONSerialization.jsonObject(with: Data(draft.output.utf8)) as? [String: Any])?["id"] as? String)
+        let second = try await baton(check, as: "alice", passcode: "alice-2468x")
+        let secondID = try #require(
+            (try JSONSerialization.jsonObject(with: Data(second.output.utf8)) as? [String: Any])?["id"] as? String)
+
+        // Bad input is refused before the passcode; an unknown check is not found.
+        let bad = try await baton(["checks", "edit", draftID, "--fuel-kg", "lots"], as: "alice", passcode: "x")
+        #expect(bad.status == 6 && bad.error.contains("Fuel"), "\(bad.error)")
+        let nothing = try await baton(["checks", "edit", draftID], as: "alice", passcode: "alice-2468x")
+        #expect(nothing.status == 6 && nothing.error.contains("Nothing to change"), "\(nothing.error)")
+        let unknown = try await baton(
+            ["checks", "finalize", "PreflightChecks(999999)"], as: "alice", passcode: "alice-2468x")
+        #expect(unknown.status == 7, "\(unknown.error)")
+
+        let edited = try await baton(
+            ["checks", "edit", draftID, "--fuel-kg", "5300", "--remarks", "Topped up"], as: "alice",
+            passcode: "alice-2468x")
+        #expect(edited.status == 0, "\(edited.error)")
+        #expect(try await baton(["checks", "finalize", draftID], as: "alice", passcode: "alice-2468x").status == 0)
+        let again = try await baton(["checks", "finalize", draftID], as: "alice", passcode: "alice-2468x")
+        #expect(again.status == 6 && again.error.contains("final already"), "\(again.error)")
+        #expect(try await baton(["checks", "delete", secondID], as: "alice", passcode: "alice-2468x").status == 0)
+        // Ground staff set no aircraft status, and edit nobody else's check.
+        let status = try await baton(
+            ["aircraft", "set-status", tail, "maintenance"], as: "alice", passcode: "alice-2468x")
+        #expect(status.status == 9 && status.error.contains("supervisor"), "\(status.error)")
+        let others = tails.compactMap { ($0["latestCheck"] as? [String: Any])?["id"] as? String }
+        if let seededID = others.first {
+            let foreign = try await baton(
+                ["checks", "edit", seededID, "--oil-quarts", "12"], as: "alice", passcode: "alice-2468x")
+            #expect(foreign.status == 9, "\(foreign.error)")
+        }
+
+        let sync = try await baton(["sync", "--json"], as: "alice", passcode: "alice-2468x")
+        #expect(sync.status == 0, "\(sync.error) \(sync.output)")
+        let listed = try await baton(
+            ["checks", "list", "--tail", tail, "--json", "--top", "50"], as: "alice", passcode: "alice-2468x")
+        let checks = try #require(try JSONSerialization.jsonObject(with: Data(listed.output.utf8)) as? [[String: Any]])
+        let mine = try #require(checks.first { $0["id"] as? String == draftID })
+        #expect(mine["fuelKg"] as? String == "5300" && mine["status"] as? String == "final")
+        #expect(mine["remarks"] as? String == "Topped up" && mine["onDevice"] as? Bool == false)
+        #expect(!checks.contains { $0["id"] as? String == secondID })
+    }
+
+    @Test func aSecondUserJoinsFromAScriptOnlyWithAnApprover() async throws {
+        let work = FileManager.default.temporaryDirectory.appendingPathComponent("baton-join-\(UUID())")
+        try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: work) }
+        let serverData = work.appendingPathComponent("server").path
+        let serverBinary = Self.serverBinary
+        for (name, password) in [("alice", "blue-harbour-1234"), ("bob", "green-meadow-5678")] {
+            let added = try await BatonExecutableTests.run(
+                ["user", "add", name, "--data-dir", serverData, "--password-stdin", "--bcrypt-cost", "4"],
+                executable: serverBinary, input: password + "\n")
+            #expect(added.status == 0, "\(added.error)")
+        }
+        let (server, url) = try await Self.serve(serverData)
+        defer {
+            server.terminate()
+            server.waitUntilExit()
+        }
         let device = work.appendingPathComponent("device").path
         func add(_ arguments: [String], input: String) async throws -> BatonExecutableTests.Result {
             try await BatonExecutableTests.run(

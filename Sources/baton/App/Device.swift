@@ -173,6 +173,78 @@ struct Device: Sendable {
         return id
     }
 
+    // MARK: Changing checks and aircraft
+
+    /// The check `id` on this device, or a clear not-found error.
+    func check(_ id: String) async throws -> LocalEntity {
+        guard id.hasPrefix("PreflightChecks("), let check = try? await store.read(id).first else {
+            throw AppError(.notFound, "No check \(id.prefix(80)) on this device; `baton checks list` shows their ids.")
+        }
+        return check
+    }
+
+    /// Whether the signed-in user may change `check`: their own, or anyone's as a supervisor or admin (the
+    /// server's roles decide in the end; this says why before anything is queued).
+    func requireMayChange(_ check: LocalEntity) async throws {
+        let session = try await session()
+        let author = check.values["CheckedBy"]?.display
+        guard author == session.user.serverUserID || ["supervisor", "admin"].contains(session.user.role ?? "") else {
+            throw AppError(
+                .notPermitted,
+                "This check is \(author ?? "someone else")'s; only its author or a supervisor may change it.")
+        }
+    }
+
+    /// Changes measured values or remarks of a check on the device (a signed PATCH with its ETag in the queue).
+    func edit(_ id: String, values: [String: PrimitiveValue]) async throws {
+        guard !values.isEmpty else { throw AppError(.invalidInput, "Nothing to change: give at least one value.") }
+        let check = try await check(id)
+        try await requireMayChange(check)
+        try await store.update(id, values: values)
+        await notePendingChanges()
+    }
+
+    /// Turns a draft into a final check.
+    func finalize(_ id: String) async throws {
+        let check = try await check(id)
+        guard check.values["Status"]?.display == "draft" else {
+            throw AppError(.invalidInput, "This check is final already; only drafts are finalized.")
+        }
+        try await requireMayChange(check)
+        try await store.update(id, values: ["Status": .string("final")])
+        await notePendingChanges()
+    }
+
+    /// Deletes one's own draft.
+    func deleteDraft(_ id: String) async throws {
+        let check = try await check(id)
+        guard check.values["Status"]?.display == "draft" else {
+            throw AppError(.notPermitted, "Only drafts are deleted; a final check stays on record.")
+        }
+        guard check.values["CheckedBy"]?.display == (try await userName()) else {
+            throw AppError(.notPermitted, "Only the author deletes their draft.")
+        }
+        try await store.delete(id)
+        await notePendingChanges()
+    }
+
+    static let aircraftStatuses = ["ready", "maintenance"]
+
+    /// Sets an aircraft's status, as a supervisor or admin.
+    func setStatus(tail: String, to status: String) async throws {
+        let status = status.lowercased()
+        guard Self.aircraftStatuses.contains(status) else {
+            throw AppError(
+                .invalidInput, "'\(status.prefix(40))' is not one of \(Self.aircraftStatuses.joined(separator: ", ")).")
+        }
+        let aircraft = try await aircraft(tail: tail)
+        guard ["supervisor", "admin"].contains(try await session().user.role ?? "") else {
+            throw AppError(.notPermitted, "Only a supervisor sets an aircraft's status.")
+        }
+        try await store.update(aircraft.id, values: ["Status": .string(status)])
+        await notePendingChanges()
+    }
+
     // MARK: Sync
 
     struct SyncSummary: Sendable {
