@@ -28,22 +28,56 @@ extension OfflineStore {
         }
     }
 
+    /// The archived change's entity as the server has it and as the device has it, property by property, in
+    /// the model's order: what a person compares before choosing how to resolve a conflict. `server` is nil
+    /// for every property when the server no longer has the entity (or did not say); `mine` is nil when the
+    /// device deleted it.
+    ///
+    /// - Throws: ``OfflineError`` `NotFound` for an entry no longer archived, `Server` for a server version
+    ///   that does not match the model.
+    public func conflict(_ archived: ArchiveEntry) throws(OfflineError) -> [ConflictField] {
+        let entry = try archivedEntry(archived.entry.requestID)
+        let (_, type, _) = try parseID(entry.entry.entityID)
+        let server = try serverValues(entry, type: type)
+        // The device's version is what the change sets over the device's copy (which, once the change is in the
+        // archive, a download may have replaced with the server's); a deletion has none.
+        var mine = entry.entry.method == "DELETE" ? nil : try read(entry.entry.entityID).first?.values
+        var changed: Set<String> = []
+        let body = (try? JSONValue(parsing: entry.entry.body))?.objectMembers ?? []
+        for (name, json) in body {
+            guard let property = type.properties.first(where: { $0.name == name }) else { continue }
+            changed.insert(name)
+            if entry.entry.method != "DELETE", let value = try? PrimitiveValue(json: json, for: property) {
+                mine = mine ?? [:]
+                mine?[name] = value
+            }
+        }
+        return type.properties.map { property in
+            ConflictField(
+                property: property.name, server: server.map { $0[property.name] ?? .null },
+                mine: mine.map { $0[property.name] ?? .null }, changedHere: changed.contains(property.name))
+        }
+    }
+
+    /// The archived server version decoded by the model; nil when there is none.
+    func serverValues(_ entry: ArchiveEntry, type: EntityType) throws(OfflineError) -> [String: PrimitiveValue]? {
+        guard let server = entry.serverVersion else { return nil }
+        var decoded: [String: PrimitiveValue] = [:]
+        for property in type.properties {
+            guard let json = server[property.name] else { continue }
+            do { decoded[property.name] = try PrimitiveValue(json: json, for: property) } catch {
+                throw OfflineError(.server, "The archived server version cannot be read: \(error.description)")
+            }
+        }
+        return decoded
+    }
+
     /// Resolves an archived change by taking the server's version: the change is dropped and the entity on
     /// the device becomes the server's (or goes, when the server has none).
     public func takeServerVersion(_ archived: ArchiveEntry) throws(OfflineError) {
         let entry = try archivedEntry(archived.entry.requestID)
         let (set, type, key) = try parseID(entry.entry.entityID)
-        var values: [String: PrimitiveValue]?
-        if let server = entry.serverVersion {
-            var decoded: [String: PrimitiveValue] = [:]
-            for property in type.properties {
-                guard let json = server[property.name] else { continue }
-                do { decoded[property.name] = try PrimitiveValue(json: json, for: property) } catch {
-                    throw OfflineError(.server, "The archived server version cannot be read: \(error.description)")
-                }
-            }
-            values = decoded
-        }
+        let values = try serverValues(entry, type: type)
         let etag = entry.serverVersion?["@odata.etag"]?.stringValue
         let translator = translator
         try write { db in

@@ -73,6 +73,27 @@ public struct ArchiveEntry: Sendable, Hashable {
     public var serverVersion: JSONValue?
 }
 
+/// One property of an entity in conflict: the server's value beside the device's.
+public struct ConflictField: Sendable, Hashable {
+    public var property: String
+    /// The server's value; nil when the server has no version of the entity.
+    public var server: PrimitiveValue?
+    /// The device's value; nil when the entity is deleted on the device.
+    public var mine: PrimitiveValue?
+    /// Whether the archived change sets this property.
+    public var changedHere: Bool
+
+    public init(property: String, server: PrimitiveValue?, mine: PrimitiveValue?, changedHere: Bool) {
+        self.property = property
+        self.server = server
+        self.mine = mine
+        self.changedHere = changedHere
+    }
+
+    /// Whether the two versions differ in this property.
+    public var differs: Bool { server != mine }
+}
+
 /// The device's offline OData store: one per device, shared by its users (SAP: SAPOfflineOData with
 /// currentUser). Local reads and writes go through the same OData model and the server's own SQL translation;
 /// each local change and its queue entry are written in one transaction; ``upload(using:allowOnBehalf:)``

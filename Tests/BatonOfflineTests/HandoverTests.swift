@@ -274,6 +274,19 @@ import Testing
             #expect(first.waiting.count == 3)
             var archive = try await device.store.archivedEntries()
 
+            // Side by side: the server's version and the device's, field by field.
+            let fields = try await device.store.conflict(try #require(archive.first { $0.entry.entityID == ids[0] }))
+            let type = try #require(try ServiceModel.aircraftChecks.entityType(named: "PreflightCheck"))
+            #expect(fields.map(\.property) == type.properties.map(\.name))
+            let remarksField = try #require(fields.first { $0.property == "Remarks" })
+            #expect(remarksField.server == .string("server") && remarksField.mine == .string("device"))
+            #expect(remarksField.changedHere && remarksField.differs)
+            // The oil change waits behind the archived one: the device shows it, the server does not have it.
+            let oil = try #require(fields.first { $0.property == "OilQuarts" })
+            #expect(oil.mine == .decimal(12) && oil.server != .decimal(12) && !oil.changedHere)
+            let tail = try #require(fields.first { $0.property == "TailNumber" })
+            #expect(!tail.differs && !tail.changedHere && tail.server != nil)
+
             // Resend: the device's change wins, and the change queued behind it follows.
             try await device.store.resend(try #require(archive.first { $0.entry.entityID == ids[0] }))
             #expect(try await device.store.archivedEntries().count == 2)

@@ -3,6 +3,8 @@ import BatonTesting
 import Foundation
 import Testing
 
+@testable import baton
+
 /// The interactive app driven as a person would: the built `baton` in an 80x24 pseudo-terminal (pexpect)
 /// against a real `baton-server` that the script stops and restarts to cut the network.
 @Suite(.serverSlot, .interactiveSlot) struct TerminalAppTests {
@@ -140,6 +142,152 @@ import Testing
         #expect(mine["fuelKg"] as? String == "5300" && mine["status"] as? String == "final")
         #expect(mine["remarks"] as? String == "Topped up" && mine["onDevice"] as? Bool == false)
         #expect(!checks.contains { $0["id"] as? String == secondID })
+    }
+
+    /// The server's copy changes while the device is offline: the device's update goes to the error archive,
+    /// `baton archive` shows both versions field by field, and each resolution lands on the server.
+    @Test func aConflictShowsBothVersionsAndEachResolutionLands() async throws {
+        let work = FileManager.default.temporaryDirectory.appendingPathComponent("baton-conflict-\(UUID())")
+        try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: work) }
+        let serverData = work.appendingPathComponent("server").path
+        for (name, role, password) in [
+            ("alice", "ground-staff", "blue-harbour-1234"), ("sam", "supervisor", "grey-pebble-4321"),
+        ] {
+            let added = try await BatonExecutableTests.run(
+                [
+                    "user", "add", name, "--role", role, "--data-dir", serverData, "--password-stdin", "--bcrypt-cost",
+                    "4",
+                ], executable: Self.serverBinary, input: password + "\n")
+            #expect(added.status == 0, "\(added.error)")
+        }
+        let seeded = try await BatonExecutableTests.run(
+            ["seed", "--aircraft", "1", "--checks", "0", "--data-dir", serverData], executable: Self.serverBinary)
+        #expect(seeded.status == 0, "\(seeded.error)")
+        let (server, url) = try await Self.serve(serverData)
+        defer {
+            server.terminate()
+            server.waitUntilExit()
+        }
+        // Sam, a supervisor, works on the tablet at the stand; alice at the office.
+        let tablet = work.appendingPathComponent("tablet").path
+        let office = work.appendingPathComponent("office").path
+        func baton(_ arguments: [String], on device: String, as user: String, passcode: String) async throws
+            -> BatonExecutableTests.Result
+        {
+            try await BatonExecutableTests.run(
+                arguments + ["--data-dir", device, "--user", user, "--passcode-stdin"], input: passcode + "\n")
+        }
+        func json(_ result: BatonExecutableTests.Result) throws -> [[String: Any]] {
+            try #require(try JSONSerialization.jsonObject(with: Data(result.output.utf8)) as? [[String: Any]])
+        }
+        for (device, user, secrets) in [
+            (office, "alice", "blue-harbour-1234\nalice-2468x\n"), (tablet, "sam", "grey-pebble-4321\nsam-13579x\n"),
+        ] {
+            let added = try await BatonExecutableTests.run(
+                ["users", "add", "--data-dir", device, "--server", url, "--password-stdin", "--user", user],
+                input: secrets)
+            #expect(added.status == 0, "\(added.error)")
+        }
+        let tail = try #require(
+            try json(try await baton(["aircraft", "--json"], on: office, as: "alice", passcode: "alice-2468x")).first?[
+                "tailNumber"] as? String)
+        // Alice records three checks and syncs them; sam's tablet downloads them.
+        var ids: [String] = []
+        for _ in 0..<3 {
+            let added = try await baton(
+                [
+                    "checks", "add", "--tail", tail, "--fuel-kg", "5200", "--main-psi", "200", "--nose-psi", "60",
+                    "--oil-quarts", "15", "--json",
+                ], on: office, as: "alice", passcode: "alice-2468x")
+            ids.append(
+                try #require(
+                    (try JSONSerialization.jsonObject(with: Data(added.output.utf8)) as? [String: Any])?["id"]
+                        as? String))
+        }
+        #expect(try await baton(["sync"], on: office, as: "alice", passcode: "alice-2468x").status == 0)
+        #expect(try await baton(["sync"], on: tablet, as: "sam", passcode: "sam-13579x").status == 0)
+
+        // Offline, sam corrects the fuel; meanwhile alice adds remarks at the office.
+        for id in ids {
+            let edited = try await baton(
+                ["checks", "edit", id, "--fuel-kg", "5300", "--offline"], on: tablet, as: "sam",
+                passcode: "sam-13579x")
+            #expect(edited.status == 0, "\(edited.error)")
+            let remarked = try await baton(
+                ["checks", "edit", id, "--remarks", "Seal replaced"], on: office, as: "alice", passcode: "alice-2468x")
+            #expect(remarked.status == 0, "\(remarked.error)")
+        }
+        #expect(try await baton(["sync"], on: office, as: "alice", passcode: "alice-2468x").status == 0)
+        let refused = try await baton(["sync"], on: tablet, as: "sam", passcode: "sam-13579x")
+        #expect(refused.status == 5, "\(refused.error) \(refused.output)")
+
+        // Both versions, field by field.
+        let shown = try await baton(["archive"], on: tablet, as: "sam", passcode: "sam-13579x")
+        #expect(shown.status == 0, "\(shown.error)")
+        let fuelRow = ConflictView.row("*", "FuelKg", "5200", "5300")
+        #expect(shown.output.contains("ON THE SERVER") && shown.output.contains(fuelRow), "\(shown.output)")
+        // The download after the refusal brought the server's version: only the fuel differs.
+        #expect(shown.output.contains("11 other fields the same on both"), "\(shown.output)")
+        let archive = try json(try await baton(["archive", "--json"], on: tablet, as: "sam", passcode: "sam-13579x"))
+        #expect(archive.count == 3)
+        #expect(Set(archive.compactMap { $0["entity"] as? String }) == Set(ids))
+        for entry in archive {
+            #expect(entry["status"] as? Int == 412)
+            let fields = try #require(entry["fields"] as? [[String: Any]])
+            let fuel = try #require(fields.first { $0["property"] as? String == "FuelKg" })
+            #expect(fuel["server"] as? String == "5200" && fuel["mine"] as? String == "5300")
+            #expect(fuel["changedHere"] as? Bool == true)
+            let remarks = try #require(fields.first { $0["property"] as? String == "Remarks" })
+            #expect(remarks["server"] as? String == "Seal replaced" && remarks["changedHere"] as? Bool == false)
+        }
+
+        // Bad resolutions are refused and change nothing.
+        for (arguments, status) in [
+            (["archive", "resolve", "1"], 64), (["archive", "resolve", "1", "--keep-mine", "--take-theirs"], 64),
+            (["archive", "resolve", "1", "--keep-mine", "--fuel-kg", "1"], 64),
+            (["archive", "resolve", "1", "--edit"], 6), (["archive", "resolve", "9", "--take-theirs"], 7),
+            (["archive", "resolve", "1", "--edit", "--fuel-kg", "lots"], 6),
+        ] as [([String], Int32)] {
+            let result = try await baton(arguments, on: tablet, as: "sam", passcode: "sam-13579x")
+            #expect(result.status == status, "\(arguments): \(result.error)")
+        }
+        #expect(
+            try json(try await baton(["archive", "--json"], on: tablet, as: "sam", passcode: "sam-13579x")).count == 3)
+
+        // Keep mine, take theirs (by request id), edit.
+        let byEntity = Dictionary(uniqueKeysWithValues: archive.map { ($0["entity"] as? String ?? "", $0) })
+        let resolutions: [[String]] = [
+            ["--keep-mine"], ["--take-theirs"],
+            ["--edit", "--fuel-kg", "5400", "--remarks", "Seal replaced, topped up"],
+        ]
+        for (id, resolution) in zip(ids, resolutions) {
+            let requestID = try #require(byEntity[id]?["requestID"] as? String)
+            let resolved = try await baton(
+                ["archive", "resolve", requestID] + resolution, on: tablet, as: "sam", passcode: "sam-13579x")
+            #expect(resolved.status == 0, "\(resolution): \(resolved.error)")
+        }
+        let empty = try await baton(["archive"], on: tablet, as: "sam", passcode: "sam-13579x")
+        #expect(empty.output.contains("The error archive is empty."), "\(empty.output)")
+        let synced = try await baton(["sync"], on: tablet, as: "sam", passcode: "sam-13579x")
+        #expect(synced.status == 0, "\(synced.error) \(synced.output)")
+
+        // What the server has, as alice's office device downloads it.
+        #expect(try await baton(["sync"], on: office, as: "alice", passcode: "alice-2468x").status == 0)
+        let listed = try json(
+            try await baton(
+                ["checks", "list", "--tail", tail, "--json"], on: office, as: "alice", passcode: "alice-2468x"))
+        let onServer = Dictionary(uniqueKeysWithValues: listed.map { ($0["id"] as? String ?? "", $0) })
+        let expected: [(fuel: String, remarks: String, by: String)] = [
+            ("5300", "Seal replaced", "sam"), ("5200", "Seal replaced", "alice"),
+            ("5400", "Seal replaced, topped up", "sam"),
+        ]
+        for (id, want) in zip(ids, expected) {
+            let check = try #require(onServer[id])
+            #expect(check["fuelKg"] as? String == want.fuel, "\(check)")
+            #expect(check["remarks"] as? String == want.remarks, "\(check)")
+            #expect(check["checkedBy"] as? String == want.by, "\(check)")
+        }
     }
 
     @Test func aSecondUserJoinsFromAScriptOnlyWithAnApprover() async throws {

@@ -353,6 +353,33 @@ extension AircraftCommand {
     }
 }
 
+/// New values for a check (`checks edit`, `archive resolve --edit`), validated by the form's rules.
+struct CheckChanges: ParsableArguments {
+    @Option(help: "Fuel in kg (0–400000).") var fuelKg: String?
+    @Option(help: "Main tyre pressure in psi (30–350).") var mainPsi: String?
+    @Option(help: "Nose tyre pressure in psi (30–350).") var nosePsi: String?
+    @Option(help: "Oil in quarts (0–50).") var oilQuarts: String?
+    @Option(help: "Remarks (up to 500 characters; empty clears them).") var remarks: String?
+
+    func values() throws -> [String: PrimitiveValue] {
+        var values: [String: PrimitiveValue] = [:]
+        for (measurement, text) in zip(Measurement.all, [fuelKg, mainPsi, nosePsi, oilQuarts]) {
+            guard let text else { continue }
+            switch measurement.parse(text) {
+            case .success(let value): values[measurement.property] = .decimal(value)
+            case .failure(let problem): throw AppError(.invalidInput, problem.message)
+            }
+        }
+        if let remarks {
+            switch CheckForm.parseRemarks(remarks) {
+            case .success(let text): values["Remarks"] = text.isEmpty ? .null : .string(text)
+            case .failure(let problem): throw AppError(.invalidInput, problem.message)
+            }
+        }
+        return values
+    }
+}
+
 struct ChecksCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "checks", abstract: "Pre-flight checks: record, list, edit, finalize or delete them.",
@@ -365,33 +392,11 @@ struct ChecksCommand: AsyncParsableCommand {
         @OptionGroup var device: DeviceOptions
         @OptionGroup var signIn: SignInOptions
         @Argument(help: "The check's id (from `checks list --json`).") var id: String
-        @Option(help: "Fuel in kg (0–400000).") var fuelKg: String?
-        @Option(help: "Main tyre pressure in psi (30–350).") var mainPsi: String?
-        @Option(help: "Nose tyre pressure in psi (30–350).") var nosePsi: String?
-        @Option(help: "Oil in quarts (0–50).") var oilQuarts: String?
-        @Option(help: "Remarks (up to 500 characters).") var remarks: String?
-
-        func values() throws -> [String: PrimitiveValue] {
-            var values: [String: PrimitiveValue] = [:]
-            for (measurement, text) in zip(Measurement.all, [fuelKg, mainPsi, nosePsi, oilQuarts]) {
-                guard let text else { continue }
-                switch measurement.parse(text) {
-                case .success(let value): values[measurement.property] = .decimal(value)
-                case .failure(let problem): throw AppError(.invalidInput, problem.message)
-                }
-            }
-            if let remarks {
-                switch CheckForm.parseRemarks(remarks) {
-                case .success(let text): values["Remarks"] = text.isEmpty ? .null : .string(text)
-                case .failure(let problem): throw AppError(.invalidInput, problem.message)
-                }
-            }
-            return values
-        }
+        @OptionGroup var changes: CheckChanges
 
         func run() async throws {
             let values: [String: PrimitiveValue]
-            do { values = try self.values() } catch let error as AppError {
+            do { values = try changes.values() } catch let error as AppError {
                 FileHandle.standardError.write(Data("baton: \(error.message)\n".utf8))
                 throw error.exitCode
             }

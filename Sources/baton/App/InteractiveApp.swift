@@ -313,26 +313,49 @@ struct InteractiveApp {
     }
 
     func aircraftDetail(tail: String) async throws {
-        let aircraft = try await device.aircraft(tail: tail)
-        let tail = aircraft.values["TailNumber"]?.display ?? tail
-        ui.newScreen()
-        let values = aircraft.values
-        ui.heading(
-            "\(tail) · \(values["Type"]?.display ?? "") · \(values["Station"]?.display ?? "") · \(values["Status"]?.display ?? "")"
-        )
-        ui.say("Flights:")
-        for flight in try await device.flights(tail: tail).prefix(4) {
-            let departure = flight.values["ScheduledDeparture"]?.display ?? ""
-            ui.say(
-                "  \(flight.values["FlightNumber"]?.display ?? "")  departs \(departure)  gate \(flight.values["Gate"]?.display ?? "—")"
+        while true {
+            let aircraft = try await device.aircraft(tail: tail)
+            let tail = aircraft.values["TailNumber"]?.display ?? tail
+            ui.newScreen()
+            let values = aircraft.values
+            ui.heading(
+                "\(tail) · \(values["Type"]?.display ?? "") · \(values["Station"]?.display ?? "") · \(values["Status"]?.display ?? "")"
             )
+            ui.say("Flights:")
+            for flight in try await device.flights(tail: tail).prefix(4) {
+                let departure = flight.values["ScheduledDeparture"]?.display ?? ""
+                ui.say(
+                    "  \(flight.values["FlightNumber"]?.display ?? "")  departs \(departure)  gate \(flight.values["Gate"]?.display ?? "—")"
+                )
+            }
+            ui.say("Checks (newest first):")
+            let checks = try await device.checks(tail: tail, top: 9).prefix(9)
+            for (index, check) in checks.enumerated() {
+                ui.say("\(index + 1)" + Self.describe(check), check.pending ? .warning : .plain)
+            }
+            let supervisor = ["supervisor", "admin"].contains(try await device.session().user.role ?? "")
+            ui.dim(
+                "r records a check · a number opens that check"
+                    + (supervisor ? " · s ready|maintenance sets the status" : "") + " · Enter back")
+            guard let answer = await ui.ask("\(tail):"), !answer.isEmpty else { return }
+            let words = answer.split(separator: " ").map(String.init)
+            do {
+                switch words[0].lowercased() {
+                case "r": try await recordCheck(tail: tail)
+                case "s" where words.count == 2:
+                    try await device.setStatus(tail: tail, to: words[1])
+                    ui.notice("✓ \(tail) is \(words[1].lowercased()) on this device; it is sent with the next sync.")
+                case let word where Int(word).map { checks.indices.contains($0 - 1) } == true:
+                    try await checkDetail(checks[(Int(word) ?? 1) - 1].id)
+                default:
+                    ui.failure("'\(Self.clip(answer, 30))' is not one of the choices.")
+                    _ = await ui.ask("Press Enter.")
+                }
+            } catch let error as AppError where error.status == .notPermitted || error.status == .invalidInput {
+                ui.failure(error.message)
+                _ = await ui.ask("Press Enter.")
+            }
         }
-        ui.say("Checks (newest first):")
-        for check in try await device.checks(tail: tail, top: 10).prefix(10) {
-            ui.say(Self.describe(check), check.pending ? .warning : .plain)
-        }
-        guard let answer = await ui.ask("r records a check for \(tail) · Enter back:") else { return }
-        if answer.lowercased() == "r" { try await recordCheck(tail: tail) }
     }
 
     /// "5200 kg · 200.5/60 psi · 15 qt · final · alice · 2026-11-21 14:05Z" (or "• on device").
@@ -458,32 +481,127 @@ struct InteractiveApp {
     }
 
     func resolve(_ archived: ArchiveEntry) async throws {
-        ui.say("r  send mine again over the server's version   s  take the server's version")
-        ui.say("e  edit the values and send again               Enter  back")
+        ui.newScreen()
+        ui.heading("\(Self.describe(archived.entry)) by \(archived.entry.author)")
+        ui.dim("\(archived.status) \(archived.code): \(Self.clip(archived.message, 68))")
+        if let fields = try? await device.store.conflict(archived) {
+            for (index, line) in ConflictView.lines(fields, status: archived.status).enumerated() {
+                ui.say(line, index == 0 ? .info : .plain)
+            }
+            ui.dim("  * this change sets the field")
+        }
+        ui.say("k  keep mine: send it again over the server's version")
+        ui.say("t  take theirs: the server's version replaces mine")
+        ui.say("e  edit the values and send them over the server's version      Enter  back")
         guard let action = await ui.ask("Resolve:")?.lowercased(), !action.isEmpty else { return }
         do {
             switch action {
-            case "r":
+            case "k":
                 try await device.store.resend(archived)
                 ui.notice("✓ Queued again; it goes with the next sync.")
-            case "s":
+            case "t":
                 try await device.store.takeServerVersion(archived)
                 ui.notice("✓ The server's version is on the device; the change is dropped.")
             case "e":
-                var values: [String: PrimitiveValue] = [:]
-                for measurement in Measurement.all {
-                    guard let value = await ui.ask(measurement.prompt, measurement.parse), let value else { return }
-                    values[measurement.property] = .decimal(value)
+                guard let values = await askChanges(of: try await device.check(archived.entry.entityID)) else {
+                    return
+                }
+                guard !values.isEmpty else {
+                    ui.notice("! Nothing changed; the entry stays in the archive.", .warning)
+                    return
                 }
                 try await device.store.edit(archived, values: values)
                 ui.notice("✓ Edited and queued again.")
             default:
-                ui.failure("'\(action)' is not r, s or e.")
+                ui.failure("'\(action)' is not k, t or e.")
             }
         } catch {
             ui.failure(AppError.from(error).message)
         }
         await device.notePendingChanges()
+    }
+
+    /// Asks for new values of a check's measurements and remarks, each showing the current one; Enter keeps
+    /// it. Returns only what changed; nil when the person goes back (end of input).
+    func askChanges(of check: LocalEntity) async -> [String: PrimitiveValue]? {
+        ui.dim("Enter keeps the value shown; '-' clears the remarks.")
+        var values: [String: PrimitiveValue] = [:]
+        for measurement in Measurement.all {
+            let current = check.values[measurement.property] ?? .null
+            guard
+                let answer = await ui.ask(
+                    "\(measurement.prompt) [\(current.display)]", optional: true, measurement.parse)
+            else { return nil }
+            if let answer, PrimitiveValue.decimal(answer) != current { values[measurement.property] = .decimal(answer) }
+        }
+        let remarks = check.values["Remarks"] ?? .null
+        guard
+            let answer = await ui.ask(
+                "Remarks [\(Self.clip(remarks.display, 30))]:", optional: true, CheckForm.parseRemarks)
+        else { return nil }
+        if answer == "-" {
+            if remarks != .null { values["Remarks"] = .null }
+        } else if let answer, PrimitiveValue.string(answer) != remarks {
+            values["Remarks"] = .string(answer)
+        }
+        return values
+    }
+
+    // MARK: Changing a check
+
+    /// One check with what the signed-in user may do to it: edit, finalize a draft, delete their own draft.
+    func checkDetail(_ id: String) async throws {
+        while true {
+            let check = try await device.check(id)
+            let v = check.values
+            ui.newScreen()
+            ui.heading(
+                "Check of \(v["TailNumber"]?.display ?? "?")\(v["FlightNumber"].map { $0 == .null ? "" : " / " + $0.display } ?? "") · \(v["Status"]?.display ?? "")"
+            )
+            for measurement in Measurement.all {
+                ui.say(
+                    "  \(measurement.label.padding(toLength: 20, withPad: " ", startingAt: 0))\(v[measurement.property]?.display ?? "—") \(measurement.unit)"
+                )
+            }
+            ui.say("  Remarks             \(Self.clip(v["Remarks"]?.display ?? "—", 56))")
+            ui.say("  Checked by          \(v["CheckedBy"]?.display ?? "—")")
+            ui.say("  Uploaded by         \(v["UploadedBy"]?.display ?? "—")")
+            ui.say(
+                "  Changed             \(check.pending ? "• on this device, not sent yet" : v["ChangedAt"]?.display ?? "—")"
+            )
+            let draft = v["Status"]?.display == "draft"
+            ui.dim("e edits\(draft ? " · f finalizes · d deletes the draft" : "") · Enter back")
+            guard let answer = await ui.ask("Check:")?.lowercased(), !answer.isEmpty else { return }
+            do {
+                switch answer {
+                case "e":
+                    try await device.requireMayChange(check)
+                    guard let values = await askChanges(of: check) else { return }
+                    guard !values.isEmpty else {
+                        ui.notice("! Nothing changed.", .warning)
+                        continue
+                    }
+                    try await device.edit(id, values: values)
+                    ui.notice("✓ Changed on this device; it is sent with the next sync.")
+                case "f" where draft:
+                    try await device.finalize(id)
+                    ui.notice("✓ Finalized on this device; it is sent with the next sync.")
+                case "d" where draft:
+                    guard await confirm("Delete this draft?") else {
+                        ui.notice("! Kept.", .warning)
+                        continue
+                    }
+                    try await device.deleteDraft(id)
+                    ui.notice("✓ Draft deleted on this device; the deletion is sent with the next sync.")
+                    return
+                default:
+                    ui.failure("'\(answer)' is not one of the choices.")
+                }
+            } catch let error as AppError where error.status == .notPermitted || error.status == .invalidInput {
+                ui.failure(error.message)
+                _ = await ui.ask("Press Enter.")
+            }
+        }
     }
 
     // MARK: Sync

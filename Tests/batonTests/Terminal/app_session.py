@@ -13,6 +13,7 @@ import json
 import os
 import re
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -256,6 +257,99 @@ assert len(checks) == 1, listed.stdout
 assert checks[0]["checkedBy"] == "alice" and checks[0]["uploadedBy"] == "bob", checks[0]
 assert checks[0]["onDevice"] is False and checks[0]["remarks"] == "Fuel sample clear", checks[0]
 transcript.write(json.dumps(checks[0], indent=2) + "\n")
+
+# 4b. The tutorial's step 12, literally: alice signs in, the server stops, she updates an existing check and
+# finalizes a draft, locks; bob signs in offline; the server returns; bob syncs; the server has alice's update
+# (CheckedBy alice, UploadedBy bob) and its audit log lists both changes as alice's, uploaded by bob.
+step("alice records a draft and syncs it")
+app = spawn()
+answer(app, "Choose:", "1")
+answer(app, "Passcode for Alice (hidden", "alice-2468")
+expect(app, "Signed in as Alice.")
+answer(app, "Choose:", "2")
+answer(app, "Aircraft tail number:", tail)
+answer(app, "Flight (Enter for none):", "")
+for prompt, value in [("Fuel", "3900"), ("Main tyre", "198"), ("Nose tyre", "59"), ("Oil", "13")]:
+    answer(app, prompt, value)
+answer(app, "Remarks (Enter for none):", "")
+answer(app, "Status (final/draft, Enter for final):", "draft")
+answer(app, "Save this check? [y/N]", "y")
+answer(app, "Choose:", "5")
+expect(app, "uploaded 1 change: 1 yours")
+
+step("the server stops; alice updates her check and finalizes her draft")
+stop_server(server)
+answer(app, "Choose:", "1")
+answer(app, "Aircraft:", tail)
+app.expect_exact(f"{tail}:")
+updated = re.search(r"\n(\d)  5200 kg [^\n]*final · alice", app.before).group(1)
+assert re.search(r"\n(\d)  3900 kg [^\n]*draft · alice", app.before), app.before
+app.sendline("s maintenance")
+expect(app, "Only a supervisor sets an aircraft's status.")
+answer(app, "Press Enter.", "")
+answer(app, f"{tail}:", updated)
+expect(app, "Checked by          alice")
+answer(app, "Check:", "f")
+expect(app, "is not one of the choices")
+answer(app, "Check:", "e")
+answer(app, "Fuel (kg, 0–400000): [5200]", "lots")
+expect(app, "'lots' is not a number")
+answer(app, "Fuel (kg, 0–400000): [5200]", "5350")
+answer(app, "Main tyre pressure (psi, 30–350): [200.5]", "")
+answer(app, "Nose tyre pressure (psi, 30–350): [60]", "")
+answer(app, "Oil (quarts, 0–50): [15]", "")
+answer(app, "Remarks [Fuel sample clear]:", "Refuelled after the delay")
+expect(app, "Changed on this device; it is sent with the next sync.")
+expect(app, "• on this device, not sent yet")
+answer(app, "Check:", "")
+# Changes not sent yet come first: the list is numbered anew.
+app.expect_exact(f"{tail}:")
+assert re.search(r"\n1  5350 kg [^\n]*final · alice · • on device", app.before), app.before
+draft = re.search(r"\n(\d)  3900 kg [^\n]*draft · alice", app.before).group(1)
+app.sendline(draft)
+answer(app, "Check:", "f")
+expect(app, "Finalized on this device")
+answer(app, "Check:", "")
+answer(app, f"{tail}:", "")
+answer(app, "Aircraft:", "")
+expect(app, "OFFLINE · 2 pending (2 yours)")
+answer(app, "Choose:", "6")
+expect(app, "Alice (alice) · 2 changes waiting")
+
+step("bob signs in offline; the server returns; bob syncs alice's update on her behalf")
+answer(app, "Choose:", "2")
+answer(app, "Passcode for Bob (hidden", "bob-24680x")
+expect(app, "OFFLINE · 2 pending (0 yours)")
+server = start_server()
+answer(app, "Choose:", "5")
+expect(app, "uploaded 2 changes: 2 alice's on their behalf")
+answer(app, "Choose:", "q")
+app.expect(pexpect.EOF)
+app.close()
+assert app.exitstatus == 0, app.exitstatus
+wide_lines(app)
+
+step("on the server: alice's update, uploaded by bob, and the audit log on alice's behalf")
+listed = subprocess.run(
+    [baton, "checks", "list", "--data-dir", device_dir, "--user", "bob", "--passcode-stdin", "--tail", tail,
+     "--json"],
+    input="bob-24680x\n", capture_output=True, text=True,
+)
+assert listed.returncode == 0, listed.stderr
+checks = {c["fuelKg"]: c for c in json.loads(listed.stdout)}
+assert "5200" not in checks, listed.stdout
+changed, finalized = checks["5350"], checks["3900"]
+assert changed["checkedBy"] == "alice" and changed["uploadedBy"] == "bob", changed
+assert changed["remarks"] == "Refuelled after the delay" and changed["onDevice"] is False, changed
+assert finalized["status"] == "final" and finalized["uploadedBy"] == "bob", finalized
+with sqlite3.connect(os.path.join(server_dir, "server.sqlite")) as audit:
+    rows = audit.execute(
+        "SELECT actor, action, subject, detail FROM audit WHERE action = 'entity-updated' ORDER BY at"
+    ).fetchall()
+behalf = [row for row in rows if row[2] in (changed["id"], finalized["id"])]
+assert [(row[0], row[3]) for row in behalf] == [("alice", "uploaded by bob")] * 2, rows
+transcript.write("\n$ sqlite3 server.sqlite 'SELECT actor, action, subject, detail FROM audit'\n")
+transcript.write("\n".join(" | ".join(map(str, row)) for row in behalf) + "\n")
 
 # 5. `baton lock` from another terminal, and the inactivity lock (10 s policy).
 step("baton lock, then the inactivity lock")
