@@ -56,6 +56,9 @@ public protocol OnboardingPresenter: Sendable {
     /// Shows where and with which code the person signs in on another device; the flow then waits for the
     /// approval. The default shows it as a message.
     func showDeviceCode(_ prompt: DeviceCodePrompt) async throws
+    /// Whether `user` (a display name) agrees to `form` (``ConsentStep``). The default refuses to answer: an app
+    /// that adds the consent step asks the person.
+    func consent(_ form: ConsentForm, user: String) async throws -> Bool
     /// A message for the person at the device.
     func show(_ message: String) async
     /// Progress of a flow: the step running and how far the flow is (0...1).
@@ -71,6 +74,10 @@ public protocol OnboardingPresenter: Sendable {
 extension OnboardingPresenter {
     public func signInMethod(server: String, available: [SignInMethod]) async throws -> SignInMethod {
         available.contains(.password) ? .password : available.first ?? .password
+    }
+
+    public func consent(_ form: ConsentForm, user: String) async throws -> Bool {
+        throw FlowsError(.stepFailed, "This app's presenter cannot ask for consent (\(form.title)).")
     }
 
     public func showDeviceCode(_ prompt: DeviceCodePrompt) async throws {

@@ -225,6 +225,37 @@ public actor OnboardingSessionManager {
         state = .closed
     }
 
+    /// What the signed-in user agreed to (``ConsentStep``); nil when nobody is signed in or the app asks none.
+    public var consent: Consent? {
+        get async {
+            guard let session, state == .open else { return nil }
+            return await users.user(session.user.onboardingID)?.consent
+        }
+    }
+
+    /// Changes the signed-in user's answer to `kind`. Usage consent is changed freely. Data consent is what the
+    /// app needs to be used at all: withdrawing it is removing oneself from the device
+    /// (``removeUser(_:)``), so it is refused here with that advice.
+    ///
+    /// - Throws: ``FlowsError`` `NotOpen`; `ConsentDeclined` for withdrawing data consent.
+    public func changeConsent(_ kind: ConsentKind, to agreed: Bool) async throws(FlowsError) {
+        guard let session, state == .open, var user = await users.user(session.user.onboardingID) else {
+            throw FlowsError(.notOpen, "Nobody is signed in.")
+        }
+        if kind == .data, !agreed {
+            throw FlowsError(
+                .consentDeclined,
+                "Without data consent Baton cannot be used: to withdraw it, remove yourself from this device (your changes are uploaded first).",
+                onboardingID: user.onboardingID)
+        }
+        var consent = user.consent ?? Consent(answers: [:], decidedAt: configuration.now())
+        consent.answers[kind] = agreed
+        consent.decidedAt = configuration.now()
+        user.consent = consent
+        try await users.upsert(user)
+        lastActivity = configuration.now()
+    }
+
     /// Signs the user out: the server revokes their tokens; their data on the device stays, and their next
     /// sign-in with network asks for the password again (offline, the passcode still opens their work).
     public func signOut() async throws(FlowsError) {

@@ -24,6 +24,8 @@ public actor UserManager {
         /// This user's changes waiting on the device for upload, as the app last counted them (the offline
         /// store is encrypted, so the user list before sign-in shows this copy).
         public var pendingChanges: Int?
+        /// What the user agreed to (``ConsentStep``), when the app asks.
+        public var consent: Consent?
 
         public var id: UUID { onboardingID }
 

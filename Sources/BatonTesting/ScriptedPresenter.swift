@@ -21,6 +21,8 @@ public actor ScriptedPresenter: OnboardingPresenter {
         case approveInBrowser(String, String)
         /// At a device code: the person denies on the page.
         case denyInBrowser
+        /// Agrees (true) or not to the consent form asked.
+        case consent(Bool)
         /// Picks the user with this display name.
         case pick(String)
         case addUser
@@ -115,6 +117,12 @@ public actor ScriptedPresenter: OnboardingPresenter {
                 method: "POST", url: url, headers: [("Content-Type", "application/x-www-form-urlencoded")],
                 body: Array(body.utf8)))
         transcript.append("page: HTTP \(response.status)")
+    }
+
+    public func consent(_ form: ConsentForm, user: String) async throws -> Bool {
+        let answer = try next("consent(\(form.kind.rawValue), \(user))", problem: nil)
+        guard case .consent(let agreed) = answer else { throw mismatch("consent", answer) }
+        return agreed
     }
 
     public func show(_ message: String) async { transcript.append("message: \(message)") }

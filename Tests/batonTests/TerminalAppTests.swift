@@ -88,7 +88,10 @@ import Testing
                 arguments + ["--data-dir", device, "--user", user, "--passcode-stdin"], input: passcode + "\n")
         }
         let alice = try await BatonExecutableTests.run(
-            ["users", "add", "--data-dir", device, "--server", url, "--password-stdin", "--user", "alice"],
+            [
+                "users", "add", "--data-dir", device, "--server", url, "--password-stdin", "--user", "alice",
+                "--consent", "data,usage",
+            ],
             input: "blue-harbour-1234\nalice-2468x\n")
         #expect(alice.status == 0, "\(alice.error)")
         let aircraft = try await baton(["aircraft", "--json"], as: "alice", passcode: "alice-2468x")
@@ -185,7 +188,10 @@ import Testing
             (office, "alice", "blue-harbour-1234\nalice-2468x\n"), (tablet, "sam", "grey-pebble-4321\nsam-13579x\n"),
         ] {
             let added = try await BatonExecutableTests.run(
-                ["users", "add", "--data-dir", device, "--server", url, "--password-stdin", "--user", user],
+                [
+                    "users", "add", "--data-dir", device, "--server", url, "--password-stdin", "--user", user,
+                    "--consent", "data",
+                ],
                 input: secrets)
             #expect(added.status == 0, "\(added.error)")
         }
@@ -312,17 +318,30 @@ import Testing
             try await BatonExecutableTests.run(
                 ["users", "add", "--data-dir", device, "--server", url, "--password-stdin"] + arguments, input: input)
         }
-        let alice = try await add(["--user", "alice"], input: "blue-harbour-1234\nalice-2468x\n")
+        // Data consent is needed: without it nothing is kept, and the error says how to give it.
+        let unwilling = try await add(["--user", "alice"], input: "blue-harbour-1234\nalice-2468x\n")
+        #expect(unwilling.status == 9 && unwilling.error.contains("--consent data"), "\(unwilling.error)")
+        let bad = try await add(
+            ["--user", "alice", "--consent", "data,ads"], input: "blue-harbour-1234\nalice-2468x\n")
+        #expect(bad.status == 64 && bad.error.contains("not 'ads'"), "\(bad.error)")
+        #expect(try await BatonExecutableTests.run(["users", "--data-dir", device]).output.contains("Nobody uses"))
+        let alice = try await add(["--user", "alice", "--consent", "data"], input: "blue-harbour-1234\nalice-2468x\n")
         #expect(alice.status == 0, "\(alice.error)")
+        let consent = try await BatonExecutableTests.run(
+            ["users", "consent", "--data-dir", device, "--user", "alice", "--passcode-stdin", "--usage", "on"],
+            input: "alice-2468x\n")
+        #expect(consent.output == "data: agreed\nusage: agreed\n", "\(consent.output) \(consent.error)")
         // Bob's password alone does not get him onto the tablet.
-        let alone = try await add(["--user", "bob"], input: "green-meadow-5678\nbob-13579x\n")
+        let alone = try await add(["--consent", "data", "--user", "bob"], input: "green-meadow-5678\nbob-13579x\n")
         #expect(alone.status != 0)
         #expect(alone.error.contains("Name them with --approver USER"), "\(alone.error)")
         let wrong = try await add(
-            ["--user", "bob", "--approver", "alice"], input: "green-meadow-5678\nbob-13579x\nnot-it-123\n")
+            ["--consent", "data", "--user", "bob", "--approver", "alice"],
+            input: "green-meadow-5678\nbob-13579x\nnot-it-123\n")
         #expect(wrong.status == 3, "\(wrong.error)")
         let approved = try await add(
-            ["--user", "bob", "--approver", "alice"], input: "green-meadow-5678\nbob-13579x\nalice-2468x\n")
+            ["--consent", "data", "--user", "bob", "--approver", "alice"],
+            input: "green-meadow-5678\nbob-13579x\nalice-2468x\n")
         #expect(approved.status == 0, "\(approved.error)")
         let users = try await BatonExecutableTests.run(["users", "--data-dir", device])
         #expect(users.output.contains("Alice") || users.output.contains("alice"))

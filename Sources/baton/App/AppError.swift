@@ -50,6 +50,7 @@ struct AppError: Error, Sendable, CustomStringConvertible {
                     .authentication
                 case .offline: .offline
                 case .unknownUser: .notFound
+                case .consentDeclined: .notPermitted
                 default: .failed
                 }
             return AppError(status, error.message)

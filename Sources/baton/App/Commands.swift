@@ -39,14 +39,16 @@ struct SignInOptions: ParsableArguments {
 /// error and the documented exit status.
 func runScripted(
     _ options: DeviceOptions, signIn: SignInOptions?, onboarding newUser: String? = nil, password: String? = nil,
-    passcode: String? = nil, approver: Approver? = nil, _ body: (Device, ConsoleUI) async throws -> Void
+    passcode: String? = nil, approver: Approver? = nil, consents: Set<ConsentKind> = [],
+    _ body: (Device, ConsoleUI) async throws -> Void
 ) async throws {
     let ui = ConsoleUI()
     do {
         var passcode = passcode
         if let signIn, signIn.passcodeStdin, passcode == nil { passcode = readSecretLine("passcode") }
         let presenter = ScriptPresenter(
-            ui: ui, username: signIn?.user ?? newUser, password: password, passcode: passcode, approver: approver)
+            ui: ui, username: signIn?.user ?? newUser, password: password, passcode: passcode, approver: approver,
+            consents: consents)
         let device = try await Device.open(
             directory: options.directory, server: options.server, offline: options.offline, presenter: presenter,
             askServer: { throw AppError(.usage, "This device has no server yet; give --server URL.") })
@@ -94,7 +96,32 @@ func printJSON(_ value: some Encodable) throws {
 struct UsersCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "users", abstract: "The users of this device.",
-        subcommands: [List.self, Add.self, Remove.self], defaultSubcommand: List.self)
+        subcommands: [List.self, Add.self, Remove.self, ConsentCommand.self], defaultSubcommand: List.self)
+
+    struct ConsentCommand: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "consent", abstract: "Show or change what you agreed to (usage data on or off).")
+        @OptionGroup var device: DeviceOptions
+        @OptionGroup var signIn: SignInOptions
+        @Option(help: ArgumentHelp("Turn usage data on or off.", valueName: "on|off")) var usage: String?
+
+        func validate() throws {
+            guard usage == nil || ["on", "off"].contains(usage ?? "") else {
+                throw ValidationError("--usage takes on or off.")
+            }
+        }
+
+        func run() async throws {
+            try await runScripted(device, signIn: signIn) { device, _ in
+                if let usage { try await device.sessions.changeConsent(.usage, to: usage == "on") }
+                let consent = await device.sessions.consent
+                for kind in ConsentKind.allCases {
+                    let answer = consent?.answers[kind].map { $0 ? "agreed" : "declined" } ?? "not asked"
+                    print("\(kind.rawValue): \(answer)")
+                }
+            }
+        }
+    }
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List the users (no passcode needed).")
@@ -143,6 +170,24 @@ struct UsersCommand: AsyncParsableCommand {
                 "Read the password, then the new passcode, then (with --approver) the approving user's passcode, one per line from standard input."
         )
         var passwordStdin = false
+        @Option(
+            help: ArgumentHelp(
+                "What the user agrees to: data (needed to use Baton) and optionally usage (usage counts, no values).",
+                valueName: "data[,usage]"))
+        var consent: String = ""
+
+        func consents() throws -> Set<ConsentKind> {
+            var kinds: Set<ConsentKind> = []
+            for word in consent.split(separator: ",") {
+                guard let kind = ConsentKind(rawValue: word.trimmingCharacters(in: .whitespaces).lowercased()) else {
+                    throw ValidationError("--consent takes data and usage, not '\(word.prefix(20))'.")
+                }
+                kinds.insert(kind)
+            }
+            return kinds
+        }
+
+        func validate() throws { _ = try consents() }
 
         func run() async throws {
             let password = passwordStdin ? readSecretLine("password") : nil
@@ -151,7 +196,8 @@ struct UsersCommand: AsyncParsableCommand {
                 Approver(user: $0, passcode: passwordStdin ? readSecretLine("passcode") : nil)
             }
             try await runScripted(
-                device, signIn: nil, onboarding: user, password: password, passcode: passcode, approver: approving
+                device, signIn: nil, onboarding: user, password: password, passcode: passcode, approver: approving,
+                consents: try consents()
             ) {
                 device, ui in
                 let existing = await device.sessions.users.activeUsers

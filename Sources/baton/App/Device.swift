@@ -21,6 +21,20 @@ struct Device: Sendable {
         DefiningQuery(name: "checks", url: "PreflightChecks"),
     ]
 
+    /// What each user is asked at onboarding (``ConsentStep``): data consent (required) and usage data.
+    static let consentForms = [
+        ConsentForm(
+            kind: .data, title: "Data consent",
+            text:
+                "Baton stores the checks you record on this device, encrypted, and sends them to your airline's server with your name as their author. Without this you cannot use Baton."
+        ),
+        ConsentForm(
+            kind: .usage, title: "Usage data",
+            text:
+                "Baton may count how it is used on this device — app starts, sign-ins, user switches, syncs with their counts and durations, errors by code — with no names and no values, and send the counts with the next sync. You can change this later (menu 13)."
+        ),
+    ]
+
     /// Opens the device in `directory`. The server URL is remembered there on first use (it is not a
     /// secret); a different `--server` later is refused rather than mixing two servers' data.
     static func open(
@@ -65,7 +79,7 @@ struct Device: Sendable {
         configuration.handOverPendingChanges = { handover throws(FlowsError) in try await step.handOver(handover) }
         let sessions = try OnboardingSessionManager(
             serverURL: url, directory: directory, configuration: configuration, presenter: presenter,
-            flowProvider: StandardFlowProvider(appSteps: [step]),
+            flowProvider: StandardFlowProvider(appSteps: [step], consentForms: consentForms),
             transport: offline ? NetworkOff() : AsyncHTTPClientTransport())
         return Device(directory: directory, serverURL: url, sessions: sessions, store: store, offline: offline)
     }

@@ -134,13 +134,13 @@ struct InteractiveApp {
         ui.say(status, .init(color: .black, background: .white))
         ui.say(
             """
-               1  Aircraft                     7  Switch user
-               2  Record a pre-flight check    8  Add a user
-               3  Pending changes              9  Reset my passcode
-               4  Error archive               10  Sign out
-               5  Sync now                    11  Remove a user
-               6  Lock                        12  Change my passcode
-                                               q  Quit
+               1  Aircraft                     8  Add a user
+               2  Record a pre-flight check    9  Reset my passcode
+               3  Pending changes             10  Sign out
+               4  Error archive               11  Remove a user
+               5  Sync now                    12  Change my passcode
+               6  Lock                        13  Privacy: usage data
+               7  Switch user                  q  Quit
             """)
         guard let choice = await ui.ask("Choose:") else { return .quit }
         guard await sessions.state == .open else { return .signIn }
@@ -174,9 +174,10 @@ struct InteractiveApp {
             case "12":
                 try await sessions.changePasscode()
                 ui.notice("✓ Your passcode is changed; your data is as it was.")
+            case "13": try await privacy()
             case "q", "quit": return .quit
             case "": break
-            default: ui.failure("'\(choice)' is not on the menu; type a number from 1 to 12, or q.")
+            default: ui.failure("'\(choice)' is not on the menu; type a number from 1 to 13, or q.")
             }
         } catch let error as FlowsError where error.code == .appVersionInactive {
             return await inactiveVersion(error)
@@ -191,6 +192,27 @@ struct InteractiveApp {
             ui.notice("✗ " + AppError.from(error).message, .error)
         }
         return await sessions.state == .open ? .home : .signIn
+    }
+
+    /// What the signed-in user agreed to; usage data is turned on or off here.
+    func privacy() async throws {
+        ui.newScreen()
+        ui.heading("Privacy — what you agreed to")
+        let consent = await sessions.consent
+        let when = consent.map { PrimitiveValue.shortTime(ODataDateTimeOffset($0.decidedAt)) } ?? "—"
+        ui.say("Data consent: \(consent?.agreed(to: .data) == true ? "agreed" : "not given") (last answered \(when))")
+        ui.dim("  Needed to use Baton; to withdraw it, remove yourself from this device (menu 11).")
+        let usage = consent?.agreed(to: .usage) == true
+        ui.say("Usage data:   \(usage ? "on — counts of use, no names, no values" : "off — nothing is recorded")")
+        guard let answer = await ui.ask("u turns usage data \(usage ? "off" : "on") · Enter back:")?.lowercased(),
+            !answer.isEmpty
+        else { return }
+        guard answer == "u" else {
+            ui.failure("'\(Self.clip(answer, 20))' is not u.")
+            return
+        }
+        try await sessions.changeConsent(.usage, to: !usage)
+        ui.notice("✓ Usage data is \(usage ? "off: nothing more is recorded" : "on") for you.")
     }
 
     /// The blocking screen of an app version the server retired: what to do, what stays safe, and quit.

@@ -103,6 +103,19 @@ struct ConsolePresenter: OnboardingPresenter {
         return text
     }
 
+    func consent(_ form: ConsentForm, user: String) async throws -> Bool {
+        ui.heading("\(form.title) — \(user)")
+        ui.say(form.text)
+        while true {
+            guard let answer = await ui.ask("Do you agree? (y/n):")?.lowercased(), !answer.isEmpty else {
+                throw cancelled("Onboarding")
+            }
+            if ["y", "yes"].contains(answer) { return true }
+            if ["n", "no"].contains(answer) { return false }
+            ui.failure("'\(answer)' is not y or n.")
+        }
+    }
+
     func show(_ message: String) async { ui.warning(message) }
 
     /// Flow steps are quick apart from the first download, which has its own progress bar.
@@ -119,8 +132,15 @@ actor ScriptPresenter: OnboardingPresenter {
     var approving: Approver?
     let ui: ConsoleUI
 
-    init(ui: ConsoleUI, username: String?, password: String?, passcode: String?, approver: Approver? = nil) {
+    /// What the user agrees to (`users add --consent`); asked only at onboarding.
+    let consents: Set<ConsentKind>
+
+    init(
+        ui: ConsoleUI, username: String?, password: String?, passcode: String?, approver: Approver? = nil,
+        consents: Set<ConsentKind> = []
+    ) {
         self.ui = ui
+        self.consents = consents
         self.username = username
         self.password = password
         self.passcode = passcode
@@ -183,6 +203,16 @@ actor ScriptPresenter: OnboardingPresenter {
             throw FlowsError(.unknownUser, "\(username) is not on this device; `baton users` lists who is.")
         }
         return .user(user.id)
+    }
+
+    func consent(_ form: ConsentForm, user: String) async throws -> Bool {
+        guard consents.contains(form.kind) || !form.isRequired else {
+            throw FlowsError(
+                .consentDeclined,
+                "\(user) has not agreed to \(form.title.lowercased()), which Baton needs: onboard with --consent data (or data,usage), or answer in the app."
+            )
+        }
+        return consents.contains(form.kind)
     }
 
     nonisolated func show(_ message: String) async { ui.warning(message) }
