@@ -100,6 +100,7 @@ let package = Package(
                 "BatonOffline",
                 "BatonSecureStore",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

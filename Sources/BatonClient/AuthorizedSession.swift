@@ -70,6 +70,18 @@ public actor AuthorizedSession {
             token: try await accessToken())
     }
 
+    /// Sends usage events with this user's token (``BatonClient/sendUsage(_:deviceID:events:token:)``).
+    @discardableResult
+    public func sendUsage(deviceID: String, events: [UsageEvent]) async throws(BatonClientError) -> Int {
+        try await client.sendUsage(configuration, deviceID: deviceID, events: events, token: try await accessToken())
+    }
+
+    /// Sends the device's log with this user's token (``BatonClient/sendLogs(_:deviceID:reason:lines:token:)``).
+    public func sendLogs(deviceID: String, reason: String, lines: [String]) async throws(BatonClientError) {
+        try await client.sendLogs(
+            configuration, deviceID: deviceID, reason: reason, lines: lines, token: try await accessToken())
+    }
+
     /// Refreshes the tokens now.
     public func refresh() async throws(BatonClientError) {
         try requireValid()

@@ -17,11 +17,16 @@ public struct DeviceStatus: Sendable, Hashable, Decodable {
     public var wipeOrdered: Bool
     /// Users once registered on the device whom the server disabled or deleted since.
     public var withdrawnUsers: [String]
+    /// Whether an admin asked for the device's log (it goes with the next sync).
+    public var logsRequested: Bool
 
-    public init(revoked: Bool = false, wipeOrdered: Bool = false, withdrawnUsers: [String] = []) {
+    public init(
+        revoked: Bool = false, wipeOrdered: Bool = false, withdrawnUsers: [String] = [], logsRequested: Bool = false
+    ) {
         self.revoked = revoked
         self.wipeOrdered = wipeOrdered
         self.withdrawnUsers = withdrawnUsers
+        self.logsRequested = logsRequested
     }
 
     public init(from decoder: any Decoder) throws {
@@ -29,9 +34,44 @@ public struct DeviceStatus: Sendable, Hashable, Decodable {
         revoked = try container.decode(Bool.self, forKey: .revoked)
         wipeOrdered = try container.decode(Bool.self, forKey: .wipeOrdered)
         withdrawnUsers = try container.decodeIfPresent([String].self, forKey: .withdrawnUsers) ?? []
+        logsRequested = try container.decodeIfPresent(Bool.self, forKey: .logsRequested) ?? false
     }
 
-    enum CodingKeys: String, CodingKey { case revoked, wipeOrdered, withdrawnUsers }
+    enum CodingKeys: String, CodingKey { case revoked, wipeOrdered, withdrawnUsers, logsRequested }
+}
+
+/// One usage event a device records (with its users' consent) and sends with a sync: what happened, when, and
+/// counts or a code — never a name, a value or a message.
+public struct UsageEvent: Sendable, Hashable, Codable {
+    public enum Name: String, Sendable, Hashable, Codable, CaseIterable {
+        case appStart = "app-start"
+        case signIn = "sign-in"
+        case switchUser = "switch-user"
+        case sync
+        case error
+    }
+
+    /// Unique: a retried upload adds the event once.
+    public var id: UUID
+    public var at: Date
+    public var name: Name
+    /// For a sync: the changes uploaded and downloaded.
+    public var count: Int?
+    /// For a sync: how long it took.
+    public var durationMs: Int?
+    /// For an error: its code (`Offline`, `PreconditionFailed`).
+    public var code: String?
+
+    public init(
+        id: UUID = UUID(), at: Date, name: Name, count: Int? = nil, durationMs: Int? = nil, code: String? = nil
+    ) {
+        self.id = id
+        self.at = at
+        self.name = name
+        self.count = count
+        self.durationMs = durationMs
+        self.code = code
+    }
 }
 
 /// Who speaks for a device on its own routes: a user with their access token, or the device itself with its
@@ -110,6 +150,52 @@ extension BatonClient {
         guard response.status == 201, let answer = try? JSONDecoder().decode(Answer.self, from: Data(response.body))
         else { throw Self.error(from: response, doing: "send the backup of discarded changes") }
         return answer.id
+    }
+
+    /// Sends usage events with a user's token; the server keeps each event once (by its id).
+    ///
+    /// - Returns: how many were new to the server.
+    /// - Throws: ``BatonClientError``; `InvalidResponse` for a server that takes none.
+    @discardableResult
+    public func sendUsage(_ configuration: ServerConfiguration, deviceID: String, events: [UsageEvent], token: String)
+        async throws(BatonClientError) -> Int
+    {
+        guard let template = configuration.deviceUsageEndpoint else {
+            throw BatonClientError(.invalidResponse, "This server takes no usage events.")
+        }
+        struct Body: Encodable { var events: [UsageEvent] }
+        struct Answer: Decodable { var accepted: Int }
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        let body = (try? encoder.encode(Body(events: events))) ?? Data()
+        let response = try await send(
+            ClientRequest(
+                method: "POST", url: try endpoint(template, deviceID: deviceID),
+                headers: [("Content-Type", "application/json")], body: Array(body)), token: token)
+        guard response.status == 200, let answer = try? JSONDecoder().decode(Answer.self, from: Data(response.body))
+        else { throw Self.error(from: response, doing: "send usage events") }
+        return answer.accepted
+    }
+
+    /// Sends the device's log lines with a user's token; `reason` is `support`, `requested` or `setting`.
+    ///
+    /// - Throws: ``BatonClientError``; `InvalidResponse` for a server that takes none.
+    public func sendLogs(
+        _ configuration: ServerConfiguration, deviceID: String, reason: String, lines: [String], token: String
+    ) async throws(BatonClientError) {
+        guard let template = configuration.deviceLogsEndpoint else {
+            throw BatonClientError(.invalidResponse, "This server takes no device logs.")
+        }
+        struct Body: Encodable {
+            var reason: String
+            var lines: [String]
+        }
+        let body = (try? JSONEncoder().encode(Body(reason: reason, lines: lines))) ?? Data()
+        let response = try await send(
+            ClientRequest(
+                method: "POST", url: try endpoint(template, deviceID: deviceID),
+                headers: [("Content-Type", "application/json")], body: Array(body)), token: token)
+        guard response.status == 201 else { throw Self.error(from: response, doing: "send the device's log") }
     }
 
     /// Reports that the device wiped itself as an admin ordered.

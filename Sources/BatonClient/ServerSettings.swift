@@ -64,10 +64,20 @@ public struct ClientSettings: Sendable, Hashable, Codable {
         public init() {}
     }
 
+    /// What the device sends for support; absent from older servers.
+    public struct Telemetry: Sendable, Hashable, Codable {
+        /// Whether usage events (of users who agreed to them) are recorded and sent. Absent: yes.
+        public var usage: Bool?
+        /// Whether every sync also sends the device's log. Absent: no.
+        public var logsWithSync: Bool?
+        public init() {}
+    }
+
     public var sharedDevices = SharedDevices()
     public var passcode = Passcode()
     public var appVersions = AppVersions()
     public var devices = Devices()
+    public var telemetry = Telemetry()
 
     public init() {}
 
@@ -77,6 +87,7 @@ public struct ClientSettings: Sendable, Hashable, Codable {
         passcode = try container.decodeIfPresent(Passcode.self, forKey: .passcode) ?? Passcode()
         appVersions = try container.decodeIfPresent(AppVersions.self, forKey: .appVersions) ?? AppVersions()
         devices = try container.decodeIfPresent(Devices.self, forKey: .devices) ?? Devices()
+        telemetry = try container.decodeIfPresent(Telemetry.self, forKey: .telemetry) ?? Telemetry()
     }
 }
 
@@ -96,6 +107,10 @@ public struct ServerConfiguration: Sendable, Hashable, Codable {
     public var deviceStatusEndpoint: String?
     /// With `{deviceID}` in place of the device id; where a device reports a wipe done (nil for an older server).
     public var deviceWipedEndpoint: String?
+    /// With `{deviceID}`: where the device sends usage events; absent from older servers.
+    public var deviceUsageEndpoint: String?
+    /// With `{deviceID}`: where the device sends its log; absent from older servers.
+    public var deviceLogsEndpoint: String?
     public var odataServiceRoot: String
     /// How people may sign in on devices (`password`, `device`); nil from an older server (password only).
     public var signInMethods: [String]?
@@ -111,6 +126,8 @@ public struct ServerConfiguration: Sendable, Hashable, Codable {
         case deviceDiscardedChangesEndpoint = "device_discarded_changes_endpoint"
         case deviceStatusEndpoint = "device_status_endpoint"
         case deviceWipedEndpoint = "device_wiped_endpoint"
+        case deviceUsageEndpoint = "device_usage_endpoint"
+        case deviceLogsEndpoint = "device_logs_endpoint"
         case odataServiceRoot = "odata_service_root"
         case signInMethods = "sign_in_methods"
         case clientID = "client_id"

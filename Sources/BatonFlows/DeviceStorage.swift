@@ -62,6 +62,18 @@ public struct DeviceStorage: Sendable {
         return key
     }
 
+    /// A key for one of the device's own sealed files (its log, its usage events), derived from the device key
+    /// for `purpose`: readable before anyone signs in, as protected as the user registry.
+    public func sealingKey(for purpose: String) throws(FlowsError) -> SymmetricKey {
+        HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: try deviceKey(), info: Data(purpose.utf8), outputByteCount: 32)
+    }
+
+    /// The device's encrypted, rotating log (``DeviceLog``).
+    public var logURL: URL { directory.appendingPathComponent("logs").appendingPathComponent("device.log") }
+    /// The device's usage events waiting for upload (``UsageRecorder``).
+    public var usageURL: URL { directory.appendingPathComponent("logs").appendingPathComponent("usage.events") }
+
     func write(_ data: Data, to url: URL) throws(FlowsError) {
         do {
             try AtomicFile.write(data, to: url)

@@ -45,6 +45,8 @@ public struct ContactReport: Sendable {
     public var removedUsers: [UserManager.User] = []
     /// What happened to their pending changes.
     public var handover = HandoverReport()
+    /// Whether an admin asked for the device's log (``DeviceLog/send(reason:session:)``).
+    public var logsRequested = false
 }
 
 extension OnboardingSessionManager {
@@ -112,6 +114,7 @@ extension OnboardingSessionManager {
         {
             status = fetched
             status.revoked = status.revoked || revoked
+            report.logsRequested = fetched.logsRequested
         }
         if status.revoked || status.wipeOrdered, let credential {
             try await wipe(session, credential: credential, configuration: configuration, revoked: status.revoked)

@@ -208,6 +208,7 @@ public struct BatonServer: Sendable {
         let protected = router.group().add(
             middleware: BearerAuthenticationMiddleware(tokens: tokens, settings: settings))
         routes.addProtected(to: protected)
+        routes.addTelemetryRoutes(to: protected)
         routes.addDeviceRoutes(
             to: router.group().add(
                 middleware: DeviceProofMiddleware(

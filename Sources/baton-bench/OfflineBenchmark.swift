@@ -66,30 +66,45 @@ struct OfflineBenchmark {
         print(pad("local key read") + String(format: "%10.3f ms p50", median(keyTimes) * 1000))
         print(pad("local filtered page of 50") + String(format: "%10.3f ms p50", median(filterTimes) * 1000))
 
-        // Upload of queued changes.
-        for id in ids.prefix(changes) { try await store.update(id, values: ["Remarks": .string("bench")]) }
+        // Offline updates (a signed PATCH with the entity's ETag each), queued one by one, then uploaded.
+        var updateTimes: [Duration] = []
+        func queueUpdate(_ id: String) async throws {
+            updateTimes.append(
+                try await clock.measure { try await store.update(id, values: ["Remarks": .string("bench")]) })
+        }
+        for id in ids.prefix(changes) { try await queueUpdate(id) }
         var remaining = changes
         while remaining > ids.count {
             let extra = try await store.read(
                 "PreflightChecks?$select=ID&$skip=\(changes - remaining + ids.count)&$top=1000")
-            for entity in extra.prefix(remaining - ids.count) {
-                try await store.update(entity.id, values: ["Remarks": .string("bench")])
-            }
+            for entity in extra.prefix(remaining - ids.count) { try await queueUpdate(entity.id) }
             remaining -= min(extra.count, remaining - ids.count)
             if extra.isEmpty { break }
         }
-        let queued = try await store.pendingEntries().count
-        var report = UploadReport()
-        let uploadTime = try await clock.measure {
-            report = try await store.upload(using: session.authorized, allowOnBehalf: true)
+        print(
+            pad("offline update queued") + String(format: "%10.3f ms p50   (target ≤ 2 ms)", median(updateTimes) * 1000)
+        )
+        let updateRate = try await uploadQueue(store, session: session, clock: clock, what: "updates")
+
+        // Offline creates of as many new checks, queued and uploaded the same way: the baseline of the updates.
+        let tails = try await store.read("PreflightChecks?$select=TailNumber&$top=200").compactMap {
+            $0.values["TailNumber"]
         }
-        // A refused change goes to the error archive, which is another (slower) path: measure only applied ones.
-        guard report.uploaded.count == queued, report.archived.isEmpty else {
-            throw BenchmarkFailure(
-                "The upload applied \(report.uploaded.count) of \(queued) changes; first refusal: "
-                    + (report.archived.first.map { "\($0.code): \($0.message)" } ?? "none"))
+        var createTimes: [Duration] = []
+        for index in 0..<changes {
+            let values: [String: PrimitiveValue] = [
+                "ID": .guid(UUID()), "TailNumber": tails[index % max(1, tails.count)],
+                "FuelKg": .decimal(Decimal(5_000 + index % 1_000)), "TyrePressureMainPsi": .decimal(200),
+                "TyrePressureNosePsi": .decimal(60), "OilQuarts": .decimal(15), "Status": .string("final"),
+            ]
+            createTimes.append(
+                try await clock.measure { _ = try await store.create(in: "PreflightChecks", values: values) })
         }
-        line("upload of \(queued) changes", rate: Double(queued) / seconds(uploadTime), unit: "changes/s")
+        print(pad("offline create queued") + String(format: "%10.3f ms p50", median(createTimes) * 1000))
+        let createRate = try await uploadQueue(store, session: session, clock: clock, what: "creates")
+        print(
+            pad("updates / creates upload rate")
+                + String(format: "%10.2f     (target ≈ 1: updates upload as fast as creates)", updateRate / createRate))
 
         // Opening.
         await store.close()
@@ -107,6 +122,26 @@ struct OfflineBenchmark {
                 format: "\ndownload / plain insert %.2f (target ≥ 0.5); encryption overhead %.1f%% (target ≤ 15%%)",
                 downloadRate / plainRate, (plainRate / encryptedRate - 1) * 100))
         print("Targets: download ≥ 50,000 entities/s; upload ≥ 5,000 changes/s; indexed local query p50 ≤ 2 ms.")
+    }
+
+    /// Uploads the whole queue and returns its rate; every change must apply (a refusal goes to the error
+    /// archive, another and slower path, so the run stops instead).
+    func uploadQueue(_ store: OfflineStore, session: OnboardingSession, clock: ContinuousClock, what: String)
+        async throws -> Double
+    {
+        let queued = try await store.pendingEntries().count
+        var report = UploadReport()
+        let uploadTime = try await clock.measure {
+            report = try await store.upload(using: session.authorized, allowOnBehalf: true)
+        }
+        guard report.uploaded.count == queued, report.archived.isEmpty else {
+            throw BenchmarkFailure(
+                "The upload applied \(report.uploaded.count) of \(queued) \(what); first refusal: "
+                    + (report.archived.first.map { "\($0.code): \($0.message)" } ?? "none"))
+        }
+        let rate = Double(queued) / seconds(uploadTime)
+        line("upload of \(queued) \(what)", rate: rate, unit: "changes/s")
+        return rate
     }
 
     /// What the child process reports.

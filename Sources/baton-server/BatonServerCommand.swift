@@ -12,7 +12,7 @@ struct BatonServerCommand: AsyncParsableCommand {
         abstract: "The Baton server: identity (OAuth 2.0), settings exchange, device registration.",
         subcommands: [
             ServeCommand.self, UserCommand.self, SettingsCommand.self, SeedCommand.self, BackupsCommand.self,
-            KeysCommand.self, MigrateCommand.self, CopyCommand.self, DevicesCommand.self,
+            KeysCommand.self, MigrateCommand.self, CopyCommand.self, DevicesCommand.self, LogsCommand.self,
         ]
     )
 }

@@ -16,7 +16,7 @@ struct Baton: AsyncParsableCommand {
             """,
         subcommands: [
             DemoCommand.self, UsersCommand.self, SyncCommand.self, AircraftCommand.self, ChecksCommand.self,
-            PendingCommand.self, ArchiveCommand.self, LockCommand.self, SQLCommand.self,
+            PendingCommand.self, ArchiveCommand.self, LogsCommand.self, LockCommand.self, SQLCommand.self,
         ]
     )
 

@@ -296,6 +296,109 @@ import Testing
         }
     }
 
+    /// Usage events (only of users who agreed) and the device's log reach the server — on an admin's order, by
+    /// setting, and sent to support — and neither they nor the device's files hold a secret or a value.
+    @Test func usageAndLogsReachTheServerAndHoldNoSecret() async throws {
+        let work = FileManager.default.temporaryDirectory.appendingPathComponent("baton-telemetry-\(UUID())")
+        try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: work) }
+        let serverData = work.appendingPathComponent("server").path
+        let secrets = [
+            "alice": ("blue-harbour-1234", "alice-2468x"), "bob": ("green-meadow-5678", "bob-13579x"),
+        ]
+        for (name, (password, _)) in secrets {
+            let added = try await BatonExecutableTests.run(
+                ["user", "add", name, "--data-dir", serverData, "--password-stdin", "--bcrypt-cost", "4"],
+                executable: Self.serverBinary, input: password + "\n")
+            #expect(added.status == 0, "\(added.error)")
+        }
+        func server(_ arguments: [String]) async throws -> BatonExecutableTests.Result {
+            let result = try await BatonExecutableTests.run(
+                arguments + ["--data-dir", serverData], executable: Self.serverBinary)
+            #expect(result.status == 0, "\(arguments): \(result.error)")
+            return result
+        }
+        _ = try await server(["seed", "--aircraft", "2", "--checks", "2"])
+        let (process, url) = try await Self.serve(serverData)
+        defer {
+            process.terminate()
+            process.waitUntilExit()
+        }
+        let device = work.appendingPathComponent("device").path
+        func baton(_ arguments: [String], as user: String) async throws -> BatonExecutableTests.Result {
+            let result = try await BatonExecutableTests.run(
+                arguments + ["--data-dir", device, "--user", user, "--passcode-stdin"],
+                input: (secrets[user]?.1 ?? "") + "\n")
+            #expect(result.status == 0, "\(arguments): \(result.error)")
+            return result
+        }
+        let alice = try await BatonExecutableTests.run(
+            [
+                "users", "add", "--data-dir", device, "--server", url, "--password-stdin", "--user", "alice",
+                "--consent", "data,usage",
+            ], input: "blue-harbour-1234\nalice-2468x\n")
+        #expect(alice.status == 0, "\(alice.error)")
+        let bob = try await BatonExecutableTests.run(
+            [
+                "users", "add", "--data-dir", device, "--password-stdin", "--user", "bob", "--consent", "data",
+                "--approver", "alice",
+            ], input: "green-meadow-5678\nbob-13579x\nalice-2468x\n")
+        #expect(bob.status == 0, "\(bob.error)")
+        let deviceID = try String(contentsOfFile: device + "/device.id", encoding: .utf8)
+        let tail = try #require(
+            (try JSONSerialization.jsonObject(
+                with: Data(try await baton(["aircraft", "--json"], as: "alice").output.utf8))
+                as? [[String: Any]])?.first?["tailNumber"] as? String)
+        let remarks = "Hydraulic seep at strut 77"
+        _ = try await baton(
+            [
+                "checks", "add", "--tail", tail, "--fuel-kg", "5217.5", "--main-psi", "201.5", "--nose-psi", "61",
+                "--oil-quarts", "14.25", "--remarks", remarks,
+            ], as: "alice")
+        _ = try await baton(["sync"], as: "alice")
+        // Bob did not agree to usage data: his sync is not counted. An admin asks for the log: his sync sends it.
+        _ = try await server(["logs", "request", deviceID])
+        #expect(try await server(["logs", "list"]).output.contains("[log requested]"))
+        _ = try await baton(["sync"], as: "bob")
+        #expect(try await !server(["logs", "list"]).output.contains("[log requested]"))
+        // Alice sends it to support; then the server wants it with every sync.
+        _ = try await baton(["logs", "send"], as: "alice")
+        _ = try await server(["settings", "set", "telemetry.logs-with-sync", "true"])
+        _ = try await baton(["sync"], as: "alice")
+
+        let usage = try #require(
+            try JSONSerialization.jsonObject(
+                with: Data(try await server(["logs", "show", deviceID, "--usage", "--json"]).output.utf8))
+                as? [[String: Any]])
+        #expect(usage.compactMap { $0["name"] as? String } == ["sync", "sync"], "\(usage)")
+        #expect(usage.allSatisfy { ($0["durationMs"] as? Int).map { $0 >= 0 } == true })
+        let shown = try await server(["logs", "show", deviceID]).output
+        let uploads = try #require(
+            try JSONSerialization.jsonObject(
+                with: Data(try await server(["logs", "show", deviceID, "--json"]).output.utf8))
+                as? [[String: Any]])
+        #expect(uploads.compactMap { $0["reason"] as? String } == ["setting", "support", "requested"], "\(shown)")
+        #expect(shown.contains("info baton: sync done"), "\(shown)")
+
+        // Without the setting, a sync's log lines stay on the device, sealed.
+        _ = try await server(["settings", "set", "telemetry.logs-with-sync", "false"])
+        _ = try await baton(["sync"], as: "bob")
+        // No secret, token or value anywhere the server keeps them, nor readable in the device's files.
+        var kept = shown + (try await server(["logs", "show", deviceID, "--usage"]).output)
+        let files = try FileManager.default.subpathsOfDirectory(atPath: device + "/logs")
+        #expect(!files.isEmpty)
+        for file in files {
+            let raw = try Data(contentsOf: URL(fileURLWithPath: device + "/logs/" + file))
+            kept += String(decoding: raw, as: UTF8.self)
+            #expect(raw.range(of: Data("sync done".utf8)) == nil, "\(file) is readable")
+        }
+        let forbidden =
+            secrets.values.flatMap { [$0.0, $0.1] } + [
+                remarks, "Hydraulic", "5217.5", "201.5", "14.25", "eyJ", "Bearer",
+            ]
+        for secret in forbidden { #expect(!kept.contains(secret), "\(secret) reached a log") }
+    }
+
     @Test func aSecondUserJoinsFromAScriptOnlyWithAnApprover() async throws {
         let work = FileManager.default.temporaryDirectory.appendingPathComponent("baton-join-\(UUID())")
         try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)

@@ -146,8 +146,27 @@ enum CockpitPages {
             <td>{{^revoked}}<form method="post" action="/admin/devices/{{id}}/revoke"><input type="hidden" name="csrf" value="{{csrf}}">
             <button type="submit" class="danger">Revoke</button></form>{{/revoked}}
             {{^wipe}}<form method="post" action="/admin/devices/{{id}}/wipe"><input type="hidden" name="csrf" value="{{csrf}}">
-            <button type="submit" class="danger">Order wipe</button></form>{{/wipe}}</td></tr>{{/rows}}
+            <button type="submit" class="danger">Order wipe</button></form>{{/wipe}}
+            <form method="post" action="/admin/devices/{{id}}/request-logs"><input type="hidden" name="csrf" value="{{csrf}}">
+            <button type="submit">Ask for its log</button></form>
+            <a href="/admin/devices/{{id}}/logs">Logs and usage</a></td></tr>{{/rows}}
             {{^rows}}<tr><td colspan="7" class="muted">No device has registered yet.</td></tr>{{/rows}}
+            </tbody></table></div>
+            """
+        ),
+        (
+            "device-logs",
+            """
+            <h1>Logs of {{device}}</h1>
+            <p><a href="/admin/devices">All devices</a>{{#requested}} · <strong id="log-requested">log requested</strong>: it comes with the device's next sync{{/requested}}</p>
+            <h2>Log uploads</h2>
+            {{#uploads}}<section class="log" data-upload="{{id}}"><h3>{{received}} · {{lines}} line(s) · {{reason}} · sent by {{uploader}}</h3>
+            <pre class="scroll">{{text}}</pre></section>{{/uploads}}
+            {{^uploads}}<p class="muted" id="no-logs">This device has sent no log.</p>{{/uploads}}
+            <h2>Usage events</h2>
+            <div class="scroll"><table id="usage"><thead><tr><th>When (UTC)</th><th>Event</th><th>Count</th><th>Duration (ms)</th><th>Code</th></tr></thead><tbody>
+            {{#events}}<tr><td>{{at}}</td><td>{{name}}</td><td>{{count}}</td><td>{{duration}}</td><td>{{code}}</td></tr>{{/events}}
+            {{^events}}<tr><td colspan="5" class="muted">No usage events (only users who agreed to usage data are counted).</td></tr>{{/events}}
             </tbody></table></div>
             """
         ),

@@ -104,6 +104,11 @@ struct CockpitRoutes: Sendable {
                             return try await devicesPage(session, notice: "\(device) was already revoked.")
                         }
                     case "wipe": try await devices.orderWipe(device: device)
+                    case "request-logs":
+                        try await devices.requestLogs(device: device)
+                        try await record(session, context, ("device-log-requested", device, nil))
+                        return try await devicesPage(
+                            session, notice: "Asked \(device) for its log: it comes with the device's next sync.")
                     default:
                         return CockpitPages.message(
                             "Not found", "There is no such action.", status: .notFound, session: session,
@@ -120,6 +125,30 @@ struct CockpitRoutes: Sendable {
                         ? "Revoked \(device): the sign-ins it used are revoked, its store key is no longer released "
                             + "and nobody can register on it again."
                         : "Ordered \(device) to wipe itself at its next contact.")
+            }
+        }
+        router.get("/admin/devices/:device/logs") { request, context in
+            try await viewing(request) { session in
+                let device = String((context.parameters.get("device") ?? "").prefix(128))
+                let formatter = ISO8601DateFormatter()
+                let uploads: [[String: Any]] = try await devices.logs(device: device).prefix(20).map {
+                    [
+                        "id": $0.id, "received": formatter.string(from: $0.receivedAt), "lines": $0.lineCount,
+                        "reason": $0.reason, "uploader": $0.uploader, "text": $0.lines.joined(separator: "\n"),
+                    ]
+                }
+                let events: [[String: Any]] = try await devices.usage(device: device).suffix(500).reversed().map {
+                    [
+                        "at": formatter.string(from: $0.at), "name": $0.name, "count": $0.count.map(String.init) ?? "",
+                        "duration": $0.durationMs.map(String.init) ?? "", "code": $0.code ?? "",
+                    ]
+                }
+                return CockpitPages.page(
+                    "device-logs", title: "Logs of \(device)",
+                    values: [
+                        "device": device, "uploads": uploads, "events": events,
+                        "requested": try await devices.logsRequested(device: device),
+                    ], session: session)
             }
         }
         router.get("/admin/backups") { request, _ in

@@ -39,6 +39,8 @@ struct ServiceRoutes {
                     ("device_store_key_endpoint", .string("\(issuer)/devices/{deviceID}/store-key")),
                     ("device_status_endpoint", .string("\(issuer)/devices/{deviceID}/status")),
                     ("device_wiped_endpoint", .string("\(issuer)/devices/{deviceID}/wiped")),
+                    ("device_usage_endpoint", .string("\(issuer)/devices/{deviceID}/usage")),
+                    ("device_logs_endpoint", .string("\(issuer)/devices/{deviceID}/logs")),
                     (
                         "device_discarded_changes_endpoint",
                         .string("\(issuer)/devices/{deviceID}/discarded-changes")
@@ -152,6 +154,44 @@ struct ServiceRoutes {
 }
 
 extension ServiceRoutes {
+    /// What a device sends for support, with the token of a user registered on it: usage events (when the
+    /// server collects them) and its log.
+    func addTelemetryRoutes(to group: RouterGroup<BatonRequestContext>) {
+        @Sendable func registeredDevice(_ context: BatonRequestContext) async throws -> (device: String, user: String) {
+            let device = try context.parameters.require("device")
+            guard DeviceRegistry.isValidDeviceID(device) else { throw DeviceRegistry.invalidDeviceID }
+            let name = try context.userName()
+            guard try await devices.isRegistered(device: device, user: name) else {
+                throw ServerError.notFound("You are not registered on device '\(device.prefix(128))'.")
+            }
+            return (device, name)
+        }
+        group.post("/devices/{device}/usage") { request, context in
+            let (device, _) = try await registeredDevice(context)
+            guard try await settings.current().telemetry.usage else {
+                throw ServerError.conflict("This server does not collect usage events (setting telemetry.usage).")
+            }
+            var request = request
+            let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
+            let added = try await devices.keepUsage(device: device, body: body)
+            return json(.object([("accepted", .number(String(added)))]))
+        }
+        group.post("/devices/{device}/logs") { request, context in
+            let (device, name) = try await registeredDevice(context)
+            var request = request
+            let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
+            let kept = try await devices.keepLog(device: device, uploader: name, body: body)
+            try await audit.record(
+                AuditEntry(
+                    at: clock.now(), actor: name, action: "device-log-received", subject: device,
+                    address: context.clientAddress, detail: "\(kept.lineCount) line(s), \(kept.reason)"))
+            var response = json(
+                .object([("id", .number(String(kept.id))), ("lines", .number(String(kept.lineCount)))]))
+            response.status = .created
+            return response
+        }
+    }
+
     /// The routes a device may call with its own proof (``DeviceRequestProof``) as well as with a user's token:
     /// what an admin ordered for it, backups of the changes it discards, and the report of a wipe done. A tablet
     /// taken out of service still reaches these, so what it held comes back before it forgets it.
@@ -204,6 +244,7 @@ extension ServiceRoutes {
                 .object([
                     ("revoked", .bool(status.revoked)), ("wipeOrdered", .bool(status.wipeOrdered)),
                     ("withdrawnUsers", .array(current ? status.withdrawnUsers.map { .string($0) } : [])),
+                    ("logsRequested", .bool(current ? try await devices.logsRequested(device: device) : false)),
                 ]))
             response.headers[.cacheControl] = "no-store"
             return response

@@ -14,6 +14,8 @@ extension ServerSettings {
         ("app-versions.inactive", "a comma-separated list of versions, or an empty string"),
         ("devices.settings-refresh-seconds", "an integer from 60 to 86400"),
         ("sign-in.methods", "a comma-separated list of password and device (at least one)"),
+        ("telemetry.usage", "true or false"),
+        ("telemetry.logs-with-sync", "true or false"),
     ]
 
     /// Sets one setting from its command-line form.
@@ -53,6 +55,8 @@ extension ServerSettings {
                 throw invalid(key, value)
             }
             signIn.methods = Array(Set(methods)).sorted().reversed()
+        case "telemetry.usage": telemetry.usage = try bool()
+        case "telemetry.logs-with-sync": telemetry.logsWithSync = try bool()
         default:
             throw ServerError.badRequest(
                 "Unknown setting '\(key)'. Known settings: \(Self.keys.map(\.key).joined(separator: ", ")).",
@@ -79,6 +83,8 @@ extension ServerSettings {
             "app-versions.inactive = \(appVersions.inactive.joined(separator: ","))",
             "devices.settings-refresh-seconds = \(devices.settingsRefreshSeconds)",
             "sign-in.methods = \(signIn.methods.joined(separator: ","))",
+            "telemetry.usage = \(telemetry.usage)",
+            "telemetry.logs-with-sync = \(telemetry.logsWithSync)",
         ]
     }
 }

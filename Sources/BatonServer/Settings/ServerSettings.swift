@@ -50,6 +50,26 @@ public struct ServerSettings: Sendable, Hashable, Codable {
         public var settingsRefreshSeconds = 900
     }
 
+    /// What devices send for support.
+    public struct Telemetry: Sendable, Hashable, Codable {
+        /// Whether devices record usage events (of users who agreed to it) and send them with each sync.
+        /// Default: true.
+        public var usage = true
+        /// Whether every sync also sends the device's log. Default: false (logs go when an admin orders them
+        /// for a device, or when a person sends them to support).
+        public var logsWithSync = false
+
+        public init() {}
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            usage = try container.decodeIfPresent(Bool.self, forKey: .usage) ?? true
+            logsWithSync = try container.decodeIfPresent(Bool.self, forKey: .logsWithSync) ?? false
+        }
+
+        enum CodingKeys: String, CodingKey { case usage, logsWithSync }
+    }
+
     /// Shared-device mode.
     public var sharedDevices = SharedDevices()
     /// The passcode policy.
@@ -60,6 +80,8 @@ public struct ServerSettings: Sendable, Hashable, Codable {
     public var devices = Devices()
     /// How people sign in on devices.
     public var signIn = SignIn()
+    /// What devices send for support.
+    public var telemetry = Telemetry()
 
     /// The defaults.
     public init() {}
@@ -72,6 +94,7 @@ public struct ServerSettings: Sendable, Hashable, Codable {
         appVersions = try container.decodeIfPresent(AppVersions.self, forKey: .appVersions) ?? AppVersions()
         devices = try container.decodeIfPresent(Devices.self, forKey: .devices) ?? Devices()
         signIn = try container.decodeIfPresent(SignIn.self, forKey: .signIn) ?? SignIn()
+        telemetry = try container.decodeIfPresent(Telemetry.self, forKey: .telemetry) ?? Telemetry()
     }
 
     /// The smallest passcode length multi-user mode falls back to when the policy asks for none.

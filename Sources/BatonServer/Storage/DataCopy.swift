@@ -25,12 +25,13 @@ public enum DataCopy {
     static let serverTables = [
         "users", "refreshTokens", "authorizationCodes", "revokedAccessTokens", "settings", "devices",
         "deviceRegistrations", "signingKeys", "audit", "discardedChanges", "signInFailures", "signInKnown",
-        "tokenSigningKeys", "cockpitSessions", "deviceTokenFamilies", "deviceAuthorizations",
+        "tokenSigningKeys", "cockpitSessions", "deviceTokenFamilies", "deviceAuthorizations", "usageEvents",
+        "deviceLogs",
     ]
     /// The data store's own tables (the entity tables come from the model).
     static let dataTables = [DataStore.auditOutbox, "$removed", "$repeatability", "$sequence"]
     /// Tables whose `id` PostgreSQL numbers itself: their counters move past the copied ids.
-    static let identityTables = ["audit", "discardedChanges"]
+    static let identityTables = ["audit", "discardedChanges", "deviceLogs"]
 
     /// Copies the data directory of `source` (SQLite) into the empty PostgreSQL database at `target`.
     ///

@@ -77,6 +77,20 @@ struct AppError: Error, Sendable, CustomStringConvertible {
         }
     }
 
+    /// The code of any error, for the device's log and usage events: letters only, never a message.
+    static func code(of error: any Error) -> String {
+        let raw: String =
+            switch error {
+            case let error as FlowsError: error.code.rawValue
+            case let error as OfflineError: error.code.rawValue
+            case let error as BatonClientError: error.serverCode ?? error.code.rawValue
+            case let error as AppError: "\(error.status)"
+            default: "Failed"
+            }
+        let letters = raw.filter { $0.isASCII && $0.isLetter }
+        return letters.isEmpty ? "Failed" : String(letters.prefix(64))
+    }
+
     /// The exit code for swift-argument-parser.
     var exitCode: ExitCode { ExitCode(status.rawValue) }
 }

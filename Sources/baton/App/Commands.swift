@@ -611,6 +611,27 @@ struct PendingCommand: AsyncParsableCommand {
     }
 }
 
+// MARK: logs
+
+struct LogsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "logs", abstract: "This device's log: send it to support.", subcommands: [Send.self])
+
+    struct Send: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Send this device's log to the server for support (events and codes, never secrets or values).")
+        @OptionGroup var device: DeviceOptions
+        @OptionGroup var signIn: SignInOptions
+
+        func run() async throws {
+            try await runScripted(device, signIn: signIn) { device, _ in
+                let lines = try await device.sendLog(reason: "support")
+                print("Sent \(lines) log line\(lines == 1 ? "" : "s") to support.")
+            }
+        }
+    }
+}
+
 // MARK: lock
 
 struct LockCommand: AsyncParsableCommand {

@@ -4,6 +4,7 @@ import BatonOData
 import BatonOffline
 import Crypto
 import Foundation
+import Logging
 
 /// The shared tablet the app runs on: its data directory, the server it belongs to, the session manager of
 /// its users and the offline store they share. Everything the interactive screens and the scriptable
@@ -15,6 +16,12 @@ struct Device: Sendable {
     let store: OfflineStore
     /// `--offline`: nothing is sent; the device works from its stores alone.
     let offline: Bool
+    /// The device's encrypted, rotating log and what the app writes to it (events and codes, never a secret
+    /// or a value).
+    let log: DeviceLog
+    let logger: Logger
+    /// Usage events waiting for the next sync (only of users who agreed to them).
+    let usage: UsageRecorder
 
     static let definingQueries = [
         DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "flights", url: "Flights"),
@@ -69,9 +76,12 @@ struct Device: Sendable {
             try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: remembered.path)
         }
 
+        let storage = try DeviceStorage(directory: directory)
         let store = try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
-            deviceID: try DeviceStorage(directory: directory).deviceID(), definingQueries: definingQueries)
+            deviceID: try storage.deviceID(), definingQueries: definingQueries)
+        let log = try DeviceLog(storage: storage)
+        let logger = Logger(label: "baton") { label in log.handler(label: label) }
         var configuration = FlowsConfiguration(mode: .multiUser)
         configuration.appVersion = "1.0"
         configuration.removalGuard = { user in try await store.requireNoPendingChanges(of: user.serverUserID ?? "") }
@@ -81,7 +91,37 @@ struct Device: Sendable {
             serverURL: url, directory: directory, configuration: configuration, presenter: presenter,
             flowProvider: StandardFlowProvider(appSteps: [step], consentForms: consentForms),
             transport: offline ? NetworkOff() : AsyncHTTPClientTransport())
-        return Device(directory: directory, serverURL: url, sessions: sessions, store: store, offline: offline)
+        return Device(
+            directory: directory, serverURL: url, sessions: sessions, store: store, offline: offline, log: log,
+            logger: logger, usage: try UsageRecorder(storage: storage))
+    }
+
+    // MARK: Usage and the device's log
+
+    /// Records a usage event when the signed-in user agreed to usage data and the server collects it.
+    func recordUsage(_ name: UsageEvent.Name, count: Int? = nil, durationMs: Int? = nil, code: String? = nil) async {
+        guard let session = await sessions.session,
+            UsageRecorder.allowed(consent: await sessions.consent, settings: session.settings)
+        else { return }
+        try? usage.record(UsageEvent(at: Date(), name: name, count: count, durationMs: durationMs, code: code))
+    }
+
+    /// Logs a failure by its code (never its message, which may quote what was typed) and counts it as usage.
+    func noteFailure(_ error: any Error, doing action: String) async {
+        let code = AppError.code(of: error)
+        logger.warning("\(action) failed", metadata: ["code": "\(code)"])
+        await recordUsage(.error, code: code)
+    }
+
+    /// Sends the device's log to the server for `reason`; returns how many lines went.
+    @discardableResult
+    func sendLog(reason: String) async throws -> Int {
+        let session = try await session()
+        guard await isOnline() else {
+            throw AppError(.offline, "The server cannot be reached; the log stays on this device.")
+        }
+        logger.info("log sent", metadata: ["reason": "\(reason)"])
+        return try await log.send(reason: reason, session: session)
     }
 
     // MARK: The signed-in user
@@ -335,6 +375,7 @@ struct Device: Sendable {
         var summary = SyncSummary(me: session.user.serverUserID ?? "")
         summary.removedUsers = contact.removedUsers.map(\.displayName)
         summary.backedUp = contact.handover.backedUp
+        let started = ContinuousClock.now
         do {
             summary.upload = try await store.upload(
                 using: session.authorized,
@@ -342,11 +383,45 @@ struct Device: Sendable {
             summary.download = try await store.download(using: session.authorized)
         } catch {
             await notePendingChanges()
+            await noteFailure(error, doing: "sync")
             throw error
         }
+        let elapsed = ContinuousClock.now - started
+        let milliseconds = Int(
+            elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
+        let uploaded = summary.upload.uploaded.count
+        let downloaded = summary.download.updated + summary.download.removed
+        logger.info(
+            "sync done",
+            metadata: [
+                "uploaded": "\(uploaded)", "downloaded": "\(downloaded)",
+                "archived": "\(summary.upload.archived.count)",
+                "waiting": "\(summary.upload.waiting.count)", "ms": "\(milliseconds)",
+            ])
+        await recordUsage(.sync, count: uploaded + downloaded, durationMs: milliseconds)
         await notePendingChanges()
         await sendBackups()
+        await sendTelemetry(session, logsRequested: contact.logsRequested)
         return summary
+    }
+
+    /// After a sync: the usage events waiting, and the log when an admin asked for it or the server wants it with
+    /// every sync. A failure here never fails the sync; what was not sent goes next time.
+    func sendTelemetry(_ session: OnboardingSession, logsRequested: Bool) async {
+        if session.settings.telemetry.usage != false {
+            do { try await usage.send(session: session) } catch {
+                logger.warning("usage not sent", metadata: ["code": "\(error.code)"])
+            }
+        } else {
+            // The server stopped collecting: what waits here is dropped, not kept for ever.
+            usage.file.removeAll()
+        }
+        let reason = logsRequested ? "requested" : session.settings.telemetry.logsWithSync == true ? "setting" : nil
+        guard let reason else { return }
+        logger.info("log sent", metadata: ["reason": "\(reason)"])
+        do { try await log.send(reason: reason, session: session) } catch {
+            logger.warning("log not sent", metadata: ["code": "\(error.code)"])
+        }
     }
 
     // MARK: Removal

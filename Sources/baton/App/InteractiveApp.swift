@@ -27,12 +27,20 @@ struct InteractiveApp {
         defer { try? FileManager.default.removeItem(at: pidFile) }
         let stopWatchers = startWatchers()
         defer { stopWatchers() }
+        device.logger.info("app started", metadata: ["version": "1.0", "offline": "\(device.offline)"])
         ui.heading("Baton — pre-flight checks on a shared device")
         ui.dim("Server \(device.serverURL.absoluteString)\(device.offline ? " (offline: nothing is sent)" : "")")
         var next = Next.signIn
+        var startCounted = false
         while next != .quit {
             switch next {
-            case .signIn: next = await signIn()
+            case .signIn:
+                next = await signIn()
+                // The app start counts once someone signed in: only then is their usage consent known.
+                if next == .home, !startCounted {
+                    startCounted = true
+                    await device.recordUsage(.appStart)
+                }
             case .home: next = await home()
             case .quit: break
             }
@@ -52,9 +60,13 @@ struct InteractiveApp {
                 if await sessions.users.activeUsers.isEmpty {
                     ui.heading("Welcome! Nobody uses this device yet: the first user onboards.")
                 }
+                let switching = await sessions.state != .closed
                 let session = try await withDownloadProgress {
-                    await sessions.state == .closed ? try await sessions.open() : try await sessions.switchUser()
+                    switching ? try await sessions.switchUser() : try await sessions.open()
                 }
+                device.logger.info(
+                    switching ? "user switched" : "signed in", metadata: ["role": "\(session.user.role ?? "")"])
+                await device.recordUsage(switching ? .switchUser : .signIn)
                 await device.notePendingChanges()
                 ui.newScreen()
                 ui.notice("✓ Signed in as \(session.user.displayName).")
@@ -82,6 +94,7 @@ struct InteractiveApp {
                 ui.notice("! " + error.message, .warning)
             } catch {
                 if ui.inputEnded { return .quit }
+                device.logger.warning("sign-in failed", metadata: ["code": "\(AppError.code(of: error))"])
                 // Not a prompt's answer (no network for onboarding, a wiped store): wait for the person.
                 ui.notice("✗ " + AppError.from(error).message, .error)
                 guard let again = await ui.ask("Enter tries again · q quits:"), again.lowercased() != "q" else {
@@ -140,7 +153,8 @@ struct InteractiveApp {
                4  Error archive               11  Remove a user
                5  Sync now                    12  Change my passcode
                6  Lock                        13  Privacy: usage data
-               7  Switch user                  q  Quit
+               7  Switch user                 14  Send logs to support
+                                               q  Quit
             """)
         guard let choice = await ui.ask("Choose:") else { return .quit }
         guard await sessions.state == .open else { return .signIn }
@@ -175,9 +189,16 @@ struct InteractiveApp {
                 try await sessions.changePasscode()
                 ui.notice("✓ Your passcode is changed; your data is as it was.")
             case "13": try await privacy()
+            case "14":
+                guard
+                    await confirm(
+                        "Send this device's log to support? It holds events and codes, no passwords or values.")
+                else { break }
+                let lines = try await device.sendLog(reason: "support")
+                ui.notice("✓ Sent \(lines) log line\(lines == 1 ? "" : "s") to support.")
             case "q", "quit": return .quit
             case "": break
-            default: ui.failure("'\(choice)' is not on the menu; type a number from 1 to 13, or q.")
+            default: ui.failure("'\(choice)' is not on the menu; type a number from 1 to 14, or q.")
             }
         } catch let error as FlowsError where error.code == .appVersionInactive {
             return await inactiveVersion(error)
@@ -189,6 +210,7 @@ struct InteractiveApp {
             if error.message == ConsolePresenter.quit || ui.inputEnded { return .quit }
             ui.notice("! " + error.message, .warning)
         } catch {
+            await device.noteFailure(error, doing: "menu \(Self.clip(choice, 8))")
             ui.notice("✗ " + AppError.from(error).message, .error)
         }
         return await sessions.state == .open ? .home : .signIn

@@ -234,6 +234,28 @@ try:
     check("bob" in row.text and "2.4.1" in row.text and "in service" in row.text,
           "the tablet is listed with its user, app version and status")
     shot(admin, "devices.png")
+    # The tablet's log: asked for, then sent with bob's token, read escaped on the device's page.
+    submit(admin, row.find_element(By.CSS_SELECTOR, "form[action$='/request-logs'] button"))
+    check("Asked tablet-9 for its log" in admin.find_element(By.ID, "form-notice").text, "the log request is confirmed")
+    check(requests.get(BASE + "/devices/tablet-9/status", headers=bob).json()["logsRequested"] is True,
+          "the tablet learns that its log is wanted")
+    sent = requests.post(BASE + "/devices/tablet-9/logs", headers=bob,
+                         json={"reason": "requested", "lines": ["info baton: sync done <b>uploaded=3</b>"]})
+    check(sent.status_code == 201, "the tablet's log is kept")
+    usage = requests.post(BASE + "/devices/tablet-9/usage", headers=bob, json={"events": [
+        {"id": "6f0b1c1e-0d55-4c6e-9d2b-3f1e5c2a7b10", "at": "2026-11-24T07:00:00Z", "name": "sync", "count": 3,
+         "durationMs": 120}]})
+    check(usage.status_code == 200 and usage.json() == {"accepted": 1}, "the tablet's usage events are kept")
+    admin.get(BASE + "/admin/devices/tablet-9/logs")
+    page = admin.find_element(By.TAG_NAME, "main").text if admin.find_elements(By.TAG_NAME, "main") else \
+        admin.find_element(By.TAG_NAME, "body").text
+    check("sync done <b>uploaded=3</b>" in page and "requested" in page and "bob" in page,
+          "the log reads on the device's page, escaped")
+    check(not admin.find_elements(By.ID, "log-requested"), "the upload settled the request")
+    check("120" in admin.find_element(By.ID, "usage").text, "the usage events are listed")
+    shot(admin, "device-logs.png")
+    admin.get(BASE + "/admin/devices?q=tablet")
+    row = admin.find_element(By.CSS_SELECTOR, "tr[data-device='tablet-9']")
     submit(admin, row.find_element(By.CSS_SELECTOR, "form[action$='/revoke'] button"))
     check("Revoked tablet-9" in admin.find_element(By.ID, "form-notice").text, "revoking the tablet is confirmed")
     stopped = requests.get(BASE + "/odata/", headers=bob)
@@ -253,7 +275,7 @@ try:
     submit(admin, row.find_element(By.CSS_SELECTOR, "form[action$='/wipe'] button"))
     check("wipe itself" in admin.find_element(By.ID, "form-notice").text, "the wipe order is confirmed")
     told = requests.get(BASE + "/devices/tablet-9/status", headers=bob).json()
-    check(told == {"revoked": True, "wipeOrdered": True, "withdrawnUsers": []},
+    check(told == {"revoked": True, "wipeOrdered": True, "withdrawnUsers": [], "logsRequested": False},
           "the tablet learns it was revoked and must wipe")
     other = requests.get(BASE + "/devices/tablet-1/status", headers=bob)
     check(other.status_code == 404, "nobody learns about a device they never used")

@@ -514,6 +514,18 @@ answer(app, "Choose:", "13")
 expect(app, "Usage data:   on")
 answer(app, "u turns usage data off · Enter back:", "")
 
+step("alice sends the device's log to support")
+answer(app, "Choose:", "14")
+answer(app, "[y/N]", "y")
+app.expect(r"Sent (\d+) log lines? to support\.")
+assert int(app.match.group(1)) >= 2, app.match.group(0)
+second_device = open(os.path.join(work, "second-device", "device.id")).read().strip()
+shown = server_command("logs", "show", second_device)
+assert "support, sent by alice" in shown and "info baton: signed in" in shown, shown
+for secret in (alice_password, "alice-1357", "alice-9753", "alice-8642"):
+    assert secret not in shown, "a passcode or password reached the log"
+transcript.write("\n$ baton-server logs show DEVICE (head)\n" + "\n".join(shown.splitlines()[:6]) + "\n")
+
 step("bob joins; the server deletes him; alice's next sync removes him from the device")
 answer(app, "Choose:", "8")
 answer(app, "User name:", "bob")
