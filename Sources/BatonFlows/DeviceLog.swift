@@ -36,16 +36,24 @@ public struct DeviceLog: Sendable {
     /// token, then forgets them. Returns how many were sent.
     @discardableResult
     public func send(reason: String, session: OnboardingSession) async throws(FlowsError) -> Int {
-        let lines = try lines()
+        var sent = 0
+        try await file.drain { records throws(FlowsError) in
+            let lines = records.map { String(decoding: $0, as: UTF8.self) }
+            guard !lines.isEmpty else { return }
+            try await Self.upload(lines, reason: reason, session: session)
+            sent = lines.count
+        }
+        return sent
+    }
+
+    static func upload(_ lines: [String], reason: String, session: OnboardingSession) async throws(FlowsError) {
         do {
-            for part in Self.parts(of: lines) {
+            for part in parts(of: lines) {
                 try await session.authorized.sendLogs(deviceID: session.deviceID, reason: reason, lines: part)
             }
         } catch {
             throw flowsError(error, doing: "send the device's log")
         }
-        file.removeAll()
-        return lines.count
     }
 
     /// The lines in parts that each fit one request (the server takes bodies up to 64 KiB).
@@ -92,8 +100,11 @@ public struct DeviceLogHandler: LogHandler {
         var line = Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(Date.now)
         line += " \(event.level.rawValue) \(label): \(event.message)"
         for (key, value) in merged.sorted(by: { $0.key < $1.key }) { line += " \(key)=\(value)" }
-        // One line per record, bounded: a log line never carries a payload.
-        let flat = String(line.replacingOccurrences(of: "\n", with: " ").prefix(2_000))
+        // One line per record, bounded, without control characters: a log line never carries a payload, and
+        // nothing in it can move a terminal's cursor when an admin reads it.
+        let flat = String(
+            String(line.unicodeScalars.map { $0.properties.generalCategory == .control ? " " : Character($0) })
+                .prefix(2_000))
         try? file.append(Data(flat.utf8))
     }
 }
@@ -128,18 +139,25 @@ public struct UsageRecorder: Sendable {
 
     /// The events waiting, oldest first.
     public func pending() throws(FlowsError) -> [UsageEvent] {
-        let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
-        return try file.records().compactMap { try? decoder.decode(UsageEvent.self, from: $0) }
+        Self.decode(try file.records())
     }
 
     /// Sends the waiting events with `session`'s token, then forgets them. Returns how many were sent.
     @discardableResult
     public func send(session: OnboardingSession) async throws(FlowsError) -> Int {
-        let events = try pending()
-        guard !events.isEmpty else { return 0 }
+        var sent = 0
+        try await file.drain { records throws(FlowsError) in
+            let events = Self.decode(records)
+            try await Self.upload(events, session: session)
+            sent = events.count
+        }
+        return sent
+    }
+
+    /// Sends in batches of 400 (well within the server's 64 KiB body limit); a batch sent again (its answer
+    /// lost) adds nothing, since the server keeps each event id once.
+    static func upload(_ events: [UsageEvent], session: OnboardingSession) async throws(FlowsError) {
         do {
-            // 400 events stay well within the server's 64 KiB body limit.
             for batch in stride(from: 0, to: events.count, by: 400) {
                 try await session.authorized.sendUsage(
                     deviceID: session.deviceID, events: Array(events[batch..<min(batch + 400, events.count)]))
@@ -147,7 +165,11 @@ public struct UsageRecorder: Sendable {
         } catch {
             throw flowsError(error, doing: "send usage events")
         }
-        file.removeAll()
-        return events.count
+    }
+
+    static func decode(_ records: [Data]) -> [UsageEvent] {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return records.compactMap { try? decoder.decode(UsageEvent.self, from: $0) }
     }
 }

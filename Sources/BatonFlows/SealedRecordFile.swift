@@ -1,22 +1,27 @@
 import Crypto
 import Foundation
-import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
 
 /// An append-only file of records, each sealed on its own with AES-GCM, bounded by rotation: when the current
 /// file passes `maxBytes` it becomes the previous one (the one before is dropped), so the pair never holds more
 /// than about twice `maxBytes`. The device's log and its usage events are kept this way: a stolen tablet's
-/// files show record sizes and nothing else.
+/// files show record sizes and nothing else without the device key.
 ///
 /// A record is a 4-byte big-endian length and the sealed box (nonce, ciphertext, tag), authenticated with the
-/// file's purpose. A torn last record (a crash mid-append) is skipped on reading, and the next append starts
-/// after the last whole record.
+/// file's purpose. Every operation holds an advisory lock (`flock`) on a lock file beside it, so the app and a
+/// scripted command on the same device never write over each other. A torn last record (a crash mid-append) is
+/// skipped on reading and written over by the next append; a whole record that does not open (damage) is
+/// skipped and counted, so one bad record never blocks the rest.
 public final class SealedRecordFile: Sendable {
     public let url: URL
     public let maxBytes: Int
     let key: SymmetricKey
     let purpose: Data
-    /// The end of the current file's whole records, once known (each process checks the file once).
-    let end = Mutex<Int?>(nil)
 
     /// The file at `url` (and `url` + `.1`, the previous one), sealed with `key` for `purpose`.
     public init(url: URL, key: SymmetricKey, purpose: String, maxBytes: Int = 256 * 1024) {
@@ -27,6 +32,31 @@ public final class SealedRecordFile: Sendable {
     }
 
     var previousURL: URL { URL(fileURLWithPath: url.path + ".1") }
+    var lockURL: URL { URL(fileURLWithPath: url.path + ".lock") }
+    /// The records taken by ``drain(_:)`` and not yet confirmed sent.
+    var sendingURLs: [URL] {
+        [URL(fileURLWithPath: url.path + ".sending.1"), URL(fileURLWithPath: url.path + ".sending")]
+    }
+
+    /// Runs `body` holding the file's lock (exclusive across processes).
+    func locked<T>(_ body: () throws(FlowsError) -> T) throws(FlowsError) -> T {
+        let manager = FileManager.default
+        do {
+            try manager.createDirectory(
+                at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw FlowsError(.storage, "Cannot create the folder of \(url.lastPathComponent).")
+        }
+        let descriptor = open(lockURL.path, O_CREAT | O_RDWR | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw FlowsError(.storage, "Cannot lock \(url.lastPathComponent).") }
+        defer { close(descriptor) }
+        guard flock(descriptor, LOCK_EX) == 0 else {
+            throw FlowsError(.storage, "Cannot lock \(url.lastPathComponent).")
+        }
+        defer { flock(descriptor, LOCK_UN) }
+        return try body()
+    }
 
     /// Appends one record; rotates first when the current file is full.
     ///
@@ -45,18 +75,16 @@ public final class SealedRecordFile: Sendable {
         }
         var length = UInt32(sealed.count).bigEndian
         let frame = Data(bytes: &length, count: 4) + sealed
-        let result: Result<Void, FlowsError> = end.withLock { end in
+        try locked { () throws(FlowsError) in
             do {
                 let manager = FileManager.default
                 if !manager.fileExists(atPath: url.path) {
-                    try manager.createDirectory(
-                        at: url.deletingLastPathComponent(), withIntermediateDirectories: true,
-                        attributes: [.posixPermissions: 0o700])
                     guard manager.createFile(atPath: url.path, contents: nil, attributes: [.posixPermissions: 0o600])
                     else { throw FlowsError(.storage, "Cannot create \(url.lastPathComponent).") }
                 }
-                // After a torn record, write over it: the file ends at the last whole record.
-                var whole = try end ?? Self.wholeLength(of: Data(contentsOf: url))
+                // After a torn record, write over it: the file ends at the last whole record. Read under the lock,
+                // each time, because another process may have appended, rotated or emptied it.
+                var whole = Self.wholeLength(of: try Data(contentsOf: url))
                 if whole > 0, whole + frame.count > maxBytes {
                     try? manager.removeItem(at: previousURL)
                     try manager.moveItem(at: url, to: previousURL)
@@ -69,49 +97,74 @@ public final class SealedRecordFile: Sendable {
                 try handle.truncate(atOffset: UInt64(whole))
                 try handle.seek(toOffset: UInt64(whole))
                 try handle.write(contentsOf: frame)
-                end = whole + frame.count
-                return .success(())
             } catch let error as FlowsError {
-                return .failure(error)
+                throw error
             } catch {
-                return .failure(FlowsError(.storage, "Cannot write \(url.lastPathComponent)."))
+                throw FlowsError(.storage, "Cannot write \(url.lastPathComponent).")
             }
         }
-        try result.get()
     }
 
-    /// Every whole record, oldest first (the previous file's, then the current one's).
+    /// Every record that opens, oldest first (records taken for sending and not confirmed, then the previous
+    /// file's, then the current one's), and how many whole records did not open.
     ///
-    /// - Throws: ``FlowsError`` `Storage` when a whole record does not open with the key (another key, or
-    ///   tampering).
-    public func records() throws(FlowsError) -> [Data] {
-        let result: Result<[Data], FlowsError> = end.withLock { _ in
-            var records: [Data] = []
-            for file in [previousURL, url] {
-                guard let data = try? Data(contentsOf: file) else { continue }
-                var offset = 0
-                while let (box, next) = Self.frame(in: data, at: offset) {
-                    guard let sealed = try? AES.GCM.SealedBox(combined: box),
-                        let plain = try? AES.GCM.open(sealed, using: key, authenticating: purpose)
-                    else {
-                        return .failure(
-                            FlowsError(.storage, "\(url.lastPathComponent) does not open with this device's key."))
-                    }
+    /// - Throws: ``FlowsError`` `Storage` when there are records and none opens (another key).
+    public func read() throws(FlowsError) -> (records: [Data], damaged: Int) {
+        try locked { () throws(FlowsError) in try unlockedRead(sendingURLs + [previousURL, url]) }
+    }
+
+    /// Every record that opens, oldest first.
+    public func records() throws(FlowsError) -> [Data] { try read().records }
+
+    func unlockedRead(_ files: [URL]) throws(FlowsError) -> (records: [Data], damaged: Int) {
+        var records: [Data] = []
+        var damaged = 0
+        for file in files {
+            guard let data = try? Data(contentsOf: file) else { continue }
+            var offset = 0
+            while let (box, next) = Self.frame(in: data, at: offset) {
+                if let sealed = try? AES.GCM.SealedBox(combined: box),
+                    let plain = try? AES.GCM.open(sealed, using: key, authenticating: purpose)
+                {
                     records.append(plain)
-                    offset = next
+                } else {
+                    damaged += 1
+                }
+                offset = next
+            }
+        }
+        if records.isEmpty, damaged > 0 {
+            throw FlowsError(.storage, "\(url.lastPathComponent) does not open with this device's key.")
+        }
+        return (records, damaged)
+    }
+
+    /// Takes the records for sending: they move aside (records appended meanwhile go to a new file), `body`
+    /// gets them, and only when it returns are they gone. When `body` throws they stay aside and come first
+    /// next time, so nothing recorded is lost to a failed or concurrent upload.
+    public func drain(_ body: ([Data]) async throws(FlowsError) -> Void) async throws(FlowsError) {
+        let taken = try locked { () throws(FlowsError) -> [Data] in
+            let manager = FileManager.default
+            // Records left aside by a failed send stay there; the current files join them only when none are.
+            if !sendingURLs.contains(where: { manager.fileExists(atPath: $0.path) }) {
+                for (from, to) in zip([previousURL, url], sendingURLs) where manager.fileExists(atPath: from.path) {
+                    do { try manager.moveItem(at: from, to: to) } catch {
+                        throw FlowsError(.storage, "Cannot set \(url.lastPathComponent) aside for sending.")
+                    }
                 }
             }
-            return .success(records)
+            return try unlockedRead(sendingURLs).records
         }
-        return try result.get()
+        try await body(taken)
+        try locked { () throws(FlowsError) in
+            for file in sendingURLs { try? FileManager.default.removeItem(at: file) }
+        }
     }
 
-    /// Removes both files.
+    /// Removes every record (and the files).
     public func removeAll() {
-        end.withLock { end in
-            try? FileManager.default.removeItem(at: previousURL)
-            try? FileManager.default.removeItem(at: url)
-            end = nil
+        try? locked { () throws(FlowsError) in
+            for file in sendingURLs + [previousURL, url] { try? FileManager.default.removeItem(at: file) }
         }
     }
 

@@ -73,15 +73,19 @@ extension OfflineStore {
     }
 
     /// Resolves an archived change by taking the server's version: the change is dropped and the entity on
-    /// the device becomes the server's (or goes, when the server has none).
+    /// the device becomes the server's (or goes, when the server said it has none: 404 or 410). A refusal that
+    /// came without the server's version (403, 400) only drops the change; the next download brings the
+    /// server's version of the entity.
     public func takeServerVersion(_ archived: ArchiveEntry) throws(OfflineError) {
         let entry = try archivedEntry(archived.entry.requestID)
         let (set, type, key) = try parseID(entry.entry.entityID)
         let values = try serverValues(entry, type: type)
         let etag = entry.serverVersion?["@odata.etag"]?.stringValue
         let translator = translator
+        let gone = entry.status == 404 || entry.status == 410
         try write { db in
             try self.dropArchived(entry, rebasingOn: etag, in: db)
+            guard values != nil || gone else { return }
             let delete = try translator.delete(from: set.name, key: key)
             try db.execute(sql: delete.sql, arguments: delete.statementArguments)
             if let values {

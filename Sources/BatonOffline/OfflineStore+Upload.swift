@@ -117,8 +117,12 @@ extension OfflineStore {
             case 403 where response.body?["error"]?["code"]?.stringValue == "OnBehalfNotAllowed":
                 allowOnBehalf = false
             default:
+                // The server's version, to compare and to take: for a conflict, and for any refused change to an
+                // entity the server still has (a 403 leaves the device's copy differing from the server's).
+                let refusedChange = entry.method != "POST" && response.status != 404 && response.status != 410
                 let serverVersion =
-                    response.status == 412 ? try? await fetchServerVersion(entry.entityID, session: session) : nil
+                    response.status == 412 || refusedChange
+                    ? try? await fetchServerVersion(entry.entityID, session: session) : nil
                 report.archived.append(try archive(entry, response: response, serverVersion: serverVersion))
             }
         }

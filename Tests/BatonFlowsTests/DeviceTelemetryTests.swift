@@ -2,6 +2,7 @@ import BatonClient
 import BatonFlows
 import BatonOData
 import BatonSecureStore
+import BatonServer
 import BatonTestSupport
 import BatonTesting
 import Crypto
@@ -50,6 +51,46 @@ import Testing
         #expect(lines.count > 100 && lines.count < 2_000)
         let numbers = lines.compactMap { Int($0.dropFirst(5)) }
         #expect(numbers == Array((2_000 - numbers.count)..<2_000))
+    }
+
+    @Test func twoProcessesShareTheFileWithoutLosingRecords() async throws {
+        let url = temporaryFile()
+        defer { try? FileManager.default.removeItem(at: url.deletingLastPathComponent()) }
+        let key = SymmetricKey(size: .bits256)
+        // The app and a scripted command: two handles on one file.
+        let app = SealedRecordFile(url: url, key: key, purpose: "test")
+        let script = SealedRecordFile(url: url, key: key, purpose: "test")
+        try app.append(Data("x".utf8))
+        try script.append(Data("y".utf8))
+        #expect(try app.records() == [Data("x".utf8), Data("y".utf8)])
+        script.removeAll()
+        try app.append(Data("z".utf8))
+        #expect(try script.records() == [Data("z".utf8)])
+
+        // A failed send keeps what it took (first next time); what came meanwhile stays too.
+        await #expect(throws: FlowsError.self) {
+            try await app.drain { taken throws(FlowsError) in
+                #expect(taken == [Data("z".utf8)])
+                try script.append(Data("during".utf8))
+                throw FlowsError(.offline, "no network")
+            }
+        }
+        var sent: [Data] = []
+        try await script.drain { taken throws(FlowsError) in sent = taken }
+        #expect(sent == [Data("z".utf8)])
+        #expect(try app.records() == [Data("during".utf8)])
+    }
+
+    @Test func aDamagedRecordIsSkippedAndTheRestRead() throws {
+        let url = temporaryFile()
+        defer { try? FileManager.default.removeItem(at: url.deletingLastPathComponent()) }
+        let file = SealedRecordFile(url: url, key: SymmetricKey(size: .bits256), purpose: "test")
+        for word in ["one", "two", "three"] { try file.append(Data(word.utf8)) }
+        var data = try Data(contentsOf: url)
+        data[data.startIndex + 10] ^= 0xFF  // inside the first record's sealed box
+        try data.write(to: url)
+        let read = try file.read()
+        #expect(read.records == [Data("two".utf8), Data("three".utf8)] && read.damaged == 1)
     }
 
     @Test func aTornLastRecordIsSkippedAndWrittenOver() throws {
@@ -118,8 +159,11 @@ import Testing
             let parts = try await server.server.devices.logs(device: session.deviceID).dropLast()
             #expect(parts.count > 1 && parts.map(\.lineCount).reduce(0, +) == 3_000)
 
-            // An admin's order shows in the device's status and is settled by the next upload.
+            // An admin's order shows in the device's status and is settled only by the log it asked for.
             try await server.server.devices.requestLogs(device: session.deviceID)
+            logger.info("not what was asked for")
+            try await log.send(reason: "support", session: session)
+            #expect(try await server.server.devices.logsRequested(device: session.deviceID))
             let configuration = try #require(session.info[.serverConfiguration])
             let token = try await session.authorized.accessToken()
             #expect(
@@ -165,14 +209,24 @@ import Testing
             let tooMany = try await post("usage", #"{"events": [\#(many.joined(separator: ","))]}"#)
             #expect(tooMany.0 == 400 && tooMany.1.contains("at most 500"), "\(tooMany)")
             for body in [
-                #"{"reason": "curiosity", "lines": []}"#, #"{"reason": "support", "lines": ["one\ntwo"]}"#,
+                #"{"reason": "curiosity", "lines": ["x"]}"#, #"{"reason": "support", "lines": ["one\ntwo"]}"#,
+                #"{"reason": "support", "lines": []}"#, #"{"reason": "support", "lines": ["\u001b]0;owned\u0007"]}"#,
+                #"{"reason": "support", "lines": ["fake\r## header"]}"#,
                 #"{"reason": "support", "lines": [12]}"#,
                 #"{"reason": "support", "lines": ["\#(String(repeating: "x", count: 2_001))"]}"#,
             ] {
                 #expect(try await post("logs", body).0 == 400, "\(body.prefix(60))")
             }
             #expect(try await server.server.devices.usage(device: session.deviceID).count == 3)
-            #expect(try await server.server.devices.logs(device: session.deviceID).count == parts.count + 2)
+            #expect(try await server.server.devices.logs(device: session.deviceID).count == parts.count + 3)
+            // Kept per device: the newest uploads; the oldest go.
+            for index in 0..<DeviceRegistry.keptLogUploads {
+                logger.info("filler \(index)")
+                try await log.send(reason: "support", session: session)
+            }
+            let newest = try await server.server.devices.logs(device: session.deviceID)
+            #expect(newest.count == DeviceRegistry.keptLogUploads)
+            #expect(newest.last?.lines.first?.hasSuffix("filler 0") == true, "\(newest.last?.lines ?? [])")
             // Another device's id: not registered there.
             let (status, _) = try await post(
                 "../device-elsewhere/usage".replacingOccurrences(of: "../", with: ""), "{}")

@@ -312,6 +312,31 @@ import Testing
         }
     }
 
+    /// A refusal that is no conflict (403: someone else's final check) still shows and takes the server's version:
+    /// the change goes, and the device's copy is the server's again.
+    @Test func takingTheServersVersionOfARefusalKeepsTheEntity() async throws {
+        try await withServer { server in
+            let device = try await makeDevice(server)
+            _ = try await device.manager.open()
+            let bob = try await device.manager.addUser()
+            try await device.open(bob)
+            _ = try await device.store.download(using: bob.authorized)
+            let seeded = try #require(
+                try await device.store.read("PreflightChecks?$filter=Status eq 'final'&$top=1").first)
+            try await device.store.update(seeded.id, values: ["Remarks": .string("not bob's to change")])
+            let report = try await device.store.upload(using: bob.authorized, allowOnBehalf: true)
+            let refused = try #require(report.archived.first)
+            #expect(refused.status == 403 && refused.serverVersion != nil)
+            // Side by side: the remark bob typed against the server's.
+            let remarks = try #require(try await device.store.conflict(refused).first { $0.property == "Remarks" })
+            #expect(remarks.mine == .string("not bob's to change") && remarks.server == seeded.values["Remarks"])
+            try await device.store.takeServerVersion(refused)
+            #expect(try await device.store.archivedEntries().isEmpty)
+            #expect(try await device.store.read(seeded.id).first?.values["Remarks"] == seeded.values["Remarks"])
+            return server
+        }
+    }
+
     @Test func deltaDownloadAppliesChangesAndDeletions() async throws {
         try await withServer { server in
             let device = try await makeDevice(server)

@@ -261,6 +261,17 @@ import Testing
         #expect(
             try json(try await baton(["archive", "--json"], on: tablet, as: "sam", passcode: "sam-13579x")).count == 3)
 
+        // A colleague on the tablet may not drop sam's change for the server's version.
+        let joined = try await BatonExecutableTests.run(
+            [
+                "users", "add", "--data-dir", tablet, "--password-stdin", "--user", "alice", "--consent", "data",
+                "--approver", "sam",
+            ], input: "blue-harbour-1234\nalice-2468x\nsam-13579x\n")
+        #expect(joined.status == 0, "\(joined.error)")
+        let colleague = try await baton(
+            ["archive", "resolve", "1", "--take-theirs"], on: tablet, as: "alice", passcode: "alice-2468x")
+        #expect(colleague.status == 9 && colleague.error.contains("sam's change"), "\(colleague.error)")
+
         // Keep mine, take theirs (by request id), edit.
         let byEntity = Dictionary(uniqueKeysWithValues: archive.map { ($0["entity"] as? String ?? "", $0) })
         let resolutions: [[String]] = [

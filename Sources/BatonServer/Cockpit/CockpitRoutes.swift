@@ -131,13 +131,13 @@ struct CockpitRoutes: Sendable {
             try await viewing(request) { session in
                 let device = String((context.parameters.get("device") ?? "").prefix(128))
                 let formatter = ISO8601DateFormatter()
-                let uploads: [[String: Any]] = try await devices.logs(device: device).prefix(20).map {
+                let uploads: [[String: Any]] = try await devices.logs(device: device, limit: 20).map {
                     [
                         "id": $0.id, "received": formatter.string(from: $0.receivedAt), "lines": $0.lineCount,
                         "reason": $0.reason, "uploader": $0.uploader, "text": $0.lines.joined(separator: "\n"),
                     ]
                 }
-                let events: [[String: Any]] = try await devices.usage(device: device).suffix(500).reversed().map {
+                let events: [[String: Any]] = try await devices.usage(device: device, limit: 500).reversed().map {
                     [
                         "at": formatter.string(from: $0.at), "name": $0.name, "count": $0.count.map(String.init) ?? "",
                         "duration": $0.durationMs.map(String.init) ?? "", "code": $0.code ?? "",

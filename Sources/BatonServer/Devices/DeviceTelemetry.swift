@@ -14,6 +14,11 @@ extension DeviceRegistry {
     public static let maxLogLineLength = 2_000
     /// Why a device sent its log.
     public static let logReasons: Set<String> = ["support", "requested", "setting"]
+    /// What is kept per device: the newest log uploads and usage events (older ones go as new ones come), and
+    /// at most this many log uploads per device in 24 hours (then 429).
+    public static let keptLogUploads = 50
+    public static let keptUsageEvents = 20_000
+    public static let dailyLogUploads = 200
 
     /// One usage event as kept.
     public struct UsageEvent: Sendable, Hashable, Codable {
@@ -98,6 +103,12 @@ extension DeviceRegistry {
                     """, event.id, event.device, event.at, event.name, event.count.map(Int64.init),
                     event.durationMs.map(Int64.init), event.code, now)
             }
+            // Bounded per device: the oldest go.
+            try db.execute(
+                """
+                DELETE FROM usageEvents WHERE device = ? AND id NOT IN (
+                    SELECT id FROM usageEvents WHERE device = ? ORDER BY at DESC, id DESC LIMIT ?)
+                """, device, device, Self.keptUsageEvents)
             return added
         }
     }
@@ -108,17 +119,22 @@ extension DeviceRegistry {
     /// - Throws: ``ServerError`` 400 naming what is wrong; nothing is kept then.
     public func keepLog(device: String, uploader: String, body: JSONValue) async throws -> LogUpload {
         guard let reason = body["reason"]?.stringValue, Self.logReasons.contains(reason),
-            let array = body["lines"]?.arrayValue, array.count <= Self.maxLogLines
+            let array = body["lines"]?.arrayValue, (1...Self.maxLogLines).contains(array.count)
         else {
             throw ServerError.badRequest(
-                "The body must be {\"reason\": \"support\", \"requested\" or \"setting\", \"lines\": [...]} with at most \(Self.maxLogLines) lines."
+                "The body must be {\"reason\": \"support\", \"requested\" or \"setting\", \"lines\": [...]} with 1 to \(Self.maxLogLines) lines."
             )
         }
         var lines: [String] = []
         for (index, value) in array.enumerated() {
-            guard let line = value.stringValue, line.count <= Self.maxLogLineLength, !line.contains("\n") else {
+            // No control characters (a tab aside): a line read in an admin's terminal must not move its cursor,
+            // retitle it or fake another upload's header.
+            guard let line = value.stringValue, line.count <= Self.maxLogLineLength,
+                !line.unicodeScalars.contains(where: { $0.properties.generalCategory == .control && $0 != "\t" })
+            else {
                 throw ServerError.badRequest(
-                    "Line \(index) must be text of at most \(Self.maxLogLineLength) characters on one line.")
+                    "Line \(index) must be text of at most \(Self.maxLogLineLength) characters, one line, no control characters."
+                )
             }
             lines.append(line)
         }
@@ -126,12 +142,31 @@ extension DeviceRegistry {
         let text = lines.joined(separator: "\n")
         let count = Int64(lines.count)
         let id = try await database.storage.write { db -> Int64 in
-            try db.execute("UPDATE devices SET logsRequestedAt = NULL WHERE id = ?", device)
-            return try db.fetchOne(
+            let recent =
+                try db.fetchOne(
+                    "SELECT COUNT(*) FROM deviceLogs WHERE device = ? AND receivedAt > ?", device,
+                    now.addingTimeInterval(-86_400))?[0].integer ?? 0
+            guard recent < Self.dailyLogUploads else {
+                throw ServerError(
+                    .tooManyRequests, "TooManyRequests",
+                    "This device sent \(Self.dailyLogUploads) logs in the last 24 hours; try again later.")
+            }
+            // Only the log an admin asked for settles the order.
+            if reason == "requested" {
+                try db.execute("UPDATE devices SET logsRequestedAt = NULL WHERE id = ?", device)
+            }
+            let id =
+                try db.fetchOne(
+                    """
+                    INSERT INTO deviceLogs (device, uploader, reason, receivedAt, lineCount, lines)
+                    VALUES (?, ?, ?, ?, ?, ?) RETURNING id
+                    """, device, uploader, reason, now, count, text)?[0].integer ?? 0
+            try db.execute(
                 """
-                INSERT INTO deviceLogs (device, uploader, reason, receivedAt, lineCount, lines)
-                VALUES (?, ?, ?, ?, ?, ?) RETURNING id
-                """, device, uploader, reason, now, count, text)?[0].integer ?? 0
+                DELETE FROM deviceLogs WHERE device = ? AND id NOT IN (
+                    SELECT id FROM deviceLogs WHERE device = ? ORDER BY id DESC LIMIT ?)
+                """, device, device, Self.keptLogUploads)
+            return id
         }
         return LogUpload(
             id: id, device: device, uploader: uploader, reason: reason, receivedAt: now, lineCount: lines.count,
@@ -178,14 +213,14 @@ extension DeviceRegistry {
         }
     }
 
-    /// A device's log uploads, newest first, with their lines.
-    public func logs(device: String) async throws -> [LogUpload] {
+    /// A device's newest log uploads (at most `limit`), newest first, with their lines.
+    public func logs(device: String, limit: Int = keptLogUploads) async throws -> [LogUpload] {
         try await database.storage.read { db in
             try db.fetchAll(
                 """
                 SELECT id, uploader, reason, receivedAt, lineCount, lines FROM deviceLogs WHERE device = ?
-                ORDER BY id DESC
-                """, device
+                ORDER BY id DESC LIMIT ?
+                """, device, limit
             ).map { row in
                 LogUpload(
                     id: row["id"].integer ?? 0, device: device, uploader: row["uploader"].text ?? "",
@@ -197,11 +232,14 @@ extension DeviceRegistry {
         }
     }
 
-    /// A device's usage events, oldest first.
-    public func usage(device: String) async throws -> [UsageEvent] {
+    /// A device's newest usage events (at most `limit`), oldest first.
+    public func usage(device: String, limit: Int = keptUsageEvents) async throws -> [UsageEvent] {
         try await database.storage.read { db in
             try db.fetchAll(
-                "SELECT id, at, name, count, durationMs, code FROM usageEvents WHERE device = ? ORDER BY at, id", device
+                """
+                SELECT * FROM (SELECT id, at, name, count, durationMs, code FROM usageEvents WHERE device = ?
+                ORDER BY at DESC, id DESC LIMIT ?) newest ORDER BY at, id
+                """, device, limit
             ).map { row in
                 UsageEvent(
                     id: row["id"].text ?? "", device: device, at: row["at"].date ?? .distantPast,

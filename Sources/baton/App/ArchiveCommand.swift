@@ -156,6 +156,7 @@ struct ArchiveCommand: AsyncParsableCommand {
                     try await device.store.resend(chosen)
                     print("Queued your change again over the server's version; it goes with the next sync.")
                 } else if takeTheirs {
+                    try await device.requireMayDrop(chosen)
                     try await device.store.takeServerVersion(chosen)
                     print("The server's version is on this device; the change is dropped.")
                 } else {

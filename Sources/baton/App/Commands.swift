@@ -32,6 +32,26 @@ struct SignInOptions: ParsableArguments {
 
     @Flag(help: "Read the passcode from the first line of standard input instead of a hidden prompt.")
     var passcodeStdin = false
+
+    @Option(
+        help: ArgumentHelp(
+            "What the user agrees to, when a newer app asks for consent they never gave: data[,usage].",
+            valueName: "data[,usage]"))
+    var consent: String = ""
+
+    func validate() throws { _ = try parseConsents(consent) }
+}
+
+/// `--consent data,usage` as consent kinds; an unknown word is a usage error.
+func parseConsents(_ text: String) throws -> Set<ConsentKind> {
+    var kinds: Set<ConsentKind> = []
+    for word in text.split(separator: ",") {
+        guard let kind = ConsentKind(rawValue: word.trimmingCharacters(in: .whitespaces).lowercased()) else {
+            throw ValidationError("--consent takes data and usage, not '\(word.prefix(20))'.")
+        }
+        kinds.insert(kind)
+    }
+    return kinds
 }
 
 /// Runs a scriptable command: opens the device, signs `user` in (a restore: passcode only, synced when the
@@ -48,7 +68,7 @@ func runScripted(
         if let signIn, signIn.passcodeStdin, passcode == nil { passcode = readSecretLine("passcode") }
         let presenter = ScriptPresenter(
             ui: ui, username: signIn?.user ?? newUser, password: password, passcode: passcode, approver: approver,
-            consents: consents)
+            consents: consents.union((try? parseConsents(signIn?.consent ?? "")) ?? []))
         let device = try await Device.open(
             directory: options.directory, server: options.server, offline: options.offline, presenter: presenter,
             askServer: { throw AppError(.usage, "This device has no server yet; give --server URL.") })
@@ -176,16 +196,7 @@ struct UsersCommand: AsyncParsableCommand {
                 valueName: "data[,usage]"))
         var consent: String = ""
 
-        func consents() throws -> Set<ConsentKind> {
-            var kinds: Set<ConsentKind> = []
-            for word in consent.split(separator: ",") {
-                guard let kind = ConsentKind(rawValue: word.trimmingCharacters(in: .whitespaces).lowercased()) else {
-                    throw ValidationError("--consent takes data and usage, not '\(word.prefix(20))'.")
-                }
-                kinds.insert(kind)
-            }
-            return kinds
-        }
+        func consents() throws -> Set<ConsentKind> { try parseConsents(consent) }
 
         func validate() throws { _ = try consents() }
 

@@ -249,6 +249,21 @@ struct Device: Sendable {
         }
     }
 
+    /// Whether the signed-in user may drop `archived` for the server's version: its author, or a supervisor or
+    /// admin — not a colleague who happens to sync next.
+    func requireMayDrop(_ archived: ArchiveEntry) async throws {
+        let session = try await session()
+        guard
+            archived.entry.author == session.user.serverUserID
+                || ["supervisor", "admin"].contains(session.user.role ?? "")
+        else {
+            throw AppError(
+                .notPermitted,
+                "This is \(archived.entry.author)'s change; only they or a supervisor may drop it for the server's version."
+            )
+        }
+    }
+
     /// Changes measured values or remarks of a check on the device (a signed PATCH with its ETag in the queue).
     func edit(_ id: String, values: [String: PrimitiveValue]) async throws {
         guard !values.isEmpty else { throw AppError(.invalidInput, "Nothing to change: give at least one value.") }

@@ -225,7 +225,9 @@ struct InteractiveApp {
         ui.say("Data consent: \(consent?.agreed(to: .data) == true ? "agreed" : "not given") (last answered \(when))")
         ui.dim("  Needed to use Baton; to withdraw it, remove yourself from this device (menu 11).")
         let usage = consent?.agreed(to: .usage) == true
-        ui.say("Usage data:   \(usage ? "on — counts of use, no names, no values" : "off — nothing is recorded")")
+        ui.say("Usage data:   \(usage ? "on — counts of use, no names, no values" : "off — no usage is counted")")
+        ui.dim("  Separate: the support log (events and codes, never values) goes only when")
+        ui.dim("  you send it (menu 14), an administrator asks, or a server setting says so.")
         guard let answer = await ui.ask("u turns usage data \(usage ? "off" : "on") · Enter back:")?.lowercased(),
             !answer.isEmpty
         else { return }
@@ -544,6 +546,7 @@ struct InteractiveApp {
                 try await device.store.resend(archived)
                 ui.notice("✓ Queued again; it goes with the next sync.")
             case "t":
+                try await device.requireMayDrop(archived)
                 try await device.store.takeServerVersion(archived)
                 ui.notice("✓ The server's version is on the device; the change is dropped.")
             case "e":

@@ -209,7 +209,7 @@ actor ScriptPresenter: OnboardingPresenter {
         guard consents.contains(form.kind) || !form.isRequired else {
             throw FlowsError(
                 .consentDeclined,
-                "\(user) has not agreed to \(form.title.lowercased()), which Baton needs: onboard with --consent data (or data,usage), or answer in the app."
+                "\(user) has not agreed to \(form.title.lowercased()), which Baton needs: give --consent data (or data,usage), or answer in the app."
             )
         }
         return consents.contains(form.kind)
