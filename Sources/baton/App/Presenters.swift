@@ -44,7 +44,14 @@ struct ConsolePresenter: OnboardingPresenter {
         ui.heading("Sign in on your phone or computer")
         ui.say("Open  \(prompt.verificationURI)")
         ui.heading("Code  \(prompt.userCode)")
-        if let complete = prompt.verificationURIComplete { ui.dim("(or open \(complete))") }
+        if let complete = prompt.verificationURIComplete {
+            // The page with the code filled in, for a phone's camera.
+            if let code = QRCode(complete) {
+                for line in code.lines() { ui.say(line) }
+            } else {
+                ui.dim("(or open \(complete))")
+            }
+        }
         ui.say("Waiting for you to sign in there; the code works for 10 minutes.")
     }
 
