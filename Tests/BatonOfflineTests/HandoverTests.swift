@@ -152,6 +152,48 @@ import Testing
         }
     }
 
+    /// Two people update one check on one tablet, both offline: the updates upload in the order they were made,
+    /// each attributed and signed by its author, and the audit log keeps both attributions.
+    @Test func twoOfflineUpdatesOfOneCheckByTwoUsersUploadInOrder() async throws {
+        try await withServer { server in
+            let device = try await makeDevice(server)
+            let alice = try await device.manager.open()
+            let bob = try await device.manager.addUser()
+            try await device.open(bob)
+            _ = try await device.store.download(using: bob.authorized)
+            let tail = try #require(try await device.store.read("Aircraft").first?.values["TailNumber"]?.text)
+            let id = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5200"))
+            _ = try await device.store.upload(using: bob.authorized, allowOnBehalf: true)
+
+            // The network goes; bob corrects his check's remarks and locks; alice (a supervisor) its fuel.
+            await server.stop()
+            try await device.store.update(id, values: ["Remarks": .string("valve cap replaced")])
+            await device.manager.lock()
+            await device.presenter.append([.pick("Alice"), .passcode("alice-pass-1")])
+            let aliceAgain = try await device.manager.switchUser()
+            #expect(aliceAgain.user.onboardingID == alice.user.onboardingID)
+            try await device.open(aliceAgain)
+            try await device.store.update(id, values: ["FuelKg": .decimal(5350)])
+            #expect(try await device.store.pendingEntries().map(\.author) == ["bob", "alice"])
+
+            // Alice syncs when the network is back: bob's update on his behalf, then hers, in that order.
+            let back = try await server.restarted()
+            let report = try await device.store.upload(using: aliceAgain.authorized, allowOnBehalf: true)
+            #expect(report.isComplete, "\(report.archived.map(\.message))")
+            #expect(report.uploaded.map(\.author) == ["bob", "alice"])
+            let onServer = try await serverEntity(back, id, session: aliceAgain)
+            #expect(onServer["Remarks"] as? String == "valve cap replaced")
+            #expect((onServer["FuelKg"] as? NSNumber)?.doubleValue == 5350)
+            #expect(onServer["CheckedBy"] as? String == "alice" && onServer["UploadedBy"] as? String == "alice")
+            // Newest first, in the order the log recorded them.
+            let updates = try await back.server.audit.entries(limit: 1_000)
+                .filter { $0.action == "entity-updated" && $0.subject == id }.reversed()
+            #expect(updates.map(\.actor) == ["bob", "alice"])
+            #expect(updates.map(\.detail) == ["uploaded by alice", "uploaded by alice"])
+            return back
+        }
+    }
+
     @Test func withoutOnBehalfUploadAlicesChangeWaitsForHer() async throws {
         try await withServer(settings: ["shared-devices.upload-pending-changes-of-previous-user": "false"]) { server in
             let device = try await makeDevice(server)
