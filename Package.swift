@@ -131,6 +131,30 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The fault and load harness: a fault-injecting HTTP proxy, simulated devices, one invariant checker.
+        .target(
+            name: "BatonChaos",
+            dependencies: [
+                "BatonClient",
+                "BatonFlows",
+                "BatonOData",
+                "BatonOffline",
+                "BatonSecureStore",
+                "BatonServer",
+                "BatonTesting",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // `baton-chaos`: the harness's short (CI) and long runs, with their figures.
+        .executableTarget(
+            name: "baton-chaos",
+            dependencies: ["BatonChaos", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: swiftSettings
+        ),
         // Test helper: writes to a secure store until killed (crash-safety test).
         .executableTarget(
             name: "baton-store-writer",
@@ -253,7 +277,7 @@ let package = Package(
             name: "BatonOfflineTests",
             dependencies: [
                 "BatonTestSupport", "BatonOffline", "BatonTesting", "BatonFlows", "BatonClient", "BatonOData",
-                "BatonServer",
+                "BatonServer", "BatonChaos",
             ],
             swiftSettings: swiftSettings
         ),

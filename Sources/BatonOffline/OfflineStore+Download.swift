@@ -39,7 +39,7 @@ extension OfflineStore {
             let (set, type, _) = try parseRead(query.url)
             let decoder = PageDecoder(
                 query: query.name, set: set, type: type, dialect: translator.dialect, serviceRoot: serviceRoot,
-                pageSize: pageSize, session: session)
+                pageSize: pageSize, session: session, timeout: requestTimeout)
             var restarted = false
             // After an expired delta link: the ids the full download brought, to drop what the server no longer has.
             var seen: Set<String>?
@@ -114,6 +114,7 @@ extension OfflineStore {
         let serviceRoot: String
         let pageSize: Int
         let session: AuthorizedSession
+        let timeout: Duration
 
         func start(_ link: String) -> Task<Result<DecodedPage, OfflineError>, Never> {
             // A detached task inherits no task-local values: the sync's trace is handed over by hand.
@@ -137,7 +138,7 @@ extension OfflineStore {
                         headers: [
                             ("Accept", "application/json"),
                             ("Prefer", "odata.track-changes, odata.maxpagesize=\(pageSize)"),
-                        ]))
+                        ], timeout: timeout))
             } catch {
                 throw OfflineStore.offlineError(error, doing: "download '\(query)'")
             }

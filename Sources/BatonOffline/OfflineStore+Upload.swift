@@ -218,7 +218,7 @@ extension OfflineStore {
         let request = ClientRequest(
             method: "POST", url: batchURL,
             headers: [("Content-Type", "application/json"), ("Accept", "application/json")],
-            body: JSONBatch.encodeRequests(requests).serializedBytes)
+            body: JSONBatch.encodeRequests(requests).serializedBytes, timeout: requestTimeout)
         let response: ClientResponse
         do {
             response = try await session.send(request)
@@ -308,7 +308,8 @@ extension OfflineStore {
 
     func fetchServerVersion(_ id: String, session: AuthorizedSession) async throws -> JSONValue? {
         guard let url = URL(string: session.configuration.odataServiceRoot + id) else { return nil }
-        let response = try await session.send(ClientRequest(url: url, headers: [("Accept", "application/json")]))
+        let response = try await session.send(
+            ClientRequest(url: url, headers: [("Accept", "application/json")], timeout: requestTimeout))
         guard response.status == 200 else { return nil }
         return try JSONValue(parsing: response.body)
     }

@@ -107,6 +107,18 @@ public actor OfflineStore {
     let now: @Sendable () -> Date
     var user: OfflineUser?
     var progressObservers: [UUID: AsyncStream<SyncProgress>.Continuation] = [:]
+    /// How long an upload batch, a download page or a read of the server's version may take before the store
+    /// gives up on it (and retries at the next sync). Default: 30 seconds.
+    public private(set) var requestTimeout: Duration = .seconds(30)
+
+    /// Sets ``requestTimeout``.
+    public func setRequestTimeout(_ timeout: Duration) { requestTimeout = timeout }
+
+    /// Whether SQLite's `PRAGMA integrity_check` finds the open store whole (every page decrypts and every
+    /// b-tree and index agrees).
+    public func integrityCheck() throws(OfflineError) -> Bool {
+        try read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") == "ok" }
+    }
     var translator: SQLTranslator { SQLTranslator(model: model, dialect: .sqlite) }
 
     static let etagColumn = "$etag"

@@ -28,12 +28,14 @@ public final class LiveServer: Sendable {
     ///   - logger: where the server logs, with every request at `info` (its access log); none when nil.
     ///   - database: a PostgreSQL database to keep the state in (a master-key file is made in `directory`); SQLite
     ///     files in `directory` when nil.
+    ///   - issuer: the URL devices are told to use (a proxy in front of the server); the listening address when
+    ///     nil.
     /// - Returns: the running server.
     /// - Throws: when the server cannot be set up or does not start listening.
     public static func start(
         settings: [String: String] = [:], clock: ServerClock = .system, directory: URL? = nil, port: Int = 0,
         dataService: DataServiceConfiguration = DataServiceConfiguration(), logger: Logger? = nil,
-        database: PostgresLocation? = nil
+        database: PostgresLocation? = nil, issuer: URL? = nil
     ) async throws -> LiveServer {
         let directory =
             directory
@@ -54,6 +56,10 @@ public final class LiveServer: Sendable {
             configuration.masterKeyFile = keyFile
         }
         configuration.port = port
+        if let issuer {
+            configuration.oauth.issuer = issuer.absoluteString
+            configuration.fixedIssuer = true
+        }
         configuration.bcryptCost = 4
         configuration.clock = clock
         configuration.dataService = dataService
