@@ -39,13 +39,17 @@ public struct NetworkChaos: Sendable {
         proxy.forward(to: port)
         // Alice leads the shift (a supervisor corrects anyone's check); bob is ground staff.
         try await server.addUser(
-            "alice", displayName: "Alice", role: .supervisor, password: Self.passwords["alice"] ?? "")
-        try await server.addUser("bob", displayName: "Bob", password: Self.passwords["bob"] ?? "")
+            "alice", displayName: "alice", role: .supervisor, password: Self.passwords["alice"] ?? "")
+        try await server.addUser("bob", displayName: "bob", password: Self.passwords["bob"] ?? "")
         _ = try await server.server.seed(aircraft: 6, checks: 0)
 
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-chaos-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
-        let tablet = try await Tablet.make(server: proxy.url, directory: directory, timeout: timeout)
+        let tablet = try await Tablet.make(
+            server: proxy.url, directory: directory, timeout: timeout,
+            users: ["alice", "bob"].map {
+                TabletUser(name: $0, password: Self.passwords[$0] ?? "", passcode: Self.passcodes[$0] ?? "")
+            })
         var checker = InvariantChecker(run: "chaos-\(seed)")
         let tails = try await tablet.store.read("Aircraft").compactMap { $0.values["TailNumber"] }
         guard !tails.isEmpty else { throw ChaosFailure("The device downloaded no aircraft.") }
@@ -120,31 +124,43 @@ public struct NetworkChaos: Sendable {
     }
 }
 
+/// A user of a simulated tablet: their name on the server (also their display name here), password and passcode.
+struct TabletUser: Sendable {
+    var name: String
+    var password: String
+    var passcode: String
+}
+
 /// One shared tablet: its users' sessions through the session manager, its offline store.
 final class Tablet: @unchecked Sendable {
-    // Used by one task at a time (the run's loop).
+    // Used by one task at a time (the run's loop, or one device's task of a load run).
     let manager: OnboardingSessionManager
     let presenter: ScriptedPresenter
     let store: OfflineStore
+    let users: [TabletUser]
+    let directory: URL
     var session: OnboardingSession
     var lastReport: UploadReport?
 
     init(
-        manager: OnboardingSessionManager, presenter: ScriptedPresenter, store: OfflineStore, session: OnboardingSession
+        manager: OnboardingSessionManager, presenter: ScriptedPresenter, store: OfflineStore, users: [TabletUser],
+        directory: URL, session: OnboardingSession
     ) {
         self.manager = manager
         self.presenter = presenter
         self.store = store
+        self.users = users
+        self.directory = directory
         self.session = session
     }
 
-    static func make(server: URL, directory: URL, timeout: Duration) async throws -> Tablet {
+    /// Onboards `users` (the first, then the others joining with its approval) and downloads, as the first user.
+    static func make(server: URL, directory: URL, timeout: Duration, users: [TabletUser]) async throws -> Tablet {
         var configuration = FlowsConfiguration(mode: .multiUser)
         configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
         let presenter = ScriptedPresenter(
-            ["alice", "bob"].flatMap { name -> [ScriptedPresenter.Answer] in
-                let code = NetworkChaos.passcodes[name] ?? ""
-                return [.credentials(name, NetworkChaos.passwords[name] ?? ""), .newPasscode(code, confirmation: code)]
+            users.flatMap { user -> [ScriptedPresenter.Answer] in
+                [.credentials(user.name, user.password), .newPasscode(user.passcode, confirmation: user.passcode)]
             })
         let manager = try OnboardingSessionManager(
             serverURL: server, directory: directory, configuration: configuration, presenter: presenter,
@@ -156,17 +172,18 @@ final class Tablet: @unchecked Sendable {
                 DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "checks", url: "PreflightChecks"),
             ])
         await store.setRequestTimeout(timeout)
-        _ = try await manager.open()
-        let bob = try await manager.addUser()
-        let tablet = Tablet(manager: manager, presenter: presenter, store: store, session: bob)
-        try await tablet.switchTo("alice")
+        var session = try await manager.open()
+        for _ in users.dropFirst() { session = try await manager.addUser() }
+        let tablet = Tablet(
+            manager: manager, presenter: presenter, store: store, users: users, directory: directory, session: session)
+        if let first = users.first { try await tablet.switchTo(first.name) }
         _ = try await store.download(using: tablet.session.authorized)
         return tablet
     }
 
     func switchTo(_ name: String) async throws {
-        let display = name == "alice" ? "Alice" : "Bob"
-        await presenter.append([.pick(display), .passcode(NetworkChaos.passcodes[name] ?? "")])
+        guard let user = users.first(where: { $0.name == name }) else { throw ChaosFailure("No user \(name) here.") }
+        await presenter.append([.pick(user.name), .passcode(user.passcode)])
         // Offline or not, a switch needs only the passcode; a failed contact with the server is no reason to stop.
         session = try await manager.switchUser()
         await store.close()
@@ -207,8 +224,9 @@ public struct InvariantChecker: Sendable {
         ]
     }
 
-    mutating func created(_ id: String, by user: String) {
-        checks[id] = (user, Decimal(5_000 + sequence), 0, nil)
+    /// A check created on a device, with the fuel it was recorded with (by default the last ``newCheck``'s).
+    mutating func created(_ id: String, by user: String, fuel: Decimal? = nil) {
+        checks[id] = (user, fuel ?? Decimal(5_000 + sequence), 0, nil)
     }
 
     /// A check `user` may correct: one whose `CheckedBy` (its last author) is theirs, or anyone's for alice (a

@@ -3,34 +3,69 @@ import BatonChaos
 import Foundation
 
 /// `baton-chaos`: the fault and load harness. Today: network faults between a shared tablet and the server,
-/// through a fault-injecting proxy, checked by the invariant checker.
+/// through a fault-injecting proxy, and many tablets syncing at once; both checked by the invariant checker.
 @main
 struct BatonChaosCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "baton-chaos",
         abstract: "Break the network between a tablet and the server, then check nothing was lost or applied twice.")
 
-    @Flag(help: "The long run: 1,000 network faults.") var long = false
-    @Option(help: "Network faults to inject (default: 100, or 1,000 with --long).") var networkFaults: Int?
+    @Flag(help: "The long run: 1,000 network faults; 1 to 200 devices at once.") var long = false
+    @Option(help: "Network faults to inject (default: 100, or 1,000 with --long; 0 skips them).") var networkFaults:
+        Int?
+    @Option(
+        help:
+            "The numbers of devices syncing at once, comma-separated; the first is the baseline (default: 1,20, or 1,10,50,100,200 with --long; empty skips them)."
+    )
+    var devices: String?
+    @Option(help: "Syncs per device in the load part.") var rounds = 4
     @Option(help: "The seed; the same seed repeats the same run.") var seed: UInt64 = 1
     @Flag(help: "Print JSON.") var json = false
 
+    func deviceCounts() throws -> [Int] {
+        let text = devices ?? (long ? "1,10,50,100,200" : "1,20")
+        let counts = text.split(separator: ",").map { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard counts.allSatisfy({ ($0 ?? 0) > 0 && ($0 ?? 0) <= 1_000 }) else {
+            throw ValidationError("--devices takes numbers from 1 to 1000, comma-separated.")
+        }
+        return counts.compactMap { $0 }
+    }
+
+    func validate() throws {
+        guard (networkFaults ?? 0) >= 0 else { throw ValidationError("--network-faults must not be negative.") }
+        guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
+        _ = try deviceCounts()
+    }
+
     func run() async throws {
         let faults = networkFaults ?? (long ? 1_000 : 100)
-        guard faults > 0 else { throw ValidationError("--network-faults must be positive.") }
-        let started = ContinuousClock.now
-        let report = try await NetworkChaos(faults: faults, seed: seed).run { line in
-            FileHandle.standardError.write(Data("… \(line)\n".utf8))
+        let note: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("… \(line)\n".utf8)) }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        var passed = true
+        if faults > 0 {
+            let started = ContinuousClock.now
+            let report = try await NetworkChaos(faults: faults, seed: seed).run(progress: note)
+            let elapsed = ContinuousClock.now - started
+            if json {
+                print(String(decoding: try encoder.encode(report), as: UTF8.self))
+            } else {
+                print("Network faults, seed \(seed), \(elapsed.components.seconds) s:")
+                print(report.text)
+            }
+            passed = passed && report.passed
         }
-        let elapsed = ContinuousClock.now - started
-        if json {
-            let encoder = JSONEncoder()
-            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-            print(String(decoding: try encoder.encode(report), as: UTF8.self))
-        } else {
-            print("Network faults, seed \(seed), \(elapsed.components.seconds) s:")
-            print(report.text)
+        let counts = try deviceCounts()
+        if !counts.isEmpty {
+            let report = try await LoadChaos(devices: counts, rounds: rounds).run(progress: note)
+            if json {
+                print(String(decoding: try encoder.encode(report), as: UTF8.self))
+            } else {
+                print("\nDevices syncing at once (\(rounds) rounds each, two users per device):")
+                print(report.text)
+            }
+            passed = passed && report.passed
         }
-        if !report.passed { throw ExitCode(1) }
+        if !passed { throw ExitCode(1) }
     }
 }

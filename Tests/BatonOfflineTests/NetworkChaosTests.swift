@@ -68,3 +68,16 @@ import Testing
         await server.shutDown()
     }
 }
+
+/// The harness's load part in CI's short mode: twenty tablets (two users each) syncing at once against one
+/// server, every change of every tablet checked afterwards.
+@Suite(.serverSlot) struct LoadChaosTests {
+    @Test func twentyTabletsAtOnceLoseNothing() async throws {
+        let report = try await LoadChaos(devices: [1, 20], rounds: 4).run()
+        #expect(report.passed, "\(report.text)")
+        #expect(report.points.map(\.devices) == [1, 20])
+        #expect(report.points.last?.changes == 20 * 4 * 10)
+        #expect(report.invariants.changesChecked == 21 * 4 * 10)
+        #expect(report.points.allSatisfy { $0.syncP99 >= $0.syncP50 && $0.syncP50 > 0 })
+    }
+}
