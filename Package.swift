@@ -142,6 +142,7 @@ let package = Package(
                 "BatonSecureStore",
                 "BatonServer",
                 "BatonTesting",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import BatonClient
 import BatonOData
 import BatonOffline
@@ -65,6 +66,14 @@ public struct LoadChaos: Sendable {
     public func run(progress: @Sendable (String) -> Void = { _ in }) async throws -> Report {
         let server = try await LiveServer.start()
         defer { Task { await server.shutDown() } }
+        // The tablets share one HTTP client (one process); its pool is sized for them, as many tablets would each
+        // bring their own connection. Waiting for a connection counts in a sync's latency.
+        var configuration = HTTPClient.Configuration()
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
+        configuration.timeout.connect = .seconds(5)
+        let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+        defer { Task { try? await client.shutdown() } }
+        let transport = AsyncHTTPClientTransport(client: client)
         _ = try await server.server.seed(aircraft: 20, checks: 0)
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("baton-load-\(UUID())")
         defer { try? FileManager.default.removeItem(at: root) }
@@ -88,7 +97,7 @@ public struct LoadChaos: Sendable {
                 tablets.append(
                     try await Tablet.make(
                         server: server.url, directory: root.appendingPathComponent("p\(index)-d\(device)"),
-                        timeout: .seconds(30), users: users))
+                        timeout: .seconds(120), users: users, transport: transport))
             }
             progress("\(count) devices onboarded")
             let tails = try await tablets[0].store.read("Aircraft").compactMap { $0.values["TailNumber"] }

@@ -155,7 +155,10 @@ final class Tablet: @unchecked Sendable {
     }
 
     /// Onboards `users` (the first, then the others joining with its approval) and downloads, as the first user.
-    static func make(server: URL, directory: URL, timeout: Duration, users: [TabletUser]) async throws -> Tablet {
+    static func make(
+        server: URL, directory: URL, timeout: Duration, users: [TabletUser],
+        transport: any HTTPTransport = AsyncHTTPClientTransport()
+    ) async throws -> Tablet {
         var configuration = FlowsConfiguration(mode: .multiUser)
         configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
         let presenter = ScriptedPresenter(
@@ -164,7 +167,7 @@ final class Tablet: @unchecked Sendable {
             })
         let manager = try OnboardingSessionManager(
             serverURL: server, directory: directory, configuration: configuration, presenter: presenter,
-            transport: AsyncHTTPClientTransport())
+            transport: transport)
         let store = try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
             deviceID: manager.deviceID,

@@ -12,7 +12,7 @@ struct Baton: AsyncParsableCommand {
         discussion: """
             Exit status: 0 done; 1 failed; 3 wrong passcode or password (or nobody signed in); 4 the server \
             cannot be reached; 5 the sync left changes behind (error archive, waiting for their author); \
-            6 invalid input; 7 no such user or aircraft; 8 pending changes refuse the removal; 9 not permitted (someone else's check, a final check, not a supervisor); 64 usage.
+            6 invalid input; 7 no such user, aircraft or check; 8 pending changes refuse the removal; 9 not permitted (someone else's check or change, a final check, not a supervisor, consent not given); 64 usage.
             """,
         subcommands: [
             DemoCommand.self, UsersCommand.self, SyncCommand.self, AircraftCommand.self, ChecksCommand.self,

@@ -22,7 +22,8 @@ struct AppError: Error, Sendable, CustomStringConvertible {
         case notFound = 7
         /// The pending-changes rule refused: upload first, or discard with `--discard-pending`.
         case pendingChanges = 8
-        /// The signed-in user's role may not do this (another user's check, an aircraft's status).
+        /// Not permitted: the signed-in user's role may not do this (another user's check or change, an aircraft's
+        /// status), or the user has not given the consent Baton needs.
         case notPermitted = 9
         /// Bad command-line use (as swift-argument-parser reports it).
         case usage = 64
