@@ -61,18 +61,7 @@ public final class FaultProxy: Sendable {
         bytesPerSecond: Int = 256 * 1024
     ) async throws -> FaultProxy {
         let proxy = Box()
-        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.backlog, value: 256)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelInitializer { channel in
-                guard let owner = proxy.value else { return channel.close() }
-                owner.register(channel)
-                return channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: false)
-                    try channel.pipeline.syncOperations.addHandler(ProxyHandler(proxy: owner))
-                }
-            }
-        let channel = try await bootstrap.bind(host: "127.0.0.1", port: 0).get()
+        let channel = try await bootstrap(proxy).bind(host: "127.0.0.1", port: 0).get()
         guard let port = channel.localAddress?.port, let url = URL(string: "http://127.0.0.1:\(port)") else {
             try? await channel.close()
             throw ChaosFailure("The fault proxy did not get a port.")
@@ -82,6 +71,22 @@ public final class FaultProxy: Sendable {
             bytesPerSecond: bytesPerSecond)
         proxy.value = owner
         return owner
+    }
+
+    /// The listener: each accepted connection gets the HTTP server codec and a ``ProxyHandler`` of the proxy in
+    /// `box` (set once the proxy exists).
+    static func bootstrap(_ box: Box) -> ServerBootstrap {
+        ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                guard let owner = box.value else { return channel.close() }
+                owner.register(channel)
+                return channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: false)
+                    try channel.pipeline.syncOperations.addHandler(ProxyHandler(proxy: owner))
+                }
+            }
     }
 
     init(
@@ -143,18 +148,7 @@ public final class FaultProxy: Sendable {
         guard channel.withLock({ $0 }) == nil else { return }
         let proxy = Box()
         proxy.value = self
-        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .serverChannelOption(.backlog, value: 256)
-            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .childChannelInitializer { channel in
-                guard let owner = proxy.value else { return channel.close() }
-                owner.register(channel)
-                return channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: false)
-                    try channel.pipeline.syncOperations.addHandler(ProxyHandler(proxy: owner))
-                }
-            }
-        let listening = try await bootstrap.bind(host: "127.0.0.1", port: port).get()
+        let listening = try await Self.bootstrap(proxy).bind(host: "127.0.0.1", port: port).get()
         channel.withLock { $0 = listening }
     }
 

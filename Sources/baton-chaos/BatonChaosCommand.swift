@@ -40,30 +40,31 @@ struct BatonChaosCommand: AsyncParsableCommand {
     func run() async throws {
         let faults = networkFaults ?? (long ? 1_000 : 100)
         let note: @Sendable (String) -> Void = { line in FileHandle.standardError.write(Data("… \(line)\n".utf8)) }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        /// Prints a part's report: JSON, or its title and text.
+        func emit(_ report: some Encodable, title: String, text: String) throws {
+            if json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+                print(String(decoding: try encoder.encode(report), as: UTF8.self))
+            } else {
+                print(title)
+                print(text)
+            }
+        }
         var passed = true
         if faults > 0 {
             let started = ContinuousClock.now
             let report = try await NetworkChaos(faults: faults, seed: seed).run(progress: note)
             let elapsed = ContinuousClock.now - started
-            if json {
-                print(String(decoding: try encoder.encode(report), as: UTF8.self))
-            } else {
-                print("Network faults, seed \(seed), \(elapsed.components.seconds) s:")
-                print(report.text)
-            }
+            try emit(report, title: "Network faults, seed \(seed), \(elapsed.components.seconds) s:", text: report.text)
             passed = passed && report.passed
         }
         let counts = try deviceCounts()
         if !counts.isEmpty {
             let report = try await LoadChaos(devices: counts, rounds: rounds).run(progress: note)
-            if json {
-                print(String(decoding: try encoder.encode(report), as: UTF8.self))
-            } else {
-                print("\nDevices syncing at once (\(rounds) rounds each, two users per device):")
-                print(report.text)
-            }
+            try emit(
+                report, title: "\nDevices syncing at once (\(rounds) rounds each, two users per device):",
+                text: report.text)
             passed = passed && report.passed
         }
         if !passed { throw ExitCode(1) }

@@ -58,24 +58,31 @@ import Testing
         return (server, url)
     }
 
+    /// Adds `users` (name, role, password) to the server data in `data` and seeds it, as an admin would.
+    static func prepareServer(_ data: String, users: [(String, String, String)], aircraft: Int, checks: Int)
+        async throws
+    {
+        for (name, role, password) in users {
+            let added = try await BatonExecutableTests.run(
+                ["user", "add", name, "--role", role, "--data-dir", data, "--password-stdin", "--bcrypt-cost", "4"],
+                executable: serverBinary, input: password + "\n")
+            #expect(added.status == 0, "\(added.error)")
+        }
+        let seeded = try await BatonExecutableTests.run(
+            ["seed", "--aircraft", "\(aircraft)", "--checks", "\(checks)", "--data-dir", data], executable: serverBinary
+        )
+        #expect(seeded.status == 0, "\(seeded.error)")
+    }
+
     @Test func checksAreCorrectedFinalizedAndDeletedFromScripts() async throws {
         let work = FileManager.default.temporaryDirectory.appendingPathComponent("baton-edit-\(UUID())")
         try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: work) }
         let serverData = work.appendingPathComponent("server").path
-        for (name, role, password) in [
-            ("alice", "ground-staff", "blue-harbour-1234"), ("sam", "supervisor", "grey-pebble-4321"),
-        ] {
-            let added = try await BatonExecutableTests.run(
-                [
-                    "user", "add", name, "--role", role, "--data-dir", serverData, "--password-stdin", "--bcrypt-cost",
-                    "4",
-                ], executable: Self.serverBinary, input: password + "\n")
-            #expect(added.status == 0, "\(added.error)")
-        }
-        let seeded = try await BatonExecutableTests.run(
-            ["seed", "--aircraft", "2", "--checks", "4", "--data-dir", serverData], executable: Self.serverBinary)
-        #expect(seeded.status == 0, "\(seeded.error)")
+        try await Self.prepareServer(
+            serverData,
+            users: [("alice", "ground-staff", "blue-harbour-1234"), ("sam", "supervisor", "grey-pebble-4321")],
+            aircraft: 2, checks: 4)
         let (server, url) = try await Self.serve(serverData)
         defer {
             server.terminate()
@@ -154,19 +161,10 @@ import Testing
         try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: work) }
         let serverData = work.appendingPathComponent("server").path
-        for (name, role, password) in [
-            ("alice", "ground-staff", "blue-harbour-1234"), ("sam", "supervisor", "grey-pebble-4321"),
-        ] {
-            let added = try await BatonExecutableTests.run(
-                [
-                    "user", "add", name, "--role", role, "--data-dir", serverData, "--password-stdin", "--bcrypt-cost",
-                    "4",
-                ], executable: Self.serverBinary, input: password + "\n")
-            #expect(added.status == 0, "\(added.error)")
-        }
-        let seeded = try await BatonExecutableTests.run(
-            ["seed", "--aircraft", "1", "--checks", "0", "--data-dir", serverData], executable: Self.serverBinary)
-        #expect(seeded.status == 0, "\(seeded.error)")
+        try await Self.prepareServer(
+            serverData,
+            users: [("alice", "ground-staff", "blue-harbour-1234"), ("sam", "supervisor", "grey-pebble-4321")],
+            aircraft: 1, checks: 0)
         let (server, url) = try await Self.serve(serverData)
         defer {
             server.terminate()
@@ -317,19 +315,14 @@ import Testing
         let secrets = [
             "alice": ("blue-harbour-1234", "alice-2468x"), "bob": ("green-meadow-5678", "bob-13579x"),
         ]
-        for (name, (password, _)) in secrets {
-            let added = try await BatonExecutableTests.run(
-                ["user", "add", name, "--data-dir", serverData, "--password-stdin", "--bcrypt-cost", "4"],
-                executable: Self.serverBinary, input: password + "\n")
-            #expect(added.status == 0, "\(added.error)")
-        }
+        try await Self.prepareServer(
+            serverData, users: secrets.map { ($0.key, "ground-staff", $0.value.0) }, aircraft: 2, checks: 2)
         func server(_ arguments: [String]) async throws -> BatonExecutableTests.Result {
             let result = try await BatonExecutableTests.run(
                 arguments + ["--data-dir", serverData], executable: Self.serverBinary)
             #expect(result.status == 0, "\(arguments): \(result.error)")
             return result
         }
-        _ = try await server(["seed", "--aircraft", "2", "--checks", "2"])
         let (process, url) = try await Self.serve(serverData)
         defer {
             process.terminate()
