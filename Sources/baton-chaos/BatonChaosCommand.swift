@@ -19,6 +19,7 @@ struct BatonChaosCommand: AsyncParsableCommand {
     )
     var devices: String?
     @Option(help: "Syncs per device in the load part.") var rounds = 4
+    @Option(help: "Kills of the server process (default: 50, or 1,000 with --long; 0 skips them).") var kills: Int?
     @Option(help: "The seed; the same seed repeats the same run.") var seed: UInt64 = 1
     @Flag(help: "Print JSON.") var json = false
 
@@ -33,6 +34,7 @@ struct BatonChaosCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard (networkFaults ?? 0) >= 0 else { throw ValidationError("--network-faults must not be negative.") }
+        guard (kills ?? 0) >= 0 else { throw ValidationError("--kills must not be negative.") }
         guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
         _ = try deviceCounts()
     }
@@ -57,6 +59,23 @@ struct BatonChaosCommand: AsyncParsableCommand {
             let report = try await NetworkChaos(faults: faults, seed: seed).run(progress: note)
             let elapsed = ContinuousClock.now - started
             try emit(report, title: "Network faults, seed \(seed), \(elapsed.components.seconds) s:", text: report.text)
+            passed = passed && report.passed
+        }
+        let killCount = kills ?? (long ? 1_000 : 50)
+        if killCount > 0 {
+            let binary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+                .deletingLastPathComponent().appendingPathComponent("baton-server")
+            guard FileManager.default.isExecutableFile(atPath: binary.path) else {
+                throw ValidationError(
+                    "The kill part needs baton-server beside baton-chaos (swift build --product baton-server).")
+            }
+            let started = ContinuousClock.now
+            let report = try await ServerKillChaos(kills: killCount, seed: seed, serverBinary: binary).run(
+                progress: note)
+            let elapsed = ContinuousClock.now - started
+            try emit(
+                report, title: "\nServer process kills, seed \(seed), \(elapsed.components.seconds) s:",
+                text: report.text)
             passed = passed && report.passed
         }
         let counts = try deviceCounts()
