@@ -227,10 +227,17 @@ import Testing
             let newest = try await server.server.devices.logs(device: session.deviceID)
             #expect(newest.count == DeviceRegistry.keptLogUploads)
             #expect(newest.last?.lines.first?.hasSuffix("filler 0") == true, "\(newest.last?.lines ?? [])")
-            // Another device's id: not registered there.
-            let (status, _) = try await post(
-                "../device-elsewhere/usage".replacingOccurrences(of: "../", with: ""), "{}")
-            #expect(status == 404 || status == 400)
+            // Another device's id: she is not registered there, and nothing is kept for it.
+            let elsewhere = try await session.authorized.send(
+                ClientRequest(
+                    method: "POST",
+                    url: try #require(URL(string: "\(server.url.absoluteString)/devices/device-elsewhere/usage")),
+                    headers: [("Content-Type", "application/json")],
+                    body: Array(
+                        #"{"events": [{"id": "\#(UUID().uuidString)", "at": "2026-11-24T07:00:00Z", "name": "sync"}]}"#
+                            .utf8)))
+            #expect(elsewhere.status == 404, "HTTP \(elsewhere.status)")
+            #expect(try await server.server.devices.usage(device: "device-elsewhere").isEmpty)
 
             // The server stops collecting usage: uploads are refused.
             _ = try await server.server.settings.set("telemetry.usage", to: "false")

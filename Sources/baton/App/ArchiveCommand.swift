@@ -63,12 +63,6 @@ struct ArchiveCommand: AsyncParsableCommand {
         let fields: [Field]
     }
 
-    static func text(_ value: PrimitiveValue?) -> String? {
-        guard let value, value != .null else { return nil }
-        if case .dateTimeOffset(let time) = value { return time.description }
-        return value.display
-    }
-
     struct Show: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "show", abstract: "List the error archive; conflicts show both versions side by side.")
@@ -90,8 +84,8 @@ struct ArchiveCommand: AsyncParsableCommand {
                             code: archived.code, reason: archived.message,
                             fields: fields.map {
                                 Field(
-                                    property: $0.property, server: $0.server.flatMap(ArchiveCommand.text),
-                                    mine: $0.mine.flatMap(ArchiveCommand.text), changedHere: $0.changedHere)
+                                    property: $0.property, server: $0.server?.jsonText, mine: $0.mine?.jsonText,
+                                    changedHere: $0.changedHere)
                             }))
                     printed.append(
                         "\(index + 1)  \(InteractiveApp.describe(archived.entry)) by \(archived.entry.author)")
@@ -129,14 +123,11 @@ struct ArchiveCommand: AsyncParsableCommand {
         }
 
         func run() async throws {
-            let values: [String: PrimitiveValue]
-            do {
-                values = try changes.values()
+            let values = try validated {
+                let values = try changes.values()
                 if edit, values.isEmpty { throw AppError(.invalidInput, "--edit needs at least one value to send.") }
                 if !edit, !values.isEmpty { throw AppError(.usage, "Values are only given with --edit.") }
-            } catch let error as AppError {
-                FileHandle.standardError.write(Data("baton: \(error.message)\n".utf8))
-                throw error.exitCode
+                return values
             }
             try await runScripted(device, signIn: signIn) { device, _ in
                 let archive = try await device.store.archivedEntries()

@@ -102,6 +102,15 @@ extension PrimitiveValue {
         }
     }
 
+    /// The value as JSON output gives it: nil for null, a time in full, otherwise as shown.
+    var jsonText: String? {
+        switch self {
+        case .null: nil
+        case .dateTimeOffset(let time): time.description
+        default: display
+        }
+    }
+
     /// `2026-11-21 14:05Z`: minutes are enough at the stand.
     static func shortTime(_ value: ODataDateTimeOffset) -> String {
         let text = value.utc.description

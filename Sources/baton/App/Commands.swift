@@ -97,6 +97,15 @@ func runScripted(
     }
 }
 
+/// Runs `body`, a check of the command's own values before anything is opened: its refusal goes to standard
+/// error and ends the command with its exit status.
+func validated<T>(_ body: () throws -> T) throws -> T {
+    do { return try body() } catch let error as AppError {
+        FileHandle.standardError.write(Data("baton: \(error.message)\n".utf8))
+        throw error.exitCode
+    }
+}
+
 /// One line of standard input (for `--passcode-stdin` / `--password-stdin`); nil when there is none.
 func readSecretLine(_ what: String) -> String? {
     guard let line = readLine(strippingNewline: true), !line.isEmpty else { return nil }
@@ -327,11 +336,7 @@ struct CheckJSON: Encodable {
     let onDevice: Bool
 
     init(_ entity: LocalEntity) {
-        func text(_ name: String) -> String? {
-            guard let value = entity.values[name], value != .null else { return nil }
-            if case .dateTimeOffset(let time) = value { return time.description }
-            return value.display
-        }
+        func text(_ name: String) -> String? { entity.values[name]?.jsonText }
         id = entity.id
         tailNumber = text("TailNumber") ?? ""
         flightNumber = text("FlightNumber")
@@ -452,11 +457,7 @@ struct ChecksCommand: AsyncParsableCommand {
         @OptionGroup var changes: CheckChanges
 
         func run() async throws {
-            let values: [String: PrimitiveValue]
-            do { values = try changes.values() } catch let error as AppError {
-                FileHandle.standardError.write(Data("baton: \(error.message)\n".utf8))
-                throw error.exitCode
-            }
+            let values = try validated { try changes.values() }
             try await runScripted(device, signIn: signIn) { device, _ in
                 try await device.edit(id, values: values)
                 print("Changed \(id) on this device; it is uploaded with the next sync.")
@@ -530,11 +531,7 @@ struct ChecksCommand: AsyncParsableCommand {
 
         func run() async throws {
             // Validate the values before asking for a passcode.
-            let form: CheckForm
-            do { form = try self.form() } catch let error as AppError {
-                FileHandle.standardError.write(Data("baton: \(error.message)\n".utf8))
-                throw error.exitCode
-            }
+            let form = try validated { try self.form() }
             try await runScripted(device, signIn: signIn) { device, ui in
                 let id = try await device.record(form)
                 let saved = try await device.store.read(id)
