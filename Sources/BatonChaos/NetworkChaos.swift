@@ -361,7 +361,9 @@ public struct ChaosReport: Sendable, Codable {
     public var text: String {
         var lines = ["faults injected: \(faultCount)"]
         for (kind, count) in faults.sorted(by: { $0.key < $1.key }) { lines.append("  \(kind): \(count)") }
-        lines.append("changes checked: \(changesChecked) (syncs \(syncs), of which \(retries) after a failure)")
+        lines.append(
+            "changes checked: \(changesChecked)"
+                + (syncs > 0 ? " (syncs \(syncs), of which \(retries) after a failure)" : ""))
         lines.append("losses: \(losses)  duplicates: \(duplicates)  left pending: \(leftPending)")
         lines.append("device store intact: \(storeIntact ? "yes" : "NO")")
         for problem in problems.prefix(20) { lines.append("  ✗ \(problem)") }

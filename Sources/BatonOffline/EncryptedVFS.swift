@@ -67,7 +67,7 @@ enum EncryptedVFS {
                 inner.deallocate()
                 return code
             }
-            let box = EncryptedFile(inner: innerFile, kind: kind, key: key)
+            let box = EncryptedFile(inner: innerFile, kind: kind, key: key, path: path)
             let raw = UnsafeMutableRawPointer(file)
             raw.storeBytes(
                 of: Unmanaged.passRetained(box).toOpaque(), toByteOffset: boxOffset, as: UnsafeMutableRawPointer.self)
@@ -107,7 +107,19 @@ enum EncryptedVFS {
         }
         methods.pointee.xWrite = { file, buffer, amount, offset in
             guard let box = EncryptedVFS.box(file), let buffer else { return IOError.write }
-            return box.write(from: buffer, amount: Int(amount), offset: Int(offset))
+            switch DiskFaults.next(sync: false, path: box.path) {
+            case .proceed:
+                return box.write(from: buffer, amount: Int(amount), offset: Int(offset))
+            case .fail(let code):
+                return code
+            case .tear(let bytes, let thenDie):
+                _ = box.write(from: buffer, amount: Int(amount), offset: Int(offset), storing: bytes)
+                if thenDie { DiskFaults.die() }
+                return SQLITE_FULL
+            case .dieAfter:
+                _ = box.write(from: buffer, amount: Int(amount), offset: Int(offset))
+                DiskFaults.die()
+            }
         }
         methods.pointee.xTruncate = { file, size in
             guard let box = EncryptedVFS.box(file) else { return IOError.truncate }
@@ -115,7 +127,15 @@ enum EncryptedVFS {
         }
         methods.pointee.xSync = { file, flags in
             guard let box = EncryptedVFS.box(file) else { return IOError.fsync }
-            return box.inner.pointee.pMethods.pointee.xSync(box.inner, flags)
+            switch DiskFaults.next(sync: true, path: box.path) {
+            case .proceed, .tear:
+                return box.inner.pointee.pMethods.pointee.xSync(box.inner, flags)
+            case .fail(let code):
+                return code
+            case .dieAfter:
+                _ = box.inner.pointee.pMethods.pointee.xSync(box.inner, flags)
+                DiskFaults.die()
+            }
         }
         methods.pointee.xFileSize = { file, size in
             guard let box = EncryptedVFS.box(file) else { return IOError.fstat }
@@ -172,17 +192,19 @@ enum EncryptedVFS {
     }
 }
 
-/// One open encrypted file: the platform VFS's file underneath, its kind and key.
+/// One open encrypted file: the platform VFS's file underneath, its kind, key and path.
 final class EncryptedFile: @unchecked Sendable {
     // SQLite serialises calls on one file handle; the handle is never shared between threads at once.
     let inner: UnsafeMutablePointer<sqlite3_file>
     let kind: EncryptedVFS.FileKind
     let key: SymmetricKey
+    let path: String
 
-    init(inner: UnsafeMutablePointer<sqlite3_file>, kind: EncryptedVFS.FileKind, key: SymmetricKey) {
+    init(inner: UnsafeMutablePointer<sqlite3_file>, kind: EncryptedVFS.FileKind, key: SymmetricKey, path: String) {
         self.inner = inner
         self.kind = kind
         self.key = key
+        self.path = path
     }
 
     /// The stretch of the file containing `offset`: where it starts, how long it is, whether it is an
@@ -232,11 +254,14 @@ final class EncryptedFile: @unchecked Sendable {
                     short = true
                 } else if code != SQLITE_OK {
                     return code
-                } else {
-                    guard let plain = open(stored, at: unit.start) else { return IOError.data }
+                } else if let plain = open(stored, at: unit.start) {
                     plain[(position - unit.start)..<(segmentEnd - unit.start)].withUnsafeBytes { bytes in
                         if let base = bytes.baseAddress { destination.copyMemory(from: base, byteCount: bytes.count) }
                     }
+                } else if tornPageIsHarmless(unit: unit.start, offset: offset, amount: amount) {
+                    destination.initializeMemory(as: UInt8.self, repeating: 0, count: segmentEnd - position)
+                } else {
+                    return IOError.data
                 }
             }
             position = segmentEnd
@@ -244,7 +269,29 @@ final class EncryptedFile: @unchecked Sendable {
         return short ? IOError.shortRead : SQLITE_OK
     }
 
-    func write(from buffer: UnsafeRawPointer, amount: Int, offset: Int) -> Int32 {
+    /// Writes `amount` bytes at `offset`, encrypting whole pages. `storing` (fault injection only) stops after that
+    /// many bytes have reached the file: a torn write.
+    /// Whether a page that does not authenticate may be read as zeros, because SQLite recovers from a torn page
+    /// there — one a write the process (or the power) died in left half new, half old — exactly as it would
+    /// from the torn plain page:
+    /// - the database header, read alone when the store opens: a checkpoint that was copying page 1 from the log
+    ///   into the database tore it, and SQLite, finding no header, takes page 1 from the log, where it still is;
+    /// - a page of the log read together with its frame header, as SQLite's recovery reads every frame: a frame
+    ///   whose page was torn fails the frame's checksum, and the log ends before it (that transaction had not
+    ///   committed).
+    ///
+    /// Every other read of a page that does not authenticate fails (`SQLITE_IOERR_DATA`), so nothing altered is
+    /// ever used: a forged frame header whose checksum matches a page of zeros only leads to a read of that page
+    /// on its own, which fails.
+    func tornPageIsHarmless(unit start: Int, offset: Int, amount: Int) -> Bool {
+        switch kind {
+        case .main: start == 0 && offset == 0 && amount <= 100
+        case .wal: offset <= start - 24
+        }
+    }
+
+    func write(from buffer: UnsafeRawPointer, amount: Int, offset: Int, storing limit: Int = .max) -> Int32 {
+        var budget = limit
         var position = offset
         let end = offset + amount
         while position < end {
@@ -252,9 +299,11 @@ final class EncryptedFile: @unchecked Sendable {
             let segmentEnd = min(end, unit.start + unit.length)
             let source = buffer.advanced(by: position - offset)
             if !unit.encrypted {
-                let code = inner.pointee.pMethods.pointee.xWrite(
-                    inner, source, Int32(segmentEnd - position), sqlite3_int64(position))
+                let count = min(budget, segmentEnd - position)
+                let code = inner.pointee.pMethods.pointee.xWrite(inner, source, Int32(count), sqlite3_int64(position))
                 if code != SQLITE_OK { return code }
+                budget -= count
+                if budget == 0 { return SQLITE_FULL }
             } else {
                 var plain = [UInt8](repeating: 0, count: unit.length)
                 if position != unit.start || segmentEnd != unit.start + unit.length {
@@ -269,11 +318,14 @@ final class EncryptedFile: @unchecked Sendable {
                     (position - unit.start)..<(segmentEnd - unit.start),
                     with: UnsafeRawBufferPointer(start: source, count: segmentEnd - position))
                 guard let sealed = seal(plain, at: unit.start) else { return IOError.write }
+                let count = min(budget, unit.length)
                 let code = sealed.withUnsafeBytes { bytes in
                     inner.pointee.pMethods.pointee.xWrite(
-                        inner, bytes.baseAddress, Int32(unit.length), sqlite3_int64(unit.start))
+                        inner, bytes.baseAddress, Int32(count), sqlite3_int64(unit.start))
                 }
                 if code != SQLITE_OK { return code }
+                budget -= count
+                if budget == 0 { return SQLITE_FULL }
             }
             position = segmentEnd
         }

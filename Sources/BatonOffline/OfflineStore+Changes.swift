@@ -213,8 +213,28 @@ extension OfflineStore {
             return try database.write(body)
         } catch let error as OfflineError {
             throw error
+        } catch let error as DatabaseError {
+            throw Self.writeFailure(error)
         } catch {
             throw OfflineError(.storage, "Cannot write the offline store: \(error)")
+        }
+    }
+
+    /// A failed write, in words a person can act on: a full disk and a failing one are said so; the transaction
+    /// was rolled back, so nothing of the change is kept.
+    static func writeFailure(_ error: DatabaseError) -> OfflineError {
+        switch error.resultCode {
+        case .SQLITE_FULL:
+            OfflineError(
+                .storage, "The device's storage is full: this change was not recorded. Free some space, then try again."
+            )
+        case .SQLITE_IOERR:
+            OfflineError(
+                .storage,
+                "The device's storage failed while writing: this change was not recorded. Try again; if it keeps failing, the device needs service."
+            )
+        default:
+            OfflineError(.storage, "Cannot write the offline store: \(error)")
         }
     }
 

@@ -119,6 +119,18 @@ public actor OfflineStore {
     public func integrityCheck() throws(OfflineError) -> Bool {
         try read { db in try String.fetchOne(db, sql: "PRAGMA integrity_check") == "ok" }
     }
+
+    /// The fault harness's knob: SQLite checkpoints the log after this many pages (its default is 1,000), so the
+    /// harness's writes also meet a log that starts over on its old frames.
+    package func setLogCheckpoint(pages: Int) throws(OfflineError) {
+        let database = try requireDatabase()
+        do {
+            try database.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = \(pages)") }
+        } catch {
+            throw OfflineError(.storage, "Cannot set the log's checkpoint: \(error)")
+        }
+    }
+
     var translator: SQLTranslator { SQLTranslator(model: model, dialect: .sqlite) }
 
     static let etagColumn = "$etag"

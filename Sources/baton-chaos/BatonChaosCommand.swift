@@ -2,13 +2,38 @@ import ArgumentParser
 import BatonChaos
 import Foundation
 
-/// `baton-chaos`: the fault and load harness. Today: network faults between a shared tablet and the server,
-/// through a fault-injecting proxy, and many tablets syncing at once; both checked by the invariant checker.
+/// `baton-chaos`: the fault and load harness. Network faults between a shared tablet and the server through a
+/// fault-injecting proxy, server kills, disk faults in the offline store, and many tablets syncing at once; all
+/// checked by the invariant checkers.
 @main
 struct BatonChaosCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "baton-chaos",
-        abstract: "Break the network between a tablet and the server, then check nothing was lost or applied twice.")
+        abstract:
+            "Break the network, the server and the disk under tablets, then check nothing was lost or applied twice.",
+        subcommands: [RunChaos.self, DiskWriterCommand.self], defaultSubcommand: RunChaos.self)
+}
+
+/// The disk part's writer process: its input (keys included) comes on standard input.
+struct DiskWriterCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "disk-writer", abstract: "A disk trial's writer (run by baton-chaos itself).",
+        shouldDisplay: false)
+
+    func run() async throws {
+        let data = FileHandle.standardInput.readDataToEndOfFile()
+        guard let input = try? JSONDecoder().decode(DiskWriterInput.self, from: data) else {
+            throw ValidationError("disk-writer reads its trial as JSON on standard input.")
+        }
+        let status = await DiskWriter.run(input)
+        if status != 0 { throw ExitCode(status) }
+    }
+}
+
+/// The harness's parts, short (CI) or long.
+struct RunChaos: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run", abstract: "Run the harness (the default command).")
 
     @Flag(help: "The long run: 1,000 network faults; 1 to 200 devices at once.") var long = false
     @Option(help: "Network faults to inject (default: 100, or 1,000 with --long; 0 skips them).") var networkFaults:
@@ -20,6 +45,7 @@ struct BatonChaosCommand: AsyncParsableCommand {
     var devices: String?
     @Option(help: "Syncs per device in the load part.") var rounds = 4
     @Option(help: "Kills of the server process (default: 50, or 1,000 with --long; 0 skips them).") var kills: Int?
+    @Option(help: "Disk trials, one fault each (default: 60, or 1,200 with --long; 0 skips them).") var diskTrials: Int?
     @Option(help: "The seed; the same seed repeats the same run.") var seed: UInt64 = 1
     @Flag(help: "Print JSON.") var json = false
 
@@ -35,6 +61,7 @@ struct BatonChaosCommand: AsyncParsableCommand {
     func validate() throws {
         guard (networkFaults ?? 0) >= 0 else { throw ValidationError("--network-faults must not be negative.") }
         guard (kills ?? 0) >= 0 else { throw ValidationError("--kills must not be negative.") }
+        guard (diskTrials ?? 0) >= 0 else { throw ValidationError("--disk-trials must not be negative.") }
         guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
         _ = try deviceCounts()
     }
@@ -75,6 +102,19 @@ struct BatonChaosCommand: AsyncParsableCommand {
             let elapsed = ContinuousClock.now - started
             try emit(
                 report, title: "\nServer process kills, seed \(seed), \(elapsed.components.seconds) s:",
+                text: report.text)
+            passed = passed && report.passed
+        }
+        let trials = diskTrials ?? (long ? 1_200 : 60)
+        if trials > 0 {
+            guard let binary = Bundle.main.executableURL else {
+                throw ValidationError("Cannot find baton-chaos itself.")
+            }
+            let started = ContinuousClock.now
+            let report = try await DiskChaos(trials: trials, seed: seed, binary: binary).run(progress: note)
+            let elapsed = ContinuousClock.now - started
+            try emit(
+                report, title: "\nDisk faults in the offline store, seed \(seed), \(elapsed.components.seconds) s:",
                 text: report.text)
             passed = passed && report.passed
         }

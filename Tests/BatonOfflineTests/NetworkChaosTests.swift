@@ -1,6 +1,9 @@
 import BatonClient
+import BatonOData
+import BatonOffline
 import BatonTestSupport
 import BatonTesting
+import Crypto
 import Foundation
 import Testing
 
@@ -93,5 +96,65 @@ import Testing
         #expect(report.faults["server-killed"] == 50)
         // Kills landed while the tablet was syncing: some syncs failed and were retried.
         #expect(report.retries > 0 && report.changesChecked > 50, "seed \(seed): \(report.text)")
+    }
+}
+
+/// The harness's disk part: writer processes with faults injected under the encrypted VFS, each store checked
+/// afterwards.
+@Suite struct DiskChaosTests {
+    @Test func everyKindOfDiskFaultLosesNothingThatWasRecorded() async throws {
+        // A new seed each run (printed on failure): `baton-chaos --disk-trials 60 --seed N` repeats it.
+        let seed = UInt64(Date().timeIntervalSince1970)
+        let report = try await DiskChaos(trials: 60, seed: seed, binary: builtExecutable("baton-chaos")).run()
+        #expect(report.passed, "seed \(seed):\n\(report.text)")
+        for fault in DiskFault.allCases {
+            #expect((report.faults[fault.rawValue] ?? 0) > 0, "seed \(seed): no \(fault.rawValue) in \(report.faults)")
+        }
+        #expect(report.changesChecked > 500, "seed \(seed): \(report.text)")
+    }
+
+    /// A process that dies halfway through writing a page leaves a torn page in the write-ahead log (or in the
+    /// database, mid-checkpoint). Every write of a writer's first transactions, in turn.
+    @Test func aProcessDyingInTheMiddleOfAnyPageWriteLeavesAStoreThatOpensWhole() async throws {
+        let chaos = DiskChaos(trials: 0, seed: 1, binary: builtExecutable("baton-chaos"))
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-torn-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        var died = 0
+        for after in 0..<120 {
+            let result = try await chaos.trial(
+                DiskWriterInput(fault: .deathInWrite, after: after, failures: 1, seed: UInt64(after)), in: directory,
+                number: after)
+            #expect(result.problems.isEmpty && result.intact, "torn write \(after + 1): \(result.problems)")
+            if result.injected { died += 1 }
+        }
+        #expect(died == 120)
+    }
+
+    @Test func aFullDiskIsSaidSoAndTheStoreTakesTheNextChange() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-full-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let url = directory.appendingPathComponent("offline.sqlite")
+        let store = try OfflineStore(
+            url: url, model: try ServiceModel.aircraftChecks, deviceID: "disk-full", definingQueries: [])
+        let key = SymmetricKey(size: .bits256)
+        try await store.open(as: OfflineUser(name: "alice", signingKey: P256.Signing.PrivateKey()), key: key)
+        let kept = try await store.create(in: "PreflightChecks", values: DiskWriter.check(fuel: 1))
+        // Only this store's files: the other tests' stores in this process write on.
+        DiskFaults.arm(.diskFull, path: url.path, after: 0, failures: 3)
+        for fuel in 2...4 {
+            let error = await #expect(throws: OfflineError.self) {
+                try await store.create(in: "PreflightChecks", values: DiskWriter.check(fuel: Decimal(fuel)))
+            }
+            #expect(error?.message.contains("storage is full: this change was not recorded") == true, "\(error)")
+        }
+        let counts = DiskFaults.disarm()
+        #expect(counts.injected == 3)
+        let next = try await store.create(in: "PreflightChecks", values: DiskWriter.check(fuel: 5))
+        #expect(try await store.pendingEntries().map(\.entityID) == [kept, next])
+        #expect(try await store.read("PreflightChecks").count == 2)
+        #expect(try await store.integrityCheck())
+        await store.close()
     }
 }
