@@ -236,10 +236,16 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // Replays inputs through every parser; built with `-sanitize=fuzzer` it is a libFuzzer target.
+        // One fuzz input through one parser (its first byte picks which), for baton-fuzz and the corpus replay test.
+        .target(
+            name: "BatonFuzzing",
+            dependencies: ["BatonOData", "BatonSQL"],
+            swiftSettings: swiftSettings
+        ),
+        // Replays inputs through the parsers; built with `-sanitize=fuzzer` it is a libFuzzer target.
         .executableTarget(
             name: "baton-fuzz",
-            dependencies: ["BatonOData", "BatonSQL"],
+            dependencies: ["BatonFuzzing"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -290,6 +296,7 @@ let package = Package(
         .testTarget(
             name: "BatonSQLTests",
             dependencies: [
+                "BatonFuzzing",
                 "BatonSQL",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PropertyBased", package: "swift-property-based"),

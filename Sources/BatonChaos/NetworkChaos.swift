@@ -154,6 +154,11 @@ final class Tablet: @unchecked Sendable {
         self.session = session
     }
 
+    /// What every simulated tablet keeps offline: the aircraft and every check.
+    static let definingQueries = [
+        DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "checks", url: "PreflightChecks"),
+    ]
+
     /// Onboards `users` (the first, then the others joining with its approval) and downloads, as the first user.
     static func make(
         server: URL, directory: URL, timeout: Duration, users: [TabletUser],
@@ -170,10 +175,7 @@ final class Tablet: @unchecked Sendable {
             transport: transport)
         let store = try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
-            deviceID: manager.deviceID,
-            definingQueries: [
-                DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "checks", url: "PreflightChecks"),
-            ])
+            deviceID: manager.deviceID, definingQueries: definingQueries)
         await store.setRequestTimeout(timeout)
         var session = try await manager.open()
         for _ in users.dropFirst() { session = try await manager.addUser() }

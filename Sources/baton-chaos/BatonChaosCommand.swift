@@ -11,7 +11,7 @@ struct BatonChaosCommand: AsyncParsableCommand {
         commandName: "baton-chaos",
         abstract:
             "Break the network, the server and the disk under tablets, then check nothing was lost or applied twice.",
-        subcommands: [RunChaos.self, DiskWriterCommand.self], defaultSubcommand: RunChaos.self)
+        subcommands: [RunChaos.self, DiskWriterCommand.self, TabletSyncCommand.self], defaultSubcommand: RunChaos.self)
 }
 
 /// The disk part's writer process: its input (keys included) comes on standard input.
@@ -26,6 +26,22 @@ struct DiskWriterCommand: AsyncParsableCommand {
             throw ValidationError("disk-writer reads its trial as JSON on standard input.")
         }
         let status = await DiskWriter.run(input)
+        if status != 0 { throw ExitCode(status) }
+    }
+}
+
+/// The client-kill part's sync process: its input (keys and token included) comes on standard input.
+struct TabletSyncCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tablet-sync", abstract: "A tablet's sync process (run and killed by baton-chaos itself).",
+        shouldDisplay: false)
+
+    func run() async throws {
+        let data = FileHandle.standardInput.readDataToEndOfFile()
+        guard let input = try? JSONDecoder().decode(TabletSyncInput.self, from: data) else {
+            throw ValidationError("tablet-sync reads its input as JSON on standard input.")
+        }
+        let status = await TabletSync.run(input)
         if status != 0 { throw ExitCode(status) }
     }
 }
@@ -45,6 +61,8 @@ struct RunChaos: AsyncParsableCommand {
     var devices: String?
     @Option(help: "Syncs per device in the load part.") var rounds = 4
     @Option(help: "Kills of the server process (default: 50, or 1,000 with --long; 0 skips them).") var kills: Int?
+    @Option(help: "Kills of the tablet's sync process (default: 50, or 1,000 with --long; 0 skips them).")
+    var clientKills: Int?
     @Option(help: "Disk trials, one fault each (default: 60, or 1,200 with --long; 0 skips them).") var diskTrials: Int?
     @Option(help: "The seed; the same seed repeats the same run.") var seed: UInt64 = 1
     @Flag(help: "Print JSON.") var json = false
@@ -61,6 +79,7 @@ struct RunChaos: AsyncParsableCommand {
     func validate() throws {
         guard (networkFaults ?? 0) >= 0 else { throw ValidationError("--network-faults must not be negative.") }
         guard (kills ?? 0) >= 0 else { throw ValidationError("--kills must not be negative.") }
+        guard (clientKills ?? 0) >= 0 else { throw ValidationError("--client-kills must not be negative.") }
         guard (diskTrials ?? 0) >= 0 else { throw ValidationError("--disk-trials must not be negative.") }
         guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
         _ = try deviceCounts()
@@ -102,6 +121,20 @@ struct RunChaos: AsyncParsableCommand {
             let elapsed = ContinuousClock.now - started
             try emit(
                 report, title: "\nServer process kills, seed \(seed), \(elapsed.components.seconds) s:",
+                text: report.text)
+            passed = passed && report.passed
+        }
+        let clientKillCount = clientKills ?? (long ? 1_000 : 50)
+        if clientKillCount > 0 {
+            guard let binary = Bundle.main.executableURL else {
+                throw ValidationError("Cannot find baton-chaos itself.")
+            }
+            let started = ContinuousClock.now
+            let report = try await ClientKillChaos(kills: clientKillCount, seed: seed, binary: binary).run(
+                progress: note)
+            let elapsed = ContinuousClock.now - started
+            try emit(
+                report, title: "\nTablet sync process kills, seed \(seed), \(elapsed.components.seconds) s:",
                 text: report.text)
             passed = passed && report.passed
         }

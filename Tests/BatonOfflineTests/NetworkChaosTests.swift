@@ -158,3 +158,19 @@ import Testing
         await store.close()
     }
 }
+
+/// The harness's client-kill part in CI's short mode: the tablet's sync process killed with SIGKILL 50 times in
+/// the middle of local writes, uploads and downloads, on one shared store.
+@Suite(.serverSlot) struct ClientKillChaosTests {
+    @Test func fiftyKillsOfTheTabletsProcessLoseNothingAndApplyNothingTwice() async throws {
+        let seed = UInt64(Date().timeIntervalSince1970)
+        let report = try await ClientKillChaos(kills: 50, seed: seed, binary: builtExecutable("baton-chaos")).run()
+        #expect(report.passed, "seed \(seed):\n\(report.text)")
+        #expect(report.faultCount == 50)
+        // The kills landed in each phase.
+        for phase in ["local-write", "upload", "download"] {
+            #expect((report.faults["client-killed-in-\(phase)"] ?? 0) > 0, "seed \(seed): \(report.faults)")
+        }
+        #expect(report.changesChecked > 50, "seed \(seed): \(report.text)")
+    }
+}
