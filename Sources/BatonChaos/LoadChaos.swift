@@ -14,19 +14,30 @@ import Foundation
 
 /// Many tablets at once against one server: each has two users who take turns recording checks and syncing
 /// (the other's changes on their behalf), all tablets concurrently. For each number of devices it measures the
-/// server's throughput (changes uploaded per second of the whole run) and each sync's latency, and the
-/// invariant checker checks every change of every tablet afterwards.
+/// throughput (changes uploaded per second of the whole run), each sync's latency and — with the server in a
+/// process of its own — the server's CPU time and memory, and the invariant checker checks every change of every
+/// tablet afterwards.
 public struct LoadChaos: Sendable {
     /// The numbers of devices measured, in order; the first is the baseline (one device, alone).
     public var devices: [Int]
     /// Syncs per device, each after recording `checksPerSync` checks.
     public var rounds: Int
     public var checksPerSync: Int
+    /// The `baton-server` executable: the server then runs in a process of its own (on SQLite), so its CPU time and
+    /// memory are measured apart from the tablets'. Without it, the server runs in this process.
+    public var serverBinary: URL?
+    /// Each tablet syncs once per `pace`, the first time at a random moment within it, as tablets in use do; without
+    /// it, every tablet syncs again as soon as it has recorded its next checks.
+    public var pace: Duration?
 
-    public init(devices: [Int], rounds: Int = 4, checksPerSync: Int = 10) {
+    public init(
+        devices: [Int], rounds: Int = 4, checksPerSync: Int = 10, serverBinary: URL? = nil, pace: Duration? = nil
+    ) {
         self.devices = devices
         self.rounds = rounds
         self.checksPerSync = checksPerSync
+        self.serverBinary = serverBinary
+        self.pace = pace
     }
 
     /// One point of the curve.
@@ -39,33 +50,85 @@ public struct LoadChaos: Sendable {
         public var syncP99: Double
         /// Throughput as a share of the one-device baseline.
         public var shareOfBaseline: Double
+        /// The server process's CPU time (user and system) over the point, when it runs in a process of its own.
+        public var serverCPUSeconds: Double?
+        /// Changes per second of the server's CPU time, and that as a share of the baseline's: the server's own
+        /// throughput, apart from the tablets' work on the same cores.
+        public var changesPerServerCPUSecond: Double?
+        public var serverShareOfBaseline: Double?
+        public var serverResidentMB: Double?
     }
 
     public struct Report: Sendable, Codable {
         public var points: [Point] = []
         public var invariants = ChaosReport()
         public var peakMemoryMB = 0.0
+        public var serverPeakMemoryMB: Double?
+        public var paceSeconds: Double?
 
         public var passed: Bool { invariants.passed }
 
         public var text: String {
-            var lines = ["devices  changes  seconds  changes/s  share of 1 device  sync p50  sync p99"]
+            var lines = [
+                "devices  changes  seconds  changes/s  share  sync p50  sync p99  server CPU  changes/CPU-s  share  server RSS"
+            ]
             for point in points {
+                var line = String(
+                    format: "%7d  %7d  %7.1f  %9.0f  %4.0f%%  %5.0f ms  %5.0f ms", point.devices, point.changes,
+                    point.seconds, point.changesPerSecond, point.shareOfBaseline * 100, point.syncP50 * 1000,
+                    point.syncP99 * 1000)
+                if let cpu = point.serverCPUSeconds, let rate = point.changesPerServerCPUSecond,
+                    let share = point.serverShareOfBaseline, let resident = point.serverResidentMB
+                {
+                    line += String(format: "  %8.2f s  %13.0f  %4.0f%%  %7.0f MB", cpu, rate, share * 100, resident)
+                }
+                lines.append(line)
+            }
+            if let pace = paceSeconds { lines.append(String(format: "each tablet syncs once every %.0f s", pace)) }
+            if let server = serverPeakMemoryMB {
                 lines.append(
                     String(
-                        format: "%7d  %7d  %7.1f  %9.0f  %16.0f%%  %6.0f ms  %6.0f ms", point.devices, point.changes,
-                        point.seconds, point.changesPerSecond, point.shareOfBaseline * 100, point.syncP50 * 1000,
-                        point.syncP99 * 1000))
+                        format: "peak memory: server process %.0f MB; tablets (one process) %.0f MB", server,
+                        peakMemoryMB)
+                )
+            } else {
+                lines.append(
+                    String(format: "peak memory (server and every tablet, one process): %.0f MB", peakMemoryMB))
             }
-            lines.append(String(format: "peak memory (server and every tablet, one process): %.0f MB", peakMemoryMB))
             lines.append(invariants.text)
             return lines.joined(separator: "\n")
         }
     }
 
     public func run(progress: @Sendable (String) -> Void = { _ in }) async throws -> Report {
-        let server = try await LiveServer.start()
-        defer { Task { await server.shutDown() } }
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("baton-load-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: root) }
+        let data = root.appendingPathComponent("server")
+        // Every point's users up front (two per tablet, no account on two tablets), and the aircraft.
+        let setup = try await LiveServer.start(directory: data)
+        var users: [[TabletUser]] = []
+        for number in 1...(devices.reduce(0, +) * 2) {
+            let user = TabletUser(name: "u\(number)", password: "load-password-\(number)", passcode: "pass-\(number)-x")
+            try await setup.addUser(user.name, displayName: user.name, password: user.password)
+            if number % 2 == 1 { users.append([user]) } else { users[users.count - 1].append(user) }
+        }
+        _ = try await setup.server.seed(aircraft: 20, checks: 0)
+        let process: Process?
+        let serverURL: URL
+        if let serverBinary {
+            await setup.stop()
+            setup.server.close()
+            let port = try await ServerKillChaos.freePort()
+            process = try await ServerKillChaos.startServer(serverBinary, data: data, port: port)
+            guard let url = URL(string: "http://127.0.0.1:\(port)") else { throw ChaosFailure("No URL.") }
+            serverURL = url
+        } else {
+            process = nil
+            serverURL = setup.url
+        }
+        defer { process?.terminate() }
+        progress("\(users.count * 2) users")
+
         // The tablets share one HTTP client (one process); its pool is sized for them, as many tablets would each
         // bring their own connection. Waiting for a connection counts in a sync's latency.
         var configuration = HTTPClient.Configuration()
@@ -74,40 +137,34 @@ public struct LoadChaos: Sendable {
         let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
         defer { Task { try? await client.shutdown() } }
         let transport = AsyncHTTPClientTransport(client: client)
-        _ = try await server.server.seed(aircraft: 20, checks: 0)
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("baton-load-\(UUID())")
-        defer { try? FileManager.default.removeItem(at: root) }
         var report = Report()
+        report.paceSeconds = pace?.seconds
         var checker = InvariantChecker(run: "load-\(UUID().uuidString.prefix(8))")
-        var baseline: Double?
-        var userCount = 0
+        var baseline: (rate: Double, serverRate: Double?)?
         var syncs = 0
+        var nextUsers = users.makeIterator()
         for (index, count) in devices.enumerated() {
-            // Fresh tablets for each point, two users each (accounts are shared by no two tablets).
+            // Fresh tablets for each point.
             var tablets: [Tablet] = []
             for device in 0..<count {
-                var users: [TabletUser] = []
-                for _ in 0..<2 {
-                    userCount += 1
-                    let user = TabletUser(
-                        name: "u\(userCount)", password: "load-password-\(userCount)", passcode: "pass-\(userCount)-x")
-                    try await server.addUser(user.name, displayName: user.name, password: user.password)
-                    users.append(user)
-                }
+                guard let pair = nextUsers.next() else { throw ChaosFailure("Not enough users.") }
                 tablets.append(
                     try await Tablet.make(
-                        server: server.url, directory: root.appendingPathComponent("p\(index)-d\(device)"),
-                        timeout: .seconds(120), users: users, transport: transport))
+                        server: serverURL, directory: root.appendingPathComponent("p\(index)-d\(device)"),
+                        timeout: .seconds(120), users: pair, transport: transport))
             }
             progress("\(count) devices onboarded")
             let tails = try await tablets[0].store.read("Aircraft").compactMap { $0.values["TailNumber"] }
+            let cpuBefore = process.flatMap { Self.cpuSeconds(of: $0.processIdentifier) }
             let started = ContinuousClock.now
             let results = try await withThrowingTaskGroup(of: DeviceResult.self) { group in
                 for tablet in tablets {
                     let label = checker.run
+                    let offset = pace.map { $0 * Double.random(in: 0..<1) }
                     group.addTask {
                         try await Self.drive(
-                            tablet, tails: tails, rounds: rounds, checksPerSync: checksPerSync, label: label)
+                            tablet, tails: tails, rounds: rounds, checksPerSync: checksPerSync, label: label,
+                            pace: pace, offset: offset)
                     }
                 }
                 var all: [DeviceResult] = []
@@ -115,6 +172,9 @@ public struct LoadChaos: Sendable {
                 return all
             }
             let seconds = (ContinuousClock.now - started).seconds
+            let serverCPU = process.flatMap { Self.cpuSeconds(of: $0.processIdentifier) }.flatMap { after in
+                cpuBefore.map { after - $0 }
+            }
             var latencies = results.flatMap(\.latencies).sorted()
             syncs += latencies.count
             if latencies.isEmpty { latencies = [0] }
@@ -133,15 +193,30 @@ public struct LoadChaos: Sendable {
                 await tablet.manager.close()
             }
             let rate = Double(changes) / max(seconds, 0.001)
-            baseline = baseline ?? rate
+            let serverRate = serverCPU.map { Double(changes) / max($0, 0.001) }
+            baseline = baseline ?? (rate, serverRate)
             report.points.append(
                 Point(
                     devices: count, changes: changes, seconds: seconds, changesPerSecond: rate,
                     syncP50: latencies[latencies.count / 2],
                     syncP99: latencies[min(latencies.count - 1, latencies.count * 99 / 100)],
-                    shareOfBaseline: rate / (baseline ?? rate)))
+                    shareOfBaseline: rate / (baseline?.rate ?? rate), serverCPUSeconds: serverCPU,
+                    changesPerServerCPUSecond: serverRate,
+                    serverShareOfBaseline: serverRate.flatMap { rate in baseline?.serverRate.map { rate / $0 } },
+                    serverResidentMB: process.flatMap { Self.memoryMB(of: $0.processIdentifier, field: "VmRSS") }))
             progress("\(count) devices: \(Int(rate)) changes/s")
         }
+        let server: LiveServer
+        if let process {
+            report.serverPeakMemoryMB = Self.memoryMB(of: process.processIdentifier, field: "VmHWM")
+            // Stopped as an operator would (SIGTERM: in-flight requests finish), then opened here for the checker.
+            process.terminate()
+            process.waitUntilExit()
+            server = try await LiveServer.start(directory: data)
+        } else {
+            server = setup
+        }
+        defer { Task { await server.shutDown() } }
         let token = try await Self.token(server: server, user: "u1", password: "load-password-1")
         let leftPending = report.invariants.leftPending
         let problems = report.invariants.problems
@@ -150,8 +225,28 @@ public struct LoadChaos: Sendable {
         report.invariants.problems += problems
         report.invariants.storeIntact = problems.isEmpty
         report.invariants.syncs = syncs
-        report.peakMemoryMB = Self.peakResidentMB()
+        report.peakMemoryMB = Self.memoryMB(of: getpid(), field: "VmHWM") ?? 0
         return report
+    }
+
+    /// A process's CPU time so far (user and system), from `/proc`.
+    static func cpuSeconds(of pid: Int32) -> Double? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        // After the command's closing parenthesis: state (field 3) first; utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// A `/proc/PID/status` memory figure (`VmRSS`, `VmHWM`) in MB.
+    static func memoryMB(of pid: Int32, field: String) -> Double? {
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }),
+            let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
+        else { return nil }
+        return kilobytes / 1024
     }
 
     struct DeviceResult: Sendable {
@@ -162,9 +257,12 @@ public struct LoadChaos: Sendable {
 
     /// One tablet's shift: record, sync, now and then hand over to the other user, who syncs both.
     static func drive(
-        _ tablet: Tablet, tails: [PrimitiveValue], rounds: Int, checksPerSync: Int, label: String
+        _ tablet: Tablet, tails: [PrimitiveValue], rounds: Int, checksPerSync: Int, label: String,
+        pace: Duration? = nil, offset: Duration? = nil
     ) async throws -> DeviceResult {
         var result = DeviceResult()
+        let start = ContinuousClock.now + (offset ?? .zero)
+        var syncNumber = 0
         for round in 0..<rounds {
             // Every other round the other user takes over: the first user's last checks go on their behalf.
             let user = tablet.users[round % tablet.users.count].name
@@ -182,6 +280,8 @@ public struct LoadChaos: Sendable {
             }
             // Half the rounds leave their checks for the next user to upload on this one's behalf.
             guard round % 2 == 1 || round == rounds - 1 else { continue }
+            if let pace { try await Task.sleep(until: start + pace * syncNumber) }
+            syncNumber += 1
             let started = ContinuousClock.now
             let report = try await tablet.sync()
             result.latencies.append((ContinuousClock.now - started).seconds)
@@ -203,14 +303,6 @@ public struct LoadChaos: Sendable {
             throw ChaosFailure("No token for \(user) (HTTP \(grant.status)).")
         }
         return token
-    }
-
-    static func peakResidentMB() -> Double {
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
-            let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
-        else { return 0 }
-        return kilobytes / 1024
     }
 }
 

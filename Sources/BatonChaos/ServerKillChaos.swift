@@ -47,7 +47,7 @@ public struct ServerKillChaos: Sendable {
 
         let port = try await Self.freePort()
         guard let url = URL(string: "http://127.0.0.1:\(port)") else { throw ChaosFailure("No URL.") }
-        let process = Mutex<Process?>(try await start(data: data, port: port))
+        let process = Mutex<Process?>(try await Self.startServer(serverBinary, data: data, port: port))
         defer { process.withLock { $0?.terminate() } }
         let tablet = try await Tablet.make(
             server: url, directory: directory.appendingPathComponent("tablet"), timeout: .seconds(10),
@@ -72,7 +72,7 @@ public struct ServerKillChaos: Sendable {
                     kill(victim.processIdentifier, SIGKILL)
                     victim.waitUntilExit()
                 }
-                let restarted = try await start(data: data, port: port)
+                let restarted = try await Self.startServer(serverBinary, data: data, port: port)
                 process.withLock { $0 = restarted }
                 killed.withLock { $0 += 1 }
             }
@@ -163,10 +163,10 @@ public struct ServerKillChaos: Sendable {
         throw ChaosFailure("600 attempts in a row failed.")
     }
 
-    /// Starts `baton-server serve` on `data` and `port` and waits until it listens.
-    func start(data: URL, port: Int) async throws -> Process {
+    /// Starts `baton-server serve` (the executable `binary`) on `data` and `port` and waits until it listens.
+    static func startServer(_ binary: URL, data: URL, port: Int) async throws -> Process {
         let process = Process()
-        process.executableURL = serverBinary
+        process.executableURL = binary
         process.arguments = ["serve", "--data-dir", data.path, "--port", "\(port)", "--log-level", "error"]
         let output = Pipe()
         process.standardOutput = output

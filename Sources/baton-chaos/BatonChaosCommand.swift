@@ -60,6 +60,11 @@ struct RunChaos: AsyncParsableCommand {
     )
     var devices: String?
     @Option(help: "Syncs per device in the load part.") var rounds = 4
+    @Option(
+        help:
+            "In the load part, each device syncs once every this many seconds (default: as fast as it can)."
+    )
+    var pace: Double?
     @Option(help: "Kills of the server process (default: 50, or 1,000 with --long; 0 skips them).") var kills: Int?
     @Option(help: "Kills of the tablet's sync process (default: 50, or 1,000 with --long; 0 skips them).")
     var clientKills: Int?
@@ -82,7 +87,17 @@ struct RunChaos: AsyncParsableCommand {
         guard (clientKills ?? 0) >= 0 else { throw ValidationError("--client-kills must not be negative.") }
         guard (diskTrials ?? 0) >= 0 else { throw ValidationError("--disk-trials must not be negative.") }
         guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
+        guard (pace ?? 1) > 0 && (pace ?? 1) <= 3_600 else {
+            throw ValidationError("--pace takes seconds, more than 0 and at most 3600.")
+        }
         _ = try deviceCounts()
+    }
+
+    /// The `baton-server` built beside this executable, if it is there.
+    var serverBinary: URL? {
+        let binary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+            .deletingLastPathComponent().appendingPathComponent("baton-server")
+        return FileManager.default.isExecutableFile(atPath: binary.path) ? binary : nil
     }
 
     func run() async throws {
@@ -109,9 +124,7 @@ struct RunChaos: AsyncParsableCommand {
         }
         let killCount = kills ?? (long ? 1_000 : 50)
         if killCount > 0 {
-            let binary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-                .deletingLastPathComponent().appendingPathComponent("baton-server")
-            guard FileManager.default.isExecutableFile(atPath: binary.path) else {
+            guard let binary = serverBinary else {
                 throw ValidationError(
                     "The kill part needs baton-server beside baton-chaos (swift build --product baton-server).")
             }
@@ -153,7 +166,11 @@ struct RunChaos: AsyncParsableCommand {
         }
         let counts = try deviceCounts()
         if !counts.isEmpty {
-            let report = try await LoadChaos(devices: counts, rounds: rounds).run(progress: note)
+            // The server in a process of its own when baton-server is there: its CPU and memory apart.
+            let report = try await LoadChaos(
+                devices: counts, rounds: rounds, serverBinary: serverBinary,
+                pace: pace.map { .milliseconds($0 * 1_000) }
+            ).run(progress: note)
             try emit(
                 report, title: "\nDevices syncing at once (\(rounds) rounds each, two users per device):",
                 text: report.text)
