@@ -29,10 +29,16 @@ public struct LoadChaos: Sendable {
     /// Each tablet syncs once per `pace`, the first time at a random moment within it, as tablets in use do; without
     /// it, every tablet syncs again as soon as it has recorded its next checks.
     public var pace: Duration?
+    /// Tablets per station: a station's tablets check its two aircraft and keep only their checks offline (a
+    /// defining query filtered by tail number), as an airline's stations do. Without it, every tablet keeps every
+    /// check of the fleet, and each sync downloads what every other tablet uploaded.
+    public var stationSize: Int?
 
     public init(
-        devices: [Int], rounds: Int = 4, checksPerSync: Int = 10, serverBinary: URL? = nil, pace: Duration? = nil
+        devices: [Int], rounds: Int = 4, checksPerSync: Int = 10, serverBinary: URL? = nil, pace: Duration? = nil,
+        stationSize: Int? = nil
     ) {
+        self.stationSize = stationSize
         self.devices = devices
         self.rounds = rounds
         self.checksPerSync = checksPerSync
@@ -57,6 +63,8 @@ public struct LoadChaos: Sendable {
         public var changesPerServerCPUSecond: Double?
         public var serverShareOfBaseline: Double?
         public var serverResidentMB: Double?
+        /// The most checks any tablet of the point keeps offline at its end.
+        public var checksKeptPerTablet = 0
     }
 
     public struct Report: Sendable, Codable {
@@ -112,7 +120,10 @@ public struct LoadChaos: Sendable {
             try await setup.addUser(user.name, displayName: user.name, password: user.password)
             if number % 2 == 1 { users.append([user]) } else { users[users.count - 1].append(user) }
         }
-        _ = try await setup.server.seed(aircraft: 20, checks: 0)
+        // Two aircraft per station (or 20 for the whole fleet); their tail numbers, to scope the stations' tablets.
+        let stations = stationSize.map { size in ((devices.max() ?? 1) + size - 1) / size } ?? 10
+        _ = try await setup.server.seed(aircraft: max(2, stations * 2), checks: 0)
+        let fleet = try await Self.tails(of: setup)
         let process: Process?
         let serverURL: URL
         if let serverBinary {
@@ -148,17 +159,26 @@ public struct LoadChaos: Sendable {
             var tablets: [Tablet] = []
             for device in 0..<count {
                 guard let pair = nextUsers.next() else { throw ChaosFailure("Not enough users.") }
+                var queries = Tablet.definingQueries
+                if stationSize != nil {
+                    let tails = Self.station(of: device, size: stationSize, fleet: fleet)
+                    let filter = tails.map { "TailNumber eq '\($0)'" }.joined(separator: " or ")
+                    queries = [
+                        DefiningQuery(name: "aircraft", url: "Aircraft"),
+                        DefiningQuery(name: "checks", url: "PreflightChecks?$filter=\(filter)"),
+                    ]
+                }
                 tablets.append(
                     try await Tablet.make(
                         server: serverURL, directory: root.appendingPathComponent("p\(index)-d\(device)"),
-                        timeout: .seconds(120), users: pair, transport: transport))
+                        timeout: .seconds(120), users: pair, transport: transport, definingQueries: queries))
             }
             progress("\(count) devices onboarded")
-            let tails = try await tablets[0].store.read("Aircraft").compactMap { $0.values["TailNumber"] }
             let cpuBefore = process.flatMap { Self.cpuSeconds(of: $0.processIdentifier) }
             let started = ContinuousClock.now
             let results = try await withThrowingTaskGroup(of: DeviceResult.self) { group in
-                for tablet in tablets {
+                for (device, tablet) in tablets.enumerated() {
+                    let tails = Self.station(of: device, size: stationSize, fleet: fleet).map(PrimitiveValue.string)
                     let label = checker.run
                     let offset = pace.map { $0 * Double.random(in: 0..<1) }
                     group.addTask {
@@ -185,7 +205,9 @@ public struct LoadChaos: Sendable {
                     checker.uploaders[id] = result.uploaders[id]
                 }
             }
+            var kept = 0
             for tablet in tablets {
+                kept = max(kept, try await tablet.store.count("PreflightChecks"))
                 report.invariants.leftPending +=
                     try await tablet.store.pendingEntries().count + tablet.store.archivedEntries().count
                 if try await !tablet.store.integrityCheck() { report.invariants.problems.append("a store is damaged") }
@@ -203,7 +225,8 @@ public struct LoadChaos: Sendable {
                     shareOfBaseline: rate / (baseline?.rate ?? rate), serverCPUSeconds: serverCPU,
                     changesPerServerCPUSecond: serverRate,
                     serverShareOfBaseline: serverRate.flatMap { rate in baseline?.serverRate.map { rate / $0 } },
-                    serverResidentMB: process.flatMap { Self.memoryMB(of: $0.processIdentifier, field: "VmRSS") }))
+                    serverResidentMB: process.flatMap { Self.memoryMB(of: $0.processIdentifier, field: "VmRSS") },
+                    checksKeptPerTablet: kept))
             progress("\(count) devices: \(Int(rate)) changes/s")
         }
         let server: LiveServer
@@ -227,6 +250,28 @@ public struct LoadChaos: Sendable {
         report.invariants.syncs = syncs
         report.peakMemoryMB = Self.memoryMB(of: getpid(), field: "VmHWM") ?? 0
         return report
+    }
+
+    /// The aircraft a device's station checks: two of the fleet's by station, or the whole fleet.
+    static func station(of device: Int, size: Int?, fleet: [String]) -> [String] {
+        guard let size, fleet.count >= 2 else { return fleet }
+        let first = (device / size * 2) % fleet.count
+        return [fleet[first], fleet[(first + 1) % fleet.count]]
+    }
+
+    /// The fleet's tail numbers, read from the server.
+    static func tails(of server: LiveServer) async throws -> [String] {
+        let token = try await token(server: server, user: "u1", password: "load-password-1")
+        let response = try await AsyncHTTPClientTransport().send(
+            ClientRequest(
+                url: server.url.appendingPathComponent("odata/Aircraft"),
+                headers: [("Authorization", "Bearer \(token)"), ("Accept", "application/json")]))
+        guard response.status == 200, let rows = (try? JSONValue(parsing: response.body))?["value"]?.arrayValue else {
+            throw ChaosFailure("The aircraft could not be read (HTTP \(response.status)).")
+        }
+        let tails = rows.compactMap { $0["TailNumber"]?.stringValue }.sorted()
+        guard !tails.isEmpty else { throw ChaosFailure("The server has no aircraft.") }
+        return tails
     }
 
     /// A process's CPU time so far (user and system), from `/proc`.

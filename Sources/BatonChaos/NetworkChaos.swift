@@ -162,7 +162,7 @@ final class Tablet: @unchecked Sendable {
     /// Onboards `users` (the first, then the others joining with its approval) and downloads, as the first user.
     static func make(
         server: URL, directory: URL, timeout: Duration, users: [TabletUser],
-        transport: any HTTPTransport = AsyncHTTPClientTransport()
+        transport: any HTTPTransport = AsyncHTTPClientTransport(), definingQueries: [DefiningQuery] = definingQueries
     ) async throws -> Tablet {
         var configuration = FlowsConfiguration(mode: .multiUser)
         configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }

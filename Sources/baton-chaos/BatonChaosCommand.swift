@@ -65,6 +65,11 @@ struct RunChaos: AsyncParsableCommand {
             "In the load part, each device syncs once every this many seconds (default: as fast as it can)."
     )
     var pace: Double?
+    @Option(
+        help:
+            "In the load part, tablets per station: each station's tablets keep only its two aircraft's checks (default: every tablet keeps every check)."
+    )
+    var stationSize: Int?
     @Option(help: "Kills of the server process (default: 50, or 1,000 with --long; 0 skips them).") var kills: Int?
     @Option(help: "Kills of the tablet's sync process (default: 50, or 1,000 with --long; 0 skips them).")
     var clientKills: Int?
@@ -87,6 +92,7 @@ struct RunChaos: AsyncParsableCommand {
         guard (clientKills ?? 0) >= 0 else { throw ValidationError("--client-kills must not be negative.") }
         guard (diskTrials ?? 0) >= 0 else { throw ValidationError("--disk-trials must not be negative.") }
         guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
+        guard (stationSize ?? 1) > 0 else { throw ValidationError("--station-size must be positive.") }
         guard (pace ?? 1) > 0 && (pace ?? 1) <= 3_600 else {
             throw ValidationError("--pace takes seconds, more than 0 and at most 3600.")
         }

@@ -86,6 +86,20 @@ import Testing
         #expect(report.points.last?.changes == 20 * 4 * 10)
         #expect(report.invariants.changesChecked == 21 * 4 * 10)
         #expect(report.points.allSatisfy { $0.syncP99 >= $0.syncP50 && $0.syncP50 > 0 })
+        // Every tablet keeps every check of the fleet: its own point's and the one before.
+        #expect(report.points.last?.checksKeptPerTablet == 21 * 4 * 10)
+    }
+
+    /// Stations of ten tablets, each keeping only its station's checks (a filtered defining query): every other
+    /// station's checks reach a tablet's delta only as removals, and nothing is lost.
+    @Test func stationsOfTenTabletsKeepTheirOwnChecks() async throws {
+        let report = try await LoadChaos(
+            devices: [20], rounds: 4, serverBinary: builtExecutable("baton-server"), stationSize: 10
+        ).run()
+        #expect(report.passed, "\(report.text)")
+        #expect(report.invariants.changesChecked == 20 * 4 * 10)
+        // A station's ten tablets recorded 400 checks; no tablet keeps another station's.
+        #expect(report.points.first?.checksKeptPerTablet == 10 * 4 * 10)
     }
 }
 
