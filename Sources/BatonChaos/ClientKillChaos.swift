@@ -57,9 +57,9 @@ public struct ClientKillChaos: Sendable {
         var retries = 0
         var user = "alice"
         var lastEnded = true
-        // How long a whole sync process takes, measured on the ones that end: kills land anywhere within it.
-        var span = 200
+        var round = 0
         while killed < kills {
+            round += 1
             if lastEnded && random.next(below: 3) == 0 {
                 user = user == "alice" ? "bob" : "alice"
                 try await tablet.switchTo(user)
@@ -77,14 +77,18 @@ public struct ClientKillChaos: Sendable {
                 }
             }
             await tablet.store.close()
-            let delay = random.next(below: span)
-            let (status, output, elapsed) = try await Self.runSync(
-                binary, input: input, killAfter: .milliseconds(delay))
+            // Each phase in turn: the kill comes a random moment after the process says it began (a local write
+            // takes about a millisecond, an upload or a download some tens); every fifth process is left to end.
+            let phases: [(marker: String, span: Int)] = [("open", 2), ("uploading", 40), ("downloading", 40)]
+            let target = round % 5 == 0 ? nil : phases[round % phases.count]
+            let (status, output) = try await Self.runSync(
+                binary, input: input,
+                kill: target.map { ($0.marker, .microseconds(random.next(below: $0.span * 1_000))) })
             syncs += 1
             let log = TabletSyncLog(output)
             lastEnded = status == 0
             if status == 0 {
-                span = max(20, Int(elapsed.seconds * 1_100))
+                // Ended before the kill (or left alone).
             } else if status == 128 + SIGKILL {
                 killed += 1
                 retries += 1
@@ -98,8 +102,9 @@ public struct ClientKillChaos: Sendable {
                 key: SymmetricKey(data: tablet.session.storeKey ?? Data()))
             for check in input.checks {
                 let id = TabletSyncInput.entityID(check.id)
+                // A change the process was killed writing is kept or not, whole either way.
                 var kept = log.recorded.contains(id)
-                if !kept, let found = try? await tablet.store.read(id) { kept = !found.isEmpty }
+                if !kept { kept = !(try await tablet.store.read(id)).isEmpty }
                 if kept { checker.created(id, by: user, fuel: check.fuel) }
             }
             for id in log.uploaded { checker.uploaders[id] = user }
@@ -132,11 +137,12 @@ public struct ClientKillChaos: Sendable {
         return report
     }
 
-    /// Runs a sync process with `input` on its standard input and kills it after `killAfter` if it still runs;
-    /// returns its exit status (128 + the signal when killed) and standard output.
-    static func runSync(_ binary: URL, input: TabletSyncInput, killAfter: Duration) async throws -> (
-        status: Int32, output: String, sinceOpen: Duration
-    ) {
+    /// Runs a sync process with `input` on its standard input and, if `kill` says so, kills it that long after it
+    /// printed the marker line (if it still runs); returns its exit status (128 + the signal when killed) and
+    /// standard output.
+    static func runSync(_ binary: URL, input: TabletSyncInput, kill target: (marker: String, after: Duration)?)
+        async throws -> (status: Int32, output: String)
+    {
         let process = Process()
         process.executableURL = binary
         process.arguments = ["tablet-sync"]
@@ -159,15 +165,17 @@ public struct ClientKillChaos: Sendable {
         var iterator = chunks.makeAsyncIterator()
         // The clock starts once the store is open (the process's start is not what is tested), and the process is
         // killed where it is then: in a local write, an upload or a download.
-        while !output.contains(UInt8(ascii: "\n")), let chunk = await iterator.next() { output += chunk }
-        let open = ContinuousClock.now
-        try await Task.sleep(for: killAfter)
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        if let target {
+            let marker = Array("\(target.marker)\n".utf8)
+            while output.firstRange(of: marker) == nil, let chunk = await iterator.next() { output += chunk }
+            try await Task.sleep(for: target.after)
+            if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        }
         while let chunk = await iterator.next() { output += chunk }
         process.waitUntilExit()
         let status =
             process.terminationReason == .uncaughtSignal ? 128 + process.terminationStatus : process.terminationStatus
-        return (status, String(decoding: output, as: UTF8.self), ContinuousClock.now - open)
+        return (status, String(decoding: output, as: UTF8.self))
     }
 }
 

@@ -30,20 +30,28 @@ public struct DiskChaos: Sendable {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-disk-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
-        // A trial without faults counts the writes and syncs a trial makes: the faults strike within them.
-        let calibration = try await trial(
-            DiskWriterInput(fault: nil, after: 0, failures: 0, seed: seed), in: directory, number: 0)
-        guard calibration.problems.isEmpty, let operations = calibration.operations, operations.writes > 0 else {
-            throw ChaosFailure("The trial without faults failed: \(calibration.problems.joined(separator: "; "))")
+        // A trial without faults, for each way of checkpointing, counts the writes and syncs a trial makes: the
+        // faults strike within them.
+        var operations: [Int: (writes: Int, syncs: Int)] = [:]
+        for checkpoint in DiskWriterInput.checkpoints {
+            let calibration = try await trial(
+                DiskWriterInput(fault: nil, after: 0, failures: 0, seed: seed, checkpoint: checkpoint), in: directory,
+                number: -checkpoint)
+            guard calibration.problems.isEmpty, let counted = calibration.operations, counted.writes > 0 else {
+                throw ChaosFailure("The trial without faults failed: \(calibration.problems.joined(separator: "; "))")
+            }
+            operations[checkpoint] = counted
         }
         var report = ChaosReport()
         report.storeIntact = true
         for number in 1...max(1, trials) {
             let fault = DiskFault.allCases[(number - 1) % DiskFault.allCases.count]
-            let range = fault.onSync ? operations.syncs : operations.writes
+            let checkpoint = DiskWriterInput.checkpoints[random.next(below: DiskWriterInput.checkpoints.count)]
+            let counted = operations[checkpoint] ?? (1, 1)
             let input = DiskWriterInput(
-                fault: fault, after: random.next(below: range),
-                failures: fault == .diskFull ? 1 + random.next(below: 4) : 1, seed: random.next())
+                fault: fault, after: random.next(below: fault.onSync ? counted.syncs : counted.writes),
+                failures: fault == .diskFull ? 1 + random.next(below: 4) : 1, seed: random.next(),
+                checkpoint: checkpoint)
             let result = try await trial(input, in: directory, number: number)
             report.faults[fault.rawValue, default: 0] += result.injected ? 1 : 0
             report.changesChecked += result.changesChecked
@@ -107,7 +115,13 @@ public struct DiskChaos: Sendable {
             result.problems.append("the store does not open: \(DiskWriter.describe(error))")
             return result
         }
-        defer { Task { await offline.close() } }
+        try await check(offline, against: log, into: &result)
+        await offline.close()
+        return result
+    }
+
+    /// Compares the reopened store with what the writer reported.
+    func check(_ offline: OfflineStore, against log: DiskWriterLog, into result: inout TrialResult) async throws {
         result.intact = (try? await offline.integrityCheck()) ?? false
         if !result.intact { result.problems.append("PRAGMA integrity_check fails") }
         let local = Dictionary(
@@ -161,7 +175,6 @@ public struct DiskChaos: Sendable {
         } catch {
             result.problems.append("the store takes no new change: \(DiskWriter.describe(error))")
         }
-        return result
     }
 
     static func fuel(in entry: QueueEntry) -> Decimal? {
@@ -206,6 +219,10 @@ package struct DiskWriterInput: Codable, Sendable {
     var after: Int
     var failures: Int
     var seed: UInt64
+    /// Pages after which SQLite checkpoints the log: every few (writes then also land on old frames of a log that
+    /// started over), or SQLite's default.
+    var checkpoint: Int
+    static let checkpoints = [4, 1_000]
 }
 
 /// The writer's side of a disk trial.
@@ -229,8 +246,7 @@ package enum DiskWriter {
                 url: URL(fileURLWithPath: input.storePath), model: try ServiceModel.aircraftChecks,
                 deviceID: DiskWriterInput.device, definingQueries: [])
             try await store.open(as: user, key: key)
-            // Half the trials checkpoint the log every few pages: writes then also land on old frames.
-            let checkpoint = random.next(below: 2) == 0 ? 4 : 1_000
+            let checkpoint = input.checkpoint
             try await store.setLogCheckpoint(pages: checkpoint)
             DiskFaults.arm(input.fault, path: input.storePath, after: input.after, failures: input.failures)
             var recorded: [String] = []

@@ -15,6 +15,9 @@ public enum ParserFuzzing {
 
     static let model: ServiceModel? = try? ServiceModel.aircraftChecks
 
+    /// Whether the model the inputs are parsed against loaded (without it every input is skipped).
+    public static var isReady: Bool { model != nil }
+
     /// The target an input goes to.
     public static func target(of data: some Collection<UInt8>) -> Target? {
         data.first.flatMap { Target(rawValue: $0 % UInt8(Target.allCases.count)) }

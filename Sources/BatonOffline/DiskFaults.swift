@@ -6,16 +6,16 @@ import Synchronization
 package enum DiskFault: String, CaseIterable, Sendable, Codable {
     /// A write returns `SQLITE_FULL` and writes nothing (the disk is full), for a few writes in a row.
     case diskFull = "disk-full"
-    /// A write stores only the first part of its page, then reports `SQLITE_FULL` (what a short `write(2)` on a
-    /// full disk leaves behind): a torn page in the file.
+    /// A write stores only the first half of what it was given (a page, or a log's frame header), then reports
+    /// `SQLITE_FULL` (what a short `write(2)` on a full disk leaves behind): a torn page in the file.
     case shortWrite = "short-write"
     /// An `fsync` fails (`SQLITE_IOERR_FSYNC`).
     case fsyncFailure = "fsync-failure"
     /// The process dies right after a page write: between a frame and its transaction's commit frame in the
     /// write-ahead log, or between a checkpoint's page write into the database and the log's reset.
     case deathAfterWrite = "death-after-write"
-    /// The process dies in the middle of a page write: the first part of the page is in the file, the rest is
-    /// what was there before.
+    /// The process dies in the middle of a write (a page, or a log's frame header): its first half is in the
+    /// file, the rest is what was there before.
     case deathInWrite = "death-in-write"
     /// The process dies right after an `fsync`.
     case deathAfterSync = "death-after-sync"
@@ -64,15 +64,15 @@ package enum DiskFaults {
     enum Action {
         case proceed
         case fail(Int32)
-        /// Write only this many bytes of the page, then: fail with `SQLITE_FULL`, or die.
-        case tear(Int, thenDie: Bool)
+        /// Write only the first half of what was asked, then: fail with `SQLITE_FULL`, or die.
+        case tear(thenDie: Bool)
         /// Do the operation, then die.
         case dieAfter
     }
 
     static func next(sync: Bool, path: String) -> Action {
         plan.withLock { plan in
-            guard var current = plan, path.hasPrefix(current.path) else { return .proceed }
+            guard var current = plan, path == current.path || path == current.path + "-wal" else { return .proceed }
             if sync { current.syncs += 1 } else { current.writes += 1 }
             defer { plan = current }
             guard let fault = current.fault, fault.onSync == sync, current.failures > 0 else { return .proceed }
@@ -85,8 +85,8 @@ package enum DiskFaults {
             switch fault {
             case .diskFull: return .fail(SQLITE_FULL)
             case .fsyncFailure: return .fail(IOError.fsync)
-            case .shortWrite: return .tear(EncryptedVFS.pageSize / 2, thenDie: false)
-            case .deathInWrite: return .tear(EncryptedVFS.pageSize / 2, thenDie: true)
+            case .shortWrite: return .tear(thenDie: false)
+            case .deathInWrite: return .tear(thenDie: true)
             case .deathAfterWrite, .deathAfterSync: return .dieAfter
             }
         }

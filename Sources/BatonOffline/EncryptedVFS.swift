@@ -7,11 +7,12 @@ import Synchronization
 /// file and in the write-ahead log — with AES-256-GCM under the device's store key.
 ///
 /// Each 4096-byte page keeps its last 32 bytes free (SQLite's per-page reserved space, set when the database
-/// is created): the first 4064 bytes are encrypted in place, and a fresh 12-byte nonce and the 16-byte tag go
-/// into the reserved bytes, as SQLCipher does. The page's offset and the file kind are authenticated data, so a
-/// page moved, swapped or altered is detected when read (``OfflineError`` `Storage`), never silently used. The
-/// WAL's file and frame headers (sizes, page numbers, salts, checksums) stay as SQLite writes them; the pages in
-/// its frames are encrypted. Rollback journals and temporary files are refused (the store runs in WAL mode with
+/// is created): the first 4064 bytes are encrypted in place, and a fresh 12-byte nonce, the 16-byte tag and a
+/// format byte go into the reserved bytes, as SQLCipher does. The page's offset and the file kind are
+/// authenticated data — and for a page of the WAL, its frame header's page number, commit size and salts — so a
+/// page moved, swapped, relabelled or altered is detected when read (``OfflineError`` `Storage`), never silently
+/// used. The WAL's file and frame headers stay as SQLite writes them, in plain text; the pages in its frames are
+/// encrypted. Rollback journals and temporary files are refused (the store runs in WAL mode with
 /// `temp_store = MEMORY`), so nothing is ever written in plain text.
 ///
 /// The VFS is registered as SQLite's default once per process; files without a registered key (a server's
@@ -112,8 +113,8 @@ enum EncryptedVFS {
                 return box.write(from: buffer, amount: Int(amount), offset: Int(offset))
             case .fail(let code):
                 return code
-            case .tear(let bytes, let thenDie):
-                _ = box.write(from: buffer, amount: Int(amount), offset: Int(offset), storing: bytes)
+            case .tear(let thenDie):
+                _ = box.write(from: buffer, amount: Int(amount), offset: Int(offset), storing: max(1, Int(amount) / 2))
                 if thenDie { DiskFaults.die() }
                 return SQLITE_FULL
             case .dieAfter:
@@ -223,10 +224,25 @@ final class EncryptedFile: @unchecked Sendable {
         }
     }
 
-    func authenticatedData(_ start: Int) -> [UInt8] {
-        var data: [UInt8] = Array("baton-page-v1".utf8) + [kind.rawValue]
+    /// What a page's encryption authenticates besides its content: the file kind and the page's offset, and for a
+    /// page of the log its frame header's page number, commit size and salts (format 2), so a frame cannot be
+    /// relabelled as another page, made a commit, or moved into another log generation without its page failing.
+    /// Format 0 (offset only) is every page of the database file, and log pages written before format 2.
+    func authenticatedData(_ start: Int, frameHeader: [UInt8]?) -> [UInt8] {
+        var data: [UInt8] = Array((frameHeader == nil ? "baton-page-v1" : "baton-page-v2").utf8) + [kind.rawValue]
         withUnsafeBytes(of: UInt64(start).bigEndian) { data += $0 }
+        if let frameHeader { data += frameHeader }
         return data
+    }
+
+    /// The first 16 bytes of the frame header before the log page at `start` (SQLite writes a frame's header
+    /// just before its page), or nil when they cannot be read.
+    func frameHeader(before start: Int) -> [UInt8]? {
+        var header = [UInt8](repeating: 0, count: 16)
+        let code = header.withUnsafeMutableBytes { bytes in
+            inner.pointee.pMethods.pointee.xRead(inner, bytes.baseAddress, 16, sqlite3_int64(start - 24))
+        }
+        return code == SQLITE_OK ? header : nil
     }
 
     func read(into buffer: UnsafeMutableRawPointer, amount: Int, offset: Int) -> Int32 {
@@ -254,11 +270,13 @@ final class EncryptedFile: @unchecked Sendable {
                     short = true
                 } else if code != SQLITE_OK {
                     return code
-                } else if let plain = open(stored, at: unit.start) {
+                } else if let plain = open(
+                    stored, at: unit.start, frameHeader: kind == .wal ? frameHeader(before: unit.start) : nil)
+                {
                     plain[(position - unit.start)..<(segmentEnd - unit.start)].withUnsafeBytes { bytes in
                         if let base = bytes.baseAddress { destination.copyMemory(from: base, byteCount: bytes.count) }
                     }
-                } else if tornPageIsHarmless(unit: unit.start, offset: offset, amount: amount) {
+                } else if readTornPage(unit: unit.start, into: buffer, offset: offset, amount: amount) {
                     destination.initializeMemory(as: UInt8.self, repeating: 0, count: segmentEnd - position)
                 } else {
                     return IOError.data
@@ -269,27 +287,31 @@ final class EncryptedFile: @unchecked Sendable {
         return short ? IOError.shortRead : SQLITE_OK
     }
 
-    /// Writes `amount` bytes at `offset`, encrypting whole pages. `storing` (fault injection only) stops after that
-    /// many bytes have reached the file: a torn write.
-    /// Whether a page that does not authenticate may be read as zeros, because SQLite recovers from a torn page
-    /// there — one a write the process (or the power) died in left half new, half old — exactly as it would
-    /// from the torn plain page:
+    /// Whether a page that does not authenticate is read the way SQLite recovers from a torn page — one a write
+    /// the process (or the power) died in left half new, half old — in the two places it meets one:
     /// - the database header, read alone when the store opens: a checkpoint that was copying page 1 from the log
-    ///   into the database tore it, and SQLite, finding no header, takes page 1 from the log, where it still is;
-    /// - a page of the log read together with its frame header, as SQLite's recovery reads every frame: a frame
-    ///   whose page was torn fails the frame's checksum, and the log ends before it (that transaction had not
-    ///   committed).
+    ///   into the database tore it. It reads as zeros, and SQLite, finding no header, takes page 1 from the log,
+    ///   where it still is (and reads it whole, authenticated).
+    /// - a page of the log read together with its frame header, as SQLite's recovery reads every frame: the frame
+    ///   header handed back gets a salt no log has (its first salt inverted), so the log ends before that frame,
+    ///   as it ends before a torn plain frame. That frame's transaction had not committed; what an attacker puts
+    ///   in a frame — any page number, any commit size, a checksum made for any content — cannot make it count.
     ///
-    /// Every other read of a page that does not authenticate fails (`SQLITE_IOERR_DATA`), so nothing altered is
-    /// ever used: a forged frame header whose checksum matches a page of zeros only leads to a read of that page
-    /// on its own, which fails.
-    func tornPageIsHarmless(unit start: Int, offset: Int, amount: Int) -> Bool {
+    /// Every other read of a page that does not authenticate fails (`SQLITE_IOERR_DATA`).
+    func readTornPage(unit start: Int, into buffer: UnsafeMutableRawPointer, offset: Int, amount: Int) -> Bool {
         switch kind {
-        case .main: start == 0 && offset == 0 && amount <= 100
-        case .wal: offset <= start - 24
+        case .main:
+            return start == 0 && offset == 0 && amount <= 100
+        case .wal:
+            guard offset <= start - 24 else { return false }
+            let salt = buffer.advanced(by: start - 24 - offset + 8).assumingMemoryBound(to: UInt8.self)
+            for index in 0..<4 { salt[index] = ~salt[index] }
+            return true
         }
     }
 
+    /// Writes `amount` bytes at `offset`, encrypting whole pages. `storing` (fault injection only) stops after that
+    /// many bytes have reached the file: a torn write.
     func write(from buffer: UnsafeRawPointer, amount: Int, offset: Int, storing limit: Int = .max) -> Int32 {
         var budget = limit
         var position = offset
@@ -317,7 +339,13 @@ final class EncryptedFile: @unchecked Sendable {
                 plain.replaceSubrange(
                     (position - unit.start)..<(segmentEnd - unit.start),
                     with: UnsafeRawBufferPointer(start: source, count: segmentEnd - position))
-                guard let sealed = seal(plain, at: unit.start) else { return IOError.write }
+                var header: [UInt8]?
+                if kind == .wal {
+                    // SQLite wrote the frame's header just before: its page is bound to it.
+                    guard let written = frameHeader(before: unit.start) else { return IOError.write }
+                    header = written
+                }
+                guard let sealed = seal(plain, at: unit.start, frameHeader: header) else { return IOError.write }
                 let count = min(budget, unit.length)
                 let code = sealed.withUnsafeBytes { bytes in
                     inner.pointee.pMethods.pointee.xWrite(
@@ -332,25 +360,37 @@ final class EncryptedFile: @unchecked Sendable {
         return SQLITE_OK
     }
 
-    /// Encrypts a page's payload; nonce and tag go into its reserved bytes.
-    func seal(_ plain: [UInt8], at start: Int) -> [UInt8]? {
+    /// Encrypts a page's payload; nonce, tag and format (2 when bound to a frame header, else 0) go into its
+    /// reserved bytes.
+    func seal(_ plain: [UInt8], at start: Int, frameHeader: [UInt8]?) -> [UInt8]? {
         let payload = EncryptedVFS.payloadSize
-        guard let box = try? AES.GCM.seal(plain[0..<payload], using: key, authenticating: authenticatedData(start))
+        guard
+            let box = try? AES.GCM.seal(
+                plain[0..<payload], using: key, authenticating: authenticatedData(start, frameHeader: frameHeader))
         else { return nil }
         var page = Array(box.ciphertext)
         page += Array(box.nonce)
         page += Array(box.tag)
+        page.append(frameHeader == nil ? 0 : 2)
         page += [UInt8](repeating: 0, count: EncryptedVFS.pageSize - page.count)
         return page
     }
 
-    /// Decrypts a stored page; nil when it was altered or made with another key.
-    func open(_ stored: [UInt8], at start: Int) -> [UInt8]? {
+    /// Decrypts a stored page; nil when it was altered, moved, relabelled or made with another key. A log page
+    /// of format 2 is checked against its frame header; format 0 against its offset only.
+    func open(_ stored: [UInt8], at start: Int, frameHeader: [UInt8]?) -> [UInt8]? {
         let payload = EncryptedVFS.payloadSize
+        let bound: [UInt8]?
+        switch stored[payload + 28] {
+        case 0: bound = nil
+        case 2 where frameHeader != nil: bound = frameHeader
+        default: return nil
+        }
         guard let nonce = try? AES.GCM.Nonce(data: stored[payload..<payload + 12]),
             let box = try? AES.GCM.SealedBox(
                 nonce: nonce, ciphertext: stored[0..<payload], tag: stored[payload + 12..<payload + 28]),
-            let plain = try? AES.GCM.open(box, using: key, authenticating: authenticatedData(start))
+            let plain = try? AES.GCM.open(
+                box, using: key, authenticating: authenticatedData(start, frameHeader: bound))
         else { return nil }
         return Array(plain) + [UInt8](repeating: 0, count: Int(EncryptedVFS.reservedBytes))
     }

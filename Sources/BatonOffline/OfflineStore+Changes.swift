@@ -220,18 +220,28 @@ extension OfflineStore {
         }
     }
 
-    /// A failed write, in words a person can act on: a full disk and a failing one are said so; the transaction
-    /// was rolled back, so nothing of the change is kept.
+    /// A failed write, in words a person can act on: a full disk, a failing one and a damaged store are said so.
+    /// The transaction was rolled back, so nothing of it is kept — except after a failed `fsync` of its commit,
+    /// which a crash before the next write may still bring back, and the words say so.
     static func writeFailure(_ error: DatabaseError) -> OfflineError {
-        switch error.resultCode {
-        case .SQLITE_FULL:
+        switch (error.resultCode, error.extendedResultCode.rawValue) {
+        case (.SQLITE_FULL, _):
             OfflineError(
-                .storage, "The device's storage is full: this change was not recorded. Free some space, then try again."
-            )
-        case .SQLITE_IOERR:
+                .storage, "The device's storage is full: nothing was written. Free some space, then try again.")
+        case (_, IOError.data):
             OfflineError(
                 .storage,
-                "The device's storage failed while writing: this change was not recorded. Try again; if it keeps failing, the device needs service."
+                "The offline store is damaged or was altered (a page failed its check): nothing was written."
+            )
+        case (_, IOError.fsync):
+            OfflineError(
+                .storage,
+                "The device's storage failed to confirm a write: it may not have been kept. Look before recording it again; if it keeps failing, the device needs service."
+            )
+        case (.SQLITE_IOERR, _):
+            OfflineError(
+                .storage,
+                "The device's storage failed while writing: nothing was written. Try again; if it keeps failing, the device needs service."
             )
         default:
             OfflineError(.storage, "Cannot write the offline store: \(error)")

@@ -141,8 +141,9 @@ import Testing
         var died = 0
         for after in 0..<120 {
             let result = try await chaos.trial(
-                DiskWriterInput(fault: .deathInWrite, after: after, failures: 1, seed: UInt64(after)), in: directory,
-                number: after)
+                DiskWriterInput(
+                    fault: .deathInWrite, after: after, failures: 1, seed: UInt64(after),
+                    checkpoint: DiskWriterInput.checkpoints[after % 2]), in: directory, number: after)
             #expect(result.problems.isEmpty && result.intact, "torn write \(after + 1): \(result.problems)")
             if result.injected { died += 1 }
         }
@@ -165,7 +166,8 @@ import Testing
             let error = await #expect(throws: OfflineError.self) {
                 try await store.create(in: "PreflightChecks", values: DiskWriter.check(fuel: Decimal(fuel)))
             }
-            #expect(error?.message.contains("storage is full: this change was not recorded") == true, "\(error)")
+            #expect(
+                error?.message.contains("storage is full: nothing was written") == true, "\(String(describing: error))")
         }
         let counts = DiskFaults.disarm()
         #expect(counts.injected == 3)

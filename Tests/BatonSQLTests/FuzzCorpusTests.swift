@@ -16,6 +16,7 @@ import Testing
     }
 
     @Test func theKeptCorpusReachesEveryParserAndReplays() throws {
+        #expect(ParserFuzzing.isReady)
         let corpus = try Self.inputs("corpus")
         #expect(corpus.count >= 200, "the corpus has \(corpus.count) inputs")
         let targets = Set(corpus.compactMap { ParserFuzzing.target(of: $0.bytes) })
