@@ -111,17 +111,7 @@ public struct ClientKillChaos: Sendable {
             if killed > 0 && killed % 100 == 0 && status != 0 { progress("\(killed) client kills") }
         }
         // The tablet syncs in this process until everything is up.
-        for attempt in 0..<50 {
-            syncs += 1
-            if let report = try? await tablet.sync(), report.isComplete {
-                checker.uploaded(report.uploaded, by: user)
-                break
-            } else if let partial = tablet.lastReport {
-                checker.uploaded(partial.uploaded, by: user)
-            }
-            guard attempt < 49 else { throw ChaosFailure("50 syncs in a row failed after the kills.") }
-            retries += 1
-        }
+        try await tablet.syncFully(checker: &checker, user: user, syncs: &syncs, retries: &retries, attempts: 50)
         let archived = try await tablet.store.archivedEntries()
         var report = try await checker.check(server: server, token: try await tablet.session.authorized.accessToken())
         for entry in archived {
@@ -143,17 +133,7 @@ public struct ClientKillChaos: Sendable {
     static func runSync(_ binary: URL, input: TabletSyncInput, kill target: (marker: String, after: Duration)?)
         async throws -> (status: Int32, output: String)
     {
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = ["tablet-sync"]
-        let stdin = Pipe()
-        let stdout = Pipe()
-        process.standardInput = stdin
-        process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        stdin.fileHandleForWriting.write(try JSONEncoder().encode(input))
-        try stdin.fileHandleForWriting.close()
+        let (process, stdout) = try ChildProcess.start(binary, command: "tablet-sync", input: input)
         let (chunks, continuation) = AsyncStream<Data>.makeStream()
         Thread.detachNewThread {
             while case let chunk = stdout.fileHandleForReading.availableData, !chunk.isEmpty {
@@ -288,5 +268,30 @@ struct TabletSyncLog {
             default: continue
             }
         }
+    }
+}
+
+/// A child process of `baton-chaos` (one of its hidden commands), given its input as JSON on standard input —
+/// keys and tokens never go on a command line — with its standard output piped back and its standard error
+/// dropped.
+package enum ChildProcess {
+    static func start(_ binary: URL, command: String, input: some Encodable) throws -> (Process, Pipe) {
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = [command]
+        let stdin = Pipe()
+        let stdout = Pipe()
+        process.standardInput = stdin
+        process.standardOutput = stdout
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        stdin.fileHandleForWriting.write(try JSONEncoder().encode(input))
+        try stdin.fileHandleForWriting.close()
+        return (process, stdout)
+    }
+
+    /// The input a hidden command was given on its standard input.
+    package static func input<Input: Decodable>(_ type: Input.Type) -> Input? {
+        try? JSONDecoder().decode(type, from: FileHandle.standardInput.readDataToEndOfFile())
     }
 }

@@ -186,17 +186,7 @@ public struct DiskChaos: Sendable {
 
     /// Runs the writer with `input` on its standard input; returns its exit status and standard output.
     static func runWriter(_ binary: URL, input: DiskWriterInput) async throws -> (Int32, String) {
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = ["disk-writer"]
-        let stdin = Pipe()
-        let stdout = Pipe()
-        process.standardInput = stdin
-        process.standardOutput = stdout
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        stdin.fileHandleForWriting.write(try JSONEncoder().encode(input))
-        try stdin.fileHandleForWriting.close()
+        let (process, stdout) = try ChildProcess.start(binary, command: "disk-writer", input: input)
         let output: Data = await withCheckedContinuation { continuation in
             Thread.detachNewThread {
                 let data = stdout.fileHandleForReading.readDataToEndOfFile()

@@ -90,19 +90,7 @@ public struct NetworkChaos: Sendable {
                 injected += count
             }
             // Sync until everything is up, as the app would at the next chances.
-            var attempts = 0
-            while true {
-                attempts += 1
-                syncs += 1
-                if let report = try? await tablet.sync(), report.isComplete {
-                    checker.uploaded(report.uploaded, by: user)
-                    break
-                } else if let partial = tablet.lastReport {
-                    checker.uploaded(partial.uploaded, by: user)
-                }
-                guard attempts < 50 else { throw ChaosFailure("50 syncs in a row failed after one fault.") }
-                retries += 1
-            }
+            try await tablet.syncFully(checker: &checker, user: user, syncs: &syncs, retries: &retries, attempts: 50)
             if injected % 50 < 3 { progress("\(injected) faults, \(checker.changes) changes") }
         }
         proxy.inject([])
@@ -195,6 +183,26 @@ final class Tablet: @unchecked Sendable {
         try await store.open(
             as: OfflineUser(name: session.user.serverUserID ?? name, signingKey: try session.signingKey()),
             key: SymmetricKey(data: session.storeKey ?? Data()))
+    }
+
+    /// Syncs until everything is up, as the app would at its next chances (after `pause(attempt)` each time),
+    /// telling the checker who uploaded what; throws after `attempts` failures in a row.
+    func syncFully(
+        checker: inout InvariantChecker, user: String, syncs: inout Int, retries: inout Int, attempts: Int,
+        pause: (Int) -> Duration? = { _ in nil }
+    ) async throws {
+        for attempt in 0..<attempts {
+            syncs += 1
+            if let report = try? await sync(), report.isComplete {
+                checker.uploaded(report.uploaded, by: user)
+                return
+            } else if let partial = lastReport {
+                checker.uploaded(partial.uploaded, by: user)
+            }
+            retries += 1
+            if let pause = pause(attempt) { try await Task.sleep(for: pause) }
+        }
+        throw ChaosFailure("\(attempts) syncs in a row failed.")
     }
 
     /// Uploads (others' changes on their behalf), then downloads.

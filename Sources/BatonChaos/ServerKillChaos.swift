@@ -97,7 +97,9 @@ public struct ServerKillChaos: Sendable {
                 try await tablet.store.update(id, values: ["FuelKg": .decimal(fuel)])
                 checker.updated(id, by: user, fuel: fuel)
             }
-            try await syncFully(tablet, checker: &checker, user: user, syncs: &syncs, retries: &retries)
+            try await tablet.syncFully(
+                checker: &checker, user: user, syncs: &syncs, retries: &retries, attempts: 600,
+                pause: { .milliseconds($0 < 10 ? 20 : 100) })
             let done = killed.withLock { $0 }
             if done >= reported + 10 {
                 reported = done
@@ -105,7 +107,9 @@ public struct ServerKillChaos: Sendable {
             }
         }
         try await killer.value
-        try await syncFully(tablet, checker: &checker, user: user, syncs: &syncs, retries: &retries)
+        try await tablet.syncFully(
+            checker: &checker, user: user, syncs: &syncs, retries: &retries, attempts: 600,
+            pause: { .milliseconds($0 < 10 ? 20 : 100) })
         let archived = try await tablet.store.archivedEntries()
         let pending = try await tablet.store.pendingEntries().count + archived.count
         let intact = try await tablet.store.integrityCheck()
@@ -133,24 +137,6 @@ public struct ServerKillChaos: Sendable {
         report.syncs = syncs
         report.retries = retries
         return report
-    }
-
-    /// Syncs until everything is up, as the app would at its next chances, while the server dies and returns.
-    func syncFully(
-        _ tablet: Tablet, checker: inout InvariantChecker, user: String, syncs: inout Int, retries: inout Int
-    ) async throws {
-        for attempt in 0..<600 {
-            syncs += 1
-            if let report = try? await tablet.sync(), report.isComplete {
-                checker.uploaded(report.uploaded, by: user)
-                return
-            } else if let partial = tablet.lastReport {
-                checker.uploaded(partial.uploaded, by: user)
-            }
-            retries += 1
-            try await Task.sleep(for: .milliseconds(attempt < 10 ? 20 : 100))
-        }
-        throw ChaosFailure("600 syncs in a row failed.")
     }
 
     func persistently(_ retries: inout Int, _ body: () async throws -> Void) async throws {

@@ -14,6 +14,11 @@ struct BatonChaosCommand: AsyncParsableCommand {
         subcommands: [RunChaos.self, DiskWriterCommand.self, TabletSyncCommand.self], defaultSubcommand: RunChaos.self)
 }
 
+/// Ends a child command with `status` (0: normally).
+func finish(_ status: Int32) throws {
+    if status != 0 { throw ExitCode(status) }
+}
+
 /// The disk part's writer process: its input (keys included) comes on standard input.
 struct DiskWriterCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -21,12 +26,10 @@ struct DiskWriterCommand: AsyncParsableCommand {
         shouldDisplay: false)
 
     func run() async throws {
-        let data = FileHandle.standardInput.readDataToEndOfFile()
-        guard let input = try? JSONDecoder().decode(DiskWriterInput.self, from: data) else {
+        guard let input = ChildProcess.input(DiskWriterInput.self) else {
             throw ValidationError("disk-writer reads its trial as JSON on standard input.")
         }
-        let status = await DiskWriter.run(input)
-        if status != 0 { throw ExitCode(status) }
+        try finish(await DiskWriter.run(input))
     }
 }
 
@@ -37,12 +40,10 @@ struct TabletSyncCommand: AsyncParsableCommand {
         shouldDisplay: false)
 
     func run() async throws {
-        let data = FileHandle.standardInput.readDataToEndOfFile()
-        guard let input = try? JSONDecoder().decode(TabletSyncInput.self, from: data) else {
+        guard let input = ChildProcess.input(TabletSyncInput.self) else {
             throw ValidationError("tablet-sync reads its input as JSON on standard input.")
         }
-        let status = await TabletSync.run(input)
-        if status != 0 { throw ExitCode(status) }
+        try finish(await TabletSync.run(input))
     }
 }
 
