@@ -9,7 +9,7 @@ import Synchronization
 /// Each 4096-byte page keeps its last 32 bytes free (SQLite's per-page reserved space, set when the database
 /// is created): the first 4064 bytes are encrypted in place, and a fresh 12-byte nonce, the 16-byte tag and a
 /// format byte go into the reserved bytes, as SQLCipher does. The page's offset and the file kind are
-/// authenticated data — and for a page of the WAL, its frame header's page number, commit size and salts — so a
+/// authenticated data — and for a page of the WAL, its frame header's page number and commit size — so a
 /// page moved, swapped, relabelled or altered is detected when read (``OfflineError`` `Storage`), never silently
 /// used. The WAL's file and frame headers stay as SQLite writes them, in plain text; the pages in its frames are
 /// encrypted. Rollback journals and temporary files are refused (the store runs in WAL mode with
@@ -225,9 +225,11 @@ final class EncryptedFile: @unchecked Sendable {
     }
 
     /// What a page's encryption authenticates besides its content: the file kind and the page's offset, and for a
-    /// page of the log its frame header's page number, commit size and salts (format 2), so a frame cannot be
-    /// relabelled as another page, made a commit, or moved into another log generation without its page failing.
-    /// Format 0 (offset only) is every page of the database file, and log pages written before format 2.
+    /// page of the log its frame header's page number and commit size (format 2), so a frame cannot be relabelled
+    /// as another page or made a commit without its page failing. Not the salts: SQLite writes a frame's header
+    /// with zero salts while it may still rewrite frames of the transaction (`walEncodeFrame` when `iReCksum` is
+    /// set) and puts the real salts in afterwards (`walRewriteChecksums`), page untouched. Format 0 (offset only)
+    /// is every page of the database file, and log pages written before format 2.
     func authenticatedData(_ start: Int, frameHeader: [UInt8]?) -> [UInt8] {
         var data: [UInt8] = Array((frameHeader == nil ? "baton-page-v1" : "baton-page-v2").utf8) + [kind.rawValue]
         withUnsafeBytes(of: UInt64(start).bigEndian) { data += $0 }
@@ -235,12 +237,12 @@ final class EncryptedFile: @unchecked Sendable {
         return data
     }
 
-    /// The first 16 bytes of the frame header before the log page at `start` (SQLite writes a frame's header
-    /// just before its page), or nil when they cannot be read.
+    /// The page number and commit size in the frame header before the log page at `start` (SQLite writes a
+    /// frame's header just before its page), or nil when they cannot be read.
     func frameHeader(before start: Int) -> [UInt8]? {
-        var header = [UInt8](repeating: 0, count: 16)
+        var header = [UInt8](repeating: 0, count: 8)
         let code = header.withUnsafeMutableBytes { bytes in
-            inner.pointee.pMethods.pointee.xRead(inner, bytes.baseAddress, 16, sqlite3_int64(start - 24))
+            inner.pointee.pMethods.pointee.xRead(inner, bytes.baseAddress, 8, sqlite3_int64(start - 24))
         }
         return code == SQLITE_OK ? header : nil
     }

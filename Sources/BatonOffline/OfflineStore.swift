@@ -215,13 +215,30 @@ public actor OfflineStore {
                 database = queue
             } catch {
                 EncryptedVFS.unregister(url.path)
-                throw OfflineError(
-                    .storage,
-                    "The offline store at \(url.lastPathComponent) cannot be opened: it was made with another store key, or its file was altered."
-                )
+                throw Self.openFailure(error, file: url.lastPathComponent)
             }
         }
         self.user = user
+    }
+
+    /// Why the store did not open, as it is: a page that does not authenticate means another key or an altered
+    /// file; anything else (no space, no file handle, a file SQLite cannot open) is said by SQLite's own words.
+    static func openFailure(_ error: any Error, file: String) -> OfflineError {
+        if let error = error as? OfflineError { return error }
+        guard let error = error as? DatabaseError else {
+            return OfflineError(.storage, "The offline store at \(file) cannot be opened: \(error)")
+        }
+        let code = error.extendedResultCode.rawValue
+        guard code != IOError.data && error.resultCode != .SQLITE_NOTADB && error.resultCode != .SQLITE_CORRUPT else {
+            return OfflineError(
+                .storage,
+                "The offline store at \(file) cannot be opened: it was made with another store key, or its file was altered (SQLite \(code))."
+            )
+        }
+        return OfflineError(
+            .storage,
+            "The offline store at \(file) cannot be opened: \(String(cString: sqlite3_errstr(error.extendedResultCode.rawValue))) (SQLite \(error.extendedResultCode.rawValue))."
+        )
     }
 
     /// Closes the store (on lock, sign-out or user switch): the database is closed and its key forgotten.

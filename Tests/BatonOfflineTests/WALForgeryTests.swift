@@ -146,6 +146,38 @@ import Testing
         return directory
     }
 
+    /// A transaction larger than SQLite's page cache spills frames to the log and rewrites some of them before it
+    /// commits; SQLite writes their headers with zero salts first and the real salts last. The log's pages must
+    /// read back whole all the same, and after a reopen (found by the load harness at 200 tablets: a store that
+    /// no longer opened, SQLite 11, when the salts were bound to the pages).
+    @Test func aTransactionThatSpillsAndRewritesFramesReadsBackWhole() async throws {
+        let directory = try directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let key = SymmetricKey(size: .bits256)
+        let user = OfflineUser(name: "alice", signingKey: P256.Signing.PrivateKey())
+        let url = directory.appendingPathComponent("offline.sqlite")
+        let store = try OfflineStore(
+            url: url, model: try ServiceModel.aircraftChecks, deviceID: "tablet-1", definingQueries: [])
+        try await store.open(as: user, key: key)
+        let rows = (0..<12_000).map { index -> [String: PrimitiveValue] in
+            [
+                "ID": .guid(UUID()), "TailNumber": .string("D-BULK"), "FuelKg": .decimal(Decimal(index)),
+                "TyrePressureMainPsi": .decimal(200), "TyrePressureNosePsi": .decimal(60), "OilQuarts": .decimal(15),
+                "Status": .string("final"), "Remarks": .string(String(repeating: "b", count: 300)),
+            ]
+        }
+        _ = try await store.measureBulkInsert(rows, into: "PreflightChecks")
+        #expect(try await store.count("PreflightChecks") == 12_000)
+        #expect(try await store.integrityCheck())
+        await store.close()
+        let reopened = try OfflineStore(
+            url: url, model: try ServiceModel.aircraftChecks, deviceID: "tablet-1", definingQueries: [])
+        try await reopened.open(as: user, key: key)
+        #expect(try await reopened.count("PreflightChecks") == 12_000)
+        #expect(try await reopened.integrityCheck())
+        await reopened.close()
+    }
+
     @Test func aForgedCommitFrameEndsTheLogInsteadOfCommitting() async throws {
         let directory = try directory()
         defer { try? FileManager.default.removeItem(at: directory) }
