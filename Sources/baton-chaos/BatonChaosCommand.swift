@@ -52,7 +52,11 @@ struct RunChaos: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run", abstract: "Run the harness (the default command).")
 
-    @Flag(help: "The long run: 1,000 network faults; 1 to 200 devices at once.") var long = false
+    @Flag(
+        help:
+            "The long run: 1,000 network faults, 1,000 server kills, 1,000 tablet kills, 1,200 disk trials; 1 to 200 devices at once."
+    )
+    var long = false
     @Option(help: "Network faults to inject (default: 100, or 1,000 with --long; 0 skips them).") var networkFaults:
         Int?
     @Option(
@@ -176,7 +180,7 @@ struct RunChaos: AsyncParsableCommand {
             // The server in a process of its own when baton-server is there: its CPU and memory apart.
             let report = try await LoadChaos(
                 devices: counts, rounds: rounds, serverBinary: serverBinary,
-                pace: pace.map { .milliseconds($0 * 1_000) }
+                pace: pace.map { .milliseconds($0 * 1_000) }, stationSize: stationSize
             ).run(progress: note)
             try emit(
                 report, title: "\nDevices syncing at once (\(rounds) rounds each, two users per device):",
