@@ -94,9 +94,11 @@ public struct NetworkChaos: Sendable {
             if injected % 50 < 3 { progress("\(injected) faults, \(checker.changes) changes") }
         }
         proxy.inject([])
+        let divergence = try await tablet.divergence()
         let archived = try await tablet.store.archivedEntries()
         let pending = try await tablet.store.pendingEntries().count + archived.count
         var report = try await checker.check(server: server, token: try await tablet.session.authorized.accessToken())
+        if let divergence { report.problems.append(divergence) }
         for entry in archived {
             report.problems.append(
                 "in the error archive: \(entry.entry.method) \(entry.entry.entityID) by \(entry.entry.author): \(entry.status) \(entry.code) \(entry.message)"
@@ -203,6 +205,52 @@ final class Tablet: @unchecked Sendable {
             if let pause = pause(attempt) { try await Task.sleep(for: pause) }
         }
         throw ChaosFailure("\(attempts) syncs in a row failed.")
+    }
+
+    /// Downloads once more, then compares what the tablet keeps of each defining query's entity set with what
+    /// the server's defining query selects now: the same entities at the same versions. Returns what differs
+    /// (nil when nothing does). A stale entity (one that left the tablet's filter, or an old version) or a
+    /// missing one is a sync that lost track.
+    func divergence() async throws -> String? {
+        _ = try await store.download(using: session.authorized)
+        let root = session.authorized.configuration.odataServiceRoot
+        for query in store.definingQueries {
+            let set = String(query.url.prefix { $0 != "?" && $0 != "(" })
+            guard
+                let type = store.model.entitySets.first(where: { $0.name == set }).flatMap(store.model.entityType(of:))
+            else { throw ChaosFailure("No entity set \(set).") }
+            var server: [String: String] = [:]
+            var next: String? = root + query.url
+            while let link = next {
+                guard let url = URL(string: link) else { throw ChaosFailure("Bad URL \(link).") }
+                let response = try await session.authorized.send(
+                    ClientRequest(url: url, headers: [("Accept", "application/json")]))
+                guard response.status == 200, let json = try? JSONValue(parsing: response.body),
+                    let rows = json["value"]?.arrayValue
+                else { throw ChaosFailure("'\(query.name)' could not be read (HTTP \(response.status)).") }
+                for row in rows {
+                    let key = try type.key.map { name in
+                        guard let property = type.property(named: name), let value = row[name] else {
+                            throw ChaosFailure("'\(query.name)' sent an entity without its key.")
+                        }
+                        return KeyValue(name: name, value: try PrimitiveValue(json: value, for: property))
+                    }
+                    let id = ResourcePath.canonicalURL(entitySet: set, key: key)
+                    server[id] = row["@odata.etag"]?.stringValue ?? ""
+                }
+                next = json["@odata.nextLink"]?.stringValue
+            }
+            var local: [String: String] = [:]
+            for entity in try await store.read(set) { local[entity.id] = entity.etag ?? "" }
+            let missing = server.keys.filter { local[$0] == nil }.count
+            let extra = local.keys.filter { server[$0] == nil }.count
+            let stale = server.filter { id, etag in local[id].map { $0 != etag } ?? false }.count
+            if missing + extra + stale > 0 {
+                return
+                    "a tablet's '\(query.name)' differs from the server: \(missing) missing, \(extra) it should not keep, \(stale) at an old version"
+            }
+        }
+        return nil
     }
 
     /// Uploads (others' changes on their behalf), then downloads.

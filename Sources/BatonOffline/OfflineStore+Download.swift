@@ -25,7 +25,7 @@ extension OfflineStore {
     /// then meets the server's version (a conflict goes to the error archive).
     ///
     /// - Throws: ``OfflineError`` `Offline` when the server cannot be reached (what was applied stays; the
-    ///   next download continues from the last complete delta link).
+    ///   next download continues a delta from its next page, and a first download from the start).
     public func download(using session: AuthorizedSession, pageSize: Int = 1000) async throws(OfflineError)
         -> DownloadReport
     {
@@ -39,7 +39,7 @@ extension OfflineStore {
             let (set, type, _) = try parseRead(query.url)
             let decoder = PageDecoder(
                 query: query.name, set: set, type: type, dialect: translator.dialect, serviceRoot: serviceRoot,
-                pageSize: pageSize, session: session, timeout: requestTimeout)
+                pageSize: pageSize, session: session, timeout: requestTimeout, device: deviceID)
             var restarted = false
             // After an expired delta link: the ids the full download brought, to drop what the server no longer has.
             var seen: Set<String>?
@@ -49,7 +49,7 @@ extension OfflineStore {
                 stored ?? serviceRoot + query.url)
             defer { upcoming?.cancel() }
             while let task = upcoming {
-                let page: DecodedPage
+                var page: DecodedPage
                 switch await task.value {
                 case .success(let decoded): page = decoded
                 case .failure(let error): throw error
@@ -68,6 +68,12 @@ extension OfflineStore {
                     continue
                 }
                 upcoming = page.nextLink.map { decoder.start($0) }
+                // Within a delta, each page applied moves the query's link on: a download cut short resumes with
+                // the next page (the first page's removals were applied), not from the old token, which the
+                // entities already applied have outgrown.
+                if stored != nil, !restarted, let next = page.nextLink, page.deltaLink == nil {
+                    page.deltaLink = (query.name, next)
+                }
                 try apply(page, set: set, report: &report)
                 if seen != nil { seen?.formUnion(page.changes.map(\.id)) }
                 report.pages += 1
@@ -115,6 +121,8 @@ extension OfflineStore {
         let pageSize: Int
         let session: AuthorizedSession
         let timeout: Duration
+        /// This device (`Baton-Device`): a filtered delta then leaves out removals of entities it never held.
+        let device: String
 
         func start(_ link: String) -> Task<Result<DecodedPage, OfflineError>, Never> {
             // A detached task inherits no task-local values: the sync's trace is handed over by hand.
@@ -138,6 +146,7 @@ extension OfflineStore {
                         headers: [
                             ("Accept", "application/json"),
                             ("Prefer", "odata.track-changes, odata.maxpagesize=\(pageSize)"),
+                            ("Baton-Device", device),
                         ], timeout: timeout))
             } catch {
                 throw OfflineStore.offlineError(error, doing: "download '\(query)'")

@@ -92,6 +92,13 @@ public struct SQLTranslator: Sendable {
             conditions.append(
                 "(\(column) > \(builder.bind(.integer(range.after), cast: "bigint")) AND \(column) <= \(builder.bind(.integer(range.through), cast: "bigint")))"
             )
+            if let provenance = range.provenance {
+                let created = "t0.\(dialect.quote(provenance.createdColumn))"
+                let origin = "t0.\(dialect.quote(provenance.originColumn))"
+                conditions.append(
+                    "(\(created) <= \(builder.bind(.integer(provenance.watermark), cast: "bigint")) OR \(origin) IS NULL OR \(origin) = \(builder.bind(.text(provenance.origin), cast: "text")))"
+                )
+            }
         }
         if let filter = options.filter { conditions.append(try value(filter, set: set, builder: &builder)) }
         if let search = options.search { conditions.append(searchCondition(search, type: type, builder: &builder)) }
@@ -399,11 +406,32 @@ public struct ColumnRange: Sendable, Hashable {
     /// The inclusive upper bound.
     public var through: Int64
 
+    /// Narrows the range to rows one client may hold (see ``Provenance``).
+    public var provenance: Provenance?
+
     /// Creates a range condition.
-    public init(column: String, after: Int64, through: Int64) {
+    public init(column: String, after: Int64, through: Int64, provenance: Provenance? = nil) {
         self.column = column
         self.after = after
         self.through = through
+        self.provenance = provenance
+    }
+
+    /// Where rows came from: a row qualifies when it was created no later than `watermark` (its integer
+    /// `createdColumn`), or its text `originColumn` is null (unknown) or `origin`.
+    public struct Provenance: Sendable, Hashable {
+        public var createdColumn: String
+        public var watermark: Int64
+        public var originColumn: String
+        public var origin: String
+
+        /// Creates a provenance condition.
+        public init(createdColumn: String, watermark: Int64, originColumn: String, origin: String) {
+            self.createdColumn = createdColumn
+            self.watermark = watermark
+            self.originColumn = originColumn
+            self.origin = origin
+        }
     }
 }
 

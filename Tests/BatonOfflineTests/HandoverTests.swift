@@ -31,7 +31,12 @@ import Testing
         }
     }
 
-    func makeDevice(_ server: LiveServer) async throws -> Device {
+    func makeDevice(
+        _ server: LiveServer,
+        definingQueries: [DefiningQuery] = [
+            DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "checks", url: "PreflightChecks"),
+        ]
+    ) async throws -> Device {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-handover-\(UUID())")
         var configuration = FlowsConfiguration(mode: .multiUser)
         configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
@@ -45,10 +50,7 @@ import Testing
             transport: transport)
         let store = try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
-            deviceID: manager.deviceID,
-            definingQueries: [
-                DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "checks", url: "PreflightChecks"),
-            ])
+            deviceID: manager.deviceID, definingQueries: definingQueries)
         return Device(directory: directory, presenter: presenter, manager: manager, store: store, transport: transport)
     }
 
@@ -412,6 +414,57 @@ import Testing
             // Nothing new: an empty delta.
             let quiet = try await device.store.download(using: alice.authorized)
             #expect(quiet.updated == 0 && quiet.removed == 0)
+            return server
+        }
+    }
+
+    /// A tablet keeping only the heavy checks, another recording checks: a delta cut off after its first page
+    /// resumes with its next page (not from its old token, which the entities applied have outgrown), and once
+    /// a check it received leaves the filter, it goes — the tablet holds exactly the server's heavy checks. The
+    /// light check the other tablet recorded is never sent to it, not even as a removal.
+    @Test func aDeltaCutShortResumesAndTheTabletKeepsExactlyItsFilter() async throws {
+        try await withServer { server in
+            let heavy = "PreflightChecks?$filter=FuelKg gt 150000"
+            let keeper = try await makeDevice(
+                server,
+                definingQueries: [DefiningQuery(name: "heavy", url: heavy.replacingOccurrences(of: " ", with: "%20"))])
+            let recorder = try await makeDevice(server)
+            let alice = try await keeper.manager.open()
+            try await keeper.open(alice)
+            _ = try await keeper.store.download(using: alice.authorized)
+            let other = try await recorder.manager.open()
+            try await recorder.open(other)
+            _ = try await recorder.store.download(using: other.authorized)
+            let tail = try #require(try await recorder.store.read("Aircraft").first?.values["TailNumber"]?.text)
+            var recorded: [String] = []
+            for fuel in ["150001", "150002", "150003", "100"] {
+                recorded.append(try await recorder.store.create(in: "PreflightChecks", values: check(tail, fuel: fuel)))
+            }
+            #expect(try await recorder.store.upload(using: other.authorized, allowOnBehalf: true).isComplete)
+
+            // The answer of the delta's second page is lost: the first page's check stays applied.
+            keeper.transport.loseNextResponses(matching: "skiptoken", count: 1)
+            await #expect(throws: OfflineError.self) {
+                _ = try await keeper.store.download(using: alice.authorized, pageSize: 1)
+            }
+            let first = try #require(try await keeper.store.read("PreflightChecks").first)
+            #expect(recorded.contains(first.id))
+            // That check leaves the filter on the server.
+            try await recorder.store.update(first.id, values: ["FuelKg": .decimal(200)])
+            #expect(try await recorder.store.upload(using: other.authorized, allowOnBehalf: true).isComplete)
+
+            for _ in 0..<2 { _ = try await keeper.store.download(using: alice.authorized, pageSize: 1) }
+            let kept = Set(try await keeper.store.read("PreflightChecks").map(\.id))
+            let response = try await alice.authorized.send(
+                ClientRequest(
+                    url: try #require(
+                        URL(
+                            string: server.url.absoluteString + "/odata/"
+                                + heavy.replacingOccurrences(of: " ", with: "%20") + "&$select=ID"))))
+            let rows = try #require(try JSONValue(parsing: response.body)["value"]?.arrayValue)
+            let onServer = Set(rows.compactMap { $0["ID"]?.stringValue }.map { "PreflightChecks(\($0))" })
+            #expect(onServer.count == 2)
+            #expect(kept == onServer)
             return server
         }
     }

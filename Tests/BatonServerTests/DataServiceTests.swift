@@ -355,6 +355,92 @@ enum Fixtures {
         }
     }
 
+    /// A filtered delta says "left the set" to a device only for the entities it can hold: those created up to
+    /// its token (or served on a later page of its first read) and those it created itself. Another device's new
+    /// entity that never matched costs it nothing; one created with no device known is said to everyone. An
+    /// entity deleted and created again within the range comes deleted, then written.
+    @Test(arguments: StorageBackend.allCases) func aFilteredDeltaSaysWhatLeftTheSetOnlyToTheDevicesThatHoldIt(
+        backend: StorageBackend
+    ) async throws {
+        try await Fixtures.world(backend: backend) { _, client, alice, sam in
+            func relative(_ link: String) -> String { String(link.dropFirst("http://127.0.0.1:8080/odata/".count)) }
+            #expect(try await OnBehalfTests.register(client, alice, device: "tablet-1", key: .init()) == .ok)
+            #expect(try await OnBehalfTests.register(client, sam, device: "tablet-2", key: .init()) == .ok)
+            let one = [("Baton-Device", "tablet-1")]
+            let two = [("Baton-Device", "tablet-2")]
+            let filter = "PreflightChecks?$filter=FuelKg gt 5001"
+            for n in [1, 5] {
+                _ = try await client.odata(
+                    .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(n), fuel: "6000"))
+            }
+            let initial = try await client.odata(
+                .get, filter, token: alice, headers: one + [("Prefer", "odata.track-changes")])
+            #expect(initial.values.count == 2)
+            let token = relative(try #require(initial.json["@odata.deltaLink"] as? String))
+            // Check 1 leaves the filter; 2 never matched (tablet-2's); 3 is tablet-1's own, outside the filter;
+            // 4 was created with no device named; 5 is deleted and created again.
+            _ = try await client.odata(
+                .patch, "PreflightChecks(\(Fixtures.id(1)))", token: alice, headers: [("If-Match", "*")],
+                body: #"{"FuelKg":10}"#)
+            _ = try await client.odata(
+                .post, "PreflightChecks", token: sam, headers: two, body: Fixtures.check(Fixtures.id(2), fuel: "10"))
+            _ = try await client.odata(
+                .post, "PreflightChecks", token: alice, headers: one, body: Fixtures.check(Fixtures.id(3), fuel: "10"))
+            _ = try await client.odata(
+                .post, "PreflightChecks", token: sam, body: Fixtures.check(Fixtures.id(4), fuel: "10"))
+            _ = try await client.odata(
+                .delete, "PreflightChecks(\(Fixtures.id(5)))", token: alice, headers: [("If-Match", "*")])
+            _ = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(5), fuel: "7000"))
+            func removed(_ reply: ODataReply) -> [String] {
+                reply.values.compactMap { $0["@removed"] != nil ? $0["@id"] as? String : nil }
+            }
+            let key = { (n: Int) in "PreflightChecks(\(Fixtures.id(n)))" }
+            let delta = try await client.odata(.get, token, token: alice, headers: one)
+            #expect(delta.status == .ok)
+            #expect(Set(removed(delta)) == [key(1), key(3), key(4), key(5)])
+            #expect(delta.values.compactMap { $0["ID"] as? String } == [Fixtures.id(5)])
+            let tombstone = delta.values.firstIndex { $0["@id"] as? String == key(5) }
+            let written = delta.values.firstIndex { $0["ID"] as? String == Fixtures.id(5) }
+            #expect(tombstone != nil && written != nil && tombstone! < written!)
+            // A client that does not name its device may hold anything: it hears of every entity that left.
+            let anonymous = try await client.odata(.get, token, token: alice)
+            #expect(Set(removed(anonymous)) == [key(1), key(2), key(3), key(4), key(5)])
+
+            // A first read in pages: an entity created between two pages comes on the later one, so the client holds
+            // it although it is newer than the read's snapshot; when it leaves the filter, the client hears of it.
+            _ = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(7), fuel: "9000"))
+            let paged = try await client.odata(
+                .get, filter, token: sam, headers: two + [("Prefer", "odata.track-changes,odata.maxpagesize=1")])
+            #expect(paged.values.compactMap { $0["ID"] as? String } == [Fixtures.id(5)])
+            _ = try await client.odata(
+                .post, "PreflightChecks", token: alice, headers: one, body: Fixtures.check(Fixtures.id(6), fuel: "8000")
+            )
+            var next = paged.json["@odata.nextLink"] as? String
+            var tracked: String?
+            var served: [String] = []
+            while let link = next {
+                let page = try await client.odata(.get, relative(link), token: sam, headers: two)
+                served += page.values.compactMap { $0["ID"] as? String }
+                next = page.json["@odata.nextLink"] as? String
+                tracked = page.json["@odata.deltaLink"] as? String
+            }
+            #expect(served == [Fixtures.id(6), Fixtures.id(7)])
+            let held = relative(try #require(tracked))
+            _ = try await client.odata(
+                .patch, "PreflightChecks(\(Fixtures.id(6)))", token: alice, headers: [("If-Match", "*")],
+                body: #"{"FuelKg":20}"#)
+            #expect(removed(try await client.odata(.get, held, token: sam, headers: two)) == [key(6)])
+
+            // Tokens this server did not issue.
+            for bad in ["1.1", "2.1", "1.", ".1", "1.2.3", "1.x", "1.99999"] {
+                let reply = try await client.odata(.get, "PreflightChecks?$deltatoken=\(bad)", token: alice)
+                #expect(reply.status == .badRequest, "\(bad)")
+            }
+        }
+    }
+
     @Test(arguments: StorageBackend.allCases) func rowsWrittenDirectlyMatchTheGeneralPath(backend: StorageBackend)
         async throws
     {

@@ -228,11 +228,14 @@ extension DataService {
         if preferences.maxPageSize != nil { applied.append(Preference(name: "odata.maxpagesize", value: String(size))) }
         var deltaLink: String?
         if let through = tracked, nextLink == nil {
+            // Pages after the first are read live: they may bring entities created after `through`, which the
+            // client then holds (the token says so, for the entities that later leave its filter).
+            let held = token == nil ? through : try DataStore.sequenceState(db).value
             deltaLink =
                 context.serviceRoot
                 + Self.replacingQueryOption(
                     in: request.url, names: ["skiptoken", "deltatoken", "top", "skip", "orderby", "count"],
-                    with: ("$deltatoken", String(through)))
+                    with: ("$deltatoken", Self.encodeDeltaToken(through: through, held: held)))
             applied.append(Preference(name: "odata.track-changes"))
         } else if preferences.trackChanges {
             applied.append(Preference(name: "odata.track-changes"))
@@ -240,23 +243,11 @@ extension DataService {
         if !applied.isEmpty { headers.append(("Preference-Applied", Preferences.applied(applied))) }
         let payload = ODataPayload.collection(
             context: context.serviceRoot + "$metadata#" + contextPath(target.set.name, select: url.query.select),
-            entities: raw == nil ? values : [.string("\u{0}")],
+            entities: raw == nil ? values : [Self.marker],
             count: url.query.count ? try count(target, options: url.query, in: db) : nil, nextLink: nextLink,
             deltaLink: deltaLink)
         guard let raw else { return DataResponse(status: 200, headers: headers, body: .json(payload)) }
-        // Splice the rows' JSON in place of the marker element.
-        let marker = Array(#"["\u0000"]"#.utf8)
-        let envelope = payload.serializedBytes
-        guard let range = envelope.firstRange(of: marker) else {
-            throw ServerError(.internalServerError, "InternalError", "The response could not be assembled.")
-        }
-        var body = Array(envelope[..<range.lowerBound])
-        body.reserveCapacity(envelope.count + raw.count)
-        body.append(UInt8(ascii: "["))
-        body += raw
-        body.append(UInt8(ascii: "]"))
-        body += envelope[range.upperBound...]
-        return DataResponse(status: 200, headers: headers, body: .rawJSON(body))
+        return try Self.splicing(raw, into: payload, headers: headers)
     }
 
     // MARK: Delta
@@ -264,9 +255,10 @@ extension DataService {
     func delta(_ url: ODataURL, request: DataRequest, target: Target, in db: any SQLConnection, context: Context) throws
         -> DataResponse
     {
-        guard !target.single, let tokenText = url.query.deltaToken, let from = Int64(tokenText), from >= 0 else {
+        guard !target.single, let tokenText = url.query.deltaToken, let token = Self.decodeDeltaToken(tokenText) else {
             throw ServerError.badRequest("The $deltatoken is not one this server issued.", target: "$deltatoken")
         }
+        let (from, heldThrough) = token
         let state = try DataStore.sequenceState(db)
         guard from >= state.horizon else {
             throw ServerError(
@@ -274,7 +266,7 @@ extension DataService {
                 "The delta token is older than the \(Int(configuration.deltaRetention / 86_400))-day retention window; read the collection again."
             )
         }
-        guard from <= state.value else {
+        guard heldThrough <= state.value else {
             throw ServerError.badRequest("The $deltatoken is not one this server issued.", target: "$deltatoken")
         }
         // Pages walk the changes in sequence order from the last one served, not by position: a change served
@@ -288,49 +280,78 @@ extension DataService {
         var options = url.query
         options.deltaToken = nil
         options.orderBy = []
-        options.top = size
         options.skip = nil
-        let changed = try fetchRange(target, options: options, range: range, in: db)
-        var expanded = 0
+        // Without $expand, entities are written straight from the rows, as a page of a read is.
         var values: [JSONValue] = []
-        for entity in changed {
-            values.append(
-                try entityJSON(entity, target: target, options: url.query, depth: 0, expanded: &expanded, in: db))
+        var raw: [UInt8]?
+        let last: (sequence: Int64, more: Bool)?
+        if url.query.expand.isEmpty {
+            options.top = size + 1
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(size * 400)
+            let written = try writeEntities(target, options: options, limit: size, range: range, in: db, to: &bytes)
+            last = written.sequence.map { ($0, written.more) }
+            raw = bytes
+        } else {
+            options.top = size
+            let changed = try fetchRange(target, options: options, range: range, in: db)
+            var expanded = 0
+            for entity in changed {
+                values.append(
+                    try entityJSON(entity, target: target, options: url.query, depth: 0, expanded: &expanded, in: db))
+            }
+            last = changed.last.map { ($0.sequence, changed.count == size) }
         }
         let format: ODataPayload.DeltaFormat = context.version == .v40 ? .v40 : .v401
         let contextBase = context.serviceRoot + "$metadata"
         if skip == nil {
-            // Entities that changed but no longer match the filter left the set.
-            if options.filter != nil || options.search != nil {
-                var unfiltered = QueryOptions()
-                unfiltered.select = target.type.key
-                let all = try fetchRange(target, options: unfiltered, range: range, in: db)
-                var matching = options
-                matching.top = nil
-                matching.skip = nil
-                matching.select = target.type.key
-                let kept = Set(
-                    try fetchRange(target, options: matching, range: range, in: db).map { keyURL($0, target: target) })
-                for entity in all where !kept.contains(keyURL(entity, target: target)) {
-                    values.append(
-                        ODataPayload.removed(
-                            id: keyURL(entity, target: target), format: format, contextBase: contextBase,
-                            entitySet: target.set.name, reason: "changed"))
-                }
-            }
+            // Deletions first: an entity deleted and created again within the range is deleted, then written.
+            var removals: [JSONValue] = []
             let tombstones = try db.fetchAll(
                 #"SELECT keyJSON FROM "$removed" WHERE entitySet = ? AND seq > ? AND seq <= ? ORDER BY seq"#,
                 target.set.name, from, through)
             for row in tombstones {
-                values.append(
+                removals.append(
                     ODataPayload.removed(
                         id: row["keyJSON"].text ?? "", format: format, contextBase: contextBase,
                         entitySet: target.set.name))
             }
+            // Entities that changed but no longer match the filter left the set: said to the clients that may
+            // hold them. A device naming itself (`Baton-Device`) holds what was created up to its token and
+            // what it created itself; the others are not sent to it (they never matched for it). Naming
+            // another device only costs the client removals it needed.
+            if options.filter != nil || options.search != nil {
+                var held = range
+                if let device = request.header("Baton-Device"), DeviceRegistry.isValidDeviceID(device) {
+                    held.provenance = .init(
+                        createdColumn: DataStore.createdColumn, watermark: heldThrough,
+                        originColumn: DataStore.originColumn, origin: device)
+                }
+                var unfiltered = QueryOptions()
+                unfiltered.select = target.type.key
+                let all = try fetchRange(target, options: unfiltered, range: held, in: db)
+                if !all.isEmpty {
+                    var matching = options
+                    matching.top = nil
+                    matching.skip = nil
+                    matching.select = target.type.key
+                    let kept = Set(
+                        try fetchRange(target, options: matching, range: held, in: db).map {
+                            keyURL($0, target: target)
+                        })
+                    for entity in all where !kept.contains(keyURL(entity, target: target)) {
+                        removals.append(
+                            ODataPayload.removed(
+                                id: keyURL(entity, target: target), format: format, contextBase: contextBase,
+                                entitySet: target.set.name, reason: "changed"))
+                    }
+                }
+            }
+            values = removals + values
         }
         var nextLink: String?
         var deltaLink: String?
-        if changed.count == size, let last = changed.last {
+        if let last, last.more {
             nextLink =
                 context.serviceRoot
                 + Self.replacingQueryOption(
@@ -343,9 +364,31 @@ extension DataService {
                     in: request.url, names: ["skiptoken", "deltatoken"], with: ("$deltatoken", String(through)))
         }
         let payload = ODataPayload.collection(
-            context: contextBase + "#\(target.set.name)/$delta", entities: values, nextLink: nextLink,
-            deltaLink: deltaLink)
-        return DataResponse(status: 200, body: .json(payload))
+            context: contextBase + "#\(target.set.name)/$delta", entities: values + (raw == nil ? [] : [Self.marker]),
+            nextLink: nextLink, deltaLink: deltaLink)
+        guard let raw else { return DataResponse(status: 200, body: .json(payload)) }
+        return try Self.splicing(raw, into: payload, headers: [])
+    }
+
+    /// The element a payload holds where the rows' JSON goes (see ``splicing(_:into:headers:)``).
+    static let marker = JSONValue.string("\u{0}")
+
+    /// The payload's bytes with the rows' JSON (comma-separated entities) in place of its ``marker``, the last
+    /// element of its `value`.
+    static func splicing(_ raw: [UInt8], into payload: JSONValue, headers: [(String, String)]) throws -> DataResponse {
+        let envelope = payload.serializedBytes
+        guard let found = envelope.firstRange(of: Array(#""\u0000"]"#.utf8)) else {
+            throw ServerError(.internalServerError, "InternalError", "The response could not be assembled.")
+        }
+        var start = found.lowerBound
+        let end = found.upperBound - 1
+        // No rows: the marker goes with the comma before it (when other elements precede it).
+        if raw.isEmpty, start > envelope.startIndex, envelope[start - 1] == UInt8(ascii: ",") { start -= 1 }
+        var body = Array(envelope[..<start])
+        body.reserveCapacity(envelope.count + raw.count)
+        body += raw
+        body += envelope[end...]
+        return DataResponse(status: 200, headers: headers, body: .rawJSON(body))
     }
 
     func fetchRange(_ target: Target, options: QueryOptions, range: ColumnRange, in db: any SQLConnection) throws
@@ -370,6 +413,21 @@ extension DataService {
     /// An opaque skip token: base64url of `offset[:through]`.
     static func encodeSkipToken(offset: Int, through: Int64?) -> String {
         base64URL(Data((through.map { "\(offset):\($0)" } ?? String(offset)).utf8))
+    }
+
+    /// A delta token: the sequence value the client's copy stands at, and (when later) the last one any entity it
+    /// holds was created at (`through.held`).
+    static func encodeDeltaToken(through: Int64, held: Int64) -> String {
+        held > through ? "\(through).\(held)" : String(through)
+    }
+
+    /// The two values of a delta token, or nil for one this server did not issue.
+    static func decodeDeltaToken(_ token: String) -> (through: Int64, held: Int64)? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count <= 2, let through = Int64(parts[0]), through >= 0 else { return nil }
+        guard parts.count == 2 else { return (through, through) }
+        guard let held = Int64(parts[1]), held > through else { return nil }
+        return (through, held)
     }
 
     /// A delta page's skip token: the last sequence served and the page set's `through`.

@@ -133,7 +133,8 @@ extension DataService {
         applyServerKept(&values, type: target.type, attribution: attribution)
         let sequence = try DataStore.nextSequence(db)
         let insert = try translator.insert(
-            into: target.set.name, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
+            into: target.set.name, values: values,
+            systemValues: DataStore.created(at: sequence, on: attribution.device))
         do {
             try db.execute(insert.sql, insert.arguments)
         } catch let error as StorageError where error.kind == .uniqueViolation {

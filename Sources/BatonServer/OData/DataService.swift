@@ -218,12 +218,13 @@ struct DataService: Sendable {
     ///
     /// - Returns: how many entities were written, whether more rows followed, and the last entity's sequence.
     func writeEntities(
-        _ target: Target, options: QueryOptions, limit: Int, in db: any SQLConnection, to out: inout [UInt8]
+        _ target: Target, options: QueryOptions, limit: Int, range: ColumnRange? = nil, in db: any SQLConnection,
+        to out: inout [UInt8]
     ) throws -> (count: Int, more: Bool, sequence: Int64?) {
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
-            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
+            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range)
         var writer: RowJSONWriter?
         var count = 0
         var more = false

@@ -8,7 +8,8 @@ import GRDB
 ///
 /// Every row carries a hidden `$seq` column: the value of a service-wide sequence at its last change. It is
 /// the entity's ETag and what delta links compare against. Deleted entities leave a tombstone in `$removed`
-/// with the sequence value of the deletion.
+/// with the sequence value of the deletion. `$created` and `$origin` tell which clients can hold a row (the
+/// sequence value and device of its creation): a filtered delta sends "left the set" only to them.
 struct DataStore: Sendable {
     /// The data database: `data.sqlite` in the data directory (reads in place: short, bounded by the page
     /// size), or the server's PostgreSQL database.
@@ -22,6 +23,21 @@ struct DataStore: Sendable {
     }
 
     static let sequenceColumn = "$seq"
+    /// The sequence value of the entity's creation (0 for entities from before the column): a client whose delta
+    /// token is older never held it.
+    static let createdColumn = "$created"
+    /// The device the entity was created on, when the server knows it (`Baton-Device`, registered to the
+    /// uploader): that device holds it whatever its delta token says.
+    static let originColumn = "$origin"
+
+    /// The system columns after the model's properties, with their types in `dialect`.
+    static func systemColumns(_ dialect: SQLDialect) -> [(String, String)] {
+        let integer = dialect == .postgres ? "bigint" : "INTEGER"
+        return [
+            (sequenceColumn, "\(integer) NOT NULL DEFAULT 0"), (createdColumn, "\(integer) NOT NULL DEFAULT 0"),
+            (originColumn, dialect == .postgres ? "text" : "TEXT"),
+        ]
+    }
     /// Audit entries of committed changes not yet in the audit log (server.sqlite): written in the change's own
     /// transaction, so a crash between the two databases loses none.
     static let auditOutbox = "$auditOutbox"
@@ -59,8 +75,7 @@ struct DataStore: Sendable {
     static func migratePostgres(_ db: any SQLConnection, model: ServiceModel) throws {
         let dialect = SQLDialect.postgres
         try db.execute("SELECT pg_advisory_xact_lock(7243019)")
-        let schema = SQLSchema(
-            model: model, dialect: dialect, systemColumns: [(sequenceColumn, "bigint NOT NULL DEFAULT 0")])
+        let schema = SQLSchema(model: model, dialect: dialect, systemColumns: systemColumns(dialect))
         for statement in schema.createStatements() { try db.execute(statement, []) }
         for set in model.entitySets {
             guard let type = model.entityType(of: set) else { continue }
@@ -69,6 +84,11 @@ struct DataStore: Sendable {
                     "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ?",
                     set.name
                 ).compactMap { $0[0].text })
+            // Tables from before a system column get it, with its default (created at 0, origin unknown).
+            for (column, definition) in systemColumns(dialect) where !existing.contains(column) {
+                try db.execute(
+                    "ALTER TABLE \(dialect.quote(set.name)) ADD COLUMN \(dialect.quote(column)) \(definition)", [])
+            }
             for property in type.properties where !existing.contains(property.name) {
                 guard property.isNullable else {
                     throw ServerSetupError(
@@ -83,12 +103,11 @@ struct DataStore: Sendable {
             // an instance starting beside a serving one would wait for its writers (or deadlock with them).
             let indexed =
                 try db.fetchOne(
-                    "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ?", "\(set.name)$seq")
-                != nil
+                    "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ?",
+                    changesIndex(set.name)) != nil
             if !indexed {
-                try db.execute(
-                    "CREATE INDEX IF NOT EXISTS \(dialect.quote("\(set.name)$seq")) ON \(dialect.quote(set.name)) (\(dialect.quote(sequenceColumn)))",
-                    [])
+                try db.execute(changesIndexStatement(set.name, dialect: dialect), [])
+                try db.execute("DROP INDEX IF EXISTS \(dialect.quote("\(set.name)$seq"))", [])
             }
         }
         for statement in [
@@ -133,8 +152,7 @@ struct DataStore: Sendable {
     /// Creates missing tables and adds columns for properties new to the model.
     static func migrate(_ db: Database, model: ServiceModel) throws {
         let dialect = SQLDialect.sqlite
-        let schema = SQLSchema(
-            model: model, dialect: dialect, systemColumns: [(sequenceColumn, "INTEGER NOT NULL DEFAULT 0")])
+        let schema = SQLSchema(model: model, dialect: dialect, systemColumns: systemColumns(dialect))
         for statement in schema.createStatements() { try db.execute(sql: statement) }
         try db.execute(
             sql: """
@@ -146,6 +164,10 @@ struct DataStore: Sendable {
             guard let type = model.entityType(of: set) else { continue }
             let existing = Set(
                 try Row.fetchAll(db, sql: "PRAGMA table_info(\(dialect.quote(set.name)))").map { $0["name"] as String })
+            for (column, definition) in systemColumns(dialect) where !existing.contains(column) {
+                try db.execute(
+                    sql: "ALTER TABLE \(dialect.quote(set.name)) ADD COLUMN \(dialect.quote(column)) \(definition)")
+            }
             for property in type.properties where !existing.contains(property.name) {
                 guard property.isNullable else {
                     throw ServerSetupError(
@@ -157,10 +179,8 @@ struct DataStore: Sendable {
                         "ALTER TABLE \(dialect.quote(set.name)) ADD COLUMN \(dialect.quote(property.name)) \(dialect.columnType(for: property.type))"
                 )
             }
-            try db.execute(
-                sql:
-                    "CREATE INDEX IF NOT EXISTS \(dialect.quote("\(set.name)$seq")) ON \(dialect.quote(set.name)) (\(dialect.quote(sequenceColumn)))"
-            )
+            try db.execute(sql: changesIndexStatement(set.name, dialect: dialect))
+            try db.execute(sql: "DROP INDEX IF EXISTS \(dialect.quote("\(set.name)$seq"))")
         }
         try db.execute(
             sql: """
@@ -208,6 +228,23 @@ struct DataStore: Sendable {
                 -- A queued change moved onto a version its device made is checked against the ETags made there.
                 CREATE INDEX "$repeatabilityDevice" ON "$repeatability" (device, etag) WHERE device IS NOT NULL;
                 """)
+    }
+
+    /// The index a delta walks: by sequence, with the creation columns (and, in every index, the key), so the
+    /// entities a device may hold are told apart without reading the rows. It replaces `{set}$seq`.
+    static func changesIndex(_ set: String) -> String { "\(set)$changes" }
+
+    static func changesIndexStatement(_ set: String, dialect: SQLDialect) -> String {
+        let columns = [sequenceColumn, createdColumn, originColumn].map(dialect.quote).joined(separator: ", ")
+        return "CREATE INDEX IF NOT EXISTS \(dialect.quote(changesIndex(set))) ON \(dialect.quote(set)) (\(columns))"
+    }
+
+    /// The system columns of an entity created at `sequence` on `device` (nil: not known).
+    static func created(at sequence: Int64, on device: String?) -> [(String, SQLValue)] {
+        [
+            (sequenceColumn, .integer(sequence)), (createdColumn, .integer(sequence)),
+            (originColumn, device.map(SQLValue.text) ?? .null),
+        ]
     }
 
     /// Takes the next value of the service-wide sequence, inside the caller's write transaction.

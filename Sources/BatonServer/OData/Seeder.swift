@@ -65,7 +65,7 @@ struct Seeder {
                         "TailNumber": .string(plane.tail), "Type": .string(Self.types[plane.type].name),
                         "Station": .string(station),
                         "Status": .string(index % 17 == 0 ? "maintenance" : "ready"), "ChangedAt": changedAt,
-                    ], systemValues: [(DataStore.sequenceColumn, .integer(nextSequence()))])
+                    ], systemValues: DataStore.created(at: nextSequence(), on: nil))
                 try db.execute(insert.sql, insert.arguments)
                 let departure = ODataDateTimeOffset(
                     now.addingTimeInterval(Double(Int.random(in: 1...48, using: &random)) * 1800).roundedToMinute)
@@ -76,7 +76,7 @@ struct Seeder {
                         "ScheduledDeparture": .dateTimeOffset(departure),
                         "Gate": .string("\(["A", "B", "C", "G", "H"][index % 5])\(index % 60 + 1)"),
                         "ChangedAt": changedAt,
-                    ], systemValues: [(DataStore.sequenceColumn, .integer(nextSequence()))])
+                    ], systemValues: DataStore.created(at: nextSequence(), on: nil))
                 try db.execute(flight.sql, flight.arguments)
             }
             guard !planes.isEmpty else { return }
@@ -115,7 +115,7 @@ struct Seeder {
                         "Remarks": remark.isEmpty ? .null : .string(remark),
                         "Status": .string(n % 9 == 0 ? "draft" : "final"),
                         "CheckedBy": .string("seed"), "UploadedBy": .string("seed"), "ChangedAt": changedAt,
-                    ], systemValues: [(DataStore.sequenceColumn, .integer(nextSequence()))])
+                    ], systemValues: DataStore.created(at: nextSequence(), on: nil))
                 try db.execute(insert.sql, insert.arguments)
             }
         }
