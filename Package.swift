@@ -284,7 +284,7 @@ let package = Package(
             name: "BatonOfflineTests",
             dependencies: [
                 "BatonTestSupport", "BatonOffline", "BatonTesting", "BatonFlows", "BatonClient", "BatonOData",
-                "BatonServer", "BatonChaos",
+                "BatonServer", "BatonChaos", .product(name: "GRDB", package: "GRDB.swift"),
             ],
             swiftSettings: swiftSettings
         ),

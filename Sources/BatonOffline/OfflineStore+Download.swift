@@ -32,14 +32,18 @@ extension OfflineStore {
         var report = DownloadReport()
         let serviceRoot = session.configuration.odataServiceRoot
         for query in definingQueries {
-            let stored = try read { db in
-                try String.fetchOne(
-                    db, sql: #"SELECT link FROM "$deltaLinks" WHERE query = ?"#, arguments: [query.name])
+            let row = try read { db in
+                try Row.fetchOne(
+                    db, sql: #"SELECT link, exact FROM "$deltaLinks" WHERE query = ?"#, arguments: [query.name])
             }
+            let stored: String? = row?["link"]
+            // A link stored before links were kept page by page may stand behind entities this device already
+            // applied: its delta goes without naming the device, so it brings every removal.
+            let exact = row.map { $0["exact"] as Bool } ?? true
             let (set, type, _) = try parseRead(query.url)
             let decoder = PageDecoder(
                 query: query.name, set: set, type: type, dialect: translator.dialect, serviceRoot: serviceRoot,
-                pageSize: pageSize, session: session, timeout: requestTimeout, device: deviceID)
+                pageSize: pageSize, session: session, timeout: requestTimeout, device: exact ? deviceID : nil)
             var restarted = false
             // After an expired delta link: the ids the full download brought, to drop what the server no longer has.
             var seen: Set<String>?
@@ -72,7 +76,7 @@ extension OfflineStore {
                 // the next page (the first page's removals were applied), not from the old token, which the
                 // entities already applied have outgrown.
                 if stored != nil, !restarted, let next = page.nextLink, page.deltaLink == nil {
-                    page.deltaLink = (query.name, next)
+                    page.deltaLink = (query.name, next, exact)
                 }
                 try apply(page, set: set, report: &report)
                 if seen != nil { seen?.formUnion(page.changes.map(\.id)) }
@@ -106,7 +110,8 @@ extension OfflineStore {
     struct DecodedPage: Sendable {
         var changes: [(id: String, arguments: [DatabaseValue]?)] = []
         var nextLink: String?
-        var deltaLink: (query: String, link: String)?
+        /// The link to store for the query, and whether the device's copy stands exactly where its token says.
+        var deltaLink: (query: String, link: String, exact: Bool)?
         /// HTTP 410: the delta link is too old.
         var expired = false
     }
@@ -122,7 +127,7 @@ extension OfflineStore {
         let session: AuthorizedSession
         let timeout: Duration
         /// This device (`Baton-Device`): a filtered delta then leaves out removals of entities it never held.
-        let device: String
+        let device: String?
 
         func start(_ link: String) -> Task<Result<DecodedPage, OfflineError>, Never> {
             // A detached task inherits no task-local values: the sync's trace is handed over by hand.
@@ -146,8 +151,7 @@ extension OfflineStore {
                         headers: [
                             ("Accept", "application/json"),
                             ("Prefer", "odata.track-changes, odata.maxpagesize=\(pageSize)"),
-                            ("Baton-Device", device),
-                        ], timeout: timeout))
+                        ] + (device.map { [("Baton-Device", $0)] } ?? []), timeout: timeout))
             } catch {
                 throw OfflineStore.offlineError(error, doing: "download '\(query)'")
             }
@@ -159,7 +163,7 @@ extension OfflineStore {
             }
             var page = DecodedPage(
                 nextLink: body["@odata.nextLink"]?.stringValue,
-                deltaLink: body["@odata.deltaLink"]?.stringValue.map { (query, $0) })
+                deltaLink: body["@odata.deltaLink"]?.stringValue.map { (query, $0, true) })
             page.changes = try decode(items)
             return page
         }
@@ -239,9 +243,10 @@ extension OfflineStore {
                 try statement.execute(arguments: StatementArguments(arguments))
                 updated += 1
             }
-            if let (name, link) = deltaLink {
+            if let (name, link, exact) = deltaLink {
                 try db.execute(
-                    sql: #"INSERT OR REPLACE INTO "$deltaLinks" (query, link) VALUES (?, ?)"#, arguments: [name, link])
+                    sql: #"INSERT OR REPLACE INTO "$deltaLinks" (query, link, exact) VALUES (?, ?, ?)"#,
+                    arguments: [name, link, exact])
             }
         }
         report.updated += updated

@@ -176,6 +176,11 @@ public actor OfflineStore {
                     code TEXT NOT NULL, message TEXT NOT NULL, serverVersion TEXT);
                 CREATE TABLE IF NOT EXISTS "$deltaLinks" (query TEXT PRIMARY KEY NOT NULL, link TEXT NOT NULL);
                 """)
+        // Links stored page by page stand exactly where the device's copy does (`exact`); older ones may not.
+        let linkColumns = try Row.fetchAll(db, sql: #"PRAGMA table_info("$deltaLinks")"#).map { $0["name"] as String }
+        if !linkColumns.contains("exact") {
+            try db.execute(sql: #"ALTER TABLE "$deltaLinks" ADD COLUMN exact INTEGER NOT NULL DEFAULT 0"#)
+        }
         // The signed If-Match (baton-change-v2); changes queued before it carry v1 signatures, which the server
         // refuses into the error archive, where their author records them again.
         for table in ["$queue", "$archive"] {

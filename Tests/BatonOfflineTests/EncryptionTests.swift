@@ -112,7 +112,7 @@ import Testing
                 _ = try await reopened.pendingEntries()
                 _ = try await reopened.archivedEntries()
                 Issue.record("Page \(page) was altered and read without an error.")
-            } catch let error as OfflineError {
+            } catch {
                 #expect(error.code == .storage, "page \(page): \(error)")
             }
             await reopened.close()

@@ -1,14 +1,16 @@
 import BatonClient
 import BatonFlows
 import BatonOData
-import BatonOffline
 import BatonSecureStore
 import BatonServer
 import BatonTestSupport
 import BatonTesting
 import Crypto
 import Foundation
+import GRDB
 import Testing
+
+@testable import BatonOffline
 
 /// The shift handover (docs/ARCHITECTURE.md), end to end on real components: a live server on loopback, real
 /// secure stores, the network cut by stopping the server.
@@ -422,7 +424,12 @@ import Testing
     /// resumes with its next page (not from its old token, which the entities applied have outgrown), and once
     /// a check it received leaves the filter, it goes — the tablet holds exactly the server's heavy checks. The
     /// light check the other tablet recorded is never sent to it, not even as a removal.
-    @Test func aDeltaCutShortResumesAndTheTabletKeepsExactlyItsFilter() async throws {
+    ///
+    /// `olderClient`: the cut-short delta was an older client's, which kept its old token (and no `exact` mark);
+    /// the next delta then names no device and brings every removal.
+    @Test(arguments: [false, true]) func aDeltaCutShortResumesAndTheTabletKeepsExactlyItsFilter(olderClient: Bool)
+        async throws
+    {
         try await withServer { server in
             let heavy = "PreflightChecks?$filter=FuelKg gt 150000"
             let keeper = try await makeDevice(
@@ -443,9 +450,17 @@ import Testing
             #expect(try await recorder.store.upload(using: other.authorized, allowOnBehalf: true).isComplete)
 
             // The answer of the delta's second page is lost: the first page's check stays applied.
+            let oldLink = try await keeper.store.read { db in
+                try String.fetchOne(db, sql: #"SELECT link FROM "$deltaLinks""#)
+            }
             keeper.transport.loseNextResponses(matching: "skiptoken", count: 1)
             await #expect(throws: OfflineError.self) {
                 _ = try await keeper.store.download(using: alice.authorized, pageSize: 1)
+            }
+            if olderClient {
+                try await keeper.store.write { db in
+                    try db.execute(sql: #"UPDATE "$deltaLinks" SET link = ?, exact = 0"#, arguments: [oldLink])
+                }
             }
             let first = try #require(try await keeper.store.read("PreflightChecks").first)
             #expect(recorded.contains(first.id))

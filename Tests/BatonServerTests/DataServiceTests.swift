@@ -406,6 +406,9 @@ enum Fixtures {
             // A client that does not name its device may hold anything: it hears of every entity that left.
             let anonymous = try await client.odata(.get, token, token: alice)
             #expect(Set(removed(anonymous)) == [key(1), key(2), key(3), key(4), key(5)])
+            // Nor does one naming a device its user is not registered on.
+            let claimed = try await client.odata(.get, token, token: alice, headers: two)
+            #expect(Set(removed(claimed)) == [key(1), key(2), key(3), key(4), key(5)])
 
             // A first read in pages: an entity created between two pages comes on the later one, so the client holds
             // it although it is newer than the read's snapshot; when it leaves the filter, the client hears of it.

@@ -317,12 +317,12 @@ extension DataService {
                         entitySet: target.set.name))
             }
             // Entities that changed but no longer match the filter left the set: said to the clients that may
-            // hold them. A device naming itself (`Baton-Device`) holds what was created up to its token and
-            // what it created itself; the others are not sent to it (they never matched for it). Naming
-            // another device only costs the client removals it needed.
+            // hold them. A device naming itself (`Baton-Device`, one the reader is registered on) holds what was
+            // created up to its token and what it created itself; the others are not sent to it (they never
+            // matched for it).
             if options.filter != nil || options.search != nil {
                 var held = range
-                if let device = request.header("Baton-Device"), DeviceRegistry.isValidDeviceID(device) {
+                if let device = request.header("Baton-Device"), context.onBehalf.uploaderDevices.contains(device) {
                     held.provenance = .init(
                         createdColumn: DataStore.createdColumn, watermark: heldThrough,
                         originColumn: DataStore.originColumn, origin: device)
