@@ -21,7 +21,7 @@ public struct LoadChaos: Sendable {
     /// The numbers of devices measured, in order; the first is the baseline (one device, alone).
     public var devices: [Int]
     /// Rounds per device, each recording `checksPerSync` checks; every other round (and the last) ends with a sync.
-    /// A one-device first point (the baseline) runs ten times as many.
+    /// A one-device first point (the baseline) runs ten times as many, back to back even when paced.
     public var rounds: Int
     public var checksPerSync: Int
     /// The `baton-server` executable: the server then runs in a process of its own (on SQLite), so its CPU time and
@@ -176,20 +176,23 @@ public struct LoadChaos: Sendable {
                         timeout: .seconds(120), users: pair, transport: transport, definingQueries: queries))
             }
             progress("\(count) devices onboarded")
-            // The one-device baseline runs ten times the rounds: its server CPU time is then read over more than a
-            // few of /proc's 10 ms clock ticks.
-            let pointRounds = index == 0 && count == 1 ? rounds * 10 : rounds
+            // The one-device baseline is the single client's throughput: it syncs back to back, paced or not, and
+            // runs ten times the rounds, so its server CPU time is read over more than a few of /proc's 10 ms
+            // clock ticks.
+            let isBaseline = index == 0 && count == 1
+            let pointRounds = isBaseline ? rounds * 10 : rounds
+            let pointPace = isBaseline ? nil : pace
             let cpuBefore = process.flatMap { Self.cpuSeconds(of: $0.processIdentifier) }
             let started = ContinuousClock.now
             let results = try await withThrowingTaskGroup(of: DeviceResult.self) { group in
                 for (device, tablet) in tablets.enumerated() {
                     let tails = Self.station(of: device, size: stationSize, fleet: fleet).map(PrimitiveValue.string)
                     let label = checker.run
-                    let offset = pace.map { $0 * Double.random(in: 0..<1) }
+                    let offset = pointPace.map { $0 * Double.random(in: 0..<1) }
                     group.addTask {
                         try await Self.drive(
                             tablet, tails: tails, rounds: pointRounds, checksPerSync: checksPerSync, label: label,
-                            pace: pace, offset: offset)
+                            pace: pointPace, offset: offset)
                     }
                 }
                 var all: [DeviceResult] = []
