@@ -31,12 +31,39 @@ public struct SQLTranslator: Sendable {
     /// order (then by key, so paging is stable), honouring `$top` and `$skip`. Selects `$select`'s
     /// properties plus the key, or every property, then `extraColumns` (system columns, by exact name).
     ///
+    /// `after` continues a read in key order after the entity with that key (the last one served): unlike an
+    /// offset, the position holds when entities before it are deleted or leave the filter between two pages. It
+    /// needs key order, so it is refused with an `$orderby`.
+    ///
     /// - Throws: ``BatonSQLError`` for an unknown entity set or a construct the translation does not support.
     public func select(
-        from entitySet: String, options: QueryOptions, extraColumns: [String] = [], range: ColumnRange? = nil
+        from entitySet: String, options: QueryOptions, extraColumns: [String] = [], range: ColumnRange? = nil,
+        after key: [PrimitiveValue]? = nil
     ) throws(BatonSQLError) -> SQLQuery {
         let (set, type) = try resolve(entitySet)
         var builder = SQLBuilder(dialect: dialect)
+        var position: String?
+        if let key {
+            guard options.orderBy.isEmpty, range == nil, key.count == type.key.count else {
+                throw BatonSQLError(.unsupported, "A key position continues only a read in key order")
+            }
+            var columns: [String] = []
+            var values: [String] = []
+            for (name, value) in zip(type.key, key) {
+                guard let property = type.property(named: name), !value.isNull else {
+                    throw BatonSQLError(.unsupported, "A key position needs a value for every key property")
+                }
+                columns.append("t0.\(dialect.quote(name))")
+                values.append(
+                    builder.bind(
+                        dialect.encode(value, as: property.type),
+                        cast: dialect == .postgres ? dialect.columnType(for: property.type) : ""))
+            }
+            position =
+                columns.count == 1
+                ? "\(columns[0]) > \(values[0])"
+                : "(\(columns.joined(separator: ", "))) > (\(values.joined(separator: ", ")))"
+        }
         var columns = type.properties.map(\.name)
         if let select = options.select {
             columns = type.properties.map(\.name).filter { select.contains($0) || type.key.contains($0) }
@@ -44,7 +71,7 @@ public struct SQLTranslator: Sendable {
         columns += extraColumns
         var sql = "SELECT " + columns.map { "t0.\(dialect.quote($0))" }.joined(separator: ", ")
         sql += " FROM \(dialect.quote(set.name)) AS t0"
-        sql += try whereClause(options, set: set, type: type, builder: &builder, range: range)
+        sql += try whereClause(options, set: set, type: type, builder: &builder, range: range, position: position)
         var order: [String] = []
         for item in options.orderBy {
             var term = try value(item.expression, set: set, builder: &builder)
@@ -84,9 +111,10 @@ public struct SQLTranslator: Sendable {
     }
 
     func whereClause(
-        _ options: QueryOptions, set: EntitySet, type: EntityType, builder: inout SQLBuilder, range: ColumnRange? = nil
+        _ options: QueryOptions, set: EntitySet, type: EntityType, builder: inout SQLBuilder, range: ColumnRange? = nil,
+        position: String? = nil
     ) throws(BatonSQLError) -> String {
-        var conditions: [String] = []
+        var conditions: [String] = position.map { [$0] } ?? []
         if let range {
             let column = "t0.\(dialect.quote(range.column))"
             conditions.append(

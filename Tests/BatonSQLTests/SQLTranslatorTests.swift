@@ -124,6 +124,36 @@ import Testing
         #expect(rows.map { $0["TailNumber"] } == [.string("D-AINA")])
     }
 
+    @Test func aKeyPositionContinuesAfterTheLastKeyServed() throws {
+        let database = try TestDatabase(model: model)
+        defer { database.remove() }
+        let type = try #require(model.entityType(named: "Aircraft"))
+        try database.insert(
+            ["D-AIBL", "D-AINA", "D-AINB", "D-AINC"].map { tail in
+                [
+                    "TailNumber": .string(tail), "Type": .string("A320"), "Station": .string("FRA"),
+                    "Status": .string(tail == "D-AINB" ? "maintenance" : "ready"),
+                ]
+            }, into: "Aircraft")
+        let parsed = try ODataURL(parsing: "Aircraft?$filter=Status eq 'ready'&$top=5", model: model)
+        let translator = SQLTranslator(model: model, dialect: .sqlite)
+        let query = try translator.select(from: "Aircraft", options: parsed.query, after: [.string("D-AIBL")])
+        #expect(query.sql.contains(#"WHERE t0."TailNumber" > ?1 AND (t0."Status" = ?2)"#))
+        #expect(try database.fetch(query, as: type).map { $0["TailNumber"] } == [.string("D-AINA"), .string("D-AINC")])
+        let postgres = try SQLTranslator(model: model, dialect: .postgres).select(
+            from: "PreflightChecks", options: QueryOptions(), after: [.guid(UUID())])
+        #expect(postgres.sql.contains(#"WHERE t0."ID" > $1::uuid ORDER BY t0."ID" ASC"#))
+        // A position needs key order and a whole key.
+        let ordered = try ODataURL(parsing: "Aircraft?$orderby=Type", model: model)
+        for (options, key) in [
+            (ordered.query, [PrimitiveValue.string("D-AIBL")]), (QueryOptions(), []), (QueryOptions(), [.null]),
+        ] {
+            #expect(throws: BatonSQLError.self) {
+                try translator.select(from: "Aircraft", options: options, after: key)
+            }
+        }
+    }
+
     @Test func changesRefuseIncompleteKeysAndUnknownProperties() {
         let translator = SQLTranslator(model: model, dialect: .sqlite)
         #expect {

@@ -179,8 +179,12 @@ extension DataService {
         context: Context
     ) throws -> DataResponse {
         let size = pageSize(preferences)
-        let token = try url.query.skipToken.map(Self.decodeSkipToken)
+        let token = try url.query.skipToken.map { try Self.decodeSkipToken($0, type: target.type) }
         let offset = token?.offset ?? 0
+        // Reads in key order continue after the last key served (a position that entities deleted or changed
+        // before it do not move); reads with an $orderby continue at an offset.
+        let keyed = url.query.orderBy.isEmpty
+        if token?.after != nil, !keyed { throw Self.invalidSkipToken }
         // Change tracking: the delta link of the last page starts where the first page's snapshot stood, so a
         // change to an entity already paged past reaches the next delta.
         let tracked = try token?.through ?? (preferences.trackChanges ? DataStore.sequenceState(db).value : nil)
@@ -188,9 +192,14 @@ extension DataService {
         let requestedTop = url.query.top
         let remaining = requestedTop.map { max(0, $0 - offset) }
         let pageLimit = min(size, remaining ?? size)
-        // Saturating: a huge $skip plus a token offset must not overflow (an overflow would crash the server).
-        let skip = (url.query.skip ?? 0).addingReportingOverflow(offset)
-        options.skip = skip.overflow ? Int.max : skip.partialValue
+        if token?.after != nil {
+            // The $skip was spent on the first page.
+            options.skip = nil
+        } else {
+            // Saturating: a huge $skip plus a token offset must not overflow (an overflow would crash the server).
+            let skip = (url.query.skip ?? 0).addingReportingOverflow(offset)
+            options.skip = skip.overflow ? Int.max : skip.partialValue
+        }
         // One row more than the page tells whether another page follows, without a second query.
         options.top = pageLimit + 1
         // Without $expand, entities are written straight from the rows.
@@ -198,19 +207,23 @@ extension DataService {
         var raw: [UInt8]?
         let followed: Bool
         let consumed: Int
+        var lastKey: [PrimitiveValue]?
         if url.query.expand.isEmpty {
             var bytes: [UInt8] = []
             bytes.reserveCapacity(pageLimit * 400)
-            let written = try writeEntities(target, options: options, limit: pageLimit, in: db, to: &bytes)
-            (followed, consumed) = (written.more, offset + written.count)
+            let written = try writeEntities(
+                target, options: options, limit: pageLimit, after: token?.after, positioned: keyed, in: db, to: &bytes)
+            (followed, consumed, lastKey) = (written.more, offset + written.count, written.lastKey)
             raw = bytes
         } else {
-            var rows = try fetchRows(target, options: options, in: db)
+            var rows = try fetchRows(target, options: options, after: token?.after, in: db)
             followed = rows.count > pageLimit
             if followed { rows.removeLast() }
             consumed = offset + rows.count
             var expanded = 0
-            for entity in try Self.entities(from: rows, type: target.type) {
+            let entities = try Self.entities(from: rows, type: target.type, dialect: db.dialect)
+            if keyed, let last = entities.last { lastKey = target.type.key.map { last.values[$0] ?? .null } }
+            for entity in entities {
                 values.append(
                     try entityJSON(entity, target: target, options: url.query, depth: 0, expanded: &expanded, in: db))
             }
@@ -221,7 +234,11 @@ extension DataService {
                 context.serviceRoot
                 + Self.replacingQueryOption(
                     in: request.url, names: ["skiptoken"],
-                    with: ("$skiptoken", Self.encodeSkipToken(offset: consumed, through: tracked)))
+                    with: (
+                        "$skiptoken",
+                        Self.encodeSkipToken(
+                            offset: consumed, through: tracked, after: keyed ? lastKey : nil, type: target.type)
+                    ))
         }
         var headers: [(String, String)] = []
         var applied: [Preference] = []
@@ -410,9 +427,25 @@ extension DataService {
 
     // MARK: Tokens and links
 
-    /// An opaque skip token: base64url of `offset[:through]`.
-    static func encodeSkipToken(offset: Int, through: Int64?) -> String {
-        base64URL(Data((through.map { "\(offset):\($0)" } ?? String(offset)).utf8))
+    /// Where a read in pages stands: how many entities it served, the sequence value its change tracking starts
+    /// at, and the key of the last entity served (for reads in key order).
+    struct SkipToken {
+        var offset: Int
+        var through: Int64?
+        var after: [PrimitiveValue]?
+    }
+
+    /// An opaque skip token: base64url of `k<offset>:<through or ->:<the last key, as a JSON array>`, or of
+    /// `offset[:through]` for reads that continue at an offset.
+    static func encodeSkipToken(offset: Int, through: Int64?, after: [PrimitiveValue]? = nil, type: EntityType)
+        -> String
+    {
+        guard let after else { return base64URL(Data((through.map { "\(offset):\($0)" } ?? String(offset)).utf8)) }
+        let key = JSONValue.array(
+            zip(type.key, after).map { name, value in
+                value.json(as: type.property(named: name)?.type ?? .string)
+            })
+        return base64URL(Data("k\(offset):\(through.map(String.init) ?? "-"):\(key.serialized)".utf8))
     }
 
     /// A delta token: the sequence value the client's copy stands at, and (when later) the last one any entity it
@@ -440,7 +473,7 @@ extension DataService {
     static func decodeDeltaSkipToken(_ token: String) throws -> (after: Int64?, through: Int64?) {
         guard let data = Data(base64URLEncoded: token) else { throw invalidSkipToken }
         let text = String(decoding: data, as: UTF8.self)
-        guard text.hasPrefix("s") else { return (nil, try decodeSkipToken(token).through) }
+        guard text.hasPrefix("s") else { return (nil, try decodeSkipToken(token, type: nil).through) }
         let parts = text.dropFirst().split(separator: ":")
         guard parts.count == 2, let after = Int64(parts[0]), let through = Int64(parts[1]), after >= 0,
             after <= through
@@ -448,18 +481,40 @@ extension DataService {
         return (after, through)
     }
 
-    static func decodeSkipToken(_ token: String) throws -> (offset: Int, through: Int64?) {
+    /// A skip token's position; a key position must be a key of `type` (nil: none is accepted).
+    static func decodeSkipToken(_ token: String, type: EntityType?) throws -> SkipToken {
         guard let data = Data(base64URLEncoded: token) else { throw invalidSkipToken }
-        let parts = String(decoding: data, as: UTF8.self).split(separator: ":")
+        let text = String(decoding: data, as: UTF8.self)
+        if text.hasPrefix("k") {
+            let parts = text.dropFirst().split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard let type, parts.count == 3, let offset = Int(parts[0]), (0...maximumOffset).contains(offset),
+                let members = (try? JSONValue(parsing: parts[2]))?.arrayValue, members.count == type.key.count
+            else { throw invalidSkipToken }
+            var through: Int64?
+            if parts[1] != "-" {
+                guard let value = Int64(parts[1]), value >= 0 else { throw invalidSkipToken }
+                through = value
+            }
+            var after: [PrimitiveValue] = []
+            for (name, member) in zip(type.key, members) {
+                guard let property = type.property(named: name),
+                    let value = try? PrimitiveValue(json: member, for: property),
+                    !value.isNull
+                else { throw invalidSkipToken }
+                after.append(value)
+            }
+            return SkipToken(offset: offset, through: through, after: after)
+        }
+        let parts = text.split(separator: ":")
         guard let offset = parts.first.flatMap({ Int($0) }), (0...maximumOffset).contains(offset), parts.count <= 2
         else {
             throw invalidSkipToken
         }
         if parts.count == 2 {
             guard let through = Int64(parts[1]) else { throw invalidSkipToken }
-            return (offset, through)
+            return SkipToken(offset: offset, through: through)
         }
-        return (offset, nil)
+        return SkipToken(offset: offset)
     }
 
     /// The largest offset a skip token may carry: far beyond any real collection, far below overflow.

@@ -205,30 +205,35 @@ struct DataService: Sendable {
     }
 
     /// The rows a read selects (model properties, then `$seq`), with the target's conditions applied.
-    func fetchRows(_ target: Target, options: QueryOptions, in db: any SQLConnection) throws -> [SQLRow] {
+    func fetchRows(_ target: Target, options: QueryOptions, after: [PrimitiveValue]? = nil, in db: any SQLConnection)
+        throws -> [SQLRow]
+    {
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
-            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
+            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], after: after)
         return try db.fetchAll(query.sql, query.arguments)
     }
 
     /// Runs a read's `select` and writes up to `limit` entities, comma-separated, straight from SQLite's buffers
-    /// (see ``RowJSONWriter``).
+    /// (see ``RowJSONWriter``). With `after`, the read continues in key order after that key.
     ///
-    /// - Returns: how many entities were written, whether more rows followed, and the last entity's sequence.
+    /// - Returns: how many entities were written, whether more rows followed, the last entity's sequence, and
+    ///   (when `positioned`) the key of the last entity of a full page, where the next page starts.
     func writeEntities(
-        _ target: Target, options: QueryOptions, limit: Int, range: ColumnRange? = nil, in db: any SQLConnection,
-        to out: inout [UInt8]
-    ) throws -> (count: Int, more: Bool, sequence: Int64?) {
+        _ target: Target, options: QueryOptions, limit: Int, range: ColumnRange? = nil,
+        after: [PrimitiveValue]? = nil, positioned: Bool = false, in db: any SQLConnection, to out: inout [UInt8]
+    ) throws -> (count: Int, more: Bool, sequence: Int64?, lastKey: [PrimitiveValue]?) {
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
-            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range)
+            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range,
+            after: after)
         var writer: RowJSONWriter?
         var count = 0
         var more = false
         var sequence: Int64?
+        var lastKey: [PrimitiveValue]?
         try db.forEachRow(query.sql, query.arguments) { row in
             guard count < limit else {
                 more = true
@@ -241,9 +246,21 @@ struct DataService: Sendable {
             writer = rowWriter
             sequence = try rowWriter.write(row, dialect: db.dialect, to: &out)
             count += 1
+            if positioned, count == limit { lastKey = try Self.key(of: row, type: target.type, dialect: db.dialect) }
             return true
         }
-        return (count, more, sequence)
+        return (count, more, sequence, lastKey)
+    }
+
+    /// The key values of the entity on a row.
+    static func key(of row: any SQLCursor, type: EntityType, dialect: SQLDialect) throws -> [PrimitiveValue] {
+        let names = row.columnNames
+        return try type.key.map { name in
+            guard let index = names.firstIndex(of: name), let property = type.property(named: name) else {
+                throw BatonSQLError(.unknownName, "The read did not select the key property '\(name)'")
+            }
+            return try dialect.decode(row.value(at: index), as: property.type, column: name)
+        }
     }
 
     /// Decodes rows of a `select` whose last column is `$seq`, reading columns by position (looking columns up
