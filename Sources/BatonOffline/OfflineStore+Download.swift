@@ -45,8 +45,14 @@ extension OfflineStore {
                 query: query.name, set: set, type: type, dialect: translator.dialect, serviceRoot: serviceRoot,
                 pageSize: pageSize, session: session, timeout: requestTimeout, device: exact ? deviceID : nil)
             var restarted = false
-            // After an expired delta link: the ids the full download brought, to drop what the server no longer has.
-            var seen: Set<String>?
+            // The ids a full download brought, to drop at its end what the server no longer has: after an expired
+            // delta link, and on a first download where this device already holds entities of the query (a first
+            // download cut short applied pages whose entities the server may have deleted since, and no delta
+            // from the new read's snapshot would say so).
+            let holds = stored == nil ? try count(query.url) > 0 : false
+            var seen: Set<String>? = holds ? [] : nil
+            // A full download's delta link is stored with its sweep: a crash between them reads in full again.
+            var sweptLink: (query: String, link: String, exact: Bool)?
             // One page of lookahead: the next page is fetched, parsed and decoded off the store's actor while
             // this one is written, so the server's work, the device's decoding and its writes overlap.
             var upcoming: Task<Result<DecodedPage, OfflineError>, Never>? = decoder.start(
@@ -78,20 +84,27 @@ extension OfflineStore {
                 if stored != nil, !restarted, let next = page.nextLink, page.deltaLink == nil {
                     page.deltaLink = (query.name, next, exact)
                 }
+                if seen != nil, let link = page.deltaLink {
+                    sweptLink = link
+                    page.deltaLink = nil
+                }
                 try apply(page, set: set, report: &report)
                 if seen != nil { seen?.formUnion(page.changes.map(\.id)) }
                 report.pages += 1
                 self.report(
                     .download(query: query.name, entities: report.updated + report.removed, pages: report.pages))
             }
-            if let seen { report.removed += try sweep(query, keeping: seen) }
+            if let seen { report.removed += try sweep(query, keeping: seen, storing: sweptLink) }
         }
         return report
     }
 
     /// Removes the entities of `query` on this device that a full download did not bring (deleted on the
-    /// server while the delta link was too old to tell), except those with changes not uploaded yet.
-    func sweep(_ query: DefiningQuery, keeping seen: Set<String>) throws(OfflineError) -> Int {
+    /// server while the delta link was too old to tell, or since a first download was cut short), except those
+    /// with changes not uploaded yet, and stores the download's delta link in the same transaction.
+    func sweep(
+        _ query: DefiningQuery, keeping seen: Set<String>, storing link: (query: String, link: String, exact: Bool)?
+    ) throws(OfflineError) -> Int {
         let stale = try read(query.url).filter { !$0.pending && !seen.contains($0.id) }.map(\.id)
         let translator = translator
         return try write { db in
@@ -102,6 +115,7 @@ extension OfflineStore {
                 try db.execute(sql: delete.sql, arguments: delete.statementArguments)
                 removed += db.changesCount
             }
+            if let (name, link, exact) = link { try Self.store(link, exact: exact, of: name, in: db) }
             return removed
         }
     }
@@ -243,14 +257,17 @@ extension OfflineStore {
                 try statement.execute(arguments: StatementArguments(arguments))
                 updated += 1
             }
-            if let (name, link, exact) = deltaLink {
-                try db.execute(
-                    sql: #"INSERT OR REPLACE INTO "$deltaLinks" (query, link, exact) VALUES (?, ?, ?)"#,
-                    arguments: [name, link, exact])
-            }
+            if let (name, link, exact) = deltaLink { try Self.store(link, exact: exact, of: name, in: db) }
         }
         report.updated += updated
         report.removed += removed
         report.keptLocal += kept
+    }
+
+    /// Stores the link the next download of a query starts from.
+    static func store(_ link: String, exact: Bool, of query: String, in db: Database) throws {
+        try db.execute(
+            sql: #"INSERT OR REPLACE INTO "$deltaLinks" (query, link, exact) VALUES (?, ?, ?)"#,
+            arguments: [query, link, exact])
     }
 }

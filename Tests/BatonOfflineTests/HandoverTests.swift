@@ -484,6 +484,47 @@ import Testing
         }
     }
 
+    /// A first download cut short keeps the pages it applied; when the server deletes one of those entities before
+    /// the download starts over, the full read does not bring it and no delta from the new snapshot reports it.
+    @Test func aFirstDownloadCutShortKeepsNothingTheServerDeletedSince() async throws {
+        try await withServer { server in
+            let device = try await makeDevice(
+                server, definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")])
+            let alice = try await device.manager.open()
+            try await device.open(alice)
+            device.transport.loseNextResponses(matching: "skiptoken", count: 1)
+            await #expect(throws: OfflineError.self) {
+                _ = try await device.store.download(using: alice.authorized, pageSize: 2)
+            }
+            let partial = try await device.store.read("PreflightChecks").map(\.id)
+            #expect(partial.count == 2)
+            let deleted = try await alice.authorized.send(
+                ClientRequest(
+                    method: "DELETE",
+                    url: try #require(URL(string: server.url.absoluteString + "/odata/" + partial[0])),
+                    headers: [("If-Match", "*")]))
+            #expect(deleted.status == 204)
+            let mine = try await device.store.create(
+                in: "PreflightChecks",
+                values: check(
+                    try #require(try await device.store.read("PreflightChecks").first?.values["TailNumber"]?.text),
+                    fuel: "5000"))
+
+            let report = try await device.store.download(using: alice.authorized, pageSize: 2)
+            #expect(report.removed == 1)
+            let held = Set(try await device.store.read("PreflightChecks").map(\.id))
+            let response = try await alice.authorized.send(
+                ClientRequest(
+                    url: try #require(URL(string: server.url.absoluteString + "/odata/PreflightChecks?$select=ID"))))
+            let rows = try #require(try JSONValue(parsing: response.body)["value"]?.arrayValue)
+            let onServer = Set(rows.compactMap { $0["ID"]?.stringValue }.map { "PreflightChecks(\($0))" })
+            #expect(onServer.count == 5)
+            // What the server has, and the check recorded here and not uploaded yet.
+            #expect(held == onServer.union([mine]))
+            return server
+        }
+    }
+
     @Test func anExpiredDeltaLinkStartsOverAndDropsWhatTheServerNoLongerHas() async throws {
         var retention = DataServiceConfiguration()
         retention.deltaRetention = 1
