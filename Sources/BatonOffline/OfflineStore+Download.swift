@@ -31,6 +31,13 @@ extension OfflineStore {
     {
         var report = DownloadReport()
         let serviceRoot = session.configuration.odataServiceRoot
+        // Memberships of queries this device no longer defines hold nothing.
+        let names = definingQueries.map(\.name)
+        try write { db in
+            try db.execute(
+                sql: #"DELETE FROM "$held" WHERE query NOT IN (SELECT value FROM json_each(?))"#,
+                arguments: [String(decoding: try JSONEncoder().encode(names), as: UTF8.self)])
+        }
         for query in definingQueries {
             let row = try read { db in
                 try Row.fetchOne(
@@ -88,7 +95,7 @@ extension OfflineStore {
                     sweptLink = link
                     page.deltaLink = nil
                 }
-                try apply(page, set: set, report: &report)
+                try apply(page, set: set, query: query.name, report: &report)
                 if seen != nil { seen?.formUnion(page.changes.map(\.id)) }
                 report.pages += 1
                 self.report(
@@ -107,9 +114,11 @@ extension OfflineStore {
     ) throws(OfflineError) -> Int {
         let stale = try read(query.url).filter { !$0.pending && !seen.contains($0.id) }.map(\.id)
         let translator = translator
+        let shared = try sharedSets.contains(parseRead(query.url).0.name)
         return try write { db in
             var removed = 0
             for id in stale {
+                if shared, try Self.heldElsewhere(id, leaving: query.name, in: db) { continue }
                 let (set, _, key) = try self.parseID(id)
                 let delete = try translator.delete(from: set.name, key: key)
                 try db.execute(sql: delete.sql, arguments: delete.statementArguments)
@@ -123,6 +132,8 @@ extension OfflineStore {
     /// One page of a download, decoded into the insert statement's arguments (or removals).
     struct DecodedPage: Sendable {
         var changes: [(id: String, arguments: [DatabaseValue]?)] = []
+        /// The removals that say the entity left the query's set (it still exists), not that it was deleted.
+        var left: Set<String> = []
         var nextLink: String?
         /// The link to store for the query, and whether the device's copy stands exactly where its token says.
         var deltaLink: (query: String, link: String, exact: Bool)?
@@ -178,19 +189,23 @@ extension OfflineStore {
             var page = DecodedPage(
                 nextLink: body["@odata.nextLink"]?.stringValue,
                 deltaLink: body["@odata.deltaLink"]?.stringValue.map { (query, $0, true) })
-            page.changes = try decode(items)
+            (page.changes, page.left) = try decode(items)
             return page
         }
 
         /// Each entity goes from JSON straight to the row's arguments, in the insert statement's column order.
-        func decode(_ items: [JSONValue]) throws(OfflineError) -> [(id: String, arguments: [DatabaseValue]?)] {
+        func decode(_ items: [JSONValue]) throws(OfflineError) -> (
+            changes: [(id: String, arguments: [DatabaseValue]?)], left: Set<String>
+        ) {
             var changes: [(id: String, arguments: [DatabaseValue]?)] = []
+            var left: Set<String> = []
             changes.reserveCapacity(items.count)
             for item in items {
-                if item["@removed"] != nil || item["@odata.removed"] != nil {
+                if let removed = item["@removed"] ?? item["@odata.removed"] {
                     guard var id = item["@id"]?.stringValue ?? item["id"]?.stringValue else { continue }
                     if id.hasPrefix(serviceRoot) { id.removeFirst(serviceRoot.count) }
                     changes.append((id, nil))
+                    if removed["reason"]?.stringValue == "changed" { left.insert(id) }
                     continue
                 }
                 var arguments: [DatabaseValue] = []
@@ -218,13 +233,15 @@ extension OfflineStore {
                 arguments.append(item["@odata.etag"]?.stringValue.map { $0.databaseValue } ?? .null)
                 changes.append((try OfflineStore.entityID(set: set.name, type: type, values: key), arguments))
             }
-            return changes
+            return (changes, left)
         }
     }
 
-    func apply(_ page: DecodedPage, set: EntitySet, report: inout DownloadReport) throws(OfflineError) {
+    func apply(_ page: DecodedPage, set: EntitySet, query: String, report: inout DownloadReport) throws(OfflineError) {
         let changes = page.changes
+        let left = page.left
         let deltaLink = page.deltaLink
+        let shared = sharedSets.contains(set.name)
         var updated = 0
         var removed = 0
         var kept = 0
@@ -243,6 +260,18 @@ extension OfflineStore {
             let pending = Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$queue""#))
             let statement = try db.cachedStatement(sql: replace)
             for change in changes {
+                if shared {
+                    if change.arguments != nil {
+                        try db.cachedStatement(sql: #"INSERT OR IGNORE INTO "$held" (query, entityID) VALUES (?, ?)"#)
+                            .execute(arguments: [query, change.id])
+                    } else if !left.contains(change.id) {
+                        try db.cachedStatement(sql: #"DELETE FROM "$held" WHERE entityID = ?"#)
+                            .execute(arguments: [change.id])
+                    } else if try Self.heldElsewhere(change.id, leaving: query, in: db) {
+                        // Another defining query still holds it: its delta brings the entity's new version.
+                        continue
+                    }
+                }
                 if pending.contains(change.id) {
                     kept += 1
                     continue
@@ -262,6 +291,15 @@ extension OfflineStore {
         report.updated += updated
         report.removed += removed
         report.keptLocal += kept
+    }
+
+    /// Drops `query`'s hold on an entity of a shared set and tells whether another defining query still holds it
+    /// (an entity no query holds — one written before holds were kept — goes).
+    static func heldElsewhere(_ id: String, leaving query: String, in db: Database) throws -> Bool {
+        try db.cachedStatement(sql: #"DELETE FROM "$held" WHERE query = ? AND entityID = ?"#)
+            .execute(arguments: [query, id])
+        return try Bool.fetchOne(
+            db, sql: #"SELECT EXISTS (SELECT 1 FROM "$held" WHERE entityID = ?)"#, arguments: [id]) ?? false
     }
 
     /// Stores the link the next download of a query starts from.

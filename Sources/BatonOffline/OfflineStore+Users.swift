@@ -80,13 +80,14 @@ extension OfflineStore {
         }
     }
 
-    /// Removes every entity, queued change, archived change and delta link (when the last user leaves the
-    /// device). The store stays usable for the next onboarding.
+    /// Removes every entity, queued change, archived change, delta link and query membership (when the last user
+    /// leaves the device). The store stays usable for the next onboarding.
     public func wipe() throws(OfflineError) {
         let sets = model.entitySets.map(\.name)
         try write { db in
             for set in sets { try db.execute(sql: "DELETE FROM \"\(set)\"") }
-            try db.execute(sql: #"DELETE FROM "$queue"; DELETE FROM "$archive"; DELETE FROM "$deltaLinks""#)
+            try db.execute(
+                sql: #"DELETE FROM "$queue"; DELETE FROM "$archive"; DELETE FROM "$deltaLinks"; DELETE FROM "$held""#)
         }
         user = nil
     }

@@ -102,6 +102,9 @@ public actor OfflineStore {
     public nonisolated let model: ServiceModel
     public nonisolated let deviceID: String
     public nonisolated let definingQueries: [DefiningQuery]
+    /// The entity sets more than one defining query reads: their entities remember which queries hold them
+    /// (`$held`), so one query's "left my set" removes an entity only when no other query still holds it.
+    nonisolated let sharedSets: Set<String>
     public nonisolated let url: URL
     var database: DatabaseQueue?
     let now: @Sendable () -> Date
@@ -147,15 +150,20 @@ public actor OfflineStore {
         self.deviceID = deviceID
         self.definingQueries = definingQueries
         self.now = now
+        var readers: [String: Int] = [:]
         for query in definingQueries {
             let parsed: ODataURL
             do { parsed = try ODataURL(parsing: query.url, model: model) } catch {
                 throw OfflineError(.badRequest, "Defining query '\(query.name)': \(error.description)")
             }
-            guard case .resource(let segments) = parsed.path, segments.count == 1 else {
+            guard case .resource(let segments) = parsed.path, segments.count == 1,
+                case .entitySet(let name)? = segments.first
+            else {
                 throw OfflineError(.badRequest, "Defining query '\(query.name)' must name an entity set.")
             }
+            readers[name, default: 0] += 1
         }
+        sharedSets = Set(readers.filter { $0.value > 1 }.keys)
     }
 
     static func migrate(_ db: Database, model: ServiceModel) throws {
@@ -175,6 +183,9 @@ public actor OfflineStore {
                     ifMatch TEXT, signature TEXT NOT NULL, entityID TEXT NOT NULL, status INTEGER NOT NULL,
                     code TEXT NOT NULL, message TEXT NOT NULL, serverVersion TEXT);
                 CREATE TABLE IF NOT EXISTS "$deltaLinks" (query TEXT PRIMARY KEY NOT NULL, link TEXT NOT NULL);
+                CREATE TABLE IF NOT EXISTS "$held" (
+                    query TEXT NOT NULL, entityID TEXT NOT NULL, PRIMARY KEY (query, entityID)) WITHOUT ROWID;
+                CREATE INDEX IF NOT EXISTS "$heldEntity" ON "$held" (entityID);
                 """)
         // Links stored page by page stand exactly where the device's copy does (`exact`); older ones may not.
         let linkColumns = try Row.fetchAll(db, sql: #"PRAGMA table_info("$deltaLinks")"#).map { $0["name"] as String }

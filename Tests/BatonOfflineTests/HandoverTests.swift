@@ -525,6 +525,42 @@ import Testing
         }
     }
 
+    /// Two defining queries read one set: a check that leaves one of them but stays in the other stays on the tablet,
+    /// whichever query's delta comes first; one that leaves both goes.
+    @Test func aCheckThatLeavesOneDefiningQueryStaysWhileAnotherHoldsIt() async throws {
+        try await withServer { server in
+            let recorder = try await makeDevice(server)
+            let other = try await recorder.manager.open()
+            try await recorder.open(other)
+            _ = try await recorder.store.download(using: other.authorized)
+            let tail = try #require(try await recorder.store.read("Aircraft").first?.values["TailNumber"]?.text)
+            let stays = try await recorder.store.create(in: "PreflightChecks", values: check(tail, fuel: "150001"))
+            let goes = try await recorder.store.create(in: "PreflightChecks", values: check(tail, fuel: "150002"))
+            #expect(try await recorder.store.upload(using: other.authorized, allowOnBehalf: true).isComplete)
+
+            // The query the check stays in comes first: its delta brings the new version before the other's removal.
+            let keeper = try await makeDevice(
+                server,
+                definingQueries: [
+                    DefiningQuery(name: "tail", url: "PreflightChecks?$filter=TailNumber%20eq%20'\(tail)'"),
+                    DefiningQuery(name: "heavy", url: "PreflightChecks?$filter=FuelKg%20gt%20150000"),
+                ])
+            let alice = try await keeper.manager.open()
+            try await keeper.open(alice)
+            _ = try await keeper.store.download(using: alice.authorized)
+            #expect(try await keeper.store.read(stays).count == 1)
+            try await recorder.store.update(stays, values: ["FuelKg": .decimal(100)])
+            try await recorder.store.update(goes, values: ["FuelKg": .decimal(100), "TailNumber": .string("D-NONE")])
+            let upload = try await recorder.store.upload(using: other.authorized, allowOnBehalf: true)
+            #expect(upload.isComplete)
+
+            _ = try await keeper.store.download(using: alice.authorized)
+            #expect(try await keeper.store.read(stays).first?.values["FuelKg"] == .decimal(100))
+            #expect(try await keeper.store.read(goes).isEmpty)
+            return server
+        }
+    }
+
     @Test func anExpiredDeltaLinkStartsOverAndDropsWhatTheServerNoLongerHas() async throws {
         var retention = DataServiceConfiguration()
         retention.deltaRetention = 1
