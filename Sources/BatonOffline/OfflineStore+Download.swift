@@ -35,8 +35,8 @@ extension OfflineStore {
         let names = definingQueries.map(\.name)
         try write { db in
             try db.execute(
-                sql: #"DELETE FROM "$held" WHERE query NOT IN (SELECT value FROM json_each(?))"#,
-                arguments: [String(decoding: try JSONEncoder().encode(names), as: UTF8.self)])
+                sql: #"DELETE FROM "$held" WHERE query NOT IN ("# + databaseQuestionMarks(count: names.count) + ")",
+                arguments: StatementArguments(names))
         }
         for query in definingQueries {
             let row = try read { db in

@@ -55,9 +55,8 @@ public struct SQLTranslator: Sendable {
                 }
                 columns.append("t0.\(dialect.quote(name))")
                 values.append(
-                    builder.bind(
-                        dialect.encode(value, as: property.type),
-                        cast: dialect == .postgres ? dialect.columnType(for: property.type) : ""))
+                    builder.bind(dialect.encode(value, as: property.type), cast: dialect.columnType(for: property.type))
+                )
             }
             position =
                 columns.count == 1
