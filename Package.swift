@@ -85,6 +85,7 @@ let package = Package(
                 "BatonClient",
                 "BatonOData",
                 "BatonSQL",
+                "BatonSecureStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),
@@ -110,6 +111,7 @@ let package = Package(
             dependencies: [
                 "BatonOData",
                 "BatonSQL",
+                "BatonSecureStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),

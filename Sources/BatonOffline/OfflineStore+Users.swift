@@ -1,5 +1,6 @@
 import BatonOData
 import BatonSQL
+import BatonSecureStore
 import Crypto
 import Foundation
 import GRDB
@@ -46,8 +47,8 @@ extension OfflineStore {
             let plain = try JSONEncoder().encode(backup)
             let sealed = try AES.GCM.seal(plain, using: key, authenticating: Data("baton-discarded-v1".utf8))
             guard let combined = sealed.combined else { throw OfflineError(.storage, "Cannot seal the backup.") }
-            try combined.write(to: url, options: [.atomic])
-            try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path)
+            // On the disk before the changes leave the queue, whatever happens to the tablet's power.
+            try AtomicFile.write(combined, to: url)
         } catch let error as OfflineError {
             throw error
         } catch {

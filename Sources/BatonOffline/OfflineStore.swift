@@ -222,6 +222,10 @@ public actor OfflineStore {
                     try db.execute(sql: "PRAGMA temp_store = MEMORY")
                 }
                 let queue = try DatabaseQueue(path: url.path, configuration: configuration)
+                // GRDB's WAL mode comes with `synchronous = NORMAL`, where a commit reaches the disk only at the
+                // next checkpoint: a tablet that loses power could forget a check it reported recorded. FULL
+                // flushes the log at each commit.
+                try queue.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
                 let model = model
                 try queue.write { db in try Self.migrate(db, model: model) }
                 // Encrypted, but still nobody else's business: owner-only, like the secure stores.

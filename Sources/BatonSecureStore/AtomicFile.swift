@@ -6,18 +6,45 @@ import Foundation
     import Glibc
 #endif
 
-/// Crash-safe file replacement: the new content goes to a temporary file in the same directory, is flushed to
-/// disk, then renamed over the old file (rename is atomic), and the directory entry is flushed. A crash at any
-/// point leaves either the old or the new content, never a mix.
+/// Crash-safe file writes: the new content goes to a temporary file in the same directory and is flushed to
+/// disk, then takes the file's name in one step, and the directory entry is flushed. A crash or a power loss at
+/// any point leaves either the old content or the new, never a mix, and a write that returned stays.
 public enum AtomicFile {
     /// Replaces the file at `url` with `data` (mode 0600), crash-safely.
+    ///
+    /// - Throws: ``SecureStoreError`` `io` when the file cannot be written.
     public static func write(_ data: Data, to url: URL) throws(SecureStoreError) {
-        let directory = url.deletingLastPathComponent().path
+        let temporary = try flushedTemporary(data, beside: url)
+        guard rename(temporary, url.path) == 0 else {
+            unlink(temporary)
+            throw failure(url)
+        }
+        flushDirectory(of: url)
+    }
+
+    /// Creates the file at `url` with `data` (mode 0600), crash-safely, unless it exists: then it is left as it
+    /// is (another process created it first) and this returns false.
+    ///
+    /// - Throws: ``SecureStoreError`` `io` when the file can be neither created nor found.
+    public static func create(_ data: Data, at url: URL) throws(SecureStoreError) -> Bool {
+        let temporary = try flushedTemporary(data, beside: url)
+        defer { unlink(temporary) }
+        // A hard link fails when the name exists, where a rename would replace it.
+        guard link(temporary, url.path) == 0 else {
+            if errno == EEXIST { return false }
+            throw failure(url)
+        }
+        flushDirectory(of: url)
+        return true
+    }
+
+    /// A new temporary file beside `url` holding `data`, flushed to disk; its path.
+    static func flushedTemporary(_ data: Data, beside url: URL) throws(SecureStoreError) -> String {
         let temporary = url.deletingLastPathComponent().appendingPathComponent(
             ".\(url.lastPathComponent).\(UUID().uuidString).tmp"
         ).path
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard descriptor >= 0 else { throw SecureStoreError(.io, "Cannot write the secure store in \(directory).") }
+        guard descriptor >= 0 else { throw failure(url) }
         var ok = data.withUnsafeBytes { raw -> Bool in
             var offset = 0
             while offset < raw.count {
@@ -29,14 +56,26 @@ public enum AtomicFile {
         }
         ok = ok && fsync(descriptor) == 0
         ok = close(descriptor) == 0 && ok
-        guard ok, rename(temporary, url.path) == 0 else {
+        guard ok else {
             unlink(temporary)
-            throw SecureStoreError(.io, "Cannot write the secure store in \(directory).")
+            throw failure(url)
         }
-        let directoryDescriptor = open(directory, O_RDONLY)
+        return temporary
+    }
+
+    /// Flushes the directory entry of `url`, so that its new name survives a power loss.
+    static func flushDirectory(of url: URL) {
+        let directoryDescriptor = open(url.deletingLastPathComponent().path, O_RDONLY)
         if directoryDescriptor >= 0 {
             fsync(directoryDescriptor)
             close(directoryDescriptor)
         }
+    }
+
+    /// The error names the directory only: a caller's file name may carry a user's name.
+    static func failure(_ url: URL) -> SecureStoreError {
+        SecureStoreError(
+            .io, "Cannot write in \(url.deletingLastPathComponent().path): the disk is full or the folder not writable."
+        )
     }
 }

@@ -119,6 +119,7 @@ public struct BatonServer: Sendable {
                 location: location, connections: configuration.databaseConnections, logger: logger)
             database = try await ServerDatabase(postgres: storage)
             postgres = storage
+            await Self.warnOfUnflushedCommits(storage, logger: logger)
         } else {
             masterKey = try directory.masterKey(file: configuration.masterKeyFile)
             database = try ServerDatabase(directory)
@@ -314,5 +315,27 @@ extension BatonServer {
     @discardableResult
     public static func runConcurrencyOnEventLoops() -> Bool {
         NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+    }
+}
+
+extension BatonServer {
+    /// Logs a warning when the PostgreSQL cluster does not flush its commits: a change the server answered for
+    /// (and the device removed from its queue) could then be lost with the database machine's power. The
+    /// cluster's settings are the operator's; the server only says what they cost.
+    static func warnOfUnflushedCommits(_ storage: PostgresStorage, logger: Logger) async {
+        let settings = try? await storage.read { db in
+            try db.fetchOne("SELECT current_setting('fsync') AS f, current_setting('synchronous_commit') AS s")
+        }
+        guard let settings = settings ?? nil else { return }
+        if settings["f"].text == "off" {
+            logger.warning(
+                "PostgreSQL runs with fsync=off: changes this server answered for can be lost if the database machine loses power or crashes. Set fsync=on for production."
+            )
+        }
+        if settings["s"].text == "off" {
+            logger.warning(
+                "PostgreSQL runs with synchronous_commit=off: the last changes this server answered for can be lost if PostgreSQL crashes. Set synchronous_commit=on for production."
+            )
+        }
     }
 }

@@ -1,9 +1,11 @@
 import BatonOData
-import BatonOffline
 import BatonTestSupport
 import Crypto
 import Foundation
+import GRDB
 import Testing
+
+@testable import BatonOffline
 
 /// Local OData on the device store, without a server.
 @Suite(.serverSlot) struct LocalStoreTests {
@@ -41,5 +43,21 @@ import Testing
             try await store.update("Aircraft('D-NONE')", values: ["Status": .string("ready")])
         }
         #expect(missing?.code == .notFound)
+    }
+
+    /// A check the tablet reported recorded survives the tablet losing power, not only its app being killed:
+    /// the change and its queued upload are on the disk when `create` returns. GRDB opens a store in WAL mode
+    /// with `synchronous = NORMAL`, where a commit reaches the disk only at the next checkpoint.
+    @Test func aRecordedChangeIsOnTheDiskBeforeTheStoreSaysSo() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-local-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try OfflineStore(
+            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
+            deviceID: "tablet-1", definingQueries: [])
+        try await store.open(
+            as: OfflineUser(name: "alice", signingKey: P256.Signing.PrivateKey()), key: SymmetricKey(size: .bits256))
+        let level = try await store.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
+        #expect(level == 2, "PRAGMA synchronous is \(level ?? -1), not FULL (2)")
     }
 }

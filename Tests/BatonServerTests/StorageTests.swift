@@ -267,6 +267,54 @@ import Testing
         #expect(try await storage.read { db in try db.fetchOne("SELECT document FROM settings")?[0].text } == "60")
     }
 
+    /// A commit the server answered survives a power loss, not only a crash of the process: a device deletes a
+    /// change from its queue once the server has answered for it. GRDB opens a pool in WAL mode with
+    /// `synchronous = NORMAL`, where a commit reaches the disk only at the next checkpoint.
+    @Test func theServerFlushesEachCommitBeforeItAnswers() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        for pool in [server.server.database.pool, server.server.data.store.pool] {
+            let level = try await #require(pool).writeWithoutTransaction { db in
+                try Int.fetchOne(db, sql: "PRAGMA synchronous")
+            }
+            #expect(level == 2, "PRAGMA synchronous is \(level ?? -1), not FULL (2)")
+        }
+    }
+
+    /// `baton-server serve` and an admin command started together on a new data directory each find no master
+    /// key: both must end up with the one on disk. One that kept the key it made itself would seal store keys
+    /// nothing can open after its exit.
+    @Test func processesCreatingTheMasterKeyAtOnceAllUseTheOneOnDisk() async throws {
+        for _ in 0..<40 {
+            let url = FileManager.default.temporaryDirectory.appendingPathComponent("baton-keys-\(UUID().uuidString)")
+            defer { try? FileManager.default.removeItem(at: url) }
+            let directory = try DataDirectory(url)
+            let keys = try await withThrowingTaskGroup(of: Data.self) { group in
+                for _ in 0..<8 {
+                    group.addTask { try directory.masterKey().withUnsafeBytes { Data($0) } }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            let onDisk = try Data(contentsOf: url.appendingPathComponent("keys/master.key"))
+            #expect(onDisk.count == 32)
+            #expect(keys.allSatisfy { $0 == onDisk }, "\(Set(keys).count) different keys")
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: url.appendingPathComponent("keys").path)
+            #expect(leftovers == ["master.key"])
+        }
+    }
+
+    /// On PostgreSQL the flush is the cluster's setting: a server started on a cluster that does not flush its
+    /// commits (the tests' throw-away cluster runs with `fsync=off`) says so in its log, naming the setting.
+    @Test func aClusterThatDoesNotFlushItsCommitsIsTold() async throws {
+        let log = OperationsTests.CapturedLog()
+        let server = try await TestServer(backend: .postgres, logger: log.logger)
+        defer { server.remove() }
+        let warnings = log.objects.filter { $0["level"] as? String == "warning" }
+        #expect(
+            warnings.contains { ($0["message"] as? String)?.contains("fsync=off") == true },
+            "\(warnings)")
+    }
+
     @Test(arguments: StorageBackend.allCases) func aRotatedKeySignsNewTokensAndThePreviousStillVerifies(
         backend: StorageBackend
     ) async throws {

@@ -1,3 +1,4 @@
+import BatonSecureStore
 import Crypto
 import Foundation
 
@@ -49,7 +50,14 @@ public struct DataDirectory: Sendable {
             return SymmetricKey(data: data)
         }
         let key = SymmetricKey(size: .bits256)
-        try writeSecret(key.withUnsafeBytes { Data($0) }, to: file)
+        let created: Bool
+        do {
+            created = try AtomicFile.create(key.withUnsafeBytes { Data($0) }, at: file)
+        } catch {
+            throw ServerSetupError("Cannot write the key file '\(file.lastPathComponent)': \(error.message)")
+        }
+        // Another process (the server and an admin command started together) created it first: its key is the one.
+        guard created else { return try masterKey(file: file) }
         return key
     }
 
@@ -65,27 +73,6 @@ public struct DataDirectory: Sendable {
             throw ServerSetupError("The master key file '\(file.path)' is damaged (expected 32 bytes).")
         }
         return SymmetricKey(data: data)
-    }
-
-    /// Writes a secret file atomically, readable only by its owner.
-    func writeSecret(_ data: Data, to file: URL) throws(ServerSetupError) {
-        let temporary = file.appendingPathExtension("tmp-\(UUID().uuidString)")
-        do {
-            guard
-                FileManager.default.createFile(
-                    atPath: temporary.path, contents: data, attributes: [.posixPermissions: 0o600])
-            else { throw CocoaError(.fileWriteNoPermission) }
-            if FileManager.default.fileExists(atPath: file.path) {
-                // Another process created it first: keep theirs.
-                try? FileManager.default.removeItem(at: temporary)
-                return
-            }
-            try FileManager.default.moveItem(at: temporary, to: file)
-        } catch {
-            try? FileManager.default.removeItem(at: temporary)
-            throw ServerSetupError(
-                "Cannot write the key file '\(file.lastPathComponent)': \(error.localizedDescription)")
-        }
     }
 }
 

@@ -21,6 +21,10 @@ public struct SQLiteStorage: ServerStorage {
         var configuration = Configuration()
         configuration.busyMode = .timeout(5)
         pool = try DatabasePool(path: path, configuration: configuration)
+        // GRDB opens a pool in WAL mode with `synchronous = NORMAL`, where a commit reaches the disk only at the
+        // next checkpoint: a power loss could take back a change the server had answered for, after the device
+        // removed it from its queue. FULL flushes the log at each commit (one fsync per transaction).
+        try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         readers = InlineReaders(pool: pool)
         self.readsInPlace = readsInPlace
     }
