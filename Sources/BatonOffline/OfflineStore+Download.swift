@@ -112,12 +112,14 @@ extension OfflineStore {
     func sweep(
         _ query: DefiningQuery, keeping seen: Set<String>, storing link: (query: String, link: String, exact: Bool)?
     ) throws(OfflineError) -> Int {
-        let stale = try read(query.url).filter { !$0.pending && !seen.contains($0.id) }.map(\.id)
+        let stale = try read(query.url).filter { !seen.contains($0.id) }.map(\.id)
         let translator = translator
         let shared = try sharedSets.contains(parseRead(query.url).0.name)
         return try write { db in
+            // What is pending stays, decided in the transaction that deletes.
+            let pending = Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$queue""#))
             var removed = 0
-            for id in stale {
+            for id in stale where !pending.contains(id) {
                 if shared, try Self.heldElsewhere(id, leaving: query.name, in: db) { continue }
                 let (set, _, key) = try self.parseID(id)
                 let delete = try translator.delete(from: set.name, key: key)

@@ -47,6 +47,31 @@ import Testing
         #expect(parsed.serialized == #"{"v":12345678901234567890.12345678}"#)
     }
 
+    /// An `Edm.Single` beyond a 32-bit float's range (too large, or so small it would be stored as 0) is a
+    /// payload error: PostgreSQL's `real` refused it as an overflow or underflow, which answered 500, and SQLite
+    /// stored a value no client can read back as a Single.
+    @Test func singlesBeyondTheirRangeAreRefused() throws {
+        let single = Property(name: "Ratio", type: .single)
+        for text in ["1e39", "-3.5e38", "1e400", "1e-50"] {
+            let error = #expect(throws: ODataError.self, "\(text)") {
+                try PrimitiveValue(json: .number(text), for: single)
+            }
+            #expect(error?.message.contains("Edm.Single") == true, "\(error?.message ?? "")")
+        }
+        #expect(try PrimitiveValue(json: .number("3.4e38"), for: single) == .double(3.4e38))
+        #expect(try PrimitiveValue(json: .number("1e-40"), for: single) == .double(1e-40))
+        #expect(try PrimitiveValue(json: .number("0.0"), for: single) == .double(0))
+        #expect(try PrimitiveValue(json: .string("INF"), for: single) == .double(.infinity))
+        // A key or filter literal converts to a Single only within the same range.
+        #expect(PrimitiveValue.double(1e39).converted(to: .single) == nil)
+        #expect(PrimitiveValue.integer(1).converted(to: .single) == .double(1))
+        #expect(PrimitiveValue.decimal(Decimal(string: "1e-50")!).converted(to: .single) == nil)
+        // A Double's range is a Double's; a numeral beyond it is not infinity.
+        let double = Property(name: "R", type: .double)
+        #expect(try PrimitiveValue(json: .number("1e39"), for: double) == .double(1e39))
+        #expect(throws: ODataError.self) { try PrimitiveValue(json: .number("1e400"), for: double) }
+    }
+
     @Test func decimalsBeyondFoundationPrecisionAreRefusedNotRounded() {
         let property = Property(name: "Big", type: .decimal)
         #expect(throws: ODataError.self) {

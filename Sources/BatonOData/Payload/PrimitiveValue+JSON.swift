@@ -71,6 +71,13 @@ extension PrimitiveValue {
             switch json {
             case .number(let text):
                 guard let value = Double(text) else { throw fail("a floating-point number") }
+                // A numeral beyond the type's range is not infinity, nor (for a Single) zero.
+                guard value.isFinite, property.type == .double || value.fitsSingle else {
+                    throw ODataError(
+                        .invalidPayload,
+                        "Property '\(property.name)' expects a number in the range of \(property.type.rawValue)",
+                        target: property.name)
+                }
                 self = .double(value)
             case .string("INF"): self = .double(.infinity)
             case .string("-INF"): self = .double(-.infinity)

@@ -46,19 +46,32 @@ extension PrimitiveValue {
         case (.integer(let value), _) where type.isIntegral:
             return type.integerRange?.contains(value) == true ? self : nil
         case (.integer(let value), .decimal): return .decimal(Decimal(value))
-        case (.integer(let value), .double), (.integer(let value), .single): return .double(Double(value))
+        case (.integer(let value), .double): return .double(Double(value))
+        case (.integer(let value), .single): return Double(value).fitsSingle ? .double(Double(value)) : nil
         case (.decimal, .decimal): return self
-        case (.decimal(let value), .double), (.decimal(let value), .single):
-            return .double(NSDecimalNumber(decimal: value).doubleValue)
+        case (.decimal(let value), .double): return .double(NSDecimalNumber(decimal: value).doubleValue)
+        case (.decimal(let value), .single):
+            let double = NSDecimalNumber(decimal: value).doubleValue
+            return double.fitsSingle ? .double(double) : nil
         case (.double(let value), .decimal):
             guard value.isFinite, let decimal = Decimal(string: "\(value)") else { return nil }
             return .decimal(decimal)
-        case (.double, .double), (.double, .single): return self
+        case (.double, .double): return self
+        case (.double(let value), .single): return value.fitsSingle ? self : nil
         case (.boolean, .boolean), (.string, .string), (.guid, .guid), (.date, .date),
             (.dateTimeOffset, .dateTimeOffset), (.timeOfDay, .timeOfDay), (.duration, .duration),
             (.binary, .binary):
             return self
         default: return nil
         }
+    }
+}
+
+extension Double {
+    /// Whether an `Edm.Single` (a 32-bit float) holds this value: not beyond its range, and not so small that it
+    /// would be stored as zero. Infinities and NaN are Singles too.
+    var fitsSingle: Bool {
+        let single = Float(self)
+        return !isFinite || (single.isFinite && (single != 0 || self == 0))
     }
 }

@@ -497,8 +497,11 @@ extension DataService {
             }
             var after: [PrimitiveValue] = []
             for (name, member) in zip(type.key, members) {
+                // The key's type only, not its facets: a key stored before the model tightened one (a shorter
+                // MaxLength) is still a position this server wrote.
                 guard let property = type.property(named: name),
-                    let value = try? PrimitiveValue(json: member, for: property),
+                    let value = try? PrimitiveValue(
+                        json: member, for: Property(name: name, type: property.type, isNullable: false)),
                     !value.isNull
                 else { throw invalidSkipToken }
                 after.append(value)
