@@ -1,5 +1,4 @@
 import BatonOData
-import BatonServer
 import BatonTestSupport
 import BatonTesting
 import Crypto
@@ -9,6 +8,8 @@ import HummingbirdTesting
 import NIOCore
 import PropertyBased
 import Testing
+
+@testable import BatonServer
 
 #if canImport(Glibc)
     import Glibc
@@ -595,6 +596,47 @@ import Testing
             #expect(try await signIn("correct-horse-battery", from: "203.0.113.7") == .tooManyRequests)
             server.clock.advance(by: 901)
             #expect(try await signIn("correct-horse-battery", from: "203.0.113.7") == .ok)
+        }
+    }
+
+    /// Anyone who can reach the server may ask for device codes (the client id is public): one address keeps at
+    /// most `perAddress` codes waiting at once, and all addresses together `maximum`, so a loop of requests can
+    /// neither fill the database nor take every code. The stored address is a keyed hash, never the address.
+    @Test func askingForDeviceCodesInALoopIsCappedPerAddressAndInAll() async throws {
+        try await Self.live(configure: {
+            $0.trustedProxies = ["127.0.0.1"]
+            $0.oauth.deviceCodes = DeviceCodeLimits(perAddress: 3, maximum: 5)
+        }) { server, client in
+            _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
+            func start(from address: String) async throws -> (status: HTTPResponse.Status, error: String?, wait: Int?) {
+                var headers = formHeaders
+                headers[HTTPField.Name("X-Forwarded-For")!] = address
+                return try await client.execute(
+                    uri: "/oauth/device_authorization", method: .post, headers: headers,
+                    body: formBody([("client_id", "baton-device")])
+                ) { response in
+                    let body = (try? JSONSerialization.jsonObject(with: Data(buffer: response.body))) as? [String: Any]
+                    return (response.status, body?["error"] as? String, response.headers[.retryAfter].flatMap(Int.init))
+                }
+            }
+            for _ in 0..<3 { #expect(try await start(from: "198.51.100.1").status == .ok) }
+            let refused = try await start(from: "198.51.100.1")
+            #expect(refused.status == .tooManyRequests && refused.error == "slow_down")
+            #expect((1...600).contains(refused.wait ?? 0), "Retry-After \(refused.wait ?? -1)")
+            // Other addresses still get codes, up to the limit of all together.
+            #expect(try await start(from: "198.51.100.2").status == .ok)
+            #expect(try await start(from: "198.51.100.3").status == .ok)
+            let full = try await start(from: "198.51.100.4")
+            #expect(full.status == .serviceUnavailable && full.error == "temporarily_unavailable" && full.wait != nil)
+            // Codes that expired hold no place.
+            server.clock.advance(by: 601)
+            #expect(try await start(from: "198.51.100.1").status == .ok)
+            let stored = try await server.server.database.storage.read { db in
+                try db.fetchAll("SELECT * FROM deviceAuthorizations", []).map { row in
+                    row.values.compactMap(\.text).joined(separator: " ")
+                }
+            }
+            #expect(stored.count == 6 && !stored.contains { $0.contains("198.51.100") }, "\(stored)")
         }
     }
 

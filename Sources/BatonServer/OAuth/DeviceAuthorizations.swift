@@ -6,7 +6,7 @@ import Foundation
 /// shows the person a short user code and where to enter it, and polls the token endpoint while the person
 /// signs in on their phone or computer and approves.
 ///
-/// Device codes are stored as SHA-256 hashes, user codes as eight letters from a 20-letter alphabet without
+/// Device codes are stored as SHA-256 hashes, with a keyed hash of the address that asked (never the address), user codes as eight letters from a 20-letter alphabet without
 /// vowels (no words, no look-alikes; RFC 8628 §6.1), shown as `XXXX-XXXX`. A code lives 10 minutes and is used
 /// once; polling faster than the interval gets `slow_down` and a longer interval.
 struct DeviceAuthorizations: Sendable {
@@ -25,30 +25,65 @@ struct DeviceAuthorizations: Sendable {
         var interval: Int
     }
 
-    /// Starts an authorization for `client` with `scope`.
-    func start(client: String, scope: String) async throws -> Started {
+    /// Starts an authorization for `client` with `scope`, asked from the address whose keyed hash is
+    /// `addressKey` (``LoginThrottle/addressKey(_:)``).
+    ///
+    /// - Throws: ``OAuthError`` `slow_down` (429) when the address already has `limits.perAddress` live codes,
+    ///   `temporarily_unavailable` (503) when all addresses together have `limits.maximum`; each with the
+    ///   seconds until a place frees up.
+    func start(client: String, scope: String, addressKey: String, limits: DeviceCodeLimits) async throws -> Started {
+        enum Outcome: Sendable {
+            case started, taken
+            case addressFull(wait: Int), allFull(wait: Int)
+        }
         let deviceCode = randomSecret()
         let now = clock.now().timeIntervalSince1970
+        @Sendable func wait(_ row: SQLRow?) -> Int {
+            max(1, Int(((row?[1].real ?? now + Self.lifetime) - now).rounded(.up)))
+        }
         // A collision of user codes among live ones (1 in 25 billion per pair) is retried.
         for _ in 0..<5 {
             let userCode = String((0..<8).map { _ in Self.alphabet[Int.random(in: 0..<Self.alphabet.count)] })
-            let inserted = try await database.storage.write { db -> Bool in
+            let outcome = try await database.storage.write { db -> Outcome in
                 try db.execute("DELETE FROM deviceAuthorizations WHERE expiresAt < ?", now - 3600)
+                // Live codes, whatever their status, hold their place until they expire.
+                let fromAddress = try db.fetchOne(
+                    "SELECT count(*), min(expiresAt) FROM deviceAuthorizations WHERE addressKey = ? AND expiresAt > ?",
+                    addressKey, now)
+                if fromAddress?[0].integer ?? 0 >= Int64(limits.perAddress) {
+                    return .addressFull(wait: wait(fromAddress))
+                }
+                let all = try db.fetchOne(
+                    "SELECT count(*), min(expiresAt) FROM deviceAuthorizations WHERE expiresAt > ?", now)
+                if all?[0].integer ?? 0 >= Int64(limits.maximum) { return .allFull(wait: wait(all)) }
                 guard try db.fetchOne("SELECT 1 FROM deviceAuthorizations WHERE userCode = ?", userCode) == nil else {
-                    return false
+                    return .taken
                 }
                 try db.execute(
                     """
                     INSERT INTO deviceAuthorizations
-                        (deviceCodeHash, userCode, clientID, scope, createdAt, expiresAt, pollInterval, status)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, 'pending')
-                    """, secretHash(deviceCode), userCode, client, scope, now, now + Self.lifetime, Self.interval)
-                return true
+                        (deviceCodeHash, userCode, clientID, scope, createdAt, expiresAt, pollInterval, status,
+                         addressKey)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, 'pending', ?)
+                    """, secretHash(deviceCode), userCode, client, scope, now, now + Self.lifetime, Self.interval,
+                    addressKey)
+                return .started
             }
-            if inserted {
+            switch outcome {
+            case .started:
                 return Started(
                     deviceCode: deviceCode, userCode: Self.display(userCode), expiresIn: Int(Self.lifetime),
                     interval: Self.interval)
+            case .taken:
+                continue
+            case .addressFull(let wait):
+                throw OAuthError(
+                    "slow_down", "Too many sign-in codes are waiting for this address; use one, or try again later.",
+                    status: .tooManyRequests, retryAfter: wait)
+            case .allFull(let wait):
+                throw OAuthError(
+                    "temporarily_unavailable", "Too many sign-in codes are waiting; try again later.",
+                    status: .serviceUnavailable, retryAfter: wait)
             }
         }
         throw ServerError.databaseUnavailable("No free user code; try again.")
@@ -128,5 +163,21 @@ struct DeviceAuthorizations: Sendable {
         case .approved(let user, let scope): return (user, scope)
         case .error(let error): throw error
         }
+    }
+}
+
+/// How many sign-in codes (RFC 8628) may wait at once: anyone who reaches the server may ask for one, so a loop
+/// of requests must neither fill the database nor take every code. A code holds its place until it expires
+/// (10 minutes), whether or not it was used.
+public struct DeviceCodeLimits: Sendable {
+    /// Live codes asked from one address (a station's tablets behind one NAT share it). Default: 50.
+    public var perAddress: Int
+    /// Live codes from all addresses together. Default: 10,000.
+    public var maximum: Int
+
+    /// The limits; the defaults when nothing is given.
+    public init(perAddress: Int = 50, maximum: Int = 10_000) {
+        self.perAddress = perAddress
+        self.maximum = maximum
     }
 }

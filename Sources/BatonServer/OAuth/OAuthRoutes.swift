@@ -111,7 +111,9 @@ struct OAuthRoutes {
             else { throw OAuthError.invalidClient("Unknown client_id, or the client may not use device codes.") }
             try await requireSignInMethod(grant: DeviceAuthorizations.grantType, client: client.id)
             let scope = try tokens.requestedScope(form["scope"])
-            let started = try await tokens.deviceAuthorizations.start(client: client.id, scope: scope)
+            let started = try await tokens.deviceAuthorizations.start(
+                client: client.id, scope: scope, addressKey: tokens.throttle.addressKey(context.clientAddress),
+                limits: configuration.deviceCodes)
             let page = "\(tokens.issuer.value)/oauth/device"
             var response = json(
                 .object([
