@@ -380,6 +380,25 @@ enum Fixtures {
                 next = page.json["@odata.nextLink"] as? String
             }
             #expect(served == [long, "D-AIBM"])
+
+            // A key too long to carry in a token continues at the offset; a token that long is refused unread.
+            let huge = "A-" + String(repeating: "7", count: 20_000)
+            try await server.server.data.store.storage.write { db in
+                _ = try db.execute(#"UPDATE "Aircraft" SET "TailNumber" = ? WHERE "TailNumber" = ?"#, huge, long)
+            }
+            let first = try await client.odata(
+                .get, "Aircraft", token: sam, headers: [("Prefer", "odata.maxpagesize=1")])
+            #expect(first.values.first?["TailNumber"] as? String == huge)
+            let link = try #require(first.json["@odata.nextLink"] as? String)
+            #expect(link.count < 200, "\(link.count)")
+            let rest = try await client.odata(
+                .get, link.replacingOccurrences(of: "http://127.0.0.1:8080/odata/", with: ""), token: sam)
+            #expect(rest.values.compactMap { $0["TailNumber"] as? String } == ["D-AIBM"])
+            let forged = Data(("k1:-:[" + String(repeating: "0,", count: 200_000) + "0]").utf8).base64EncodedString()
+                .replacingOccurrences(of: "=", with: "").replacingOccurrences(of: "+", with: "-")
+                .replacingOccurrences(of: "/", with: "_")
+            let refused = try await client.odata(.get, "Aircraft?$skiptoken=\(forged)", token: sam)
+            #expect(refused.status == .badRequest)
         }
     }
 

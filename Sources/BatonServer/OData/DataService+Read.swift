@@ -445,8 +445,17 @@ extension DataService {
             zip(type.key, after).map { name, value in
                 value.json(as: type.property(named: name)?.type ?? .string)
             })
-        return base64URL(Data("k\(offset):\(through.map(String.init) ?? "-"):\(key.serialized)".utf8))
+        let text = "k\(offset):\(through.map(String.init) ?? "-"):\(key.serialized)"
+        // A key too long for a token (a string key of kilobytes) continues at the offset instead.
+        guard text.utf8.count <= maximumKeyPosition else {
+            return encodeSkipToken(offset: offset, through: through, after: nil, type: type)
+        }
+        return base64URL(Data(text.utf8))
     }
+
+    /// The longest key position a skip token carries, in bytes before base64: a longer one is not parsed (and
+    /// never written: such a read continues at its offset).
+    static let maximumKeyPosition = 8 * 1024
 
     /// A delta token: the sequence value the client's copy stands at, and (when later) the last one any entity it
     /// holds was created at (`through.held`).
@@ -483,7 +492,9 @@ extension DataService {
 
     /// A skip token's position; a key position must be a key of `type` (nil: none is accepted).
     static func decodeSkipToken(_ token: String, type: EntityType?) throws -> SkipToken {
-        guard let data = Data(base64URLEncoded: token) else { throw invalidSkipToken }
+        guard token.utf8.count <= (maximumKeyPosition + 2) / 3 * 4, let data = Data(base64URLEncoded: token) else {
+            throw invalidSkipToken
+        }
         let text = String(decoding: data, as: UTF8.self)
         if text.hasPrefix("k") {
             let parts = text.dropFirst().split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
