@@ -31,11 +31,45 @@ public enum AtomicFile {
         defer { unlink(temporary) }
         // A hard link fails when the name exists, where a rename would replace it.
         guard link(temporary, url.path) == 0 else {
+            switch errno {
+            case EEXIST: return false
+            case EPERM, EOPNOTSUPP, ENOTSUP, EXDEV: return try createExclusively(data, at: url)
+            default: throw failure(url)
+            }
+        }
+        flushDirectory(of: url)
+        return true
+    }
+
+    /// ``create(_:at:)`` on a file system without hard links: the name is taken exclusively, then written and
+    /// flushed (a reader in between sees a short file, which the callers treat as damaged, not as a key).
+    static func createExclusively(_ data: Data, at url: URL) throws(SecureStoreError) -> Bool {
+        let descriptor = open(url.path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard descriptor >= 0 else {
             if errno == EEXIST { return false }
+            throw failure(url)
+        }
+        var ok = writeAll(data, to: descriptor) && fsync(descriptor) == 0
+        ok = close(descriptor) == 0 && ok
+        guard ok else {
+            unlink(url.path)
             throw failure(url)
         }
         flushDirectory(of: url)
         return true
+    }
+
+    /// Writes all of `data`; false on any failure.
+    static func writeAll(_ data: Data, to descriptor: Int32) -> Bool {
+        data.withUnsafeBytes { raw -> Bool in
+            var offset = 0
+            while offset < raw.count {
+                let written = Foundation.write(descriptor, raw.baseAddress?.advanced(by: offset), raw.count - offset)
+                if written <= 0 { return false }
+                offset += written
+            }
+            return true
+        }
     }
 
     /// A new temporary file beside `url` holding `data`, flushed to disk; its path.
@@ -45,16 +79,7 @@ public enum AtomicFile {
         ).path
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL, 0o600)
         guard descriptor >= 0 else { throw failure(url) }
-        var ok = data.withUnsafeBytes { raw -> Bool in
-            var offset = 0
-            while offset < raw.count {
-                let written = Foundation.write(descriptor, raw.baseAddress?.advanced(by: offset), raw.count - offset)
-                if written <= 0 { return false }
-                offset += written
-            }
-            return true
-        }
-        ok = ok && fsync(descriptor) == 0
+        var ok = writeAll(data, to: descriptor) && fsync(descriptor) == 0
         ok = close(descriptor) == 0 && ok
         guard ok else {
             unlink(temporary)

@@ -1,7 +1,8 @@
-import BatonSecureStore
 import BatonTesting
 import Foundation
 import Testing
+
+@testable import BatonSecureStore
 
 @Suite struct SecureStoreTests {
     /// Cheap scrypt for tests; the stored parameters make it work the same as the real cost.
@@ -230,5 +231,31 @@ import Testing
             lastSeen = counter
         }
         #expect(lastSeen > 0)
+    }
+}
+
+/// Creating a file that must not be replaced: the first writer's content stays, whoever comes second, with hard
+/// links and without them (the fallback for file systems that have none), and no temporary file is left.
+@Suite struct AtomicFileTests {
+    @Test func createKeepsTheFirstContentAndLeavesNoTemporaryFile() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-atomic-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        for (name, create) in [
+            ("linked", AtomicFile.create), ("exclusive", AtomicFile.createExclusively),
+        ] as [(String, (Data, URL) throws(SecureStoreError) -> Bool)] {
+            let file = directory.appendingPathComponent(name)
+            #expect(try create(Data("first".utf8), file))
+            #expect(try !create(Data("second".utf8), file))
+            #expect(try Data(contentsOf: file) == Data("first".utf8))
+            let attributes = try FileManager.default.attributesOfItem(atPath: file.path)
+            #expect((attributes[.posixPermissions] as? Int) == 0o600)
+        }
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() == ["exclusive", "linked"])
+        // A folder that does not exist is an error that names it, not a crash.
+        let nowhere = directory.appendingPathComponent("missing/file")
+        let error = #expect(throws: SecureStoreError.self) { try AtomicFile.create(Data(), at: nowhere) }
+        #expect(error?.message.contains("missing") == true)
     }
 }
