@@ -324,18 +324,40 @@ extension BatonServer {
     /// cluster's settings are the operator's; the server only says what they cost.
     static func warnOfUnflushedCommits(_ storage: PostgresStorage, logger: Logger) async {
         let settings = try? await storage.read { db in
-            try db.fetchOne("SELECT current_setting('fsync') AS f, current_setting('synchronous_commit') AS s")
+            try db.fetchOne(
+                """
+                SELECT current_setting('fsync') AS f, current_setting('synchronous_commit') AS s,
+                    current_setting('full_page_writes') AS p
+                """)
         }
         guard let settings = settings ?? nil else { return }
-        if settings["f"].text == "off" {
-            logger.warning(
+        for warning in unflushedCommitWarnings(
+            fsync: settings["f"].text, synchronousCommit: settings["s"].text, fullPageWrites: settings["p"].text)
+        {
+            logger.warning("\(warning)")
+        }
+    }
+
+    /// What a cluster's settings put at risk, one sentence each.
+    static func unflushedCommitWarnings(fsync: String?, synchronousCommit: String?, fullPageWrites: String?)
+        -> [String]
+    {
+        var warnings: [String] = []
+        if fsync == "off" {
+            warnings.append(
                 "PostgreSQL runs with fsync=off: changes this server answered for can be lost if the database machine loses power or crashes. Set fsync=on for production."
             )
         }
-        if settings["s"].text == "off" {
-            logger.warning(
+        if synchronousCommit == "off" {
+            warnings.append(
                 "PostgreSQL runs with synchronous_commit=off: the last changes this server answered for can be lost if PostgreSQL crashes. Set synchronous_commit=on for production."
             )
         }
+        if fullPageWrites == "off" {
+            warnings.append(
+                "PostgreSQL runs with full_page_writes=off: a power cut can tear pages and lose changes this server answered for. Set full_page_writes=on for production."
+            )
+        }
+        return warnings
     }
 }

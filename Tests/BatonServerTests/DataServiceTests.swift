@@ -1,3 +1,4 @@
+import BatonOData
 import BatonTestSupport
 import BatonTesting
 import Foundation
@@ -399,6 +400,35 @@ enum Fixtures {
                 .replacingOccurrences(of: "/", with: "_")
             let refused = try await client.odata(.get, "Aircraft?$skiptoken=\(forged)", token: sam)
             #expect(refused.status == .badRequest)
+        }
+    }
+
+    /// A key must fit a skip token and a URL: one longer than that could only be paged by offset, which skips
+    /// an entity when an earlier one goes (and a tablet that then starts over sweeps its copy away). So a create
+    /// whose key is that long is refused, in a model whose key has no MaxLength.
+    @Test func aKeyTooLongToPageByIsRefusedOnCreate() async throws {
+        let model = try ServiceModel(
+            csdlJSON: """
+                {"$Version": "4.01", "$EntityContainer": "N.C", "N": {
+                  "Note": {"$Kind": "EntityType", "$Key": ["Name"], "Name": {}, "Text": {"$Nullable": true}},
+                  "C": {"$Kind": "EntityContainer", "Notes": {"$Collection": true, "$Type": "N.Note"}}}}
+                """)
+        let server = try await TestServer { $0.dataService.model = model }
+        defer { server.remove() }
+        try await server.server.users.add(
+            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
+        try await server.test { client in
+            let alice = try await client.signIn("sam").access
+            let fits = String(repeating: "n", count: 2_000)
+            #expect(
+                try await client.odata(.post, "Notes", token: alice, body: #"{"Name":"\#(fits)"}"#).status == .created)
+            // Control characters are written as \u00XX in a token: six bytes each.
+            for long in [String(repeating: "n", count: 5_000), String(repeating: "\\u0001", count: 1_000)] {
+                let refused = try await client.odata(.post, "Notes", token: alice, body: #"{"Name":"\#(long)"}"#)
+                #expect(refused.status == .badRequest, "\(refused.json)")
+                #expect(((refused.json["error"] as? [String: Any])?["message"] as? String)?.contains("key") == true)
+            }
+            #expect(try await client.odata(.get, "Notes", token: alice).values.count == 1)
         }
     }
 

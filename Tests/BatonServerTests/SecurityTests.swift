@@ -640,6 +640,53 @@ import Testing
         }
     }
 
+    /// The limits cannot be turned against the people they protect: a code that was used holds no place (a
+    /// station's tablets signing in one after another behind one NAT), and an IPv6 network's addresses count as
+    /// one (a /64 is one customer's, so taking the limit of all needs that many networks, not addresses).
+    @Test func deviceCodeLimitsCountWaitingCodesAndIPv6NetworksNotAddresses() async throws {
+        try await Self.live(configure: {
+            $0.trustedProxies = ["127.0.0.1"]
+            $0.oauth.deviceCodes = DeviceCodeLimits(perAddress: 2, maximum: 4)
+        }) { server, client in
+            _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
+            func start(from address: String) async throws -> (HTTPResponse.Status, [String: Any]) {
+                var headers = formHeaders
+                headers[HTTPField.Name("X-Forwarded-For")!] = address
+                return try await client.execute(
+                    uri: "/oauth/device_authorization", method: .post, headers: headers,
+                    body: formBody([("client_id", "baton-device")])
+                ) { response in
+                    (
+                        response.status,
+                        (try? JSONSerialization.jsonObject(with: Data(buffer: response.body))) as? [String: Any] ?? [:]
+                    )
+                }
+            }
+            // Behind one NAT: each tablet's code, once approved and redeemed, frees its place.
+            for _ in 0..<4 {
+                let (status, started) = try await start(from: "192.0.2.1")
+                #expect(status == .ok)
+                let userCode = try #require(started["user_code"] as? String)
+                let deviceCode = try #require(started["device_code"] as? String)
+                #expect(try await client.approve(userCode, password: "correct-horse-battery").status == .ok)
+                let (redeemed, _) = try await client.token([
+                    ("grant_type", DeviceAuthorizationTests.grant), ("client_id", "baton-device"),
+                    ("device_code", deviceCode),
+                ])
+                #expect(redeemed == .ok)
+            }
+            // One IPv6 network, many addresses: its limit, not one per address.
+            #expect(try await start(from: "2001:db8:0:1::1").0 == .ok)
+            #expect(try await start(from: "2001:db8:0:1::2").0 == .ok)
+            #expect(try await start(from: "2001:db8:0:1::3").0 == .tooManyRequests)
+            #expect(try await start(from: "2001:db8:0:2::1").0 == .ok)
+        }
+        #expect(DeviceAuthorizations.network(of: "2001:db8:0:1:aa::1") == "2001:db8:0:1::/64")
+        #expect(DeviceAuthorizations.network(of: "::ffff:192.0.2.7") == "192.0.2.7")
+        #expect(DeviceAuthorizations.network(of: "192.0.2.7") == "192.0.2.7")
+        #expect(DeviceAuthorizations.network(of: "local") == "local")
+    }
+
     @Test func forwardedForIsIgnoredFromAnUntrustedPeer() async throws {
         try await Self.live { _, client in
             for attempt in 0..<5 {

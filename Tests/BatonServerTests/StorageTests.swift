@@ -303,6 +303,19 @@ import Testing
         }
     }
 
+    /// A master-key file that is there but cannot be read (a dangling link to an unmounted secret, a file
+    /// restored as another owner) is an error that says so: neither a new key (sealing what nothing can open
+    /// after a restart) nor an endless retry.
+    @Test func aMasterKeyFileThatCannotBeReadIsAnError() throws {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("baton-keys-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: url) }
+        let directory = try DataDirectory(url)
+        try FileManager.default.createSymbolicLink(
+            atPath: url.appendingPathComponent("keys/master.key").path, withDestinationPath: "/nonexistent/master.key")
+        let error = #expect(throws: ServerSetupError.self) { try directory.masterKey() }
+        #expect(error?.description.contains("cannot be read") == true, "\(error?.description ?? "")")
+    }
+
     /// On PostgreSQL the flush is the cluster's setting: a server started on a cluster that does not flush its
     /// commits (the tests' throw-away cluster runs with `fsync=off`) says so in its log, naming the setting.
     @Test func aClusterThatDoesNotFlushItsCommitsIsTold() async throws {
@@ -313,6 +326,14 @@ import Testing
         #expect(
             warnings.contains { ($0["message"] as? String)?.contains("fsync=off") == true },
             "\(warnings)")
+        // Each setting that loses answered changes is named; a cluster set for production gets no warning.
+        let all = BatonServer.unflushedCommitWarnings(fsync: "off", synchronousCommit: "off", fullPageWrites: "off")
+        #expect(all.count == 3)
+        for setting in ["fsync=off", "synchronous_commit=off", "full_page_writes=off"] {
+            #expect(all.contains { $0.contains(setting) }, "\(setting)")
+        }
+        #expect(
+            BatonServer.unflushedCommitWarnings(fsync: "on", synchronousCommit: "local", fullPageWrites: "on").isEmpty)
     }
 
     @Test(arguments: StorageBackend.allCases) func aRotatedKeySignsNewTokensAndThePreviousStillVerifies(

@@ -2,6 +2,10 @@ import BatonOData
 import Crypto
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// The OAuth 2.0 Device Authorization Grant (RFC 8628): a device that cannot show a browser asks for a code,
 /// shows the person a short user code and where to enter it, and polls the token endpoint while the person
 /// signs in on their phone or computer and approves.
@@ -46,15 +50,19 @@ struct DeviceAuthorizations: Sendable {
             let userCode = String((0..<8).map { _ in Self.alphabet[Int.random(in: 0..<Self.alphabet.count)] })
             let outcome = try await database.storage.write { db -> Outcome in
                 try db.execute("DELETE FROM deviceAuthorizations WHERE expiresAt < ?", now - 3600)
-                // Live codes, whatever their status, hold their place until they expire.
+                // Codes waiting for a person hold their place until they expire; a decided one frees it (anyone can
+                // make codes, only a person who signs in can decide one).
                 let fromAddress = try db.fetchOne(
-                    "SELECT count(*), min(expiresAt) FROM deviceAuthorizations WHERE addressKey = ? AND expiresAt > ?",
-                    addressKey, now)
+                    """
+                    SELECT count(*), min(expiresAt) FROM deviceAuthorizations
+                    WHERE addressKey = ? AND expiresAt > ? AND status = 'pending'
+                    """, addressKey, now)
                 if fromAddress?[0].integer ?? 0 >= Int64(limits.perAddress) {
                     return .addressFull(wait: wait(fromAddress))
                 }
                 let all = try db.fetchOne(
-                    "SELECT count(*), min(expiresAt) FROM deviceAuthorizations WHERE expiresAt > ?", now)
+                    "SELECT count(*), min(expiresAt) FROM deviceAuthorizations WHERE expiresAt > ? AND status = 'pending'",
+                    now)
                 if all?[0].integer ?? 0 >= Int64(limits.maximum) { return .allFull(wait: wait(all)) }
                 guard try db.fetchOne("SELECT 1 FROM deviceAuthorizations WHERE userCode = ?", userCode) == nil else {
                     return .taken
@@ -167,17 +175,35 @@ struct DeviceAuthorizations: Sendable {
 }
 
 /// How many sign-in codes (RFC 8628) may wait at once: anyone who reaches the server may ask for one, so a loop
-/// of requests must neither fill the database nor take every code. A code holds its place until it expires
-/// (10 minutes), whether or not it was used.
+/// of requests must neither fill the database nor take every code. A code holds its place until a person
+/// decides it or it expires (10 minutes).
 public struct DeviceCodeLimits: Sendable {
-    /// Live codes asked from one address (a station's tablets behind one NAT share it). Default: 50.
+    /// Codes waiting that were asked from one address — from one IPv6 /64 network, which is one customer's (a
+    /// station's tablets behind one NAT share an address). Default: 50.
     public var perAddress: Int
-    /// Live codes from all addresses together. Default: 10,000.
+    /// Codes waiting from all addresses together: reaching it takes this many divided by `perAddress` addresses
+    /// (or /64 networks). Default: 100,000 (a row is about 200 bytes).
     public var maximum: Int
 
     /// The limits; the defaults when nothing is given.
-    public init(perAddress: Int = 50, maximum: Int = 10_000) {
+    public init(perAddress: Int = 50, maximum: Int = 100_000) {
         self.perAddress = perAddress
         self.maximum = maximum
+    }
+}
+
+extension DeviceAuthorizations {
+    /// What the per-address limit counts `address` as: an IPv6 address by its /64 network (an IPv4-mapped one as
+    /// the IPv4 address), anything else as it is.
+    static func network(of address: String) -> String {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        guard inet_pton(AF_INET6, address, &bytes) == 1 else { return address }
+        if bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff {
+            return bytes[12...].map(String.init).joined(separator: ".")
+        }
+        let hextets = stride(from: 0, to: 8, by: 2).map {
+            String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16)
+        }
+        return hextets.joined(separator: ":") + "::/64"
     }
 }

@@ -112,7 +112,8 @@ struct OAuthRoutes {
             try await requireSignInMethod(grant: DeviceAuthorizations.grantType, client: client.id)
             let scope = try tokens.requestedScope(form["scope"])
             let started = try await tokens.deviceAuthorizations.start(
-                client: client.id, scope: scope, addressKey: tokens.throttle.addressKey(context.clientAddress),
+                client: client.id, scope: scope,
+                addressKey: tokens.throttle.addressKey(DeviceAuthorizations.network(of: context.clientAddress)),
                 limits: configuration.deviceCodes)
             let page = "\(tokens.issuer.value)/oauth/device"
             var response = json(

@@ -457,6 +457,10 @@ extension DataService {
     /// never written: such a read continues at its offset).
     static let maximumKeyPosition = 8 * 1024
 
+    /// The longest key a create accepts, as JSON: with the offset and sequence it fits ``maximumKeyPosition``, so
+    /// only keys stored some other way (written into the database directly) are ever paged by offset.
+    static let maximumKeyBytes = 4 * 1024
+
     /// A delta token: the sequence value the client's copy stands at, and (when later) the last one any entity it
     /// holds was created at (`through.held`).
     static func encodeDeltaToken(through: Int64, held: Int64) -> String {

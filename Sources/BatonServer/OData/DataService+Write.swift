@@ -131,6 +131,15 @@ extension DataService {
     ) throws -> DataResponse {
         var values = try decode(request, as: target.type, mode: .create).values
         applyServerKept(&values, type: target.type, attribution: attribution)
+        // A key travels in every URL and skip token: one longer than a token carries could only be paged by offset.
+        let keyJSON = JSONValue.array(
+            target.type.keyProperties.map { (values[$0.name] ?? .null).json(as: $0.type) }
+        ).serialized
+        guard keyJSON.utf8.count <= Self.maximumKeyBytes else {
+            throw ServerError.badRequest(
+                "The key of an entity of \(target.set.name) may take at most \(Self.maximumKeyBytes) bytes as JSON; this one takes \(keyJSON.utf8.count).",
+                target: target.type.key.first)
+        }
         let sequence = try DataStore.nextSequence(db)
         let insert = try translator.insert(
             into: target.set.name, values: values,

@@ -57,7 +57,17 @@ public struct DataDirectory: Sendable {
             throw ServerSetupError("Cannot write the key file '\(file.lastPathComponent)': \(error.message)")
         }
         // Another process (the server and an admin command started together) created it first: its key is the one.
-        guard created else { return try masterKey(file: file) }
+        guard created else {
+            guard let data = try? Data(contentsOf: file) else {
+                throw ServerSetupError(
+                    "The master key file '\(file.path)' exists but cannot be read; check its owner, permissions and, if it is a link, where it points."
+                )
+            }
+            guard data.count == 32 else {
+                throw ServerSetupError("The master key file '\(file.path)' is damaged (expected 32 bytes).")
+            }
+            return SymmetricKey(data: data)
+        }
         return key
     }
 
