@@ -245,6 +245,10 @@ enum Fixtures {
                 ("PreflightChecks?$top=99999999999999999999", .badRequest),
                 ("PreflightChecks?$deltatoken=\(max)", .badRequest),
                 ("PreflightChecks?$deltatoken=-1", .badRequest),
+                (
+                    "PreflightChecks?$deltatoken=0&$skiptoken=\(token(String(repeating: "s1:2", count: 50_000)))",
+                    .badRequest
+                ),
                 ("PreflightChecks?$filter=FuelKg add \(max) gt 1", .ok),
             ]
             for (path, status) in cases {

@@ -457,6 +457,9 @@ extension DataService {
     /// never written: such a read continues at its offset).
     static let maximumKeyPosition = 8 * 1024
 
+    /// The longest skip token read at all: a key position's, in base64.
+    static let maximumSkipToken = (maximumKeyPosition + 2) / 3 * 4
+
     /// The longest key a create accepts, as JSON: with the offset and sequence it fits ``maximumKeyPosition``, so
     /// only keys stored some other way (written into the database directly) are ever paged by offset.
     static let maximumKeyBytes = 4 * 1024
@@ -484,7 +487,9 @@ extension DataService {
     /// The last sequence served and `through`; a token from before sequence-order paging (a position) starts the
     /// delta over from its token (changes are sent again, none is skipped).
     static func decodeDeltaSkipToken(_ token: String) throws -> (after: Int64?, through: Int64?) {
-        guard let data = Data(base64URLEncoded: token) else { throw invalidSkipToken }
+        guard token.utf8.count <= maximumSkipToken, let data = Data(base64URLEncoded: token) else {
+            throw invalidSkipToken
+        }
         let text = String(decoding: data, as: UTF8.self)
         guard text.hasPrefix("s") else { return (nil, try decodeSkipToken(token, type: nil).through) }
         let parts = text.dropFirst().split(separator: ":")
@@ -496,7 +501,7 @@ extension DataService {
 
     /// A skip token's position; a key position must be a key of `type` (nil: none is accepted).
     static func decodeSkipToken(_ token: String, type: EntityType?) throws -> SkipToken {
-        guard token.utf8.count <= (maximumKeyPosition + 2) / 3 * 4, let data = Data(base64URLEncoded: token) else {
+        guard token.utf8.count <= maximumSkipToken, let data = Data(base64URLEncoded: token) else {
             throw invalidSkipToken
         }
         let text = String(decoding: data, as: UTF8.self)
