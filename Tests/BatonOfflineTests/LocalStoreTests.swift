@@ -9,15 +9,26 @@ import Testing
 
 /// Local OData on the device store, without a server.
 @Suite(.serverSlot) struct LocalStoreTests {
-    @Test func stringKeysThatNeedEncodingAreAddressedCanonically() async throws {
+    static func directory() throws -> URL {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-local-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(at: directory) }
+        return directory
+    }
+
+    /// A store without defining queries, open for alice.
+    static func openStore(in directory: URL) async throws -> OfflineStore {
         let store = try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
             deviceID: "tablet-1", definingQueries: [])
         try await store.open(
             as: OfflineUser(name: "alice", signingKey: P256.Signing.PrivateKey()), key: SymmetricKey(size: .bits256))
+        return store
+    }
+
+    @Test func stringKeysThatNeedEncodingAreAddressedCanonically() async throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try await Self.openStore(in: directory)
         let id = try await store.create(
             in: "Aircraft",
             values: [
@@ -49,14 +60,9 @@ import Testing
     /// the change and its queued upload are on the disk when `create` returns. GRDB opens a store in WAL mode
     /// with `synchronous = NORMAL`, where a commit reaches the disk only at the next checkpoint.
     @Test func aRecordedChangeIsOnTheDiskBeforeTheStoreSaysSo() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-local-\(UUID())")
-        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let store = try OfflineStore(
-            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
-            deviceID: "tablet-1", definingQueries: [])
-        try await store.open(
-            as: OfflineUser(name: "alice", signingKey: P256.Signing.PrivateKey()), key: SymmetricKey(size: .bits256))
+        let store = try await Self.openStore(in: directory)
         let level = try await store.read { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") }
         #expect(level == 2, "PRAGMA synchronous is \(level ?? -1), not FULL (2)")
     }

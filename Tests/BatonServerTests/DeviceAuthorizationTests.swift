@@ -158,6 +158,20 @@ extension TestClientProtocol {
         return body
     }
 
+    /// Asks for a device code as a client at `address` (through a trusted proxy's `X-Forwarded-For`).
+    func startDeviceAuthorization(from address: String) async throws -> (
+        status: HTTPResponse.Status, body: [String: Any], retryAfter: Int?
+    ) {
+        var headers = formHeaders
+        headers[try #require(HTTPField.Name("X-Forwarded-For"))] = address
+        return try await execute(
+            uri: "/oauth/device_authorization", method: .post, headers: headers,
+            body: formBody([("client_id", "baton-device")])
+        ) { response in
+            (response.status, Self.object(response.body), response.headers[.retryAfter].flatMap { Int($0) })
+        }
+    }
+
     /// One poll; the OAuth error code, or "ok".
     func poll(_ deviceCode: String) async throws -> String {
         let (status, body) = try await token([

@@ -609,15 +609,8 @@ import Testing
         }) { server, client in
             _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
             func start(from address: String) async throws -> (status: HTTPResponse.Status, error: String?, wait: Int?) {
-                var headers = formHeaders
-                headers[HTTPField.Name("X-Forwarded-For")!] = address
-                return try await client.execute(
-                    uri: "/oauth/device_authorization", method: .post, headers: headers,
-                    body: formBody([("client_id", "baton-device")])
-                ) { response in
-                    let body = (try? JSONSerialization.jsonObject(with: Data(buffer: response.body))) as? [String: Any]
-                    return (response.status, body?["error"] as? String, response.headers[.retryAfter].flatMap(Int.init))
-                }
+                let answer = try await client.startDeviceAuthorization(from: address)
+                return (answer.status, answer.body["error"] as? String, answer.retryAfter)
             }
             for _ in 0..<3 { #expect(try await start(from: "198.51.100.1").status == .ok) }
             let refused = try await start(from: "198.51.100.1")
@@ -650,17 +643,8 @@ import Testing
         }) { server, client in
             _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
             func start(from address: String) async throws -> (HTTPResponse.Status, [String: Any]) {
-                var headers = formHeaders
-                headers[HTTPField.Name("X-Forwarded-For")!] = address
-                return try await client.execute(
-                    uri: "/oauth/device_authorization", method: .post, headers: headers,
-                    body: formBody([("client_id", "baton-device")])
-                ) { response in
-                    (
-                        response.status,
-                        (try? JSONSerialization.jsonObject(with: Data(buffer: response.body))) as? [String: Any] ?? [:]
-                    )
-                }
+                let answer = try await client.startDeviceAuthorization(from: address)
+                return (answer.status, answer.body)
             }
             // Behind one NAT: each tablet's code, once approved and redeemed, frees its place.
             for _ in 0..<4 {

@@ -43,12 +43,7 @@ public struct DataDirectory: Sendable {
     /// `keys/master.key`.
     func masterKey(file given: URL? = nil) throws(ServerSetupError) -> SymmetricKey {
         let file = given ?? keysURL.appendingPathComponent("master.key")
-        if let data = try? Data(contentsOf: file) {
-            guard data.count == 32 else {
-                throw ServerSetupError("The master key file '\(file.path)' is damaged (expected 32 bytes).")
-            }
-            return SymmetricKey(data: data)
-        }
+        if let key = try Self.readMasterKey(file) { return key }
         let key = SymmetricKey(size: .bits256)
         let created: Bool
         do {
@@ -58,15 +53,12 @@ public struct DataDirectory: Sendable {
         }
         // Another process (the server and an admin command started together) created it first: its key is the one.
         guard created else {
-            guard let data = try? Data(contentsOf: file) else {
+            guard let key = try Self.readMasterKey(file) else {
                 throw ServerSetupError(
                     "The master key file '\(file.path)' exists but cannot be read; check its owner, permissions and, if it is a link, where it points."
                 )
             }
-            guard data.count == 32 else {
-                throw ServerSetupError("The master key file '\(file.path)' is damaged (expected 32 bytes).")
-            }
-            return SymmetricKey(data: data)
+            return key
         }
         return key
     }
@@ -74,11 +66,19 @@ public struct DataDirectory: Sendable {
     /// Reads a master-key file that must exist: with PostgreSQL every instance needs the same key, so none is
     /// made up.
     static func existingMasterKey(_ file: URL) throws(ServerSetupError) -> SymmetricKey {
-        guard let data = try? Data(contentsOf: file) else {
+        guard let key = try readMasterKey(file) else {
             throw ServerSetupError(
                 "Cannot read the master-key file '\(file.path)'; create it once with (umask 077; head -c 32 /dev/urandom > \(file.path)) and give every instance a copy."
             )
         }
+        return key
+    }
+
+    /// The key in `file`, or nil when it cannot be read.
+    ///
+    /// - Throws: ``ServerSetupError`` when it holds anything but 32 bytes.
+    static func readMasterKey(_ file: URL) throws(ServerSetupError) -> SymmetricKey? {
+        guard let data = try? Data(contentsOf: file) else { return nil }
         guard data.count == 32 else {
             throw ServerSetupError("The master key file '\(file.path)' is damaged (expected 32 bytes).")
         }
