@@ -436,6 +436,60 @@ enum Fixtures {
         }
     }
 
+    /// A delta's removals are not paged, so they are bounded: past `maximumDeltaRemovals` deletions, or changed
+    /// entities a filtered delta checks for "left the set", the delta answers 410 and the client reads the
+    /// collection again in pages — one request never holds a month of a fleet's changes.
+    @Test(arguments: StorageBackend.allCases) func aDeltaWithMoreRemovalsThanItsBoundIsReadAgain(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend) { $0.dataService.maximumDeltaRemovals = 2 }
+        defer { server.remove() }
+        try await server.server.users.add(
+            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
+        try await server.test { client in
+            func relative(_ link: String) -> String { String(link.dropFirst("http://127.0.0.1:8080/odata/".count)) }
+            let sam = try await client.signIn("sam").access
+            #expect(try await client.odata(.post, "Aircraft", token: sam, body: Fixtures.aircraft).status == .created)
+            for n in 1...5 {
+                _ = try await client.odata(
+                    .post, "PreflightChecks", token: sam, body: Fixtures.check(Fixtures.id(n), fuel: "6000"))
+            }
+            func track(_ query: String) async throws -> String {
+                let read = try await client.odata(.get, query, token: sam, headers: [("Prefer", "odata.track-changes")])
+                return relative(try #require(read.json["@odata.deltaLink"] as? String))
+            }
+            func leave(_ n: Int) async throws {
+                _ = try await client.odata(
+                    .patch, "PreflightChecks(\(Fixtures.id(n)))", token: sam, headers: [("If-Match", "*")],
+                    body: #"{"FuelKg":10}"#)
+            }
+            // Two changed entities to check: within the bound.
+            var filtered = try await track("PreflightChecks?$filter=FuelKg gt 5001")
+            try await leave(1)
+            try await leave(2)
+            let within = try await client.odata(.get, filtered, token: sam)
+            #expect(within.status == .ok && within.values.filter { $0["@removed"] != nil }.count == 2)
+            // Three: past it.
+            filtered = try await track("PreflightChecks?$filter=FuelKg gt 5001")
+            try await leave(3)
+            try await leave(4)
+            try await leave(5)
+            let past = try await client.odata(.get, filtered, token: sam)
+            #expect(past.status == .gone, "\(past.json)")
+            // Deletions the same, filtered or not.
+            let all = try await track("PreflightChecks")
+            for n in 1...3 {
+                _ = try await client.odata(
+                    .delete, "PreflightChecks(\(Fixtures.id(n)))", token: sam, headers: [("If-Match", "*")])
+            }
+            #expect(try await client.odata(.get, all, token: sam).status == .gone)
+            // Reading again in pages works, whatever changed.
+            let again = try await client.odata(
+                .get, "PreflightChecks", token: sam, headers: [("Prefer", "odata.track-changes,odata.maxpagesize=1")])
+            #expect(again.status == .ok && again.values.count == 1)
+        }
+    }
+
     @Test(arguments: StorageBackend.allCases) func deltaLinksReportChangesDeletionsAndEntitiesThatLeftTheFilter(
         backend: StorageBackend
     ) async throws {

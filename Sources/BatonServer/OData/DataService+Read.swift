@@ -323,10 +323,15 @@ extension DataService {
         let contextBase = context.serviceRoot + "$metadata"
         if skip == nil {
             // Deletions first: an entity deleted and created again within the range is deleted, then written.
+            // Removals are not paged: past a bound, the client reads the collection again, in pages.
+            let bound = configuration.maximumDeltaRemovals
+            let tooMuch = ServerError(
+                .gone, "Gone", "So much changed since this delta link that the collection is read again, in pages.")
             var removals: [JSONValue] = []
             let tombstones = try db.fetchAll(
-                #"SELECT keyJSON FROM "$removed" WHERE entitySet = ? AND seq > ? AND seq <= ? ORDER BY seq"#,
-                target.set.name, from, through)
+                #"SELECT keyJSON FROM "$removed" WHERE entitySet = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?"#,
+                target.set.name, from, through, Int64(bound + 1))
+            guard tombstones.count <= bound else { throw tooMuch }
             for row in tombstones {
                 removals.append(
                     ODataPayload.removed(
@@ -346,7 +351,9 @@ extension DataService {
                 }
                 var unfiltered = QueryOptions()
                 unfiltered.select = target.type.key
+                unfiltered.top = bound + 1
                 let all = try fetchRange(target, options: unfiltered, range: held, in: db)
+                guard all.count <= bound else { throw tooMuch }
                 if !all.isEmpty {
                     var matching = options
                     matching.top = nil

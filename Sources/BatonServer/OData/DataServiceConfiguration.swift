@@ -22,6 +22,10 @@ public struct DataServiceConfiguration: Sendable {
     /// How long deletions are remembered for delta links, in seconds; older delta tokens get 410 Gone.
     /// Default: 30 days.
     public var deltaRetention: Double = 30 * 86_400
+    /// The most deletions, and the most changed entities a filtered delta checks for "left the set", that the
+    /// first page of a delta reads: they are not paged, so a delta over more answers 410 Gone and the client
+    /// reads the collection again (in pages). Default: 100,000.
+    public var maximumDeltaRemovals = 100_000
     /// How long repeatable-request results are kept, in seconds. Default: 7 days.
     public var repeatabilityRetention: Double = 7 * 86_400
     /// The entity sets ground staff may change; supervisors and admins change every set. Default:
