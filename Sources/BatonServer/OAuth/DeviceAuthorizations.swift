@@ -10,9 +10,10 @@ import Foundation
 /// shows the person a short user code and where to enter it, and polls the token endpoint while the person
 /// signs in on their phone or computer and approves.
 ///
-/// Device codes are stored as SHA-256 hashes, with a keyed hash of the address that asked (never the address), user codes as eight letters from a 20-letter alphabet without
+/// Device codes are stored as SHA-256 hashes, user codes as eight letters from a 20-letter alphabet without
 /// vowels (no words, no look-alikes; RFC 8628 §6.1), shown as `XXXX-XXXX`. A code lives 10 minutes and is used
-/// once; polling faster than the interval gets `slow_down` and a longer interval.
+/// once; polling faster than the interval gets `slow_down` and a longer interval. Each code keeps a keyed hash
+/// of the address that asked for it (never the address), for ``DeviceCodeLimits``.
 struct DeviceAuthorizations: Sendable {
     static let grantType = "urn:ietf:params:oauth:grant-type:device_code"
     static let lifetime: TimeInterval = 600
@@ -32,9 +33,9 @@ struct DeviceAuthorizations: Sendable {
     /// Starts an authorization for `client` with `scope`, asked from the address whose keyed hash is
     /// `addressKey` (``LoginThrottle/addressKey(_:)``).
     ///
-    /// - Throws: ``OAuthError`` `slow_down` (429) when the address already has `limits.perAddress` live codes,
-    ///   `temporarily_unavailable` (503) when all addresses together have `limits.maximum`; each with the
-    ///   seconds until a place frees up.
+    /// - Throws: ``OAuthError`` `slow_down` (429) when `limits.perAddress` codes asked from the address wait for
+    ///   a person, `temporarily_unavailable` (503) when `limits.maximum` codes wait in all; each with the seconds
+    ///   until a place frees up.
     func start(client: String, scope: String, addressKey: String, limits: DeviceCodeLimits) async throws -> Started {
         enum Outcome: Sendable {
             case started, taken
