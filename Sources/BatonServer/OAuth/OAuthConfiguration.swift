@@ -21,8 +21,8 @@ public struct OAuthConfiguration: Sendable {
     public var clients: [OAuthClient] = [.device, .web, .cockpit]
     /// Sign-in throttling limits.
     var throttle = LoginThrottle.Limits()
-    /// How many sign-in codes for a browser elsewhere (RFC 8628) may wait at once. Default: 50 per address,
-    /// 10,000 in all.
+    /// How many sign-in codes for a browser elsewhere (RFC 8628) may wait at once. Default: 50 per address (an
+    /// IPv6 /64 as one), 100,000 in all.
     public var deviceCodes = DeviceCodeLimits()
 
     /// The defaults.
