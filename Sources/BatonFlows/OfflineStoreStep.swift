@@ -42,7 +42,10 @@ public struct OfflineStoreStep: OnboardingStep {
 
     public func restore(_ context: inout OnboardingContext) async throws {
         let session = try await open(&context)
-        guard await context.client.isReachable() else { return }
+        // The settings step of this flow may just have heard from the server.
+        var reachable = context.info[.settingsFromServer] == true
+        if !reachable { reachable = await context.client.isReachable() }
+        guard reachable else { return }
         let allowed = context.info[.settings]?.sharedDevices.uploadPendingChangesOfPreviousUser ?? false
         do {
             let report = try await store.upload(using: session, allowOnBehalf: allowed)

@@ -51,6 +51,12 @@ extension OnboardingInfoKey where Value == ClientSettings {
     public static var settings: Self { Self("baton.settings") }
 }
 
+extension OnboardingInfoKey where Value == Bool {
+    /// Whether this flow's settings step heard from the server (its settings, or that they are unchanged): the
+    /// server is reachable, and what follows need not ask for the settings again.
+    public static var settingsFromServer: Self { Self("baton.settingsFromServer") }
+}
+
 extension OnboardingInfoKey where Value == Data {
     /// The device's store key (store-key fetch).
     public static var storeKey: Self { Self("baton.storeKey") }

@@ -131,8 +131,10 @@ public actor OnboardingSessionManager {
         case .restore(let existing): (type, id) = (.restore, existing)
         }
         let session: OnboardingSession
+        var settingsFromServer = false
         do {
             let context = try await controller.run(type, for: id, info: info)
+            settingsFromServer = context.info[.settingsFromServer] == true
             session = try await assemble(context)
         } catch {
             if error.code == .forgotPasscode, type == .restore {
@@ -150,7 +152,8 @@ public actor OnboardingSessionManager {
         }
         if type == .onboard { await idManager.store(id, users: users) }
         // Online, the unlock or switch also learns what the server changed for this device and its users.
-        if type == .restore { try await contactServer() }
+        // The restore's settings step may just have asked for the settings: then only the rest is asked.
+        if type == .restore { try await contactServer(settingsFromServer: settingsFromServer) }
         return self.session ?? session
     }
 

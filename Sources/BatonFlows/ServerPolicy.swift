@@ -65,44 +65,56 @@ extension OnboardingSessionManager {
     ///   removed).
     @discardableResult
     public func contactServer() async throws(FlowsError) -> ContactReport {
+        try await contactServer(settingsFromServer: false)
+    }
+
+    /// ``contactServer()``; with `settingsFromServer`, the session's settings are ones the server just sent (or
+    /// confirmed) in this flow, so neither the server's reachability nor the settings are asked again.
+    func contactServer(settingsFromServer: Bool) async throws(FlowsError) -> ContactReport {
         guard var session, state == .open else { throw FlowsError(.notOpen, "Nobody is signed in.") }
         var report = ContactReport()
         lastContactAttempt = self.configuration.now()
-        guard await client.isReachable(), let configuration = session.info[.serverConfiguration] else {
+        var reachable = settingsFromServer
+        if !reachable { reachable = await client.isReachable() }
+        guard reachable, let configuration = session.info[.serverConfiguration] else {
             return report
         }
         report.reachable = true
         lastContact = self.configuration.now()
         var selfWithdrawn = false
         var revoked = false
-        do {
-            let token = try await session.authorized.accessToken()
-            // The ETag of the user's own copy (behind their passcode), never the device-wide one.
-            let etag = try? await session.secureStore.value(String.self, forKey: SecureStoreKey.settingsETag)
-            var answer = try await client.settings(configuration, token: token, etag: etag)
-            if answer == .unchanged,
-                let kept = try? await session.secureStore.value(ClientSettings.self, forKey: SecureStoreKey.settings)
-            {
-                answer = .changed(kept, etag: etag)
+        if !settingsFromServer {
+            do {
+                let token = try await session.authorized.accessToken()
+                // The ETag of the user's own copy (behind their passcode), never the device-wide one.
+                let etag = try? await session.secureStore.value(String.self, forKey: SecureStoreKey.settingsETag)
+                var answer = try await client.settings(configuration, token: token, etag: etag)
+                if answer == .unchanged,
+                    let kept = try? await session.secureStore.value(
+                        ClientSettings.self, forKey: SecureStoreKey.settings)
+                {
+                    answer = .changed(kept, etag: etag)
+                }
+                if case .changed(let fresh, let freshETag) = answer {
+                    report.settingsChanged = fresh != session.settings
+                    session.settings = fresh
+                    self.session = session
+                    try await SettingsExchangeStep.keep(fresh, etag: freshETag, in: session.secureStore, users: users)
+                }
+            } catch let error as BatonClientError {
+                switch (error.code, error.serverCode) {
+                case (.appVersionInactive, _): throw SettingsExchangeStep.inactiveVersion(self.configuration.appVersion)
+                case (.unreachable, _): return report
+                case (_, "UserWithdrawn"): selfWithdrawn = true
+                case (_, "DeviceRevoked"): revoked = true
+                // A refresh refused for another reason: the device's status below says why, if it knows.
+                default: break
+                }
+            } catch let error as FlowsError {
+                throw error
+            } catch {
+                throw FlowsError(.storage, "Cannot keep the settings: \(error)")
             }
-            if case .changed(let fresh, let freshETag) = answer {
-                report.settingsChanged = fresh != session.settings
-                session.settings = fresh
-                self.session = session
-                try await SettingsExchangeStep.keep(fresh, etag: freshETag, in: session.secureStore, users: users)
-            }
-        } catch let error as BatonClientError {
-            switch (error.code, error.serverCode) {
-            case (.appVersionInactive, _): throw SettingsExchangeStep.inactiveVersion(self.configuration.appVersion)
-            case (.unreachable, _): return report
-            case (_, "UserWithdrawn"): selfWithdrawn = true
-            case (_, "DeviceRevoked"): revoked = true
-            default: break  // A refresh refused for another reason: the device's status below says why, if it knows.
-            }
-        } catch let error as FlowsError {
-            throw error
-        } catch {
-            throw FlowsError(.storage, "Cannot keep the settings: \(error)")
         }
         if let version = self.configuration.appVersion, session.settings.appVersions.inactive.contains(version) {
             throw SettingsExchangeStep.inactiveVersion(version)

@@ -313,6 +313,7 @@ public struct SettingsExchangeStep: OnboardingStep {
                 case .unchanged: (settings, etag) = (kept, keptETag)
                 case .changed(let fresh, let freshETag): (settings, etag) = (fresh, freshETag)
                 }
+                context.info[.settingsFromServer] = true
             } catch  where error.code == .appVersionInactive {
                 context.info[.tokens] = await session.tokens
                 throw Self.inactiveVersion(context.configuration.appVersion)

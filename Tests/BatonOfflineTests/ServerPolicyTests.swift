@@ -137,6 +137,27 @@ import Testing
         #expect(try await device.manager.contactServerIfDue()?.reachable == true)
     }
 
+    /// An unlock (or a switch) asks the server for its settings once: the restore flow's settings step already
+    /// did when it could, so the session manager's contact afterwards asks only what the step did not (the
+    /// device's status). Each switch at a stand is the tablet's and the server's work, and its wait.
+    @Test func anUnlockAsksTheServerForItsSettingsOnce() async throws {
+        let server = try await server()
+        defer { Task { await server.shutDown() } }
+        let device = try tablet(server, Self.alice)
+        _ = try await device.manager.open()
+        await device.manager.lock()
+        device.transport.reset()
+        await device.presenter.append([.passcode("alice-pass-1")])
+        _ = try await device.manager.unlock()
+        #expect(device.transport.statuses(path: "/settings") == [304])
+        #expect(device.transport.statuses(path: "/health").count == 1)
+        #expect(device.transport.log.entries.withLock { $0.filter { $0.path.hasSuffix("/status") }.count } == 1)
+        // Asked on its own, the contact still asks for everything.
+        device.transport.reset()
+        _ = try await device.manager.contactServer()
+        #expect(device.transport.statuses(path: "/settings") == [304])
+    }
+
     @Test func offlineTheServerIsAskedAgainAfterAMinuteNotOnEveryCall() async throws {
         let server = try await server()
         let clock = TestClock()
