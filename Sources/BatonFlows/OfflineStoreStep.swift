@@ -43,8 +43,8 @@ public struct OfflineStoreStep: OnboardingStep {
     public func restore(_ context: inout OnboardingContext) async throws {
         let session = try await open(&context)
         // The settings step of this flow may just have heard from the server.
-        var reachable = context.info[.settingsFromServer] == true
-        if !reachable { reachable = await context.client.isReachable() }
+        let reachable =
+            if context.info[.settingsFromServer] == true { true } else { await context.client.isReachable() }
         guard reachable else { return }
         let allowed = context.info[.settings]?.sharedDevices.uploadPendingChangesOfPreviousUser ?? false
         do {

@@ -166,6 +166,8 @@ public actor OnboardingSessionManager {
         let authorized = try context.authorizedSession()
         var info = context.info
         info[.enteredPasscode] = nil
+        // What this flow heard from the server says nothing about the next contact.
+        info[.settingsFromServer] = nil
         let session = OnboardingSession(
             user: user, deviceID: context.deviceID, secureStore: store, authorized: authorized, settings: settings,
             info: info)

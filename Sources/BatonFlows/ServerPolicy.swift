@@ -74,8 +74,7 @@ extension OnboardingSessionManager {
         guard var session, state == .open else { throw FlowsError(.notOpen, "Nobody is signed in.") }
         var report = ContactReport()
         lastContactAttempt = self.configuration.now()
-        var reachable = settingsFromServer
-        if !reachable { reachable = await client.isReachable() }
+        let reachable = if settingsFromServer { true } else { await client.isReachable() }
         guard reachable, let configuration = session.info[.serverConfiguration] else {
             return report
         }
@@ -84,36 +83,11 @@ extension OnboardingSessionManager {
         var selfWithdrawn = false
         var revoked = false
         if !settingsFromServer {
-            do {
-                let token = try await session.authorized.accessToken()
-                // The ETag of the user's own copy (behind their passcode), never the device-wide one.
-                let etag = try? await session.secureStore.value(String.self, forKey: SecureStoreKey.settingsETag)
-                var answer = try await client.settings(configuration, token: token, etag: etag)
-                if answer == .unchanged,
-                    let kept = try? await session.secureStore.value(
-                        ClientSettings.self, forKey: SecureStoreKey.settings)
-                {
-                    answer = .changed(kept, etag: etag)
-                }
-                if case .changed(let fresh, let freshETag) = answer {
-                    report.settingsChanged = fresh != session.settings
-                    session.settings = fresh
-                    self.session = session
-                    try await SettingsExchangeStep.keep(fresh, etag: freshETag, in: session.secureStore, users: users)
-                }
-            } catch let error as BatonClientError {
-                switch (error.code, error.serverCode) {
-                case (.appVersionInactive, _): throw SettingsExchangeStep.inactiveVersion(self.configuration.appVersion)
-                case (.unreachable, _): return report
-                case (_, "UserWithdrawn"): selfWithdrawn = true
-                case (_, "DeviceRevoked"): revoked = true
-                // A refresh refused for another reason: the device's status below says why, if it knows.
-                default: break
-                }
-            } catch let error as FlowsError {
-                throw error
-            } catch {
-                throw FlowsError(.storage, "Cannot keep the settings: \(error)")
+            switch try await refreshSettings(&session, configuration: configuration, report: &report) {
+            case .unreachable: return report
+            case .userWithdrawn: selfWithdrawn = true
+            case .deviceRevoked: revoked = true
+            case .done: break
             }
         }
         if let version = self.configuration.appVersion, session.settings.appVersions.inactive.contains(version) {
@@ -164,6 +138,49 @@ extension OnboardingSessionManager {
                 onboardingID: removedSelf.onboardingID, serverUserID: removedSelf.serverUserID)
         }
         return report
+    }
+
+    /// How a settings request of ``contactServer()`` ended.
+    enum SettingsRefresh {
+        case done, unreachable, userWithdrawn, deviceRevoked
+    }
+
+    /// Asks for the settings (conditionally, with the ETag of the user's own copy) and keeps what changed in the
+    /// session and the user's secure store.
+    func refreshSettings(
+        _ session: inout OnboardingSession, configuration: ServerConfiguration, report: inout ContactReport
+    ) async throws(FlowsError) -> SettingsRefresh {
+        do {
+            let token = try await session.authorized.accessToken()
+            // The ETag of the user's own copy (behind their passcode), never the device-wide one.
+            let etag = try? await session.secureStore.value(String.self, forKey: SecureStoreKey.settingsETag)
+            var answer = try await client.settings(configuration, token: token, etag: etag)
+            if answer == .unchanged,
+                let kept = try? await session.secureStore.value(ClientSettings.self, forKey: SecureStoreKey.settings)
+            {
+                answer = .changed(kept, etag: etag)
+            }
+            if case .changed(let fresh, let freshETag) = answer {
+                report.settingsChanged = fresh != session.settings
+                session.settings = fresh
+                self.session = session
+                try await SettingsExchangeStep.keep(fresh, etag: freshETag, in: session.secureStore, users: users)
+            }
+            return .done
+        } catch let error as BatonClientError {
+            switch (error.code, error.serverCode) {
+            case (.appVersionInactive, _): throw SettingsExchangeStep.inactiveVersion(self.configuration.appVersion)
+            case (.unreachable, _): return .unreachable
+            case (_, "UserWithdrawn"): return .userWithdrawn
+            case (_, "DeviceRevoked"): return .deviceRevoked
+            // A refresh refused for another reason: the device's status says why, if it knows.
+            default: return .done
+            }
+        } catch let error as FlowsError {
+            throw error
+        } catch {
+            throw FlowsError(.storage, "Cannot keep the settings: \(error)")
+        }
     }
 
     /// ``contactServer()`` when the last contact is older than the server's `devices.settings-refresh-seconds`

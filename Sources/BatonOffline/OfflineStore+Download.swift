@@ -101,7 +101,7 @@ extension OfflineStore {
                 self.report(
                     .download(query: query.name, entities: report.updated + report.removed, pages: report.pages))
             }
-            if let seen { report.removed += try sweep(query, keeping: seen, storing: sweptLink) }
+            if let seen { report.removed += try sweep(query, of: set, keeping: seen, storing: sweptLink) }
         }
         return report
     }
@@ -110,14 +110,15 @@ extension OfflineStore {
     /// server while the delta link was too old to tell, or since a first download was cut short), except those
     /// with changes not uploaded yet, and stores the download's delta link in the same transaction.
     func sweep(
-        _ query: DefiningQuery, keeping seen: Set<String>, storing link: (query: String, link: String, exact: Bool)?
+        _ query: DefiningQuery, of set: EntitySet, keeping seen: Set<String>,
+        storing link: (query: String, link: String, exact: Bool)?
     ) throws(OfflineError) -> Int {
         let stale = try read(query.url).filter { !seen.contains($0.id) }.map(\.id)
         let translator = translator
-        let shared = try sharedSets.contains(parseRead(query.url).0.name)
+        let shared = sharedSets.contains(set.name)
         return try write { db in
             // What is pending stays, decided in the transaction that deletes.
-            let pending = Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$queue""#))
+            let pending = try Self.pendingIDs(in: db)
             var removed = 0
             for id in stale where !pending.contains(id) {
                 if shared, try Self.heldElsewhere(id, leaving: query.name, in: db) { continue }
@@ -259,7 +260,7 @@ extension OfflineStore {
             throw OfflineError(.storage, error.message)
         }
         try write { db in
-            let pending = Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$queue""#))
+            let pending = try Self.pendingIDs(in: db)
             let statement = try db.cachedStatement(sql: replace)
             for change in changes {
                 if shared {
@@ -293,6 +294,11 @@ extension OfflineStore {
         report.updated += updated
         report.removed += removed
         report.keptLocal += kept
+    }
+
+    /// The entities with a change waiting in the upload queue: a download or sweep leaves them as they are.
+    static func pendingIDs(in db: Database) throws -> Set<String> {
+        Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$queue""#))
     }
 
     /// Drops `query`'s hold on an entity of a shared set and tells whether another defining query still holds it

@@ -300,7 +300,7 @@ public actor OfflineStore {
         do {
             return try database.read { db in
                 let rows = try Row.fetchAll(db, sql: query.sql, arguments: query.statementArguments)
-                let pending = Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$queue""#))
+                let pending = try Self.pendingIDs(in: db)
                 return try rows.map { row in
                     var values: [String: PrimitiveValue] = [:]
                     for property in type.properties where row.hasColumn(property.name) {

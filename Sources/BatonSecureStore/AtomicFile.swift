@@ -44,18 +44,26 @@ public enum AtomicFile {
     /// ``create(_:at:)`` on a file system without hard links: the name is taken exclusively, then written and
     /// flushed (a reader in between sees a short file, which the callers treat as damaged, not as a key).
     static func createExclusively(_ data: Data, at url: URL) throws(SecureStoreError) -> Bool {
-        let descriptor = open(url.path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
+        guard try writeNew(data, atPath: url.path) else { return false }
+        flushDirectory(of: url)
+        return true
+    }
+
+    /// Creates the file at `path` (mode 0600) holding `data`, flushed to disk; false when the name exists.
+    ///
+    /// - Throws: ``SecureStoreError`` `io` when it cannot be created or written (a partly written file is removed).
+    static func writeNew(_ data: Data, atPath path: String) throws(SecureStoreError) -> Bool {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
         guard descriptor >= 0 else {
             if errno == EEXIST { return false }
-            throw failure(url)
+            throw failure(URL(fileURLWithPath: path))
         }
         var ok = writeAll(data, to: descriptor) && fsync(descriptor) == 0
         ok = close(descriptor) == 0 && ok
         guard ok else {
-            unlink(url.path)
-            throw failure(url)
+            unlink(path)
+            throw failure(URL(fileURLWithPath: path))
         }
-        flushDirectory(of: url)
         return true
     }
 
@@ -77,14 +85,8 @@ public enum AtomicFile {
         let temporary = url.deletingLastPathComponent().appendingPathComponent(
             ".\(url.lastPathComponent).\(UUID().uuidString).tmp"
         ).path
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL, 0o600)
-        guard descriptor >= 0 else { throw failure(url) }
-        var ok = writeAll(data, to: descriptor) && fsync(descriptor) == 0
-        ok = close(descriptor) == 0 && ok
-        guard ok else {
-            unlink(temporary)
-            throw failure(url)
-        }
+        // A fresh name: it exists only if something else put it there.
+        guard try writeNew(data, atPath: temporary) else { throw failure(url) }
         return temporary
     }
 

@@ -526,7 +526,8 @@ import Testing
     }
 
     /// Two defining queries read one set: a check that leaves one of them but stays in the other stays on the tablet,
-    /// whichever query's delta comes first; one that leaves both goes.
+    /// also when the query it stays in comes first (the order in which the other's "left" removal, applied last,
+    /// used to delete it); one that leaves both goes. The holds say who keeps what, and a wipe forgets them.
     @Test func aCheckThatLeavesOneDefiningQueryStaysWhileAnotherHoldsIt() async throws {
         try await withServer { server in
             let recorder = try await makeDevice(server)
@@ -557,6 +558,17 @@ import Testing
             _ = try await keeper.store.download(using: alice.authorized)
             #expect(try await keeper.store.read(stays).first?.values["FuelKg"] == .decimal(100))
             #expect(try await keeper.store.read(goes).isEmpty)
+            func holds(_ id: String) async throws -> [String] {
+                try await keeper.store.read { db in
+                    try String.fetchAll(
+                        db, sql: #"SELECT query FROM "$held" WHERE entityID = ? ORDER BY query"#, arguments: [id])
+                }
+            }
+            #expect(try await holds(stays) == ["tail"])
+            #expect(try await holds(goes).isEmpty)
+            try await keeper.store.wipe()
+            #expect(
+                try await keeper.store.read { db in try Int.fetchOne(db, sql: #"SELECT count(*) FROM "$held""#) } == 0)
             return server
         }
     }

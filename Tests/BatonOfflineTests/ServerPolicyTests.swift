@@ -151,7 +151,7 @@ import Testing
         _ = try await device.manager.unlock()
         #expect(device.transport.statuses(path: "/settings") == [304])
         #expect(device.transport.statuses(path: "/health").count == 1)
-        #expect(device.transport.log.entries.withLock { $0.filter { $0.path.hasSuffix("/status") }.count } == 1)
+        #expect(device.transport.statuses(pathEndingWith: "/status").count == 1)
         // Asked on its own, the contact still asks for everything.
         device.transport.reset()
         _ = try await device.manager.contactServer()
@@ -553,6 +553,9 @@ struct RecordingTransport: HTTPTransport {
 
     func reset() { log.entries.withLock { $0.removeAll() } }
     func statuses(path: String) -> [Int] { log.entries.withLock { $0.filter { $0.path == path }.map(\.status) } }
+    func statuses(pathEndingWith suffix: String) -> [Int] {
+        log.entries.withLock { $0.filter { $0.path.hasSuffix(suffix) }.map(\.status) }
+    }
 }
 
 extension DeviceStorage {

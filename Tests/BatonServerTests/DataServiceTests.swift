@@ -249,6 +249,11 @@ enum Fixtures {
                     "PreflightChecks?$deltatoken=0&$skiptoken=\(token(String(repeating: "s1:2", count: 50_000)))",
                     .badRequest
                 ),
+                // Well formed but longer than any token the server writes: refused before it is read.
+                (
+                    "PreflightChecks?$deltatoken=0&$skiptoken=\(token("s" + String(repeating: "0", count: 20_000) + "1:1"))",
+                    .badRequest
+                ),
                 ("PreflightChecks?$filter=FuelKg add \(max) gt 1", .ok),
             ]
             for (path, status) in cases {
@@ -404,6 +409,10 @@ enum Fixtures {
                 .replacingOccurrences(of: "/", with: "_")
             let refused = try await client.odata(.get, "Aircraft?$skiptoken=\(forged)", token: sam)
             #expect(refused.status == .badRequest)
+            // A well-formed position past the cap is refused too, though a key of that type would read.
+            let longPosition = base64URL(Data(("k1:-:[\"" + String(repeating: "A", count: 9_000) + "\"]").utf8))
+            let tooLong = try await client.odata(.get, "Aircraft?$skiptoken=\(longPosition)", token: sam)
+            #expect(tooLong.status == .badRequest, "\(tooLong.json)")
         }
     }
 
@@ -487,6 +496,16 @@ enum Fixtures {
             let again = try await client.odata(
                 .get, "PreflightChecks", token: sam, headers: [("Prefer", "odata.track-changes,odata.maxpagesize=1")])
             #expect(again.status == .ok && again.values.count == 1)
+            // Followed to its end, the read brings what is left, and a delta link to go on from.
+            var served = again.values.compactMap { $0["ID"] as? String }
+            var page = again
+            while let next = page.json["@odata.nextLink"] as? String {
+                page = try await client.odata(.get, relative(next), token: sam)
+                #expect(page.status == .ok)
+                served += page.values.compactMap { $0["ID"] as? String }
+            }
+            #expect(served == [Fixtures.id(4), Fixtures.id(5)])
+            #expect(page.json["@odata.deltaLink"] is String)
         }
     }
 

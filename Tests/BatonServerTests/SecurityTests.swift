@@ -608,22 +608,25 @@ import Testing
             $0.oauth.deviceCodes = DeviceCodeLimits(perAddress: 3, maximum: 5)
         }) { server, client in
             _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
-            func start(from address: String) async throws -> (status: HTTPResponse.Status, error: String?, wait: Int?) {
-                let answer = try await client.startDeviceAuthorization(from: address)
-                return (answer.status, answer.body["error"] as? String, answer.retryAfter)
-            }
-            for _ in 0..<3 { #expect(try await start(from: "198.51.100.1").status == .ok) }
-            let refused = try await start(from: "198.51.100.1")
-            #expect(refused.status == .tooManyRequests && refused.error == "slow_down")
-            #expect((1...600).contains(refused.wait ?? 0), "Retry-After \(refused.wait ?? -1)")
+            let start = client.startDeviceAuthorization(from:)
+            for _ in 0..<3 { #expect(try await start("198.51.100.1").status == .ok) }
+            // 100 s later the first of them frees its place in 500 s: that is the wait the refusal names.
+            server.clock.advance(by: 100)
+            let refused = try await start("198.51.100.1")
+            #expect(refused.status == .tooManyRequests && refused.body["error"] as? String == "slow_down")
+            #expect((1...600).contains(refused.retryAfter ?? 0), "Retry-After \(refused.retryAfter ?? -1)")
+            #expect(refused.retryAfter == 500)
             // Other addresses still get codes, up to the limit of all together.
-            #expect(try await start(from: "198.51.100.2").status == .ok)
-            #expect(try await start(from: "198.51.100.3").status == .ok)
-            let full = try await start(from: "198.51.100.4")
-            #expect(full.status == .serviceUnavailable && full.error == "temporarily_unavailable" && full.wait != nil)
+            #expect(try await start("198.51.100.2").status == .ok)
+            #expect(try await start("198.51.100.3").status == .ok)
+            let full = try await start("198.51.100.4")
+            #expect(
+                full.status == .serviceUnavailable && full.body["error"] as? String == "temporarily_unavailable"
+                    && full.retryAfter != nil)
+            #expect(full.retryAfter == 500)
             // Codes that expired hold no place.
             server.clock.advance(by: 601)
-            #expect(try await start(from: "198.51.100.1").status == .ok)
+            #expect(try await start("198.51.100.1").status == .ok)
             let stored = try await server.server.database.storage.read { db in
                 try db.fetchAll("SELECT * FROM deviceAuthorizations", []).map { row in
                     row.values.compactMap(\.text).joined(separator: " ")
@@ -642,13 +645,10 @@ import Testing
             $0.oauth.deviceCodes = DeviceCodeLimits(perAddress: 2, maximum: 4)
         }) { server, client in
             _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
-            func start(from address: String) async throws -> (HTTPResponse.Status, [String: Any]) {
-                let answer = try await client.startDeviceAuthorization(from: address)
-                return (answer.status, answer.body)
-            }
+            let start = client.startDeviceAuthorization(from:)
             // Behind one NAT: each tablet's code, once approved and redeemed, frees its place.
             for _ in 0..<4 {
-                let (status, started) = try await start(from: "192.0.2.1")
+                let (status, started, _) = try await start("192.0.2.1")
                 #expect(status == .ok)
                 let userCode = try #require(started["user_code"] as? String)
                 let deviceCode = try #require(started["device_code"] as? String)
@@ -660,10 +660,10 @@ import Testing
                 #expect(redeemed == .ok)
             }
             // One IPv6 network, many addresses: its limit, not one per address.
-            #expect(try await start(from: "2001:db8:0:1::1").0 == .ok)
-            #expect(try await start(from: "2001:db8:0:1::2").0 == .ok)
-            #expect(try await start(from: "2001:db8:0:1::3").0 == .tooManyRequests)
-            #expect(try await start(from: "2001:db8:0:2::1").0 == .ok)
+            #expect(try await start("2001:db8:0:1::1").status == .ok)
+            #expect(try await start("2001:db8:0:1::2").status == .ok)
+            #expect(try await start("2001:db8:0:1::3").status == .tooManyRequests)
+            #expect(try await start("2001:db8:0:2::1").status == .ok)
         }
         #expect(DeviceAuthorizations.network(of: "2001:db8:0:1:aa::1") == "2001:db8:0:1::/64")
         #expect(DeviceAuthorizations.network(of: "::ffff:192.0.2.7") == "192.0.2.7")

@@ -46,8 +46,8 @@ extension PrimitiveValue {
         case (.integer(let value), _) where type.isIntegral:
             return type.integerRange?.contains(value) == true ? self : nil
         case (.integer(let value), .decimal): return .decimal(Decimal(value))
-        case (.integer(let value), .double): return .double(Double(value))
-        case (.integer(let value), .single): return Double(value).fitsSingle ? .double(Double(value)) : nil
+        // Every Int64 fits a Single's range (rounded, never to zero).
+        case (.integer(let value), .double), (.integer(let value), .single): return .double(Double(value))
         case (.decimal, .decimal): return self
         case (.decimal(let value), .double): return .double(NSDecimalNumber(decimal: value).doubleValue)
         case (.decimal(let value), .single):

@@ -448,16 +448,18 @@ extension DataService {
         -> String
     {
         guard let after else { return base64URL(Data((through.map { "\(offset):\($0)" } ?? String(offset)).utf8)) }
-        let key = JSONValue.array(
-            zip(type.key, after).map { name, value in
-                value.json(as: type.property(named: name)?.type ?? .string)
-            })
-        let text = "k\(offset):\(through.map(String.init) ?? "-"):\(key.serialized)"
+        let text = "k\(offset):\(through.map(String.init) ?? "-"):\(keyJSON(after, type: type))"
         // A key too long for a token (a string key of kilobytes) continues at the offset instead.
         guard text.utf8.count <= maximumKeyPosition else {
             return encodeSkipToken(offset: offset, through: through, after: nil, type: type)
         }
         return base64URL(Data(text.utf8))
+    }
+
+    /// A key's values (in the type's key order) as the JSON array a skip token carries.
+    static func keyJSON(_ values: [PrimitiveValue], type: EntityType) -> String {
+        JSONValue.array(zip(type.keyProperties, values).map { property, value in value.json(as: property.type) })
+            .serialized
     }
 
     /// The longest key position a skip token carries, in bytes before base64: a longer one is not parsed (and

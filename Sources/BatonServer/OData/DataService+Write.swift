@@ -132,9 +132,7 @@ extension DataService {
         var values = try decode(request, as: target.type, mode: .create).values
         applyServerKept(&values, type: target.type, attribution: attribution)
         // A key travels in every URL and skip token: one longer than a token carries could only be paged by offset.
-        let keyJSON = JSONValue.array(
-            target.type.keyProperties.map { (values[$0.name] ?? .null).json(as: $0.type) }
-        ).serialized
+        let keyJSON = Self.keyJSON(target.type.key.map { values[$0] ?? .null }, type: target.type)
         guard keyJSON.utf8.count <= Self.maximumKeyBytes else {
             throw ServerError.badRequest(
                 "The key of an entity of \(target.set.name) may take at most \(Self.maximumKeyBytes) bytes as JSON; this one takes \(keyJSON.utf8.count).",
