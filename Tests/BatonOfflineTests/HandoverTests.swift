@@ -56,6 +56,16 @@ import Testing
         return Device(directory: directory, presenter: presenter, manager: manager, store: store, transport: transport)
     }
 
+    /// Signs the device's first user in, opens the store as theirs and downloads: their session and the tail
+    /// number of an aircraft the tablet now keeps.
+    func signInAndDownload(_ device: Device) async throws -> (OnboardingSession, tail: String) {
+        let session = try await device.manager.open()
+        try await device.open(session)
+        _ = try await device.store.download(using: session.authorized)
+        let tail = try #require(try await device.store.read("Aircraft").first?.values["TailNumber"]?.text)
+        return (session, tail)
+    }
+
     /// Starts a server with alice and bob and a few aircraft.
     func withServer(settings: [String: String] = [:], _ body: (LiveServer) async throws -> LiveServer) async throws {
         let server = try await LiveServer.start(settings: settings)
@@ -201,10 +211,7 @@ import Testing
     @Test func withoutOnBehalfUploadAlicesChangeWaitsForHer() async throws {
         try await withServer(settings: ["shared-devices.upload-pending-changes-of-previous-user": "false"]) { server in
             let device = try await makeDevice(server)
-            let alice = try await device.manager.open()
-            try await device.open(alice)
-            _ = try await device.store.download(using: alice.authorized)
-            let tail = try #require(try await device.store.read("Aircraft").first?.values["TailNumber"]?.text)
+            let (alice, tail) = try await signInAndDownload(device)
             let aliceCheck = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5200"))
 
             let bob = try await device.manager.addUser()
@@ -234,10 +241,7 @@ import Testing
     @Test func aLostAnswerIsRetriedAndAppliesExactlyOnce() async throws {
         try await withServer { server in
             let device = try await makeDevice(server)
-            let alice = try await device.manager.open()
-            try await device.open(alice)
-            _ = try await device.store.download(using: alice.authorized)
-            let tail = try #require(try await device.store.read("Aircraft").first?.values["TailNumber"]?.text)
+            let (alice, tail) = try await signInAndDownload(device)
             let created = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5000"))
             try await device.store.update(created, values: ["FuelKg": .decimal(5100)])
             // The server applies the batch, but the answer is lost.
@@ -439,10 +443,7 @@ import Testing
             let alice = try await keeper.manager.open()
             try await keeper.open(alice)
             _ = try await keeper.store.download(using: alice.authorized)
-            let other = try await recorder.manager.open()
-            try await recorder.open(other)
-            _ = try await recorder.store.download(using: other.authorized)
-            let tail = try #require(try await recorder.store.read("Aircraft").first?.values["TailNumber"]?.text)
+            let (other, tail) = try await signInAndDownload(recorder)
             var recorded: [String] = []
             for fuel in ["150001", "150002", "150003", "100"] {
                 recorded.append(try await recorder.store.create(in: "PreflightChecks", values: check(tail, fuel: fuel)))
@@ -531,10 +532,7 @@ import Testing
     @Test func aCheckThatLeavesOneDefiningQueryStaysWhileAnotherHoldsIt() async throws {
         try await withServer { server in
             let recorder = try await makeDevice(server)
-            let other = try await recorder.manager.open()
-            try await recorder.open(other)
-            _ = try await recorder.store.download(using: other.authorized)
-            let tail = try #require(try await recorder.store.read("Aircraft").first?.values["TailNumber"]?.text)
+            let (other, tail) = try await signInAndDownload(recorder)
             let stays = try await recorder.store.create(in: "PreflightChecks", values: check(tail, fuel: "150001"))
             let goes = try await recorder.store.create(in: "PreflightChecks", values: check(tail, fuel: "150002"))
             #expect(try await recorder.store.upload(using: other.authorized, allowOnBehalf: true).isComplete)
