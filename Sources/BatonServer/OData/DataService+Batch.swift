@@ -59,7 +59,7 @@ extension DataService {
             let known = locations
             let members = unit
             do {
-                let outcome = try await store.storage.write { db in
+                let outcome = try await store.write { db in
                     var results: [(BatchRequest, DataResponse)] = []
                     var entries: [AuditEntry] = []
                     var unitLocations = known
@@ -114,7 +114,7 @@ extension DataService {
         _ requests: [BatchRequest], locations: [String: String], failed: Set<String>, context: Context
     ) async -> (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>) {
         do {
-            return try await store.storage.write { db in
+            return try await store.write { db in
                 var responses: [BatchResponse] = []
                 var audit: [AuditEntry] = []
                 var locations = locations

@@ -76,7 +76,7 @@ struct DataService: Sendable {
                     ? try await store.storage.readStatement(body) : try await store.storage.read(body)
                 return (response, [])
             }
-            return try await store.storage.write { db in
+            return try await store.write { db in
                 var audit: [AuditEntry] = []
                 let response = try change(url, request: request, in: db, context: context, audit: &audit)
                 try outbox.stage(&audit, in: db)

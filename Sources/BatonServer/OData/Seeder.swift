@@ -48,7 +48,7 @@ struct Seeder {
         }
         let chosen = planes
         let start = random
-        try await store.storage.write { db in
+        try await store.write { db in
             var random = start
             let planes = chosen
             var sequence = try DataStore.reserveSequence(
