@@ -11,8 +11,8 @@ import Synchronization
 /// instances on one database.
 ///
 /// The logic's closures are synchronous (one body for both engines); here each access leases a connection from
-/// postgres-nio's pool and runs its closure on a thread of its own pool, where each statement waits for its
-/// answer. Reads run at `REPEATABLE READ` (one snapshot), writes at `SERIALIZABLE`, retried when PostgreSQL
+/// the postgres-nio pool of the event loop it runs on and runs its closure on a thread of its own pool, where each
+/// statement waits for its answer. Reads run at `REPEATABLE READ` (one snapshot), writes at `SERIALIZABLE`, retried when PostgreSQL
 /// refuses a commit that conflicts with another transaction (SQLSTATE 40001) or breaks a deadlock (40P01).
 public final class PostgresStorage: ServerStorage {
     /// Where the database is (its password redacted in ``PostgresLocation/description``).
