@@ -74,6 +74,33 @@ import Testing
         #expect(try await outboxCount(test.server) == 0)
     }
 
+    /// On PostgreSQL the audit log and the data are one database: a change's entries go into the log in the
+    /// change's own transaction, with nothing left in the outbox to move and no second write. (The outbox cost each
+    /// change two more statements, an insert and a delete, and each request a transaction of its own for the log.)
+    /// Over HTTP, the entry is there once, and an entry a change stages is in the log when its commit returns.
+    @Test func onPostgreSQLAChangesEntriesGoIntoTheLogInItsOwnTransaction() async throws {
+        try await Fixtures.world(backend: .postgres) { server, client, alice, _ in
+            let id = Fixtures.id(31)
+            #expect(
+                try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(id)).status
+                    == .created)
+            let storage = server.server.data.store.storage
+            let outbox = server.server.data.outbox
+            try await server.server.data.store.write { db in
+                var entries = [Self.entry("committed-with-the-change")]
+                try outbox.stage(&entries, in: db)
+            }
+            let left = try await storage.read { db in
+                try db.fetchOne(#"SELECT count(*) FROM "\#(DataStore.auditOutbox)""#)?[0].integer
+            }
+            #expect(left == 0)
+            let entries = try await server.server.audit.entries(limit: 100)
+            #expect(entries.filter { $0.action == "committed-with-the-change" }.count == 1)
+            let created = entries.filter { $0.action == "entity-created" && $0.subject?.contains(id) == true }
+            #expect(created.count == 1, "\(entries)")
+        }
+    }
+
     @Test func recordedEntriesLeaveTheOutboxWithTheNextChange() async throws {
         let test = try await TestServer()
         defer { test.remove() }

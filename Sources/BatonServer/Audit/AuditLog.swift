@@ -54,7 +54,8 @@ public struct AuditLog: Sendable {
     /// - Throws: the database error, if the write fails (then the entries stay in the outbox, for the next
     ///   start).
     func record(staged entries: [AuditEntry], outbox: AuditOutbox) async throws {
-        guard !entries.isEmpty else { return }
+        // Written with the change already when the log is in the data's database.
+        guard !entries.isEmpty, !outbox.writesTheLog else { return }
         try await database.storage.write { db in try Self.insert(entries, in: db) }
         outbox.recorded(entries.compactMap(\.outboxKey))
     }

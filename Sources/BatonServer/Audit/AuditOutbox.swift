@@ -8,7 +8,13 @@ import Synchronization
 /// failed commit of that deletion, is moved at the next start (``AuditLog/collect(from:)``), and the log
 /// adds an entry it has already once. Entries the log could not take (its database was away) are moved by the
 /// next change whose entries it takes.
+///
+/// On PostgreSQL the log and the data are one database: ``writesTheLog`` is then set, a change's entries go into
+/// the log in the change's own transaction, and the outbox only holds what an earlier version left.
 final class AuditOutbox: Sendable {
+    /// Whether ``stage(_:in:)`` writes the audit log itself, in the change's transaction (the log is in the
+    /// same database as the data).
+    let writesTheLog: Bool
     private let recordedKeys = Mutex<[String]>([])
     /// Keys are this process's random prefix and a counter: unique in the log across restarts, and cheap (a
     /// random UUID per entry cost a third of a batch).
@@ -18,9 +24,15 @@ final class AuditOutbox: Sendable {
 
     private static let table = "\"\(DataStore.auditOutbox)\""
 
+    init(writesTheLog: Bool = false) {
+        self.writesTheLog = writesTheLog
+    }
+
     /// Gives each entry its outbox key and writes it, inside the change's transaction; first deletes the
-    /// entries the log has recorded since the last change.
+    /// entries the log has recorded since the last change. With ``writesTheLog``, writes them to the log instead.
     func stage(_ entries: inout [AuditEntry], in db: any SQLConnection) throws {
+        // One database: the log takes them in this transaction; there is nothing to move afterwards.
+        if writesTheLog { return try AuditLog.insert(entries, in: db) }
         let recorded = recordedKeys.withLock { keys in
             defer { keys.removeAll(keepingCapacity: true) }
             return keys

@@ -10,8 +10,18 @@ struct DataService: Sendable {
     let clock: ServerClock
     /// The JSON writers of the read statements seen so far.
     let writers = RowJSONWriter.Cache()
-    /// Where the audit entries of changes wait, committed with the change, for the audit log.
-    let outbox = AuditOutbox()
+    /// Where the audit entries of changes wait, committed with the change, for the audit log; on PostgreSQL the
+    /// log itself, in the change's transaction.
+    let outbox: AuditOutbox
+
+    init(store: DataStore, configuration: DataServiceConfiguration, clock: ServerClock) {
+        self.store = store
+        self.configuration = configuration
+        self.clock = clock
+        // On PostgreSQL the audit log and the data are one database (BatonServer opens the store on it).
+        let oneDatabase = if case .postgres = store.storage { true } else { false }
+        outbox = AuditOutbox(writesTheLog: oneDatabase)
+    }
 
     var model: ServiceModel { store.model }
     var translator: SQLTranslator {
