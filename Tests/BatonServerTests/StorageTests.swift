@@ -4,6 +4,7 @@ import BatonTestSupport
 import BatonTesting
 import Crypto
 import Foundation
+import GRDB
 import HTTPTypes
 import HummingbirdTesting
 import Logging
@@ -132,6 +133,64 @@ import Testing
                 #expect(product == Int64((round + 2) * factor))
             }
         }
+    }
+
+    /// A write of entities takes values of the sequence from its row once and writes the last one back before
+    /// its commit: a batch of ten changes updates the row twice, not ten times. Every change still has a value of
+    /// its own, above every earlier one, and the row holds the last after the commit, so the next write goes on
+    /// above it.
+    @Test func aBatchTakesTheSequenceOnceAndWritesItBackOnce() async throws {
+        try await Fixtures.world { server, client, alice, _ in
+            let pool = try #require(server.server.data.store.pool)
+            let updates = Mutex<Int>(0)
+            try await pool.writeWithoutTransaction { db in
+                db.trace { event in
+                    if "\(event)".contains(#"UPDATE "$sequence""#) { updates.withLock { $0 += 1 } }
+                }
+            }
+            func sequences(of reply: ODataReply) -> [Int64] {
+                (reply.json["responses"] as? [[String: Any]] ?? []).compactMap { response in
+                    let headers = (response["headers"] as? [String: Any] ?? [:]).map { ($0.key.lowercased(), $0.value) }
+                    let etag = Dictionary(headers) { first, _ in first }["etag"] as? String ?? ""
+                    return Int64(etag.filter(\.isNumber))
+                }
+            }
+            let requests = (0..<10).map { n in
+                #"{"id":"\#(n)","atomicityGroup":"g","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(900 + n)))}"#
+            }.joined(separator: ",")
+            let before = updates.withLock { $0 }
+            let reply = try await client.odata(.post, "$batch", token: alice, body: #"{"requests":[\#(requests)]}"#)
+            #expect(reply.status == .ok, "\(reply.text)")
+            #expect(updates.withLock { $0 } - before == 2)
+            let taken = sequences(of: reply)
+            #expect(taken.count == 10 && Set(taken).count == 10 && taken == taken.sorted(), "\(taken)")
+            let row = try await pool.read { try Int64.fetchOne($0, sql: #"SELECT value FROM "$sequence""#) }
+            #expect(row == taken.last)
+            let next = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(920)))
+            #expect(next.etag.map { Int64($0.filter(\.isNumber)) } == row.map { $0 + 1 })
+        }
+    }
+
+    /// A value written back inside a savepoint that then rolls back (a batch's GET reading the sequence) is
+    /// written back again before the commit: the row never falls behind a value handed out before the savepoint.
+    @Test func aWriteBackRolledBackWithItsSavepointIsWrittenAgain() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        let pool = try #require(server.server.data.store.pool)
+        let handedOut = try await pool.write { db -> Int64 in
+            let connection = SequencedConnection(GRDBConnection(db: db))
+            _ = try connection.next()
+            let kept = try connection.next()
+            try connection.inSavepoint {
+                _ = try DataStore.sequenceState(connection)
+                return false
+            }
+            try connection.writeBack()
+            return kept
+        }
+        let row = try await pool.read { try Int64.fetchOne($0, sql: #"SELECT value FROM "$sequence""#) }
+        #expect(row == handedOut)
     }
 
     /// Each event loop leases connections of its own pool, so a request's statements go out and come back on the

@@ -255,18 +255,34 @@ struct DataStore: Sendable {
     /// clients sending 100-change batches, 8 transactions began for each one that committed, and most of
     /// PostgreSQL's time went to the ones rolled back. Plain reads of the table (a delta's watermark) go on
     /// beside the lock. The order of commits is the one the sequence row gave already; SQLite has one writer.
+    ///
+    /// The body's connection takes values of the sequence from its row once and counts on in memory
+    /// (``SequencedConnection``): the write holds its turn, or SQLite's one writer, so no other transaction takes
+    /// values meanwhile.
     func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        switch storage {
-        case .sqlite(let storage): try await storage.write(body)
-        case .postgres(let storage): try await storage.write(lockingFirst: Self.writersTurn, body)
+        let sequenced: @Sendable (any SQLConnection) throws -> T = { db in
+            let connection = SequencedConnection(db)
+            let result = try body(connection)
+            try connection.writeBack()
+            return result
+        }
+        return switch storage {
+        case .sqlite(let storage): try await storage.write(sequenced)
+        case .postgres(let storage): try await storage.write(lockingFirst: Self.writersTurn, sequenced)
         }
     }
 
     /// What a write of entities takes first on PostgreSQL (``write(_:)``).
     static let writersTurn = #"LOCK TABLE "$sequence" IN EXCLUSIVE MODE"#
 
-    /// Takes the next value of the service-wide sequence, inside the caller's write transaction.
+    /// Takes the next value of the service-wide sequence, inside the caller's write transaction (from memory after
+    /// the first, in a ``write(_:)``).
     static func nextSequence(_ db: any SQLConnection) throws -> Int64 {
+        if let sequenced = db as? SequencedConnection { return try sequenced.next() }
+        return try takeSequence(db)
+    }
+
+    static func takeSequence(_ db: any SQLConnection) throws -> Int64 {
         try db.fetchOne(#"UPDATE "$sequence" SET value = value + 1 WHERE id = 1 RETURNING value"#)?[0].integer ?? 0
     }
 
@@ -282,6 +298,8 @@ struct DataStore: Sendable {
 
     /// The current sequence value and the oldest delta token still answerable.
     static func sequenceState(_ db: any SQLConnection) throws -> (value: Int64, horizon: Int64) {
+        // A read inside a write (a batch's GET) sees the values the write took so far.
+        try (db as? SequencedConnection)?.writeBack()
         let row = try db.fetchOne(#"SELECT value, horizon FROM "$sequence" WHERE id = 1"#)
         return (row?["value"].integer ?? 0, row?["horizon"].integer ?? 0)
     }
@@ -294,5 +312,63 @@ struct DataStore: Sendable {
         try db.execute(
             #"UPDATE "$sequence" SET horizon = CASE WHEN horizon > ? THEN horizon ELSE ? END WHERE id = 1"#, newest,
             newest)
+    }
+}
+
+/// The connection of a write of entities (``DataStore/write(_:)``): the first value of the sequence is taken
+/// from its row, the next ones are counted on in memory, and the last is written back to the row before the
+/// commit. A 100-change batch updated the row 100 times; now twice. Values taken in a savepoint that rolled
+/// back are skipped (a gap, as a rolled-back row update never left one), never handed out twice.
+final class SequencedConnection: SQLConnection {
+    let base: any SQLConnection
+    /// The last value handed out, and the value the row holds as this transaction sees it.
+    private var last: Int64?
+    private var stored: Int64?
+
+    init(_ base: any SQLConnection) { self.base = base }
+
+    var dialect: SQLDialect { base.dialect }
+
+    @discardableResult
+    func execute(_ sql: String, _ arguments: [SQLValue]) throws -> Int { try base.execute(sql, arguments) }
+
+    func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow] { try base.fetchAll(sql, arguments) }
+
+    func forEachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws {
+        try base.forEachRow(sql, arguments, body)
+    }
+
+    /// A write-back inside a savepoint that rolls back is undone with it: the value is then written again.
+    func inSavepoint(_ body: () throws -> Bool) throws {
+        let storedBefore = stored
+        var kept = false
+        do {
+            try base.inSavepoint {
+                kept = try body()
+                return kept
+            }
+        } catch {
+            stored = storedBefore
+            throw error
+        }
+        if !kept { stored = storedBefore }
+    }
+
+    /// The next value of the sequence.
+    func next() throws -> Int64 {
+        if let last {
+            self.last = last + 1
+            return last + 1
+        }
+        let taken = try DataStore.takeSequence(base)
+        (last, stored) = (taken, taken)
+        return taken
+    }
+
+    /// Writes the last value handed out to the row, when it is ahead of it.
+    func writeBack() throws {
+        guard let last, last != stored else { return }
+        try base.execute(#"UPDATE "$sequence" SET value = ? WHERE id = 1"#, [.integer(last)])
+        stored = last
     }
 }
