@@ -157,13 +157,22 @@ public struct BatonServer: Sendable {
             } else {
                 try DataStore(directory: directory, model: model)
             }
-        // Audit entries of changes committed just before a crash wait in the data database's outbox.
+        // Audit entries of changes committed just before a crash wait in the data database's outbox (on
+        // PostgreSQL, only what an earlier version left there).
         do {
             try await AuditLog(database: database).collect(from: store.storage)
         } catch {
             throw ServerSetupError("Cannot move the pending audit entries into the audit log: \(error)")
         }
-        data = DataService(store: store, configuration: configuration.dataService, clock: clock)
+        let oneDatabase =
+            if case .postgres(let server) = database.storage, case .postgres(let data) = store.storage, server === data
+            {
+                true
+            } else {
+                false
+            }
+        data = DataService(
+            store: store, configuration: configuration.dataService, clock: clock, auditLogWithTheData: oneDatabase)
         tokens = TokenService(
             configuration: configuration.oauth, issuer: issuer, database: database, clock: clock,
             signingKeys: signingKeys, users: users,

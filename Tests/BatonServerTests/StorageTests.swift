@@ -193,6 +193,59 @@ import Testing
         #expect(row == handedOut)
     }
 
+    /// A writer that waits too long behind another's turn fails as busy (503), not as a server error, and before
+    /// the statement deadline gives up on a session PostgreSQL would keep waiting; a session whose client went
+    /// away is noticed while it runs.
+    @Test func aWriterWaitingTooLongForItsTurnFailsAsUnavailable() async throws {
+        let server = try await TestServer(backend: .postgres)
+        defer { server.remove() }
+        let store = server.server.data.store
+        guard case .postgres(let storage) = store.storage else {
+            Issue.record("PostgreSQL expected")
+            return
+        }
+        let settings = try await storage.readStatement { db in
+            try db.fetchOne(
+                "SELECT current_setting('lock_timeout'), current_setting('client_connection_check_interval')")
+        }
+        #expect(settings?[0].text == PostgresStorage.lockTimeout)
+        #expect(settings?[1].text == "5s")
+        let holder = Task { try await store.write { db in try db.execute("SELECT pg_sleep(1.5)") } }
+        try await Task.sleep(for: .milliseconds(500))
+        await #expect {
+            try await storage.write(lockingFirst: "SET LOCAL lock_timeout = '100ms'") { db in
+                try db.execute(DataStore.writersTurn)
+            }
+        } throws: { ($0 as? StorageError)?.kind == .unavailable }
+        try await holder.value
+    }
+
+    /// A `$batch` of reads only never waits for the writers' turn: one user's slow reads cannot hold every writer
+    /// of every instance, and its reads answer while a writer holds the turn.
+    @Test func aBatchOfReadsDoesNotWaitForTheWritersTurn() async throws {
+        try await Fixtures.world(backend: .postgres) { server, client, alice, _ in
+            let id = Fixtures.id(41)
+            #expect(
+                try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(id)).status
+                    == .created)
+            let store = server.server.data.store
+            let holderDone = Atomic<Bool>(false)
+            let holder = Task {
+                try await store.write { db in try db.execute("SELECT pg_sleep(2)") }
+                holderDone.store(true, ordering: .relaxed)
+            }
+            try await Task.sleep(for: .milliseconds(500))
+            let reads = (0..<3).map { n in #"{"id":"\#(n)","method":"GET","url":"PreflightChecks(\#(id))"}"# }
+            let reply = try await client.odata(
+                .post, "$batch", token: alice, body: #"{"requests":[\#(reads.joined(separator: ","))]}"#)
+            let answeredFirst = !holderDone.load(ordering: .relaxed)
+            #expect(answeredFirst)
+            let statuses = (reply.json["responses"] as? [[String: Any]] ?? []).compactMap { $0["status"] as? Int }
+            #expect(statuses == [200, 200, 200], "\(reply.text)")
+            try await holder.value
+        }
+    }
+
     /// Each event loop leases connections of its own pool, so a request's statements go out and come back on the
     /// loop the request runs on. With one pool for all loops a statement woke the connection's loop, the answer
     /// resumed the request there and the response woke the request's loop again (perf: a `SELECT 1` cost 130 µs
@@ -202,18 +255,27 @@ import Testing
         let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
         var quiet = Logger(label: "test")
         quiet.logLevel = .critical
-        for connections in [1, 3, 5] {
+        for connections in [1, 3, 8, 9] {
             let storage = try await PostgresStorage(location: location, connections: connections, logger: quiet)
             defer { storage.close() }
-            #expect(storage.pools.count == min(connections, loops.count))
+            // As many loops as give each pool four connections at least.
+            #expect(storage.pools.count == min(loops.count, max(1, connections / 4)))
+            #expect(storage.pools.map(\.share).reduce(0, +) == connections)
             #expect(Set(storage.pools.map { ObjectIdentifier($0.loop) }).count == storage.pools.count)
             for pool in storage.pools {
                 let chosen = try await pool.loop.submit { (0..<3).map { _ in ObjectIdentifier(storage.pool()) } }.get()
-                #expect(chosen == Array(repeating: ObjectIdentifier(pool.client), count: 3))
+                #expect(chosen == Array(repeating: ObjectIdentifier(pool), count: 3))
             }
-            // Off the loops (a command, a test), each pool in turn.
-            let turns = Set((0..<storage.pools.count).map { _ in ObjectIdentifier(storage.pool()) })
-            #expect(turns.count == storage.pools.count)
+            // A loop whose pool is busy (every connection leased or waited for) leases from another with free
+            // connections, as do callers off the loops: it does not wait out the lease deadline beside idle ones.
+            if storage.pools.count > 1 {
+                let busy = storage.pools[0]
+                busy.leases.add(busy.share, ordering: .relaxed)
+                let elsewhere = try await busy.loop.submit { ObjectIdentifier(storage.pool()) }.get()
+                #expect(elsewhere != ObjectIdentifier(busy))
+                #expect(ObjectIdentifier(storage.pool()) != ObjectIdentifier(busy))
+                busy.leases.subtract(busy.share, ordering: .relaxed)
+            }
             // The server holds exactly `connections` open once its pools have filled: counted by PostgreSQL.
             let count = """
                 SELECT count(*) FROM pg_stat_activity

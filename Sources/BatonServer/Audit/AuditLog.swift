@@ -14,7 +14,8 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     public var address: String?
     /// More detail; never a secret.
     public var detail: String?
-    /// The key of the entry in the data database's audit outbox, for entries of data changes.
+    /// The key of the entry in the data database's audit outbox, for entries of data changes staged there (none
+    /// on PostgreSQL, where they go into the log with the change).
     var outboxKey: String?
 
     /// Creates an entry.

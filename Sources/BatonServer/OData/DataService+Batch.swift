@@ -98,7 +98,8 @@ extension DataService {
                 failed.formUnion(ids)
                 if let group { failed.insert(group) }
             } catch {
-                // The connection may have gone after the commit: the group's audit entries may wait in the outbox.
+                // The connection may have gone after the commit: the group's audit entries may wait in the outbox
+                // (SQLite; on PostgreSQL they committed with it).
                 if (error as? StorageError)?.kind == .unavailable { outbox.noteBacklog() }
                 for request in unit {
                     responses.append(Self.batchResponse(request, .error(Self.unapplied(error))))
@@ -109,12 +110,15 @@ extension DataService {
         return (responses, audit)
     }
 
-    /// Runs requests that belong to no atomicity group, in one transaction with a savepoint each.
+    /// Runs requests that belong to no atomicity group, in one transaction with a savepoint each: a read
+    /// transaction when they are all reads, so that reads never hold the writers' turn (on PostgreSQL one writer
+    /// of entities runs at a time, across instances).
     func runIndependently(
         _ requests: [BatchRequest], locations: [String: String], failed: Set<String>, context: Context
     ) async -> (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>) {
+        let readsOnly = requests.allSatisfy { $0.method == "GET" }
         do {
-            return try await store.write { db in
+            let body = { @Sendable (db: any SQLConnection) in
                 var responses: [BatchResponse] = []
                 var audit: [AuditEntry] = []
                 var locations = locations
@@ -142,11 +146,13 @@ extension DataService {
                     }
                     responses.append(Self.batchResponse(request, response))
                 }
-                try outbox.stage(&audit, in: db)
+                if !readsOnly { try outbox.stage(&audit, in: db) }
                 return (responses, audit, locations, failed)
             }
+            return try await readsOnly ? store.storage.read(body) : store.write(body)
         } catch {
-            // The connection may have gone after the commit: the batch's audit entries may wait in the outbox.
+            // The connection may have gone after the commit: the batch's audit entries may wait in the outbox
+            // (SQLite; on PostgreSQL they committed with it).
             if (error as? StorageError)?.kind == .unavailable { outbox.noteBacklog() }
             let responses = requests.map { request in Self.batchResponse(request, .error(Self.unapplied(error))) }
             return (responses, [], locations, failed.union(requests.map(\.id)))

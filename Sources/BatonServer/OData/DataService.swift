@@ -14,13 +14,13 @@ struct DataService: Sendable {
     /// log itself, in the change's transaction.
     let outbox: AuditOutbox
 
-    init(store: DataStore, configuration: DataServiceConfiguration, clock: ServerClock) {
+    /// `auditLogWithTheData`: the audit log is in the store's own database (PostgreSQL), so a change's entries go
+    /// into it in the change's transaction.
+    init(store: DataStore, configuration: DataServiceConfiguration, clock: ServerClock, auditLogWithTheData: Bool) {
         self.store = store
         self.configuration = configuration
         self.clock = clock
-        // On PostgreSQL the audit log and the data are one database (BatonServer opens the store on it).
-        let oneDatabase = if case .postgres = store.storage { true } else { false }
-        outbox = AuditOutbox(writesTheLog: oneDatabase)
+        outbox = AuditOutbox(writesTheLog: auditLogWithTheData)
     }
 
     var model: ServiceModel { store.model }
@@ -97,7 +97,8 @@ struct DataService: Sendable {
         } catch let error as BatonSQLError {
             return (.error(ServerError(error)), [])
         } catch let error as StorageError where error.kind == .unavailable {
-            // The connection may have gone after the commit: the change's audit entries may wait in the outbox.
+            // The connection may have gone after the commit: the change's audit entries may wait in the outbox
+            // (SQLite; on PostgreSQL they committed with it).
             if request.method != "GET" { outbox.noteBacklog() }
             return (
                 .error(

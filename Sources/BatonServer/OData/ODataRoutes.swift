@@ -198,7 +198,8 @@ struct ODataRoutes {
         }
     }
 
-    /// Records the audit entries of committed changes, which wait in the data database's outbox already. The
+    /// Records the audit entries of committed changes, which wait in the data database's outbox already (on
+    /// PostgreSQL they are in the log already, and this does nothing). The
     /// changes are applied, so a failure here does not turn their answer into an error: it is logged, and the
     /// entries stay in the outbox, moved by the next change whose entries reach the log (or the next start).
     func recordAudit(_ entries: [AuditEntry], logger: Logger) async {

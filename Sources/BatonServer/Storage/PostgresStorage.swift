@@ -17,12 +17,12 @@ import Synchronization
 public final class PostgresStorage: ServerStorage {
     /// Where the database is (its password redacted in ``PostgresLocation/description``).
     public let location: PostgresLocation
-    /// One pool per event loop of NIO's singleton group (the loops Hummingbird serves on), each with its share
-    /// of the connections, so that a request's statements go out and come back on the loop the request runs on.
-    /// With one pool for all loops, a statement woke the connection's loop, the answer resumed the request there,
-    /// and the response woke the request's loop again: a `SELECT 1` cost 130 µs of the server's CPU (perf).
-    let pools: [(loop: any EventLoop, client: PostgresClient)]
-    private let nextPool = Atomic<UInt>(0)
+    /// One pool per event loop of NIO's singleton group (the loops Hummingbird serves on), as many as give each at
+    /// least ``connectionsPerPool`` connections, so that a request's statements go out and come back on the loop
+    /// the request runs on. With one pool for all loops, a statement woke the connection's loop, the answer
+    /// resumed the request there, and the response woke the request's loop again: a `SELECT 1` cost 130 µs of the
+    /// server's CPU (perf). A request whose own pool is busy leases from the one with the most free connections.
+    let pools: [LoopPool]
     let threads: NIOThreadPool
     let logger: Logger
     private let runner: Mutex<Task<Void, Never>?>
@@ -36,6 +36,12 @@ public final class PostgresStorage: ServerStorage {
 
     /// How many connections the pool keeps open (and threads wait on them), unless told otherwise: 16.
     public static let defaultConnections = 16
+
+    /// How long a statement waits for a lock before it fails as `unavailable` (503): below the statement deadline.
+    static let lockTimeout = "15s"
+
+    /// The fewest connections a pool of an event loop has: fewer loops get a pool of their own than starve on one.
+    static let connectionsPerPool = 4
 
     /// Connects to the database: checks that it answers, with this user and password, before returning.
     ///
@@ -57,14 +63,23 @@ public final class PostgresStorage: ServerStorage {
         // is noticed at once.
         configuration.options.keepAliveBehavior = nil
         configuration.options.connectTimeout = .seconds(5)
-        configuration.options.additionalStartupParameters = [("application_name", "baton-server")]
-        let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator().prefix(max(1, connections)))
+        // A statement waits for a lock at most `lock_timeout` (a writer behind another's turn, below the statement
+        // deadline, so it fails as busy rather than leaving a session waiting after its client gave up), and a
+        // session whose client went away is noticed while it runs.
+        configuration.options.additionalStartupParameters = [
+            ("application_name", "baton-server"), ("lock_timeout", Self.lockTimeout),
+            ("client_connection_check_interval", "5s"),
+        ]
+        let loops = Array(
+            MultiThreadedEventLoopGroup.singleton.makeIterator().prefix(max(1, connections / Self.connectionsPerPool)))
         pools = loops.enumerated().map { index, loop in
             var configuration = configuration
             let share = connections / loops.count + (index < connections % loops.count ? 1 : 0)
             configuration.options.minimumConnections = share
             configuration.options.maximumConnections = share
-            return (loop, PostgresClient(configuration: configuration, eventLoopGroup: loop, backgroundLogger: logger))
+            return LoopPool(
+                loop: loop, share: share,
+                client: PostgresClient(configuration: configuration, eventLoopGroup: loop, backgroundLogger: logger))
         }
         threads = NIOThreadPool(numberOfThreads: connections)
         threads.start()
@@ -134,7 +149,8 @@ public final class PostgresStorage: ServerStorage {
         while true {
             do {
                 // No statement deadline: the migration lock may be held by an instance migrating a large table.
-                return try await transaction("BEGIN ISOLATION LEVEL READ COMMITTED", deadline: nil, body)
+                return try await transaction(
+                    "BEGIN ISOLATION LEVEL READ COMMITTED", lock: "SET LOCAL lock_timeout = 0", deadline: nil, body)
             } catch let error as StorageError where error.kind == .conflict && attempt < 20 {
                 // A deadlock with another instance's start (its first writes while this one locks tables to
                 // check their indexes): PostgreSQL ended this side; the migration runs again.
@@ -155,7 +171,8 @@ public final class PostgresStorage: ServerStorage {
 
     /// Runs a long write (``DataCopy``): one `SERIALIZABLE` transaction, not retried, with no statement deadline.
     func bulkWrite<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", deadline: nil, body)
+        try await transaction(
+            "BEGIN ISOLATION LEVEL SERIALIZABLE", lock: "SET LOCAL lock_timeout = 0", deadline: nil, body)
     }
 
     /// Runs a read of one statement without a thread of the pool: `body` runs on the calling task and stops at
@@ -270,7 +287,10 @@ public final class PostgresStorage: ServerStorage {
     private func leased<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws
         -> T
     {
-        let client = pool()
+        let pool = pool()
+        let client = pool.client
+        pool.leases.add(1, ordering: .relaxed)
+        defer { pool.leases.subtract(1, ordering: .relaxed) }
         let first = Claim()
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
@@ -298,10 +318,13 @@ public final class PostgresStorage: ServerStorage {
         }
     }
 
-    /// The pool of the event loop the caller runs on; elsewhere (a command, a test), each pool in turn.
-    func pool() -> PostgresClient {
-        if pools.count > 1, let here = pools.first(where: { $0.loop.inEventLoop }) { return here.client }
-        return pools[Int(nextPool.add(1, ordering: .relaxed).oldValue % UInt(pools.count))].client
+    /// The pool of the event loop the caller runs on while it has a free connection; elsewhere (a loop without a
+    /// pool, a command, a test), or when that pool is busy, the pool with the most free connections.
+    func pool() -> LoopPool {
+        if let here = pools.first(where: { $0.loop.inEventLoop }), here.leases.load(ordering: .relaxed) < here.share {
+            return here
+        }
+        return pools.max { $0.free < $1.free } ?? pools[0]
     }
 
     /// How long a request waits for a database connection.
@@ -646,7 +669,9 @@ extension StorageError {
             case "23505": .uniqueViolation
             case "23502", "23514": .constraintViolation
             case "40001", "40P01": .conflict
-            case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300": .unavailable
+            // 55P03: a lock not granted within `lock_timeout` (another writer's turn took too long).
+            case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300" || state == "55P03":
+                .unavailable
             default: .other
             }
         // A data exception's message quotes the value it refused (user data): only its SQLSTATE is kept.
@@ -728,4 +753,20 @@ final class ReplayingConnection: SQLConnection {
 enum Replayed<T: Sendable>: Sendable {
     case done(T)
     case fallBack
+}
+
+/// A postgres-nio pool whose connections live on one event loop, with its share of the connections and how many
+/// leases it has (held or waited for).
+final class LoopPool: Sendable {
+    let loop: any EventLoop
+    let share: Int
+    let client: PostgresClient
+    let leases = Atomic<Int>(0)
+
+    init(loop: any EventLoop, share: Int, client: PostgresClient) {
+        (self.loop, self.share, self.client) = (loop, share, client)
+    }
+
+    /// Connections not leased (negative while leases wait).
+    var free: Int { share - leases.load(ordering: .relaxed) }
 }
