@@ -2,6 +2,7 @@ import BatonTestSupport
 import Foundation
 import GRDB
 import Logging
+import Synchronization
 import Testing
 
 @testable import BatonServer
@@ -99,6 +100,37 @@ import Testing
             let created = entries.filter { $0.action == "entity-created" && $0.subject?.contains(id) == true }
             #expect(created.count == 1, "\(entries)")
         }
+    }
+
+    /// On PostgreSQL an entry written with a change that then fails is rolled back with it, and one written by a
+    /// change the storage ran again after a conflict is in the log once.
+    @Test func onPostgreSQLAnEntryGoesAndComesWithItsChange() async throws {
+        let server = try await TestServer(backend: .postgres)
+        defer { server.remove() }
+        let store = server.server.data.store
+        let outbox = server.server.data.outbox
+        struct Refused: Error {}
+        await #expect(throws: Refused.self) {
+            try await store.write { db in
+                var entries = [Self.entry("rolled-back")]
+                try outbox.stage(&entries, in: db)
+                throw Refused()
+            }
+        }
+        let attempts = Mutex(0)
+        try await store.write { db in
+            var entries = [Self.entry("ran-again")]
+            try outbox.stage(&entries, in: db)
+            let attempt = attempts.withLock { count in
+                count += 1
+                return count
+            }
+            if attempt == 1 { throw StorageError(.conflict, "as if PostgreSQL refused the commit") }
+        }
+        #expect(attempts.withLock { $0 } == 2)
+        let actions = try await server.server.audit.entries(limit: 100).map(\.action)
+        #expect(!actions.contains("rolled-back"))
+        #expect(actions.filter { $0 == "ran-again" }.count == 1)
     }
 
     @Test func recordedEntriesLeaveTheOutboxWithTheNextChange() async throws {
