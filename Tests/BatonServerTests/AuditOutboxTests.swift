@@ -81,10 +81,7 @@ import Testing
     /// Over HTTP, the entry is there once, and an entry a change stages is in the log when its commit returns.
     @Test func onPostgreSQLAChangesEntriesGoIntoTheLogInItsOwnTransaction() async throws {
         try await Fixtures.world(backend: .postgres) { server, client, alice, _ in
-            let id = Fixtures.id(31)
-            #expect(
-                try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(id)).status
-                    == .created)
+            let id = try await client.createCheck(31, token: alice)
             let storage = server.server.data.store.storage
             let outbox = server.server.data.outbox
             try await server.server.data.store.write { db in

@@ -23,6 +23,14 @@ struct ODataReply: @unchecked Sendable {
 }
 
 extension TestClientProtocol {
+    /// Creates pre-flight check number `n` (``Fixtures/id(_:)``) as the holder of `token`; returns its ID.
+    func createCheck(_ n: Int, token: String) async throws -> String {
+        let id = Fixtures.id(n)
+        let created = try await odata(.post, "PreflightChecks", token: token, body: Fixtures.check(id))
+        #expect(created.status == .created, "\(created.text)")
+        return id
+    }
+
     func odata(
         _ method: HTTPRequest.Method, _ path: String, token: String, headers: [(String, String)] = [],
         body: String? = nil

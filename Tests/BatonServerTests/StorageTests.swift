@@ -224,10 +224,7 @@ import Testing
     /// of every instance, and its reads answer while a writer holds the turn.
     @Test func aBatchOfReadsDoesNotWaitForTheWritersTurn() async throws {
         try await Fixtures.world(backend: .postgres) { server, client, alice, _ in
-            let id = Fixtures.id(41)
-            #expect(
-                try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(id)).status
-                    == .created)
+            let id = try await client.createCheck(41, token: alice)
             let store = server.server.data.store
             let holderDone = Atomic<Bool>(false)
             let holder = Task {
