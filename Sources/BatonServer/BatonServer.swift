@@ -164,15 +164,9 @@ public struct BatonServer: Sendable {
         } catch {
             throw ServerSetupError("Cannot move the pending audit entries into the audit log: \(error)")
         }
-        let oneDatabase =
-            if case .postgres(let server) = database.storage, case .postgres(let data) = store.storage, server === data
-            {
-                true
-            } else {
-                false
-            }
+        // On PostgreSQL the store and the audit log are the one database `postgres` opened.
         data = DataService(
-            store: store, configuration: configuration.dataService, clock: clock, auditLogWithTheData: oneDatabase)
+            store: store, configuration: configuration.dataService, clock: clock, auditLogWithTheData: postgres != nil)
         tokens = TokenService(
             configuration: configuration.oauth, issuer: issuer, database: database, clock: clock,
             signingKeys: signingKeys, users: users,

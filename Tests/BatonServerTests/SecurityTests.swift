@@ -599,16 +599,33 @@ import Testing
         }
     }
 
+    /// ``live(configure:_:)`` with device sign-in on, these device-code limits, and the server behind a trusted
+    /// proxy on 127.0.0.1, so that each request may say which address it comes from.
+    static func liveWithDeviceCodes(
+        perAddress: Int, maximum: Int,
+        _ body:
+            @Sendable (
+                TestServer, any TestClientProtocol,
+                _ start:
+                    @Sendable (String) async throws -> (
+                        status: HTTPResponse.Status, body: [String: Any], retryAfter: Int?
+                    )
+            ) async throws -> Void
+    ) async throws {
+        try await live(configure: {
+            $0.trustedProxies = ["127.0.0.1"]
+            $0.oauth.deviceCodes = DeviceCodeLimits(perAddress: perAddress, maximum: maximum)
+        }) { server, client in
+            _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
+            try await body(server, client) { try await client.startDeviceAuthorization(from: $0) }
+        }
+    }
+
     /// Anyone who can reach the server may ask for device codes (the client id is public): one address keeps at
     /// most `perAddress` codes waiting at once, and all addresses together `maximum`, so a loop of requests can
     /// neither fill the database nor take every code. The stored address is a keyed hash, never the address.
     @Test func askingForDeviceCodesInALoopIsCappedPerAddressAndInAll() async throws {
-        try await Self.live(configure: {
-            $0.trustedProxies = ["127.0.0.1"]
-            $0.oauth.deviceCodes = DeviceCodeLimits(perAddress: 3, maximum: 5)
-        }) { server, client in
-            _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
-            let start = client.startDeviceAuthorization(from:)
+        try await Self.liveWithDeviceCodes(perAddress: 3, maximum: 5) { server, client, start in
             for _ in 0..<3 { #expect(try await start("198.51.100.1").status == .ok) }
             // 100 s later the first of them frees its place in 500 s: that is the wait the refusal names.
             server.clock.advance(by: 100)
@@ -640,12 +657,7 @@ import Testing
     /// station's tablets signing in one after another behind one NAT), and an IPv6 network's addresses count as
     /// one (a /64 is one customer's, so taking the limit of all needs that many networks, not addresses).
     @Test func deviceCodeLimitsCountWaitingCodesAndIPv6NetworksNotAddresses() async throws {
-        try await Self.live(configure: {
-            $0.trustedProxies = ["127.0.0.1"]
-            $0.oauth.deviceCodes = DeviceCodeLimits(perAddress: 2, maximum: 4)
-        }) { server, client in
-            _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
-            let start = client.startDeviceAuthorization(from:)
+        try await Self.liveWithDeviceCodes(perAddress: 2, maximum: 4) { server, client, start in
             // Behind one NAT: each tablet's code, once approved and redeemed, frees its place.
             for _ in 0..<4 {
                 let (status, started, _) = try await start("192.0.2.1")

@@ -209,6 +209,9 @@ import Testing
                 "SELECT current_setting('lock_timeout'), current_setting('client_connection_check_interval')")
         }
         #expect(settings?[0].text == PostgresStorage.lockTimeout)
+        // Below the statement deadline: the lock wait ends first, with PostgreSQL's own error.
+        let lockSeconds = Int64(PostgresStorage.lockTimeout.dropLast()) ?? .max
+        #expect(lockSeconds * 1_000_000_000 < PostgresSQLConnection.statementDeadline.nanoseconds)
         #expect(settings?[1].text == "5s")
         let holder = Task { try await store.write { db in try db.execute("SELECT pg_sleep(1.5)") } }
         try await Task.sleep(for: .milliseconds(500))
@@ -220,8 +223,8 @@ import Testing
         try await holder.value
     }
 
-    /// A `$batch` of reads only never waits for the writers' turn: one user's slow reads cannot hold every writer
-    /// of every instance, and its reads answer while a writer holds the turn.
+    /// A `$batch` of reads only never waits for the writers' turn (reads cannot be in atomicity groups): one user's
+    /// slow reads cannot hold every writer of every instance, and its reads answer while a writer holds the turn.
     @Test func aBatchOfReadsDoesNotWaitForTheWritersTurn() async throws {
         try await Fixtures.world(backend: .postgres) { server, client, alice, _ in
             let id = try await client.createCheck(41, token: alice)
@@ -241,6 +244,26 @@ import Testing
             #expect(statuses == [200, 200, 200], "\(reply.text)")
             try await holder.value
         }
+    }
+
+    /// A bulk reservation inside a write of entities goes on from the values the write took in memory, and the row
+    /// ends at the last value reserved: no value is handed out twice, the next write goes on above them all.
+    @Test func aReservationInsideAWriteGoesOnFromItsTakenValues() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        let pool = try #require(server.server.data.store.pool)
+        let handedOut = try await pool.write { db -> [Int64] in
+            let connection = SequencedConnection(GRDBConnection(db: db))
+            var values = [try DataStore.nextSequence(connection), try DataStore.nextSequence(connection)]
+            let first = try DataStore.reserveSequence(connection, count: 3)
+            values += (0..<3).map { first + $0 }
+            values.append(try DataStore.nextSequence(connection))
+            try connection.writeBack()
+            return values
+        }
+        #expect(Set(handedOut).count == handedOut.count && handedOut == handedOut.sorted(), "\(handedOut)")
+        let row = try await pool.read { try Int64.fetchOne($0, sql: #"SELECT value FROM "$sequence""#) }
+        #expect(row == handedOut.last)
     }
 
     /// Each event loop leases connections of its own pool, so a request's statements go out and come back on the

@@ -51,6 +51,8 @@ final class AuditOutbox: Sendable {
 
     /// Notes that entries of committed changes could not be recorded: they wait in the outbox.
     func noteBacklog() {
+        // Nothing waits when the entries went into the log with the change.
+        guard !writesTheLog else { return }
         backlog.store(true, ordering: .relaxed)
     }
 

@@ -30,7 +30,7 @@ public final class PostgresStorage: ServerStorage {
 
     /// How many times a write ran again because PostgreSQL refused it for a conflict with another transaction
     /// (SQLSTATE 40001 or 40P01), since the start.
-    public var conflictsRetried: Int { retried.load(ordering: .relaxed) }
+    var conflictsRetried: Int { retried.load(ordering: .relaxed) }
 
     public var dialect: SQLDialect { .postgres }
 
@@ -38,7 +38,9 @@ public final class PostgresStorage: ServerStorage {
     public static let defaultConnections = 16
 
     /// How long a statement waits for a lock before it fails as `unavailable` (503): below the statement deadline.
-    static let lockTimeout = "15s"
+    static var lockTimeout: String {
+        "\(PostgresSQLConnection.statementDeadline.nanoseconds / 1_000_000_000 - 5)s"
+    }
 
     /// The fewest connections a pool of an event loop has: fewer loops get a pool of their own than starve on one.
     static let connectionsPerPool = 4
@@ -131,7 +133,7 @@ public final class PostgresStorage: ServerStorage {
         var attempt = 0
         while true {
             do {
-                return try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", lock: lock, body)
+                return try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", first: lock, body)
             } catch let error as StorageError where error.kind == .conflict && attempt < 100 {
                 attempt += 1
                 retried.add(1, ordering: .relaxed)
@@ -150,7 +152,7 @@ public final class PostgresStorage: ServerStorage {
             do {
                 // No statement deadline: the migration lock may be held by an instance migrating a large table.
                 return try await transaction(
-                    "BEGIN ISOLATION LEVEL READ COMMITTED", lock: "SET LOCAL lock_timeout = 0", deadline: nil, body)
+                    "BEGIN ISOLATION LEVEL READ COMMITTED", first: "SET LOCAL lock_timeout = 0", deadline: nil, body)
             } catch let error as StorageError where error.kind == .conflict && attempt < 20 {
                 // A deadlock with another instance's start (its first writes while this one locks tables to
                 // check their indexes): PostgreSQL ended this side; the migration runs again.
@@ -172,7 +174,7 @@ public final class PostgresStorage: ServerStorage {
     /// Runs a long write (``DataCopy``): one `SERIALIZABLE` transaction, not retried, with no statement deadline.
     func bulkWrite<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
         try await transaction(
-            "BEGIN ISOLATION LEVEL SERIALIZABLE", lock: "SET LOCAL lock_timeout = 0", deadline: nil, body)
+            "BEGIN ISOLATION LEVEL SERIALIZABLE", first: "SET LOCAL lock_timeout = 0", deadline: nil, body)
     }
 
     /// Runs a read of one statement without a thread of the pool: `body` runs on the calling task and stops at
@@ -245,10 +247,10 @@ public final class PostgresStorage: ServerStorage {
         threads.shutdownGracefully { _ in }
     }
 
-    /// Runs `body` on a leased connection, in a transaction begun by `begin` (none when `nil`) that first takes
-    /// `lock` when given.
+    /// Runs `body` on a leased connection, in a transaction begun by `begin` (none when `nil`) that first runs
+    /// `first` when given (a lock, a setting).
     private func transaction<T: Sendable>(
-        _ begin: String?, lock: String? = nil, deadline: TimeAmount? = PostgresSQLConnection.statementDeadline,
+        _ begin: String?, first: String? = nil, deadline: TimeAmount? = PostgresSQLConnection.statementDeadline,
         _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
         let logger = self.logger
@@ -260,7 +262,7 @@ public final class PostgresStorage: ServerStorage {
                     guard let begin else { return try body(sql) }
                     try sql.execute(begin, [])
                     do {
-                        if let lock { try sql.execute(lock, []) }
+                        if let first { try sql.execute(first, []) }
                         let result = try body(sql)
                         try sql.execute("COMMIT", [])
                         return result
@@ -321,9 +323,7 @@ public final class PostgresStorage: ServerStorage {
     /// The pool of the event loop the caller runs on while it has a free connection; elsewhere (a loop without a
     /// pool, a command, a test), or when that pool is busy, the pool with the most free connections.
     func pool() -> LoopPool {
-        if let here = pools.first(where: { $0.loop.inEventLoop }), here.leases.load(ordering: .relaxed) < here.share {
-            return here
-        }
+        if let here = pools.first(where: { $0.loop.inEventLoop }), here.free > 0 { return here }
         return pools.max { $0.free < $1.free } ?? pools[0]
     }
 
