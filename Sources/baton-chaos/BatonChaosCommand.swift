@@ -64,12 +64,20 @@ struct RunChaos: AsyncParsableCommand {
             "The numbers of devices syncing at once, comma-separated; the first is the baseline (default: 1,20, or 1,10,50,100,200 with --long; empty skips them)."
     )
     var devices: String?
-    @Option(help: "Syncs per device in the load part.") var rounds = 4
+    @Option(help: "Rounds per device in the load part: 10 checks each, a sync every other round and after the last.")
+    var rounds = 4
+    @Option(help: "Runs of the one-device baseline in the load part, each on a fresh tablet; the median run counts.")
+    var baselineRuns = 3
     @Option(
         help:
             "In the load part, each device syncs once every this many seconds (default: as fast as it can)."
     )
     var pace: Double?
+    @Option(
+        help:
+            "In the load part, instead of --pace: pace each point's tablets so that together they offer this percentage of the one-device baseline's changes per second."
+    )
+    var offeredLoad: Double?
     @Option(
         help:
             "In the load part, tablets per station: each station's tablets keep only its two aircraft's checks (default: every tablet keeps every check)."
@@ -97,7 +105,14 @@ struct RunChaos: AsyncParsableCommand {
         guard (clientKills ?? 0) >= 0 else { throw ValidationError("--client-kills must not be negative.") }
         guard (diskTrials ?? 0) >= 0 else { throw ValidationError("--disk-trials must not be negative.") }
         guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
+        guard (1...9).contains(baselineRuns) else { throw ValidationError("--baseline-runs takes 1 to 9.") }
         guard (stationSize ?? 1) > 0 else { throw ValidationError("--station-size must be positive.") }
+        guard (offeredLoad ?? 1) > 0 && (offeredLoad ?? 1) <= 1_000 else {
+            throw ValidationError("--offered-load takes a percentage, more than 0 and at most 1000.")
+        }
+        guard pace == nil || offeredLoad == nil else {
+            throw ValidationError("--pace and --offered-load both set the pace; give one.")
+        }
         guard (pace ?? 1) > 0 && (pace ?? 1) <= 3_600 else {
             throw ValidationError("--pace takes seconds, more than 0 and at most 3600.")
         }
@@ -180,7 +195,8 @@ struct RunChaos: AsyncParsableCommand {
             // The server in a process of its own when baton-server is there: its CPU and memory apart.
             let report = try await LoadChaos(
                 devices: counts, rounds: rounds, serverBinary: serverBinary,
-                pace: pace.map { .milliseconds($0 * 1_000) }, stationSize: stationSize
+                pace: pace.map { .milliseconds($0 * 1_000) }, stationSize: stationSize, baselineRuns: baselineRuns,
+                offeredLoad: offeredLoad.map { $0 / 100 }
             ).run(progress: note)
             try emit(
                 report, title: "\nDevices syncing at once (\(rounds) rounds each, two users per device):",

@@ -84,13 +84,35 @@ import Testing
         #expect((report.serverPeakMemoryMB ?? 0) > 0)
         #expect(report.points.map(\.devices) == [1, 20])
         #expect(report.points.last?.changes == 20 * 4 * 10)
-        // The one-device baseline runs ten times the rounds.
+        // The one-device baseline runs ten times the rounds, three times on fresh tablets; the median run counts.
         #expect(report.points.first?.changes == 10 * 4 * 10)
-        #expect(report.invariants.changesChecked == 30 * 4 * 10)
+        let runs = try #require(report.points.first?.baselineRuns)
+        #expect(runs.count == 3 && runs == runs.sorted())
+        #expect(report.points.first?.changesPerServerCPUSecond == runs[1])
+        #expect(report.points.first?.serverShareOfBaseline == 1)
+        #expect(report.invariants.changesChecked == (3 * 10 + 20) * 4 * 10)
         #expect(report.points.allSatisfy { $0.syncP99 >= $0.syncP50 && $0.syncP50 > 0 })
         // Every tablet keeps every check of the fleet: its own point's and the one before (and the invariants
         // include that each tablet holds exactly what the server selects for it).
-        #expect(report.points.last?.checksKeptPerTablet == 30 * 4 * 10)
+        #expect(report.points.last?.checksKeptPerTablet == (3 * 10 + 20) * 4 * 10)
+    }
+
+    /// Offered a share of the baseline's throughput, the tablets of a point are paced by the baseline measured in the
+    /// same run: together they sync `share × baseline` changes per second.
+    @Test func anOfferedLoadPacesTheTabletsByTheBaseline() async throws {
+        let report = try await LoadChaos(
+            devices: [1, 2], rounds: 2, serverBinary: builtExecutable("baton-server"), baselineRuns: 1,
+            offeredLoad: 4
+        ).run()
+        #expect(report.passed, "\(report.text)")
+        let baseline = try #require(report.points.first)
+        let point = try #require(report.points.last)
+        #expect(baseline.paceSeconds == nil && baseline.baselineRuns == nil)
+        // Two tablets of 2 × 10 changes per sync: one sync each per 40 / (4 × baseline) seconds.
+        let pace = try #require(point.paceSeconds)
+        #expect(abs(pace - 40 / (4 * baseline.changesPerSecond)) < 0.001)
+        #expect(report.text.contains("2 devices: each tablet synced once every"))
+        #expect(report.invariants.changesChecked == (10 + 2) * 2 * 10)
     }
 
     /// Stations of ten tablets, each keeping only its station's checks (a filtered defining query): every tablet
