@@ -34,15 +34,21 @@ public struct LoadChaos: Sendable {
     /// defining query filtered by tail number), as an airline's stations do. Without it, every tablet keeps every
     /// check of the fleet, and each sync downloads what every other tablet uploaded.
     public var stationSize: Int?
-    /// How many times the one-device baseline runs (each on a fresh tablet); the median run counts.
+    /// How many times the one-device baseline runs (each on a fresh tablet; an even number is made odd, so that
+    /// one run is the median); the run with the median changes per server CPU-second counts, and its changes per
+    /// second pace the tablets for ``offeredLoad``.
     public var baselineRuns: Int
-    /// Instead of a fixed `pace`: each point after the baseline paces its tablets so that together they offer this
-    /// share of the baseline's changes per second (each tablet syncing its `2 × checksPerSync` changes once every
-    /// `devices × 2 × checksPerSync / (share × baseline)` seconds). The throughput target asks what the server
-    /// serves many tablets at a share of one client's throughput; offered that share, the point's throughput says
-    /// whether the server kept up and its p99 how long the tablets waited. A fixed pace offers a load that is a
-    /// different share of the baseline as the machine's speed varies (this VM's varied by a third within an hour).
+    /// Instead of a fixed `pace`: each point after a one-device baseline paces its tablets so that together they
+    /// offer this share of the baseline's changes per second (each tablet syncing its changes per sync,
+    /// `rounds × checksPerSync / syncsPerDevice`, once every `devices × that / (share × baseline)` seconds). The
+    /// throughput target asks what the server serves many tablets at a share of one client's throughput; offered
+    /// that share, the point's throughput says whether the server kept up (it cannot exceed the share by much)
+    /// and its p99 how long the tablets waited. A fixed pace offers a load that is a different share of the
+    /// baseline as the machine's speed varies (this VM's varied by a third within an hour).
     public var offeredLoad: Double?
+
+    /// How many times each tablet syncs: every other round and after the last.
+    var syncsPerDevice: Int { (rounds + 1) / 2 }
 
     public init(
         devices: [Int], rounds: Int = 4, checksPerSync: Int = 10, serverBinary: URL? = nil, pace: Duration? = nil,
@@ -50,7 +56,7 @@ public struct LoadChaos: Sendable {
     ) {
         self.offeredLoad = offeredLoad
         self.stationSize = stationSize
-        self.baselineRuns = max(1, baselineRuns)
+        self.baselineRuns = max(1, baselineRuns) | 1
         self.devices = devices
         self.rounds = rounds
         self.checksPerSync = checksPerSync
@@ -200,8 +206,9 @@ public struct LoadChaos: Sendable {
             // requests, and how warm its caches stay depends on where the scheduler puts the two processes).
             let isBaseline = index == 0 && count == 1
             var pointPace = isBaseline ? nil : pace
-            if !isBaseline, let offeredLoad, let rate = baseline?.rate {
-                pointPace = .milliseconds(Double(count * 2 * checksPerSync) / (offeredLoad * rate) * 1_000)
+            if !isBaseline, let offeredLoad, let rate = baseline?.rate, devices.first == 1 {
+                let changesPerSync = Double(rounds * checksPerSync) / Double(syncsPerDevice)
+                pointPace = .milliseconds(Double(count) * changesPerSync / (offeredLoad * rate) * 1_000)
             }
             var runs: [Point] = []
             for _ in 0..<(isBaseline ? baselineRuns : 1) {

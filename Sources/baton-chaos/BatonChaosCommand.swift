@@ -105,13 +105,19 @@ struct RunChaos: AsyncParsableCommand {
         guard (clientKills ?? 0) >= 0 else { throw ValidationError("--client-kills must not be negative.") }
         guard (diskTrials ?? 0) >= 0 else { throw ValidationError("--disk-trials must not be negative.") }
         guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
-        guard (1...9).contains(baselineRuns) else { throw ValidationError("--baseline-runs takes 1 to 9.") }
+        guard [1, 3, 5, 7, 9].contains(baselineRuns) else {
+            throw ValidationError("--baseline-runs takes 1, 3, 5, 7 or 9 (an odd number: the median run counts).")
+        }
         guard (stationSize ?? 1) > 0 else { throw ValidationError("--station-size must be positive.") }
         guard (offeredLoad ?? 1) > 0 && (offeredLoad ?? 1) <= 1_000 else {
             throw ValidationError("--offered-load takes a percentage, more than 0 and at most 1000.")
         }
         guard pace == nil || offeredLoad == nil else {
             throw ValidationError("--pace and --offered-load both set the pace; give one.")
+        }
+        if offeredLoad != nil, let first = try? deviceCounts().first, first != 1 {
+            throw ValidationError(
+                "--offered-load paces the tablets by the one-device baseline: --devices must begin with 1.")
         }
         guard (pace ?? 1) > 0 && (pace ?? 1) <= 3_600 else {
             throw ValidationError("--pace takes seconds, more than 0 and at most 3600.")

@@ -101,18 +101,21 @@ import Testing
     /// same run: together they sync `share × baseline` changes per second.
     @Test func anOfferedLoadPacesTheTabletsByTheBaseline() async throws {
         let report = try await LoadChaos(
-            devices: [1, 2], rounds: 2, serverBinary: builtExecutable("baton-server"), baselineRuns: 1,
+            devices: [1, 2], rounds: 3, serverBinary: builtExecutable("baton-server"), baselineRuns: 1,
             offeredLoad: 4
         ).run()
         #expect(report.passed, "\(report.text)")
         let baseline = try #require(report.points.first)
         let point = try #require(report.points.last)
         #expect(baseline.paceSeconds == nil && baseline.baselineRuns == nil)
-        // Two tablets of 2 × 10 changes per sync: one sync each per 40 / (4 × baseline) seconds.
+        // Three rounds of 10 checks, synced twice (after the second round and the last): 15 changes per sync, so two
+        // tablets sync one each per 30 / (4 × baseline) seconds.
         let pace = try #require(point.paceSeconds)
-        #expect(abs(pace - 40 / (4 * baseline.changesPerSecond)) < 0.001)
+        #expect(abs(pace - 30 / (4 * baseline.changesPerSecond)) < 0.001)
         #expect(report.text.contains("2 devices: each tablet synced once every"))
-        #expect(report.invariants.changesChecked == (10 + 2) * 2 * 10)
+        #expect(report.text.contains("offering 400% of the baseline's changes per second"))
+        #expect(report.invariants.changesChecked == (10 + 2) * 3 * 10)
+        #expect(report.invariants.syncs == 15 + 2 * 2)
     }
 
     /// Stations of ten tablets, each keeping only its station's checks (a filtered defining query): every tablet

@@ -20,10 +20,10 @@ import Testing
 @Suite(.serverSlot) struct SecurityTests {
     /// A server with alice and bob (ground staff) and sam (supervisor), served for real on loopback.
     static func live(
-        configure: @escaping (inout BatonServerConfiguration) -> Void = { _ in },
+        backend: StorageBackend = .sqlite, configure: @escaping (inout BatonServerConfiguration) -> Void = { _ in },
         _ body: @Sendable (TestServer, any TestClientProtocol) async throws -> Void
     ) async throws {
-        let server = try await TestServer(configure: configure)
+        let server = try await TestServer(backend: backend, configure: configure)
         defer { server.remove() }
         try await server.addUser("alice")
         try await server.addUser("bob")
@@ -602,7 +602,7 @@ import Testing
     /// ``live(configure:_:)`` with device sign-in on, these device-code limits, and the server behind a trusted
     /// proxy on 127.0.0.1, so that each request may say which address it comes from.
     static func liveWithDeviceCodes(
-        perAddress: Int, maximum: Int,
+        perAddress: Int, maximum: Int, backend: StorageBackend = .sqlite,
         _ body:
             @Sendable (
                 TestServer, any TestClientProtocol,
@@ -612,10 +612,13 @@ import Testing
                     )
             ) async throws -> Void
     ) async throws {
-        try await live(configure: {
-            $0.trustedProxies = ["127.0.0.1"]
-            $0.oauth.deviceCodes = DeviceCodeLimits(perAddress: perAddress, maximum: maximum)
-        }) { server, client in
+        try await live(
+            backend: backend,
+            configure: {
+                $0.trustedProxies = ["127.0.0.1"]
+                $0.oauth.deviceCodes = DeviceCodeLimits(perAddress: perAddress, maximum: maximum)
+            }
+        ) { server, client in
             _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
             try await body(server, client) { try await client.startDeviceAuthorization(from: $0) }
         }
@@ -650,6 +653,50 @@ import Testing
                 }
             }
             #expect(stored.count == 6 && !stored.contains { $0.contains("198.51.100") }, "\(stored)")
+        }
+    }
+
+    /// Many devices asking for codes at once (a station's tablets after a shift change, or a loop of requests)
+    /// never take more places than the limit of all, and every refusal says why: on PostgreSQL the requests that
+    /// read the same count conflict under `SERIALIZABLE` and run again, and none may fail for it or slip past the
+    /// count.
+    @Test(arguments: StorageBackend.allCases) func devicesAskingForCodesAtOnceNeverPassTheLimitOfAll(
+        backend: StorageBackend
+    ) async throws {
+        try await Self.liveWithDeviceCodes(perAddress: 2, maximum: 10, backend: backend) { server, client, _ in
+            let port = try #require(client.port)
+            // Each request on a connection of its own (the test client sends its requests one after another).
+            let outcomes = try await withThrowingTaskGroup(of: (Int, String).self) { group in
+                for number in 0..<30 {
+                    group.addTask {
+                        let connection = TestClient(
+                            host: "127.0.0.1", port: port,
+                            eventLoopGroupProvider: .shared(.singletonMultiThreadedEventLoopGroup))
+                        connection.connect()
+                        var headers = formHeaders
+                        headers[try #require(HTTPField.Name("X-Forwarded-For"))] = "198.51.100.\(number)"
+                        let response = try await connection.post(
+                            "/oauth/device_authorization", headers: headers,
+                            body: ByteBuffer(string: "client_id=baton-device"))
+                        try await connection.shutdown()
+                        let body =
+                            try? JSONSerialization.jsonObject(
+                                with: Data(String(buffer: response.body ?? ByteBuffer()).utf8))
+                            as? [String: Any]
+                        return (Int(response.status.code), body?["error"] as? String ?? "")
+                    }
+                }
+                var all: [(Int, String)] = []
+                for try await outcome in group { all.append(outcome) }
+                return all
+            }
+            #expect(outcomes.filter { $0.0 == 200 }.count == 10, "\(outcomes)")
+            #expect(
+                outcomes.filter { $0 == (503, "temporarily_unavailable") }.count == 20, "\(outcomes)")
+            let waiting = try await server.server.database.storage.read { db in
+                try db.fetchOne("SELECT count(*) FROM deviceAuthorizations WHERE status = 'pending'")?[0].integer
+            }
+            #expect(waiting == 10)
         }
     }
 
