@@ -54,7 +54,7 @@ struct RunChaos: AsyncParsableCommand {
 
     @Flag(
         help:
-            "The long run: 1,000 network faults, 1,000 server kills, 1,000 tablet kills, 1,200 disk trials; 1 to 200 devices at once."
+            "The long run: 1,000 network faults, 1,000 server kills, 1,000 tablet kills, 1,200 disk trials; 1 to 200 devices at once; 10,000,000 fuzz inputs."
     )
     var long = false
     @Option(help: "Network faults to inject (default: 100, or 1,000 with --long; 0 skips them).") var networkFaults:
@@ -87,6 +87,11 @@ struct RunChaos: AsyncParsableCommand {
     @Option(help: "Kills of the tablet's sync process (default: 50, or 1,000 with --long; 0 skips them).")
     var clientKills: Int?
     @Option(help: "Disk trials, one fault each (default: 60, or 1,200 with --long; 0 skips them).") var diskTrials: Int?
+    @Option(
+        help:
+            "Inputs for the parsers under libFuzzer, run by the package's scripts/fuzz over two processes (default: 0, or 10,000,000 with --long; CI replays the kept corpus instead)."
+    )
+    var fuzzInputs: Int?
     @Option(help: "The seed; the same seed repeats the same run.") var seed: UInt64 = 1
     @Flag(help: "Print JSON.") var json = false
 
@@ -104,6 +109,7 @@ struct RunChaos: AsyncParsableCommand {
         guard (kills ?? 0) >= 0 else { throw ValidationError("--kills must not be negative.") }
         guard (clientKills ?? 0) >= 0 else { throw ValidationError("--client-kills must not be negative.") }
         guard (diskTrials ?? 0) >= 0 else { throw ValidationError("--disk-trials must not be negative.") }
+        guard (fuzzInputs ?? 0) >= 0 else { throw ValidationError("--fuzz-inputs must not be negative.") }
         guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
         guard [1, 3, 5, 7, 9].contains(baselineRuns) else {
             throw ValidationError("--baseline-runs takes 1, 3, 5, 7 or 9 (an odd number: the median run counts).")
@@ -207,6 +213,16 @@ struct RunChaos: AsyncParsableCommand {
             try emit(
                 report, title: "\nDevices syncing at once (\(rounds) rounds each, two users per device):",
                 text: report.text)
+            passed = passed && report.passed
+        }
+        let inputs = fuzzInputs ?? (long ? 10_000_000 : 0)
+        if inputs > 0 {
+            guard let executable = Bundle.main.executableURL, let script = FuzzChaos.script(beside: executable)
+            else {
+                throw ValidationError("The fuzz part runs scripts/fuzz: run baton-chaos from the package's folder.")
+            }
+            let report = try await FuzzChaos(inputs: inputs, script: script).run(progress: note)
+            try emit(report, title: "\nThe parsers fuzzed (libFuzzer, AddressSanitizer):", text: report.text)
             passed = passed && report.passed
         }
         if !passed { throw ExitCode(1) }

@@ -222,3 +222,34 @@ import Testing
         #expect(report.changesChecked > 50, "seed \(seed): \(report.text)")
     }
 }
+
+/// The harness's fuzz part runs `scripts/fuzz` (libFuzzer needs a build of its own) and reports the figures of its
+/// summary line; CI replays the kept corpus instead (`FuzzCorpusTests`).
+@Suite struct FuzzChaosTests {
+    @Test func theScriptsSummaryGivesTheFigures() throws {
+        let output = """
+            INFO: Seed: 11764239501
+            baton-fuzz: 10000000 inputs in 4352 s over 1 processes, cov: 5847 edges; corpus kept: 2328 files, 677012 bytes
+            """
+        let report = try #require(FuzzChaos.summary(output))
+        #expect(
+            report
+                == FuzzChaos.Report(
+                    inputs: 10_000_000, seconds: 4_352, processes: 1, edges: 5_847, corpusFiles: 2_328,
+                    corpusBytes: 677_012))
+        #expect(report.passed && report.text.contains("crashes: 0"))
+        // Without coverage figures (libFuzzer printed none) the rest still counts.
+        let bare = "baton-fuzz: 2000 inputs in 3 s over 2 processes,  edges; corpus kept: 10 files, 99 bytes"
+        #expect(FuzzChaos.summary(bare)?.edges == nil && FuzzChaos.summary(bare)?.inputs == 2_000)
+        // A run that ended without its summary (the build failed) has no figures, and no inputs is no pass.
+        #expect(FuzzChaos.summary("error: compile command failed\nbaton-fuzz: the merge kept nothing") == nil)
+        #expect(!FuzzChaos.Report().passed)
+    }
+
+    @Test func theScriptIsFoundFromTheBuiltExecutable() throws {
+        let script = try #require(FuzzChaos.script(beside: builtExecutable("baton-server")))
+        #expect(script.lastPathComponent == "fuzz" && script.deletingLastPathComponent().lastPathComponent == "scripts")
+        let package = script.deletingLastPathComponent().deletingLastPathComponent()
+        #expect(FileManager.default.fileExists(atPath: package.appendingPathComponent("Package.swift").path))
+    }
+}

@@ -306,7 +306,7 @@ import Testing
             try await session.authorized.send(ClientRequest(url: server.url.appendingPathComponent("me")))
         }
         #expect(send?.code == .sessionInvalidated)
-        let key = await #expect(throws: FlowsError.self) { try session.signingKey() }
+        let key = #expect(throws: FlowsError.self) { try session.signingKey() }
         #expect(key?.code == .sessionInvalidated)
         #expect(session.storeKey == nil)
         // The offline store it opened is closed too.
