@@ -67,7 +67,8 @@ public struct FuzzChaos: Sendable {
             corpusBytes: bytes)
     }
 
-    /// Runs the script (its build and its fuzzing), passing its output through, and returns its figures.
+    /// Runs the script (its build and its fuzzing), writes its output to standard error when it ends, and returns
+    /// its figures.
     ///
     /// - Throws: ``ChaosFailure`` when the script cannot run or ends without its summary.
     public func run(progress: @Sendable (String) -> Void = { _ in }) async throws -> Report {
@@ -96,17 +97,22 @@ public struct FuzzChaos: Sendable {
         return report
     }
 
-    /// `scripts/fuzz` of the package this executable was built in (`.build/…/baton-chaos`), or of the current
-    /// directory.
+    /// `scripts/fuzz` of the package this executable was built in (`.build/…/baton-chaos`): the folder above its
+    /// `.build` that holds `Package.swift`. Nothing else, not the current directory: a `scripts/fuzz` someone put
+    /// there would run as the developer, and the script rewrites `fuzz/corpus/` of the tree it is in.
     public static func script(beside executable: URL) -> URL? {
         var directory = executable.resolvingSymlinksInPath().deletingLastPathComponent()
-        var candidates: [URL] = []
-        for _ in 0..<4 {
+        while directory.pathComponents.count > 1 {
+            let isBuild = directory.lastPathComponent == ".build"
             directory = directory.deletingLastPathComponent()
-            candidates.append(directory)
+            guard isBuild else { continue }
+            let script = directory.appendingPathComponent("scripts/fuzz")
+            let manifest = directory.appendingPathComponent("Package.swift")
+            guard FileManager.default.isExecutableFile(atPath: script.path),
+                FileManager.default.fileExists(atPath: manifest.path)
+            else { return nil }
+            return script
         }
-        candidates.append(URL(fileURLWithPath: FileManager.default.currentDirectoryPath))
-        return candidates.map { $0.appendingPathComponent("scripts/fuzz") }
-            .first { FileManager.default.isExecutableFile(atPath: $0.path) }
+        return nil
     }
 }

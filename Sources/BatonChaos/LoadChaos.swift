@@ -208,7 +208,9 @@ public struct LoadChaos: Sendable {
             var pointPace = isBaseline ? nil : pace
             if !isBaseline, let offeredLoad, let rate = baseline?.rate, devices.first == 1 {
                 let changesPerSync = Double(rounds * checksPerSync) / Double(syncsPerDevice)
-                pointPace = .milliseconds(Double(count) * changesPerSync / (offeredLoad * rate) * 1_000)
+                // At most an hour, as `--pace`: a load offered so thin would otherwise pace the tablets for days.
+                let seconds = Double(count) * changesPerSync / (offeredLoad * rate)
+                pointPace = .milliseconds((seconds.isFinite ? min(seconds, 3_600) : 3_600) * 1_000)
             }
             var runs: [Point] = []
             for _ in 0..<(isBaseline ? baselineRuns : 1) {

@@ -110,13 +110,13 @@ struct RunChaos: AsyncParsableCommand {
         guard (clientKills ?? 0) >= 0 else { throw ValidationError("--client-kills must not be negative.") }
         guard (diskTrials ?? 0) >= 0 else { throw ValidationError("--disk-trials must not be negative.") }
         guard (fuzzInputs ?? 0) >= 0 else { throw ValidationError("--fuzz-inputs must not be negative.") }
-        guard rounds > 0 else { throw ValidationError("--rounds must be positive.") }
+        guard (1...10_000).contains(rounds) else { throw ValidationError("--rounds takes 1 to 10000.") }
         guard [1, 3, 5, 7, 9].contains(baselineRuns) else {
             throw ValidationError("--baseline-runs takes 1, 3, 5, 7 or 9 (an odd number: the median run counts).")
         }
         guard (stationSize ?? 1) > 0 else { throw ValidationError("--station-size must be positive.") }
-        guard (offeredLoad ?? 1) > 0 && (offeredLoad ?? 1) <= 1_000 else {
-            throw ValidationError("--offered-load takes a percentage, more than 0 and at most 1000.")
+        guard (1...1_000).contains(offeredLoad ?? 1) else {
+            throw ValidationError("--offered-load takes a percentage from 1 to 1000.")
         }
         guard pace == nil || offeredLoad == nil else {
             throw ValidationError("--pace and --offered-load both set the pace; give one.")
@@ -219,7 +219,9 @@ struct RunChaos: AsyncParsableCommand {
         if inputs > 0 {
             guard let executable = Bundle.main.executableURL, let script = FuzzChaos.script(beside: executable)
             else {
-                throw ValidationError("The fuzz part runs scripts/fuzz: run baton-chaos from the package's folder.")
+                throw ValidationError(
+                    "The fuzz part runs the scripts/fuzz of the package baton-chaos was built in (swift build puts it in .build)."
+                )
             }
             let report = try await FuzzChaos(inputs: inputs, script: script).run(progress: note)
             try emit(report, title: "\nThe parsers fuzzed (libFuzzer, AddressSanitizer):", text: report.text)

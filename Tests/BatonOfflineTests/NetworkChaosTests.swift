@@ -252,4 +252,26 @@ import Testing
         let package = script.deletingLastPathComponent().deletingLastPathComponent()
         #expect(FileManager.default.fileExists(atPath: package.appendingPathComponent("Package.swift").path))
     }
+
+    /// Only the script of the package the executable was built in runs: not one in the current directory or in a
+    /// folder without a package, where anyone could have put it.
+    @Test func noOtherScriptIsRun() throws {
+        let files = FileManager.default
+        let root = files.temporaryDirectory.appendingPathComponent("fuzz-script-\(UUID())")
+        defer { try? files.removeItem(at: root) }
+        let binary = root.appendingPathComponent(".build/release/baton-chaos")
+        try files.createDirectory(at: binary.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try files.createDirectory(at: root.appendingPathComponent("scripts"), withIntermediateDirectories: true)
+        let script = root.appendingPathComponent("scripts/fuzz")
+        try Data("#!/bin/sh\n".utf8).write(to: script)
+        try files.setAttributes([.posixPermissions: 0o755], ofItemAtPath: script.path)
+        // A scripts/fuzz above a .build, but no package there.
+        #expect(FuzzChaos.script(beside: binary) == nil)
+        try Data("// swift-tools-version:6.0\n".utf8).write(to: root.appendingPathComponent("Package.swift"))
+        #expect(FuzzChaos.script(beside: binary)?.path == script.path)
+        // An executable outside any .build finds nothing, even beside that package (the current directory is
+        // never looked at; changing it here would move it under the tests running beside this one).
+        let loose = root.appendingPathComponent("bin/baton-chaos")
+        #expect(FuzzChaos.script(beside: loose) == nil)
+    }
 }

@@ -209,17 +209,49 @@ import Testing
                 "SELECT current_setting('lock_timeout'), current_setting('client_connection_check_interval')")
         }
         #expect(settings?[0].text == PostgresStorage.lockTimeout)
+        #expect(settings?[0].text == "15s")
         // Below the statement deadline: the lock wait ends first, with PostgreSQL's own error.
         let lockSeconds = Int64(PostgresStorage.lockTimeout.dropLast()) ?? .max
         #expect(lockSeconds * 1_000_000_000 < PostgresSQLConnection.statementDeadline.nanoseconds)
         #expect(settings?[1].text == "5s")
-        let holder = Task { try await store.write { db in try db.execute("SELECT pg_sleep(1.5)") } }
+        // The turn held from a connection of the shared pools, as a writer of another instance holds it (this
+        // instance's writers queue for their own connection first).
+        let holder = Task {
+            try await storage.write { db in
+                try db.execute(DataStore.writersTurn)
+                try db.execute("SELECT pg_sleep(1.5)")
+            }
+        }
         try await Task.sleep(for: .milliseconds(500))
         await #expect {
             try await storage.write(lockingFirst: "SET LOCAL lock_timeout = '100ms'") { db in
                 try db.execute(DataStore.writersTurn)
             }
         } throws: { ($0 as? StorageError)?.kind == .unavailable }
+        try await holder.value
+    }
+
+    /// Writers queued for their turn do not take the connections everyone else needs: with one writer holding the
+    /// turn and more queued behind it (one account holder's burst of writes), a read still gets a connection at
+    /// once instead of failing after the lease deadline, and every queued writer runs once the turn comes.
+    @Test func writersQueuedForTheirTurnLeaveTheConnectionsToReads() async throws {
+        let server = try await TestServer(backend: .postgres)
+        defer { server.remove() }
+        let store = server.server.data.store
+        let holderDone = Atomic<Bool>(false)
+        let holder = Task {
+            try await store.write { db in try db.execute("SELECT pg_sleep(7)") }
+            holderDone.store(true, ordering: .relaxed)
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        // More writers than the test server's four connections.
+        let queued = (0..<6).map { _ in Task { try await store.write { db in try db.execute("SELECT 1") } } }
+        try await Task.sleep(for: .milliseconds(500))
+        let read = try await store.storage.read { db in try db.fetchOne("SELECT 1")?[0].integer }
+        let answeredFirst = !holderDone.load(ordering: .relaxed)
+        #expect(read == 1)
+        #expect(answeredFirst, "the read waited for the writers")
+        for writer in queued { try await writer.value }
         try await holder.value
     }
 
@@ -296,19 +328,20 @@ import Testing
                 #expect(ObjectIdentifier(storage.pool()) != ObjectIdentifier(busy))
                 busy.leases.subtract(busy.share, ordering: .relaxed)
             }
-            // The server holds exactly `connections` open once its pools have filled: counted by PostgreSQL.
+            // The server holds exactly `connections` open once its pools have filled, and the writers' one: counted by
+            // PostgreSQL.
             let count = """
                 SELECT count(*) FROM pg_stat_activity
                 WHERE application_name = 'baton-server' AND datname = current_database()
                 """
             var open: Int64 = 0
-            for _ in 0..<200 where open != Int64(connections) {
+            for _ in 0..<200 where open != Int64(connections) + 1 {
                 open = try await storage.readStatement { try $0.fetchOne(count)?[0].integer } ?? 0
                 try await Task.sleep(for: .milliseconds(50))
             }
             try await Task.sleep(for: .milliseconds(300))
             open = try await storage.readStatement { try $0.fetchOne(count)?[0].integer } ?? 0
-            #expect(open == Int64(connections), "connections: \(connections)")
+            #expect(open == Int64(connections) + 1, "connections: \(connections)")
         }
     }
 

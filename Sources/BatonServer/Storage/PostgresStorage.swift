@@ -23,6 +23,12 @@ public final class PostgresStorage: ServerStorage {
     /// resumed the request there, and the response woke the request's loop again: a `SELECT 1` cost 130 µs of the
     /// server's CPU (perf). A request whose own pool is busy leases from the one with the most free connections.
     let pools: [LoopPool]
+    /// The connection writers of entities take their turn on (``write(lockingFirst:_:)`` with a lock): one, so that
+    /// writers of this instance queue here, in postgres-nio's pool, for as long as a lock may be waited for, instead
+    /// of each holding a connection of ``pools`` (and a thread) while PostgreSQL makes it wait for the turn. Only
+    /// one writer of entities can run across all instances anyway; with the writers on the shared pools, a few
+    /// queued writes (one account holder's) took every connection, and reads, sign-ins and refreshes answered 503.
+    let writers: LoopPool
     let threads: NIOThreadPool
     let logger: Logger
     private let runner: Mutex<Task<Void, Never>?>
@@ -34,12 +40,15 @@ public final class PostgresStorage: ServerStorage {
 
     public var dialect: SQLDialect { .postgres }
 
-    /// How many connections the pool keeps open (and threads wait on them), unless told otherwise: 16.
+    /// How many connections the loops' pools keep open between them (and threads wait on them), unless told
+    /// otherwise: 16. The writers' pool (``writers``) has one more.
     public static let defaultConnections = 16
 
     /// How long a statement waits for a lock before it fails as `unavailable` (503): below the statement deadline.
-    static var lockTimeout: String {
-        "\(PostgresSQLConnection.statementDeadline.nanoseconds / 1_000_000_000 - 5)s"
+    static var lockTimeout: String { "\(lockTimeoutSeconds)s" }
+
+    static var lockTimeoutSeconds: Int64 {
+        max(1, PostgresSQLConnection.statementDeadline.nanoseconds / 1_000_000_000 - 5)
     }
 
     /// The fewest connections a pool of an event loop has: fewer loops get a pool of their own than starve on one.
@@ -83,9 +92,16 @@ public final class PostgresStorage: ServerStorage {
                 loop: loop, share: share,
                 client: PostgresClient(configuration: configuration, eventLoopGroup: loop, backgroundLogger: logger))
         }
-        threads = NIOThreadPool(numberOfThreads: connections)
+        var writersConfiguration = configuration
+        writersConfiguration.options.minimumConnections = 1
+        writersConfiguration.options.maximumConnections = 1
+        writers = LoopPool(
+            loop: loops[0], share: 1,
+            client: PostgresClient(
+                configuration: writersConfiguration, eventLoopGroup: loops[0], backgroundLogger: logger))
+        threads = NIOThreadPool(numberOfThreads: connections + 1)
         threads.start()
-        let clients = pools.map(\.client)
+        let clients = pools.map(\.client) + [writers.client]
         runner = Mutex(
             Task {
                 await withDiscardingTaskGroup { group in
@@ -133,7 +149,8 @@ public final class PostgresStorage: ServerStorage {
         var attempt = 0
         while true {
             do {
-                return try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", first: lock, body)
+                return try await transaction(
+                    "BEGIN ISOLATION LEVEL SERIALIZABLE", first: lock, on: lock == nil ? nil : writers, body)
             } catch let error as StorageError where error.kind == .conflict && attempt < 100 {
                 attempt += 1
                 retried.add(1, ordering: .relaxed)
@@ -250,13 +267,14 @@ public final class PostgresStorage: ServerStorage {
     /// Runs `body` on a leased connection, in a transaction begun by `begin` (none when `nil`) that first runs
     /// `first` when given (a lock, a setting).
     private func transaction<T: Sendable>(
-        _ begin: String?, first: String? = nil, deadline: TimeAmount? = PostgresSQLConnection.statementDeadline,
+        _ begin: String?, first: String? = nil, on pool: LoopPool? = nil,
+        deadline: TimeAmount? = PostgresSQLConnection.statementDeadline,
         _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
         let logger = self.logger
         let threads = self.threads
         do {
-            return try await leased { connection in
+            return try await leased(from: pool) { connection in
                 try await threads.runIfActive {
                     let sql = PostgresSQLConnection(connection: connection, logger: logger, deadline: deadline)
                     guard let begin else { return try body(sql) }
@@ -286,10 +304,14 @@ public final class PostgresStorage: ServerStorage {
     /// `unavailable` instead of waiting, so that requests answer 503 soon and the balancer moves on. A lease
     /// that comes in time runs to its end. (Racing only after a failure saved context switches, but an idle
     /// instance then hung on its first request after the database stopped.)
-    private func leased<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws
-        -> T
-    {
-        let pool = pool()
+    ///
+    /// The writers' pool (``writers``) is waited for as long as a lock would be (``lockTimeout``): its queue is the
+    /// writers' turn, taken in this process first.
+    private func leased<T: Sendable>(
+        from chosen: LoopPool? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        let pool = chosen ?? pool()
+        let wait = chosen == nil ? Self.leaseDeadline : .seconds(Self.lockTimeoutSeconds)
         let client = pool.client
         pool.leases.add(1, ordering: .relaxed)
         defer { pool.leases.subtract(1, ordering: .relaxed) }
@@ -305,10 +327,10 @@ public final class PostgresStorage: ServerStorage {
                 // Cancelled (the lease came, or the caller went away): the lease decides the outcome. The wait is
                 // a timer of an event loop, not `Task.sleep`: on Linux that is a Dispatch timer, whose manager
                 // thread and worker wake-ups cost a fifth of a key read's CPU (perf).
-                guard await Self.waited(Self.leaseDeadline), first.claim() else { return nil }
+                guard await Self.waited(wait), first.claim() else { return nil }
                 throw StorageError(
                     .unavailable,
-                    "No connection to PostgreSQL within \(Self.leaseDeadline.nanoseconds / 1_000_000_000) s; is the database up?"
+                    "No connection to PostgreSQL within \(wait.nanoseconds / 1_000_000_000) s: the database is away or busy."
                 )
             }
             while let result = try await group.next() {
