@@ -24,6 +24,8 @@ public final class ServerCluster: Sendable {
     public let masterKeyFile: URL
     let directory: URL
     let ports: [Int]
+    /// `--changes-per-user` of every instance (`nil`: the default).
+    let changesPerUser: Int?
     let instances: Mutex<[Process?]>
     let balancer: Mutex<Process?>
 
@@ -38,11 +40,12 @@ public final class ServerCluster: Sendable {
     }
 
     /// Prepares `database` (migrations, users, data) in process with `prepare`, then starts `count` instances
-    /// and nginx in front of them, all with `masterKey` (a new one when `nil`).
+    /// and nginx in front of them, all with `masterKey` (a new one when `nil`) and `changesPerUser` (a load
+    /// generator signed in as one user sends more changes at once than a tablet).
     ///
     /// - Throws: when a process does not start or does not listen.
     public static func start(
-        instances count: Int = 2, database: PostgresLocation, masterKey: Data? = nil,
+        instances count: Int = 2, database: PostgresLocation, masterKey: Data? = nil, changesPerUser: Int? = nil,
         prepare: @Sendable (BatonServer) async throws -> Void = { _ in }
     ) async throws -> ServerCluster {
         guard let nginx else {
@@ -78,7 +81,7 @@ public final class ServerCluster: Sendable {
         let cluster = ServerCluster(
             url: URL(fileURLWithPath: "/").loopback(port: balancerPort), database: database,
             masterKeyFile: masterKeyFile,
-            directory: directory, ports: ports)
+            directory: directory, ports: ports, changesPerUser: changesPerUser)
         do {
             try await offThePool {
                 for index in ports.indices { try cluster.startInstance(index) }
@@ -91,12 +94,15 @@ public final class ServerCluster: Sendable {
         return cluster
     }
 
-    init(url: URL, database: PostgresLocation, masterKeyFile: URL, directory: URL, ports: [Int]) {
+    init(
+        url: URL, database: PostgresLocation, masterKeyFile: URL, directory: URL, ports: [Int], changesPerUser: Int?
+    ) {
         self.url = url
         self.database = database
         self.masterKeyFile = masterKeyFile
         self.directory = directory
         self.ports = ports
+        self.changesPerUser = changesPerUser
         instances = Mutex(Array(repeating: nil, count: ports.count))
         balancer = Mutex(nil)
     }
@@ -111,11 +117,12 @@ public final class ServerCluster: Sendable {
     public func startInstance(_ index: Int) throws {
         let process = Process()
         process.executableURL = Self.buildDirectory.appendingPathComponent("baton-server")
-        process.arguments = [
-            "serve", "--port", String(ports[index]), "--data-dir",
-            directory.appendingPathComponent("instance-\(index)").path, "--public-url", url.absoluteString,
-            "--trusted-proxy", "127.0.0.1", "--log-level", "error", "--database-connections", "4",
-        ]
+        process.arguments =
+            [
+                "serve", "--port", String(ports[index]), "--data-dir",
+                directory.appendingPathComponent("instance-\(index)").path, "--public-url", url.absoluteString,
+                "--trusted-proxy", "127.0.0.1", "--log-level", "error", "--database-connections", "4",
+            ] + (changesPerUser.map { ["--changes-per-user", String($0)] } ?? [])
         var environment = ProcessInfo.processInfo.environment
         environment["BATON_DATABASE_URL"] = database.urlWithPassword
         environment["BATON_MASTER_KEY_FILE"] = masterKeyFile.path

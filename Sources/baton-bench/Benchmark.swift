@@ -79,6 +79,8 @@ struct Benchmark: AsyncParsableCommand {
         configuration.dataDirectory = directory
         configuration.port = 0
         configuration.bcryptCost = 4
+        // One user stands for many tablets here: each connection sends changes at once.
+        configuration.dataService.maximumConcurrentChangesPerUser = connections
         let location = try databaseLocation()
         if let location {
             // Every instance needs the same master key, from a file.
@@ -282,7 +284,8 @@ struct Benchmark: AsyncParsableCommand {
                 + "req/s    share   vs one   CPU/req: servers  nginx  PostgreSQL")
         var one = 0.0
         for count in Set([1, instances]).sorted() {
-            let cluster = try await ServerCluster.start(instances: count, database: database, masterKey: masterKey)
+            let cluster = try await ServerCluster.start(
+                instances: count, database: database, masterKey: masterKey, changesPerUser: connections)
             defer { cluster.stop() }
             let auth = try await signIn(cluster.url.absoluteString)
             var request = URLRequest(

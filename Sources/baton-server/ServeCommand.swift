@@ -54,7 +54,16 @@ struct ServeCommand: AsyncParsableCommand {
             valueName: "n"))
     var databaseConnections: Int = PostgresStorage.defaultConnections
 
+    @Option(
+        help: ArgumentHelp(
+            "How many requests that change data one user may have running on this instance at once (1-10000); one more answers 429 at once, so that one account holder cannot fill the writers' queue. A tablet sends one at a time.",
+            valueName: "n"))
+    var changesPerUser: Int = DataServiceConfiguration().maximumConcurrentChangesPerUser
+
     func validate() throws {
+        guard (1...10_000).contains(changesPerUser) else {
+            throw ValidationError("--changes-per-user must be between 1 and 10000, not \(changesPerUser).")
+        }
         guard (1...1_000).contains(databaseConnections) else {
             throw ValidationError("--database-connections must be between 1 and 1000, not \(databaseConnections).")
         }
@@ -89,6 +98,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.masterKeyFile = data.masterKeyURL
         configuration.database = try data.databaseLocation()
         configuration.databaseConnections = databaseConnections
+        configuration.dataService.maximumConcurrentChangesPerUser = changesPerUser
         configuration.trustedProxies = Set(trustedProxies)
         configuration.host = host
         configuration.port = port

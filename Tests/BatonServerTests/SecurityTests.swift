@@ -7,6 +7,7 @@ import HTTPTypes
 import HummingbirdTesting
 import NIOCore
 import PropertyBased
+import Synchronization
 import Testing
 
 @testable import BatonServer
@@ -564,6 +565,77 @@ import Testing
             header["kid"] = "someone-elses-key"
             let renamed = try JSONSerialization.data(withJSONObject: header).base64URLEncoded
             #expect(try await client.get("/me", token: "\(renamed).\(parts[1]).\(parts[2])").0 == .unauthorized)
+        }
+    }
+
+    // MARK: One account holder's changes
+
+    /// One account holder cannot fill the writers' queue: each user has at most
+    /// `maximumConcurrentChangesPerUser` requests that change data running on an instance, and one more answers
+    /// 429 with `Retry-After` at once, changing nothing. Only one writer of entities runs at a time (across all
+    /// instances on PostgreSQL); without the limit, a few hundred concurrent batches of one user made everyone's
+    /// changes wait past the lock timeout. Other users' changes and the user's reads go on; the slot is given back
+    /// when the change ends.
+    @Test(arguments: StorageBackend.allCases) func oneUserCannotQueueMoreChangesThanTheLimit(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend) { $0.dataService.maximumConcurrentChangesPerUser = 1 }
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.server.users.add(
+            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
+        // A client with a pool of connections: the requests below run at the same time.
+        try await server.server.application().test(.ahc(.http)) { client in
+            let alice = try await client.signIn("alice").access
+            let sam = try await client.signIn("sam").access
+            #expect(try await client.odata(.post, "Aircraft", token: sam, body: Fixtures.aircraft).status == .created)
+            let store = server.server.data.store
+            let holderDone = Atomic<Bool>(false)
+            let holder = Task {
+                try await store.write { db in
+                    try db.execute(backend == .postgres ? "SELECT pg_sleep(4)" : "SELECT 1")
+                    if backend == .sqlite { Thread.sleep(forTimeInterval: 4) }
+                }
+                holderDone.store(true, ordering: .relaxed)
+            }
+            // sam's first change waits for the writers' turn, holding his one slot.
+            let first = Task {
+                try await client.odata(.post, "PreflightChecks", token: sam, body: Fixtures.check(Fixtures.id(1)))
+            }
+            for _ in 0..<200 where server.server.data.changes.inFlight("sam") == 0 {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            #expect(server.server.data.changes.inFlight("sam") == 1)
+            let refused = try await client.odata(
+                .post, "PreflightChecks", token: sam, body: Fixtures.check(Fixtures.id(2)))
+            let batch = try await client.odata(
+                .post, "$batch", token: sam,
+                body:
+                    #"{"requests":[{"id":"1","method":"DELETE","url":"Aircraft('D-AIBL')","headers":{"If-Match":"*"}}]}"#
+            )
+            let reads = try await client.odata(
+                .post, "$batch", token: sam, body: #"{"requests":[{"id":"1","method":"GET","url":"Aircraft"}]}"#)
+            let answeredFirst = !holderDone.load(ordering: .relaxed)
+            #expect(answeredFirst, "the refusal waited for the writers' turn")
+            for reply in [refused, batch] {
+                #expect(reply.status == .tooManyRequests, "\(reply.text)")
+                #expect(reply.headers[.retryAfter] == "1")
+                #expect((reply.json["error"] as? [String: Any])?["code"] as? String == "TooManyRequests")
+            }
+            #expect(reads.status == .ok, "\(reads.text)")
+            // Another user's change is not refused; it waits for the turn like any.
+            let other = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(3)))
+            #expect(other.status == .created, "\(other.text)")
+            #expect(try await first.value.status == .created)
+            try await holder.value
+            #expect(server.server.data.changes.inFlight("sam") == 0)
+            // Nothing of the refused requests was applied, and the slot is free again.
+            #expect(try await client.odata(.get, "PreflightChecks(\(Fixtures.id(2)))", token: sam).status == .notFound)
+            #expect(try await client.odata(.get, "Aircraft('D-AIBL')", token: sam).status == .ok)
+            let again = try await client.odata(
+                .post, "PreflightChecks", token: sam, body: Fixtures.check(Fixtures.id(2)))
+            #expect(again.status == .created, "\(again.text)")
         }
     }
 

@@ -202,6 +202,9 @@ import Testing
         let pool = try await Self.server(["serve", "--database-connections", "0"])
         #expect(pool.status != 0)
         #expect(pool.error.contains("--database-connections must be between 1 and 1000"), "\(pool.error)")
+        let changes = try await Self.server(["serve", "--changes-per-user", "0"])
+        #expect(changes.status != 0)
+        #expect(changes.error.contains("--changes-per-user must be between 1 and 10000"), "\(changes.error)")
     }
 
     @Test func adminErrorsAreClearAndPasswordsAreNeverArguments() async throws {

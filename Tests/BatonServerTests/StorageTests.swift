@@ -278,6 +278,78 @@ import Testing
         }
     }
 
+    /// The reads of a `$batch` that also writes run outside its writing transaction: one account holder's batch of
+    /// one change and many slow reads cannot hold the writers' turn (every instance's writers) while the reads run.
+    /// Here the batch's read waits for a lock another session holds on its table; a writer must get its turn
+    /// meanwhile, and the batch must then answer both requests.
+    @Test func aBatchsReadsDoNotHoldTheWritersTurnItsChangeTook() async throws {
+        try await Fixtures.world(backend: .postgres) { server, client, alice, _ in
+            let store = server.server.data.store
+            let holderDone = Atomic<Bool>(false)
+            let holder = Task {
+                try await store.storage.write { db in
+                    try db.execute(#"LOCK TABLE "Flights" IN ACCESS EXCLUSIVE MODE"#)
+                    try db.execute("SELECT pg_sleep(8)")
+                }
+                holderDone.store(true, ordering: .relaxed)
+            }
+            try await Self.waitFor(
+                store, "mode = 'AccessExclusiveLock' AND granted AND relation = '\"Flights\"'::regclass")
+            let batch = Task {
+                try await client.odata(
+                    .post, "$batch", token: alice,
+                    body:
+                        #"{"requests":[{"id":"1","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(1)))},{"id":"2","method":"GET","url":"Flights"}]}"#
+                )
+            }
+            // The batch's read now waits for the table.
+            try await Self.waitFor(store, "NOT granted AND relation = '\"Flights\"'::regclass")
+            try await store.write { db in try db.execute("SELECT 1") }
+            let writerFirst = !holderDone.load(ordering: .relaxed)
+            #expect(writerFirst, "the writer waited for the batch's reads")
+            let reply = try await batch.value
+            let statuses = (reply.json["responses"] as? [[String: Any]] ?? []).compactMap { $0["status"] as? Int }
+            #expect(statuses == [201, 200], "\(reply.text)")
+            try await holder.value
+        }
+    }
+
+    /// Waits until a lock of `pg_locks` matches `condition` (polled; at most 10 s).
+    static func waitFor(_ store: DataStore, _ condition: String) async throws {
+        for _ in 0..<200 {
+            let matching = try await store.storage.read { db in
+                try db.fetchOne("SELECT count(*) FROM pg_locks WHERE \(condition)")?[0].integer
+            }
+            if let matching, matching > 0 { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        Issue.record("no lock where \(condition)")
+    }
+
+    /// Values of the sequence are taken only inside `DataStore.write`, which holds the writers' turn: taken on a
+    /// plain write's connection (one that skipped the turn), they could commit out of order and a delta reader would
+    /// miss them. Such a write fails and takes nothing.
+    @Test(arguments: StorageBackend.allCases) func theSequenceIsTakenOnlyInTheWritersTurn(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        let store = server.server.data.store
+        let value = { @Sendable in
+            try await store.storage.read { db in try db.fetchOne(#"SELECT value FROM "$sequence""#)?[0].integer }
+        }
+        let before = try await value()
+        await #expect(throws: StorageError.self) {
+            try await store.storage.write { db in try DataStore.nextSequence(db) }
+        }
+        await #expect(throws: StorageError.self) {
+            try await store.storage.write { db in try DataStore.reserveSequence(db, count: 5) }
+        }
+        #expect(try await value() == before)
+        let taken = try await store.write { db in try DataStore.nextSequence(db) }
+        #expect(taken == (before ?? 0) + 1)
+    }
+
     /// A bulk reservation inside a write of entities goes on from the values the write took in memory, and the row
     /// ends at the last value reserved: no value is handed out twice, the next write goes on above them all.
     @Test func aReservationInsideAWriteGoesOnFromItsTakenValues() async throws {
@@ -659,8 +731,13 @@ import Testing
             $0.database = first.server.configuration.database
             $0.databaseConnections = 4
             $0.masterKeyFile = first.server.configuration.masterKeyFile
+            $0.dataService.maximumConcurrentChangesPerUser = Self.changesPerUser
         })
     }
+
+    /// The tests of two instances send one user's changes from many tasks at once: they exercise the storage, not
+    /// the limit of one user's changes (``SecurityTests/oneUserCannotQueueMoreChangesThanTheLimit(backend:)``).
+    static let changesPerUser = 64
 
     @Test func tokensRefreshReuseAndTheThrottleAreSharedByInstances() async throws {
         let a = try await TestServer(backend: .postgres)
@@ -786,7 +863,9 @@ import Testing
             @Sendable (TestServer, TestServer, any TestClientProtocol, any TestClientProtocol, String) async throws
             -> Void
     ) async throws {
-        let a = try await TestServer(backend: .postgres)
+        let a = try await TestServer(backend: .postgres) {
+            $0.dataService.maximumConcurrentChangesPerUser = Self.changesPerUser
+        }
         defer { a.remove() }
         let b = try await Self.second(of: a)
         defer { b.remove() }

@@ -22,11 +22,16 @@ extension DataService {
         var index = 0
         while index < requests.count {
             if requests[index].atomicityGroup == nil {
-                // Consecutive requests outside atomicity groups share one transaction, each in its own
-                // savepoint: a failed request is rolled back alone, as if it ran by itself, and the batch costs
-                // one commit (one fsync) instead of one per request. Answers go out only after the commit.
+                // Consecutive changes outside atomicity groups share one transaction, each in its own savepoint:
+                // a failed change is rolled back alone, as if it ran by itself, and the changes cost one commit
+                // (one fsync) instead of one each. Answers go out only after the commit. Consecutive reads share
+                // a read transaction: reads never run in a writing one, where they would hold the writers' turn
+                // (on PostgreSQL one writer of entities runs at a time, across instances) for as long as they take.
                 var independent: [BatchRequest] = []
-                while index < requests.count, requests[index].atomicityGroup == nil {
+                let reads = requests[index].method == "GET"
+                while index < requests.count, requests[index].atomicityGroup == nil,
+                    (requests[index].method == "GET") == reads
+                {
                     independent.append(requests[index])
                     index += 1
                 }
@@ -110,9 +115,8 @@ extension DataService {
         return (responses, audit)
     }
 
-    /// Runs requests that belong to no atomicity group, in one transaction with a savepoint each: a read
-    /// transaction when they are all reads, so that reads never hold the writers' turn (on PostgreSQL one writer
-    /// of entities runs at a time, across instances).
+    /// Runs requests that belong to no atomicity group, all reads or all changes, in one transaction with a
+    /// savepoint each: a read transaction for reads, so that reads never hold the writers' turn.
     func runIndependently(
         _ requests: [BatchRequest], locations: [String: String], failed: Set<String>, context: Context
     ) async -> (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>) {

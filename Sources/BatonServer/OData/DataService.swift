@@ -13,6 +13,8 @@ struct DataService: Sendable {
     /// Where the audit entries of changes wait, committed with the change, for the audit log; on PostgreSQL the
     /// log itself, in the change's transaction.
     let outbox: AuditOutbox
+    /// The changing requests each user has running on this instance.
+    let changes: ChangeSlots
 
     /// `auditLogWithTheData`: the audit log is in the store's own database (PostgreSQL), so a change's entries go
     /// into it in the change's transaction.
@@ -21,6 +23,7 @@ struct DataService: Sendable {
         self.configuration = configuration
         self.clock = clock
         outbox = AuditOutbox(writesTheLog: auditLogWithTheData)
+        changes = ChangeSlots(limit: configuration.maximumConcurrentChangesPerUser)
     }
 
     var model: ServiceModel { store.model }

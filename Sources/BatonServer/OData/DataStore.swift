@@ -275,11 +275,21 @@ struct DataStore: Sendable {
     /// What a write of entities takes first on PostgreSQL (``write(_:)``).
     static let writersTurn = #"LOCK TABLE "$sequence" IN EXCLUSIVE MODE"#
 
-    /// Takes the next value of the service-wide sequence, inside the caller's write transaction (from memory after
-    /// the first, in a ``write(_:)``).
+    /// Takes the next value of the service-wide sequence, inside the caller's ``write(_:)`` (from memory after the
+    /// first).
+    ///
+    /// - Throws: ``StorageError`` when `db` is not the connection of a ``write(_:)``: a write of entities elsewhere
+    ///   would skip the writers' turn, and its values could commit out of order (a delta reader would miss them).
     static func nextSequence(_ db: any SQLConnection) throws -> Int64 {
-        if let sequenced = db as? SequencedConnection { return try sequenced.next() }
-        return try takeSequence(db)
+        try sequenced(db).next()
+    }
+
+    /// `db` as the connection of a ``write(_:)``, which holds the writers' turn.
+    static func sequenced(_ db: any SQLConnection) throws -> SequencedConnection {
+        guard let sequenced = db as? SequencedConnection else {
+            throw StorageError(.other, "A write of entities ran outside DataStore.write, without the writers' turn.")
+        }
+        return sequenced
     }
 
     static func takeSequence(_ db: any SQLConnection) throws -> Int64 {
@@ -289,12 +299,7 @@ struct DataStore: Sendable {
     /// Takes `count` values of the sequence at once and returns the first: one update of the sequence row for a
     /// bulk insert (updating one row many times in one PostgreSQL transaction costs more with each update).
     static func reserveSequence(_ db: any SQLConnection, count: Int) throws -> Int64 {
-        if let sequenced = db as? SequencedConnection { return try sequenced.reserve(count) }
-        let last =
-            try db.fetchOne(#"UPDATE "$sequence" SET value = value + ? WHERE id = 1 RETURNING value"#, count)?[0]
-            .integer
-            ?? 0
-        return last - Int64(count) + 1
+        try sequenced(db).reserve(count)
     }
 
     /// The current sequence value and the oldest delta token still answerable.

@@ -63,8 +63,11 @@ struct ODataRoutes {
             return try await batch(dataRequest, context: dataContext, version: version, logger: context.logger)
         }
         let start = ContinuousClock.now
-        let (response, entries) = await service.execute(dataRequest, context: dataContext)
         let reading = request.method == .get
+        let (response, entries) =
+            reading
+            ? await service.execute(dataRequest, context: dataContext)
+            : try await service.changes.run(for: name) { await service.execute(dataRequest, context: dataContext) }
         metrics.database(reading ? "read" : "change", ContinuousClock.now - start)
         if response.isDeltaPage { metrics.deltaPage() }
         if !reading, ChangeAnswer.isRefusal(status: response.status) {
@@ -131,7 +134,10 @@ struct ODataRoutes {
         context.budget = ResponseBudget(limit: service.configuration.maximumBatchResponseSize)
         metrics.batch(size: requests.count)
         let start = ContinuousClock.now
-        let (responses, entries) = await service.batch(requests, context: context)
+        let (responses, entries) =
+            requests.allSatisfy { $0.method == "GET" }
+            ? await service.batch(requests, context: context)
+            : try await service.changes.run(for: context.user) { await service.batch(requests, context: context) }
         metrics.database("batch", ContinuousClock.now - start)
         let methods = Dictionary(requests.map { ($0.id, $0.method) }) { first, _ in first }
         let byID = Dictionary(requests.map { ($0.id, $0) }) { first, _ in first }
