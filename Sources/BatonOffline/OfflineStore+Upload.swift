@@ -219,13 +219,26 @@ extension OfflineStore {
             method: "POST", url: batchURL,
             headers: [("Content-Type", "application/json"), ("Accept", "application/json")],
             body: JSONBatch.encodeRequests(requests).serializedBytes, timeout: requestTimeout)
-        let response: ClientResponse
-        do {
-            response = try await session.send(request)
-        } catch {
-            throw Self.offlineError(error, doing: "upload changes")
+        var response: ClientResponse
+        var attempt = 1
+        while true {
+            do {
+                response = try await session.send(request)
+            } catch {
+                throw Self.offlineError(error, doing: "upload changes")
+            }
+            // The user's other requests fill their share of the server's writers: wait as told, then again (each
+            // change keeps its request id, so a change the server did apply meanwhile is not applied twice).
+            guard response.status == 429, attempt < Self.busyAttempts else { break }
+            attempt += 1
+            try? await Task.sleep(for: .seconds(Self.retryAfter(response)))
         }
         guard response.status == 200 else {
+            if response.status == 429 || response.status == 503 {
+                throw OfflineError(
+                    .offline,
+                    "The server is busy (HTTP \(response.status)); the changes stay on this device for the next sync.")
+            }
             throw OfflineError(
                 .server, "The server refused the upload (HTTP \(response.status)); the changes stay queued.")
         }
@@ -312,6 +325,15 @@ extension OfflineStore {
             ClientRequest(url: url, headers: [("Accept", "application/json")], timeout: requestTimeout))
         guard response.status == 200 else { return nil }
         return try JSONValue(parsing: response.body)
+    }
+
+    /// How often one `$batch` is sent while the server answers 429 (busy with the user's other changes).
+    static let busyAttempts = 5
+
+    /// The seconds a 429 asks to wait (`Retry-After` in seconds), from 1 to 10; 1 when it says nothing usable.
+    static func retryAfter(_ response: ClientResponse) -> Int {
+        let value = response.headers.first { $0.name.lowercased() == "retry-after" }?.value
+        return min(10, max(1, value.flatMap { Int($0.trimmingCharacters(in: .whitespaces)) } ?? 1))
     }
 
     static func offlineError(_ error: BatonClientError, doing action: String) -> OfflineError {

@@ -56,7 +56,7 @@ struct ServeCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "How many requests that change data one user may have running on this instance at once (1-10000); one more answers 429 at once, so that one account holder cannot fill the writers' queue. A tablet sends one at a time.",
+            "How many requests that change data one user may have running on this instance at once (1-10000); one more answers 429 at once, so that one account holder cannot fill the writers' queue. A tablet has at most two uploads in flight.",
             valueName: "n"))
     var changesPerUser: Int = DataServiceConfiguration().maximumConcurrentChangesPerUser
 

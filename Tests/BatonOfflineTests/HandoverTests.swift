@@ -8,9 +8,11 @@ import BatonTesting
 import Crypto
 import Foundation
 import GRDB
+import Synchronization
 import Testing
 
 @testable import BatonOffline
+@testable import BatonServer
 
 /// The shift handover (docs/ARCHITECTURE.md), end to end on real components: a live server on loopback, real
 /// secure stores, the network cut by stopping the server.
@@ -67,8 +69,11 @@ import Testing
     }
 
     /// Starts a server with alice and bob and a few aircraft.
-    func withServer(settings: [String: String] = [:], _ body: (LiveServer) async throws -> LiveServer) async throws {
-        let server = try await LiveServer.start(settings: settings)
+    func withServer(
+        settings: [String: String] = [:], dataService: DataServiceConfiguration = DataServiceConfiguration(),
+        _ body: (LiveServer) async throws -> LiveServer
+    ) async throws {
+        let server = try await LiveServer.start(settings: settings, dataService: dataService)
         // Alice leads the shift: the seeded checks are final and someone else's, which only a supervisor changes.
         try await server.addUser("alice", displayName: "Alice", role: .supervisor, password: Self.alicePassword)
         try await server.addUser("bob", displayName: "Bob", password: Self.bobPassword)
@@ -266,6 +271,66 @@ import Testing
             #expect((onServer["FuelKg"] as? NSNumber)?.doubleValue == 5100)
             return server
         }
+    }
+
+    /// A server busy with the user's other changes answers the upload 429 (the user's share of the writers is
+    /// taken): the device waits as `Retry-After` says and sends the batch again; the change applies once and
+    /// nothing goes to the error archive.
+    @Test func aBusyServerIsWaitedForAndTheChangeAppliesOnce() async throws {
+        var limits = DataServiceConfiguration()
+        limits.maximumConcurrentChangesPerUser = 1
+        try await withServer(dataService: limits) { server in
+            let device = try await makeDevice(server)
+            let (alice, tail) = try await signInAndDownload(device)
+            let created = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5000"))
+            let data = server.server.data
+            // The test holds the writers' turn until it lets go; alice's other change waits for it in her one slot.
+            let holding = Atomic<Bool>(false)
+            let release = Atomic<Bool>(false)
+            let holder = Task {
+                try await data.store.write { _ in
+                    holding.store(true, ordering: .relaxed)
+                    while !release.load(ordering: .relaxed) { Thread.sleep(forTimeInterval: 0.02) }
+                }
+            }
+            while !holding.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(10)) }
+            let other = Task {
+                try await alice.authorized.send(
+                    ClientRequest(
+                        method: "POST",
+                        url: try #require(URL(string: server.url.absoluteString + "/odata/PreflightChecks")),
+                        headers: [("Content-Type", "application/json")],
+                        body: Array(
+                            #"{"ID":"\#(UUID())","TailNumber":"\#(tail)","FuelKg":1,"TyrePressureMainPsi":1,"TyrePressureNosePsi":1,"OilQuarts":1,"Status":"draft"}"#
+                                .utf8)))
+            }
+            while data.changes.inFlight("alice") == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            let upload = Task { try await device.store.upload(using: alice.authorized, allowOnBehalf: true) }
+            while data.changes.refused == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            release.store(true, ordering: .relaxed)
+            let report = try await upload.value
+            #expect(report.uploaded.map(\.entityID) == [created])
+            #expect(report.archived.isEmpty && report.isComplete)
+            #expect(try await other.value.status == 201)
+            try await holder.value
+            let onServer = try await serverEntity(server, created, session: alice)
+            #expect((onServer["FuelKg"] as? NSNumber)?.doubleValue == 5000)
+            return server
+        }
+    }
+
+    /// `Retry-After` in seconds, from 1 to 10; anything else waits 1 s.
+    @Test func aBusyAnswerIsWaitedForAsItSaysWithinBounds() {
+        func wait(_ value: String?) -> Int {
+            OfflineStore.retryAfter(ClientResponse(status: 429, headers: value.map { [("Retry-After", $0)] } ?? []))
+        }
+        #expect(wait("3") == 3)
+        #expect(wait(" 2 ") == 2)
+        #expect(wait("0") == 1)
+        #expect(wait("3600") == 10)
+        #expect(wait("Wed, 21 Oct 2026 07:28:00 GMT") == 1)
+        #expect(wait(nil) == 1)
+        #expect(OfflineStore.retryAfter(ClientResponse(status: 429, headers: [("retry-after", "4")])) == 4)
     }
 
     @Test func aConflictGoesToTheArchiveAndOthersGoOn() async throws {

@@ -589,23 +589,22 @@ import Testing
             let alice = try await client.signIn("alice").access
             let sam = try await client.signIn("sam").access
             #expect(try await client.odata(.post, "Aircraft", token: sam, body: Fixtures.aircraft).status == .created)
-            let store = server.server.data.store
-            let holderDone = Atomic<Bool>(false)
+            let data = server.server.data
+            // The test holds the writers' turn until it lets go.
+            let holding = Atomic<Bool>(false)
+            let release = Atomic<Bool>(false)
             let holder = Task {
-                try await store.write { db in
-                    try db.execute(backend == .postgres ? "SELECT pg_sleep(4)" : "SELECT 1")
-                    if backend == .sqlite { Thread.sleep(forTimeInterval: 4) }
+                try await data.store.write { _ in
+                    holding.store(true, ordering: .relaxed)
+                    while !release.load(ordering: .relaxed) { Thread.sleep(forTimeInterval: 0.02) }
                 }
-                holderDone.store(true, ordering: .relaxed)
             }
+            while !holding.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(10)) }
             // sam's first change waits for the writers' turn, holding his one slot.
             let first = Task {
                 try await client.odata(.post, "PreflightChecks", token: sam, body: Fixtures.check(Fixtures.id(1)))
             }
-            for _ in 0..<200 where server.server.data.changes.inFlight("sam") == 0 {
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            #expect(server.server.data.changes.inFlight("sam") == 1)
+            while data.changes.inFlight("sam") == 0 { try await Task.sleep(for: .milliseconds(10)) }
             let refused = try await client.odata(
                 .post, "PreflightChecks", token: sam, body: Fixtures.check(Fixtures.id(2)))
             let batch = try await client.odata(
@@ -615,8 +614,7 @@ import Testing
             )
             let reads = try await client.odata(
                 .post, "$batch", token: sam, body: #"{"requests":[{"id":"1","method":"GET","url":"Aircraft"}]}"#)
-            let answeredFirst = !holderDone.load(ordering: .relaxed)
-            #expect(answeredFirst, "the refusal waited for the writers' turn")
+            #expect(data.changes.refused == 2)
             for reply in [refused, batch] {
                 #expect(reply.status == .tooManyRequests, "\(reply.text)")
                 #expect(reply.headers[.retryAfter] == "1")
@@ -624,12 +622,16 @@ import Testing
             }
             #expect(reads.status == .ok, "\(reads.text)")
             // Another user's change is not refused; it waits for the turn like any.
-            let other = try await client.odata(
-                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(3)))
-            #expect(other.status == .created, "\(other.text)")
+            let other = Task {
+                try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(3)))
+            }
+            while data.changes.inFlight("alice") == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            release.store(true, ordering: .relaxed)
+            let answered = try await other.value
+            #expect(answered.status == .created, "\(answered.text)")
             #expect(try await first.value.status == .created)
             try await holder.value
-            #expect(server.server.data.changes.inFlight("sam") == 0)
+            #expect(data.changes.inFlight("sam") == 0 && data.changes.refused == 2)
             // Nothing of the refused requests was applied, and the slot is free again.
             #expect(try await client.odata(.get, "PreflightChecks(\(Fixtures.id(2)))", token: sam).status == .notFound)
             #expect(try await client.odata(.get, "Aircraft('D-AIBL')", token: sam).status == .ok)
@@ -637,6 +639,28 @@ import Testing
                 .post, "PreflightChecks", token: sam, body: Fixtures.check(Fixtures.id(2)))
             #expect(again.status == .created, "\(again.text)")
         }
+    }
+
+    /// A user's slot is given back however the change ends: answered, thrown, or cancelled while it waits.
+    @Test func aChangesSlotIsGivenBackHoweverItEnds() async throws {
+        let slots = ChangeSlots(limit: 1)
+        struct Failed: Error {}
+        await #expect(throws: Failed.self) { try await slots.run(for: "sam", changing: true) { throw Failed() } }
+        #expect(slots.inFlight("sam") == 0)
+        let waiting = Task {
+            try await slots.run(for: "sam", changing: true) { try await Task.sleep(for: .seconds(60)) }
+        }
+        while slots.inFlight("sam") == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        // Reads take no slot; another user has slots of their own.
+        #expect(try await slots.run(for: "sam", changing: false) { 1 } == 1)
+        #expect(try await slots.run(for: "alice", changing: true) { 2 } == 2)
+        let refusal = await #expect(throws: ServerError.self) { try await slots.run(for: "sam", changing: true) { 3 } }
+        #expect(refusal?.status == .tooManyRequests)
+        #expect(refusal?.headers.contains { $0.0 == .retryAfter && $0.1 == "1" } == true)
+        waiting.cancel()
+        await #expect(throws: CancellationError.self) { try await waiting.value }
+        #expect(slots.inFlight("sam") == 0 && slots.refused == 1)
+        #expect(try await slots.run(for: "sam", changing: true) { 4 } == 4)
     }
 
     // MARK: Sign-in throttling

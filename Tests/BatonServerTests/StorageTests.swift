@@ -285,16 +285,16 @@ import Testing
     @Test func aBatchsReadsDoNotHoldTheWritersTurnItsChangeTook() async throws {
         try await Fixtures.world(backend: .postgres) { server, client, alice, _ in
             let store = server.server.data.store
-            let holderDone = Atomic<Bool>(false)
+            // Another session holds the table the batch reads until the test lets go.
+            let release = Atomic<Bool>(false)
             let holder = Task {
                 try await store.storage.write { db in
                     try db.execute(#"LOCK TABLE "Flights" IN ACCESS EXCLUSIVE MODE"#)
-                    try db.execute("SELECT pg_sleep(8)")
+                    while !release.load(ordering: .relaxed) { try db.execute("SELECT pg_sleep(0.05)") }
                 }
-                holderDone.store(true, ordering: .relaxed)
             }
-            try await Self.waitFor(
-                store, "mode = 'AccessExclusiveLock' AND granted AND relation = '\"Flights\"'::regclass")
+            let held = #"mode = 'AccessExclusiveLock' AND granted AND relation = '"Flights"'::regclass"#
+            try await Self.waitFor(store, held)
             let batch = Task {
                 try await client.odata(
                     .post, "$batch", token: alice,
@@ -302,11 +302,13 @@ import Testing
                         #"{"requests":[{"id":"1","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(1)))},{"id":"2","method":"GET","url":"Flights"}]}"#
                 )
             }
-            // The batch's read now waits for the table.
-            try await Self.waitFor(store, "NOT granted AND relation = '\"Flights\"'::regclass")
+            // The batch's read now waits for the table; a writer gets the turn meanwhile (before the fix it waited
+            // for the batch, and failed after the lock timeout).
+            let waiting = #"NOT granted AND relation = '"Flights"'::regclass"#
+            try await Self.waitFor(store, waiting)
             try await store.write { db in try db.execute("SELECT 1") }
-            let writerFirst = !holderDone.load(ordering: .relaxed)
-            #expect(writerFirst, "the writer waited for the batch's reads")
+            #expect(try await Self.locks(store, waiting) == 1, "the batch's read no longer waits")
+            release.store(true, ordering: .relaxed)
             let reply = try await batch.value
             let statuses = (reply.json["responses"] as? [[String: Any]] ?? []).compactMap { $0["status"] as? Int }
             #expect(statuses == [201, 200], "\(reply.text)")
@@ -314,16 +316,20 @@ import Testing
         }
     }
 
-    /// Waits until a lock of `pg_locks` matches `condition` (polled; at most 10 s).
+    /// Waits until a lock of `pg_locks` matches `condition` (polled; at most 20 s).
     static func waitFor(_ store: DataStore, _ condition: String) async throws {
-        for _ in 0..<200 {
-            let matching = try await store.storage.read { db in
-                try db.fetchOne("SELECT count(*) FROM pg_locks WHERE \(condition)")?[0].integer
-            }
-            if let matching, matching > 0 { return }
+        for _ in 0..<400 {
+            if try await locks(store, condition) > 0 { return }
             try await Task.sleep(for: .milliseconds(50))
         }
         Issue.record("no lock where \(condition)")
+    }
+
+    /// How many locks of `pg_locks` match `condition`.
+    static func locks(_ store: DataStore, _ condition: String) async throws -> Int64 {
+        try await store.storage.read { db in
+            try db.fetchOne("SELECT count(*) FROM pg_locks WHERE \(condition)")?[0].integer ?? 0
+        }
     }
 
     /// Values of the sequence are taken only inside `DataStore.write`, which holds the writers' turn: taken on a
@@ -339,11 +345,17 @@ import Testing
             try await store.storage.read { db in try db.fetchOne(#"SELECT value FROM "$sequence""#)?[0].integer }
         }
         let before = try await value()
-        await #expect(throws: StorageError.self) {
-            try await store.storage.write { db in try DataStore.nextSequence(db) }
-        }
-        await #expect(throws: StorageError.self) {
-            try await store.storage.write { db in try DataStore.reserveSequence(db, count: 5) }
+        let outside = [
+            await #expect(throws: StorageError.self) {
+                try await store.storage.write { db in try DataStore.nextSequence(db) }
+            },
+            await #expect(throws: StorageError.self) {
+                try await store.storage.write { db in try DataStore.reserveSequence(db, count: 5) }
+            },
+        ]
+        for error in outside {
+            #expect(error?.kind == .other)
+            #expect(error?.description.contains("outside DataStore.write") == true)
         }
         #expect(try await value() == before)
         let taken = try await store.write { db in try DataStore.nextSequence(db) }

@@ -36,7 +36,7 @@ extension DataService {
                     index += 1
                 }
                 let outcome = await runIndependently(
-                    independent, locations: locations, failed: failed, context: context)
+                    independent, reads: reads, locations: locations, failed: failed, context: context)
                 responses += outcome.responses
                 audit += outcome.audit
                 locations = outcome.locations
@@ -118,9 +118,9 @@ extension DataService {
     /// Runs requests that belong to no atomicity group, all reads or all changes, in one transaction with a
     /// savepoint each: a read transaction for reads, so that reads never hold the writers' turn.
     func runIndependently(
-        _ requests: [BatchRequest], locations: [String: String], failed: Set<String>, context: Context
+        _ requests: [BatchRequest], reads: Bool, locations: [String: String], failed: Set<String>, context: Context
     ) async -> (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>) {
-        let readsOnly = requests.allSatisfy { $0.method == "GET" }
+        assert(requests.allSatisfy { ($0.method == "GET") == reads })
         do {
             let body = { @Sendable (db: any SQLConnection) in
                 var responses: [BatchResponse] = []
@@ -150,10 +150,10 @@ extension DataService {
                     }
                     responses.append(Self.batchResponse(request, response))
                 }
-                if !readsOnly { try outbox.stage(&audit, in: db) }
+                if !reads { try outbox.stage(&audit, in: db) }
                 return (responses, audit, locations, failed)
             }
-            return try await readsOnly ? store.storage.read(body) : store.write(body)
+            return try await reads ? store.storage.read(body) : store.write(body)
         } catch {
             // The connection may have gone after the commit: the batch's audit entries may wait in the outbox
             // (SQLite; on PostgreSQL they committed with it).

@@ -3,7 +3,8 @@ import BatonSQL
 import Foundation
 
 /// The OData v4.01 data service: executes ``DataRequest``s against the ``DataStore``. Transport-independent,
-/// so `$batch` runs the same code for each of its requests, inside one transaction per atomicity group.
+/// so `$batch` runs the same code for each of its requests: inside one transaction per atomicity group, per run of
+/// consecutive other changes, and per run of consecutive reads.
 struct DataService: Sendable {
     let store: DataStore
     let configuration: DataServiceConfiguration

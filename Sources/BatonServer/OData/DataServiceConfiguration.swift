@@ -21,9 +21,9 @@ public struct DataServiceConfiguration: Sendable {
     public var maximumBodySize = 1024 * 1024
     /// The most requests that change data (a `$batch` with a change among its requests counts as one) one user
     /// may have running on one instance; one more answers 429 `TooManyRequests` with `Retry-After: 1`, so that
-    /// one account holder cannot fill the writers' queue, where only one writer of entities runs at a time.
-    /// Default: 4.
-    public var maximumConcurrentChangesPerUser = 4
+    /// one account holder cannot fill the writers' queue, where only one writer of entities runs at a time. A
+    /// tablet has at most two uploads in flight. At least 1. Default: 8.
+    public var maximumConcurrentChangesPerUser = 8
     /// How long deletions are remembered for delta links, in seconds; older delta tokens get 410 Gone.
     /// Default: 30 days.
     public var deltaRetention: Double = 30 * 86_400

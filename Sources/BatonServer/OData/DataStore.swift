@@ -292,7 +292,7 @@ struct DataStore: Sendable {
         return sequenced
     }
 
-    static func takeSequence(_ db: any SQLConnection) throws -> Int64 {
+    fileprivate static func takeSequence(_ db: any SQLConnection) throws -> Int64 {
         try db.fetchOne(#"UPDATE "$sequence" SET value = value + 1 WHERE id = 1 RETURNING value"#)?[0].integer ?? 0
     }
 
@@ -304,8 +304,6 @@ struct DataStore: Sendable {
 
     /// The current sequence value and the oldest delta token still answerable.
     static func sequenceState(_ db: any SQLConnection) throws -> (value: Int64, horizon: Int64) {
-        // A read inside a write (a batch's GET) sees the values the write took so far.
-        try (db as? SequencedConnection)?.writeBack()
         let row = try db.fetchOne(#"SELECT value, horizon FROM "$sequence" WHERE id = 1"#)
         return (row?["value"].integer ?? 0, row?["horizon"].integer ?? 0)
     }

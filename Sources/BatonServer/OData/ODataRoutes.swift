@@ -64,10 +64,9 @@ struct ODataRoutes {
         }
         let start = ContinuousClock.now
         let reading = request.method == .get
-        let (response, entries) =
-            reading
-            ? await service.execute(dataRequest, context: dataContext)
-            : try await service.changes.run(for: name) { await service.execute(dataRequest, context: dataContext) }
+        let (response, entries) = try await service.changes.run(for: name, changing: !reading) {
+            await service.execute(dataRequest, context: dataContext)
+        }
         metrics.database(reading ? "read" : "change", ContinuousClock.now - start)
         if response.isDeltaPage { metrics.deltaPage() }
         if !reading, ChangeAnswer.isRefusal(status: response.status) {
@@ -113,6 +112,17 @@ struct ODataRoutes {
                 "A $batch may hold at most \(service.configuration.maximumBatchRequests) requests; this one has \(requests.count)."
             )
         }
+        // A batch with a change takes one of the user's slots before it reads anything (the on-behalf policies).
+        return try await service.changes.run(for: context.user, changing: requests.contains { $0.method != "GET" }) {
+            try await run(requests, multipart: multipart, context: context, version: version, logger: logger)
+        }
+    }
+
+    /// Runs a decoded `$batch` and encodes its answer.
+    func run(
+        _ requests: [BatchRequest], multipart: Bool, context: DataService.Context, version: ODataVersion,
+        logger: Logger
+    ) async throws -> Response {
         var context = context
         var authors: [String: DataService.OnBehalfPolicy.Author] = [:]
         var seen: Set<[String]> = []
@@ -134,10 +144,7 @@ struct ODataRoutes {
         context.budget = ResponseBudget(limit: service.configuration.maximumBatchResponseSize)
         metrics.batch(size: requests.count)
         let start = ContinuousClock.now
-        let (responses, entries) =
-            requests.allSatisfy { $0.method == "GET" }
-            ? await service.batch(requests, context: context)
-            : try await service.changes.run(for: context.user) { await service.batch(requests, context: context) }
+        let (responses, entries) = await service.batch(requests, context: context)
         metrics.database("batch", ContinuousClock.now - start)
         let methods = Dictionary(requests.map { ($0.id, $0.method) }) { first, _ in first }
         let byID = Dictionary(requests.map { ($0.id, $0) }) { first, _ in first }
