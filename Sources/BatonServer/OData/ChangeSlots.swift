@@ -6,7 +6,8 @@ import Synchronization
 /// Only one writer of entities runs at a time (across all instances on PostgreSQL, on the one writer connection
 /// with SQLite), so writers queue; without a limit, one account holder's few hundred concurrent batches made every
 /// other user's changes wait past the lock timeout (503). One more than the limit answers 429 at once, before it
-/// queues or reads anything, and changes nothing; a device waits `Retry-After` and sends it again.
+/// queues or reads anything, and changes nothing; a device waits `Retry-After` and sends it again. A request whose
+/// client went away keeps its slot until it ends: it still applies, once, and its repeatable retry waits for it.
 final class ChangeSlots: Sendable {
     /// The most changing requests one user may have running at once (at least 1).
     let limit: Int
