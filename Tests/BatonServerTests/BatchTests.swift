@@ -35,6 +35,42 @@ import Testing
         }
     }
 
+    /// Changes outside atomicity groups each apply or fail alone, in one transaction: first run without
+    /// savepoints (each a round trip on PostgreSQL), then, once one fails, all again with a savepoint each. A
+    /// failed statement (a key taken: on PostgreSQL it ends the transaction) and a refused body leave the other
+    /// changes applied, once, and a later change builds on an earlier one of the same run.
+    @Test(arguments: StorageBackend.allCases) func independentChangesFailAloneAndTheRestApplyOnce(
+        backend: StorageBackend
+    ) async throws {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
+            let taken = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1)))
+            #expect(taken.status == .created)
+            let responses = try await Self.jsonBatch(
+                client, token: alice,
+                #"""
+                {"id":"1","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(2), extra: #","Remarks":"new""#))},
+                {"id":"2","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(1)))},
+                {"id":"3","method":"PATCH","url":"PreflightChecks(\#(Fixtures.id(2)))","headers":{"If-Match":"*"},"body":{"Remarks":"patched"}},
+                {"id":"4","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(3), fuel: "\"lots\""))},
+                {"id":"5","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(4)))}
+                """#)
+            #expect(responses.map { $0["status"] as? Int } == [201, 409, 204, 400, 201])
+            #expect(try await client.odata(.get, "PreflightChecks/$count", token: alice).text == "3")
+            let patched = try await client.odata(.get, "PreflightChecks(\(Fixtures.id(2)))", token: alice)
+            #expect(patched.json["Remarks"] as? String == "patched")
+            // All good: the run applies without going again.
+            let clean = try await Self.jsonBatch(
+                client, token: alice,
+                #"""
+                {"id":"1","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(5)))},
+                {"id":"2","method":"PATCH","url":"PreflightChecks(\#(Fixtures.id(5)))","headers":{"If-Match":"*"},"body":{"Remarks":"x"}}
+                """#)
+            #expect(clean.map { $0["status"] as? Int } == [201, 204])
+            #expect(try await client.odata(.get, "PreflightChecks/$count", token: alice).text == "4")
+        }
+    }
+
     @Test(arguments: StorageBackend.allCases) func referencesAndDependenciesWork(backend: StorageBackend) async throws {
         try await Fixtures.world(backend: backend) { _, client, alice, _ in
             let responses = try await Self.jsonBatch(
