@@ -231,7 +231,11 @@ extension OfflineStore {
             // change keeps its request id, so a change the server did apply meanwhile is not applied twice).
             guard response.status == 429, attempt < Self.busyAttempts else { break }
             attempt += 1
-            try? await Task.sleep(for: .seconds(Self.retryAfter(response)))
+            do {
+                try await Task.sleep(for: .seconds(Self.retryAfter(response)))
+            } catch {
+                throw OfflineError(.offline, "The upload was stopped; the changes stay on this device.")
+            }
         }
         guard response.status == 200 else {
             if response.status == 429 || response.status == 503 {
@@ -332,8 +336,7 @@ extension OfflineStore {
 
     /// The seconds a 429 asks to wait (`Retry-After` in seconds), from 1 to 10; 1 when it says nothing usable.
     static func retryAfter(_ response: ClientResponse) -> Int {
-        let value = response.headers.first { $0.name.lowercased() == "retry-after" }?.value
-        return min(10, max(1, value.flatMap { Int($0.trimmingCharacters(in: .whitespaces)) } ?? 1))
+        min(10, max(1, response.header("Retry-After").flatMap { Int($0.trimmingCharacters(in: .whitespaces)) } ?? 1))
     }
 
     static func offlineError(_ error: BatonClientError, doing action: String) -> OfflineError {

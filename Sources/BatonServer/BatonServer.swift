@@ -36,8 +36,8 @@ public struct BatonServerConfiguration: Sendable {
     /// devices and their keys, discarded-change backups, the audit log, the OData entity data and its change log —
     /// shared by every instance that names it. Default: `nil` — SQLite files in ``dataDirectory``.
     public var database: PostgresLocation?
-    /// How many connections to ``database`` this instance keeps open (a pool of fixed size, opened at start).
-    /// Default: 16.
+    /// How many connections to ``database`` this instance keeps open (a pool of fixed size, opened at start), besides
+    /// the one for the writers of entities. Default: 16.
     public var databaseConnections = PostgresStorage.defaultConnections
     /// Timeouts and connection limits.
     public var connections = ConnectionLimits()

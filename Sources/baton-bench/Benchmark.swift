@@ -57,7 +57,7 @@ struct Benchmark: AsyncParsableCommand {
     /// batches wrk's warm-up left when it closed its connections still queue for the writers' turn (a request
     /// runs to its end when its client goes away) as the measurement starts (with `--connections`, a run through
     /// nginx saw 252 of 315 batches refused).
-    var changesPerUser: Int { connections * 4 }
+    var changesPerUser: Int { min(10_000, connections.multipliedReportingOverflow(by: 4).partialValue) }
 
     /// `--database` with the password of `BATON_DATABASE_URL`, or `BATON_DATABASE_URL` alone; `nil` for SQLite.
     func databaseLocation() throws -> PostgresLocation? {

@@ -50,7 +50,7 @@ struct ServeCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "With PostgreSQL: how many database connections this instance keeps open (1-1000). Every instance opens them at start: keep instances × connections below the server's max_connections.",
+            "With PostgreSQL: how many database connections this instance keeps open (1-1000). Every instance opens them at start, and one for the writers: keep instances × (connections + 1) below the server's max_connections.",
             valueName: "n"))
     var databaseConnections: Int = PostgresStorage.defaultConnections
 

@@ -8,7 +8,6 @@ import BatonTesting
 import Crypto
 import Foundation
 import GRDB
-import Synchronization
 import Testing
 
 @testable import BatonOffline
@@ -285,15 +284,10 @@ import Testing
             let created = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5000"))
             let data = server.server.data
             // The test holds the writers' turn until it lets go; alice's other change waits for it in her one slot.
-            let holding = Atomic<Bool>(false)
-            let release = Atomic<Bool>(false)
-            let holder = Task {
-                try await data.store.write { _ in
-                    holding.store(true, ordering: .relaxed)
-                    while !release.load(ordering: .relaxed) { Thread.sleep(forTimeInterval: 0.02) }
-                }
-            }
-            while !holding.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(10)) }
+            let gate = Gate()
+            defer { gate.open() }
+            let holder = Task { try await data.store.write { _ in gate.hold() } }
+            try await gate.entered()
             let other = Task {
                 try await alice.authorized.send(
                     ClientRequest(
@@ -304,10 +298,10 @@ import Testing
                             #"{"ID":"\#(UUID())","TailNumber":"\#(tail)","FuelKg":1,"TyrePressureMainPsi":1,"TyrePressureNosePsi":1,"OilQuarts":1,"Status":"draft"}"#
                                 .utf8)))
             }
-            while data.changes.inFlight("alice") == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            try await eventually { data.changes.inFlight("alice") == 1 }
             let upload = Task { try await device.store.upload(using: alice.authorized, allowOnBehalf: true) }
-            while data.changes.refused == 0 { try await Task.sleep(for: .milliseconds(10)) }
-            release.store(true, ordering: .relaxed)
+            try await eventually { data.changes.refused > 0 }
+            gate.open()
             let report = try await upload.value
             #expect(report.uploaded.map(\.entityID) == [created])
             #expect(report.archived.isEmpty && report.isComplete)

@@ -59,7 +59,7 @@ import Testing
             #expect(try await client.odata(.get, "PreflightChecks/$count", token: alice).text == "3")
             let patched = try await client.odata(.get, "PreflightChecks(\(Fixtures.id(2)))", token: alice)
             #expect(patched.json["Remarks"] as? String == "patched")
-            // All good: the run applies without going again.
+            // All good: the run applies.
             let clean = try await Self.jsonBatch(
                 client, token: alice,
                 #"""

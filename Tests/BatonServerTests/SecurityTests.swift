@@ -7,7 +7,6 @@ import HTTPTypes
 import HummingbirdTesting
 import NIOCore
 import PropertyBased
-import Synchronization
 import Testing
 
 @testable import BatonServer
@@ -591,20 +590,15 @@ import Testing
             #expect(try await client.odata(.post, "Aircraft", token: sam, body: Fixtures.aircraft).status == .created)
             let data = server.server.data
             // The test holds the writers' turn until it lets go.
-            let holding = Atomic<Bool>(false)
-            let release = Atomic<Bool>(false)
-            let holder = Task {
-                try await data.store.write { _ in
-                    holding.store(true, ordering: .relaxed)
-                    while !release.load(ordering: .relaxed) { Thread.sleep(forTimeInterval: 0.02) }
-                }
-            }
-            while !holding.load(ordering: .relaxed) { try await Task.sleep(for: .milliseconds(10)) }
+            let gate = Gate()
+            defer { gate.open() }
+            let holder = Task { try await data.store.write { _ in gate.hold() } }
+            try await gate.entered()
             // sam's first change waits for the writers' turn, holding his one slot.
             let first = Task {
                 try await client.odata(.post, "PreflightChecks", token: sam, body: Fixtures.check(Fixtures.id(1)))
             }
-            while data.changes.inFlight("sam") == 0 { try await Task.sleep(for: .milliseconds(10)) }
+            try await eventually { data.changes.inFlight("sam") == 1 }
             let refused = try await client.odata(
                 .post, "PreflightChecks", token: sam, body: Fixtures.check(Fixtures.id(2)))
             let batch = try await client.odata(
@@ -625,8 +619,8 @@ import Testing
             let other = Task {
                 try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(3)))
             }
-            while data.changes.inFlight("alice") == 0 { try await Task.sleep(for: .milliseconds(10)) }
-            release.store(true, ordering: .relaxed)
+            try await eventually { data.changes.inFlight("alice") == 1 }
+            gate.open()
             let answered = try await other.value
             #expect(answered.status == .created, "\(answered.text)")
             #expect(try await first.value.status == .created)
@@ -650,7 +644,7 @@ import Testing
         let waiting = Task {
             try await slots.run(for: "sam", changing: true) { try await Task.sleep(for: .seconds(60)) }
         }
-        while slots.inFlight("sam") == 0 { try await Task.sleep(for: .milliseconds(10)) }
+        try await eventually { slots.inFlight("sam") == 1 }
         // Reads take no slot; another user has slots of their own.
         #expect(try await slots.run(for: "sam", changing: false) { 1 } == 1)
         #expect(try await slots.run(for: "alice", changing: true) { 2 } == 2)

@@ -174,7 +174,7 @@ import Testing
 
     /// The first value taken inside a savepoint that then rolls back (a failed change of a batch) is taken from
     /// the row again by no one: the values go on in memory and the row ends at the last one handed out.
-    @Test func aWriteBackRolledBackWithItsSavepointIsWrittenAgain() async throws {
+    @Test func aFirstValueTakenInARolledBackSavepointLeavesTheRowAtTheLastHandedOut() async throws {
         let server = try await TestServer()
         defer { server.remove() }
         let pool = try #require(server.server.data.store.pool)
@@ -237,19 +237,27 @@ import Testing
         let server = try await TestServer(backend: .postgres)
         defer { server.remove() }
         let store = server.server.data.store
+        guard case .postgres(let storage) = store.storage else {
+            Issue.record("PostgreSQL expected")
+            return
+        }
+        // One writer holds the turn until the test lets go.
+        let gate = Gate()
+        defer { gate.open() }
         let holderDone = Atomic<Bool>(false)
         let holder = Task {
-            try await store.write { db in try db.execute("SELECT pg_sleep(7)") }
+            try await store.write { db in try gate.hold(pausing: { try db.execute("SELECT pg_sleep(0.02)") }) }
             holderDone.store(true, ordering: .relaxed)
         }
-        try await Task.sleep(for: .milliseconds(500))
-        // More writers than the test server's four connections.
+        try await gate.entered()
+        // More writers than the test server's four connections, all queued behind it.
         let queued = (0..<6).map { _ in Task { try await store.write { db in try db.execute("SELECT 1") } } }
-        try await Task.sleep(for: .milliseconds(500))
+        try await eventually { storage.writers.leases.load(ordering: .relaxed) == 7 }
         let read = try await store.storage.read { db in try db.fetchOne("SELECT 1")?[0].integer }
         let answeredFirst = !holderDone.load(ordering: .relaxed)
         #expect(read == 1)
         #expect(answeredFirst, "the read waited for the writers")
+        gate.open()
         for writer in queued { try await writer.value }
         try await holder.value
     }
@@ -260,17 +268,20 @@ import Testing
         try await Fixtures.world(backend: .postgres) { server, client, alice, _ in
             let id = try await client.createCheck(41, token: alice)
             let store = server.server.data.store
+            let gate = Gate()
+            defer { gate.open() }
             let holderDone = Atomic<Bool>(false)
             let holder = Task {
-                try await store.write { db in try db.execute("SELECT pg_sleep(2)") }
+                try await store.write { db in try gate.hold(pausing: { try db.execute("SELECT pg_sleep(0.02)") }) }
                 holderDone.store(true, ordering: .relaxed)
             }
-            try await Task.sleep(for: .milliseconds(500))
+            try await gate.entered()
             let reads = (0..<3).map { n in #"{"id":"\#(n)","method":"GET","url":"PreflightChecks(\#(id))"}"# }
             let reply = try await client.odata(
                 .post, "$batch", token: alice, body: #"{"requests":[\#(reads.joined(separator: ","))]}"#)
             let answeredFirst = !holderDone.load(ordering: .relaxed)
             #expect(answeredFirst)
+            gate.open()
             let statuses = (reply.json["responses"] as? [[String: Any]] ?? []).compactMap { $0["status"] as? Int }
             #expect(statuses == [200, 200, 200], "\(reply.text)")
             try await holder.value
@@ -285,11 +296,12 @@ import Testing
         try await Fixtures.world(backend: .postgres) { server, client, alice, _ in
             let store = server.server.data.store
             // Another session holds the table the batch reads until the test lets go.
-            let release = Atomic<Bool>(false)
+            let gate = Gate()
+            defer { gate.open() }
             let holder = Task {
                 try await store.storage.write { db in
                     try db.execute(#"LOCK TABLE "Flights" IN ACCESS EXCLUSIVE MODE"#)
-                    while !release.load(ordering: .relaxed) { try db.execute("SELECT pg_sleep(0.05)") }
+                    try gate.hold(pausing: { try db.execute("SELECT pg_sleep(0.02)") })
                 }
             }
             let held = #"mode = 'AccessExclusiveLock' AND granted AND relation = '"Flights"'::regclass"#
@@ -307,7 +319,7 @@ import Testing
             try await Self.waitFor(store, waiting)
             try await store.write { db in try db.execute("SELECT 1") }
             #expect(try await Self.locks(store, waiting) == 1, "the batch's read no longer waits")
-            release.store(true, ordering: .relaxed)
+            gate.open()
             let reply = try await batch.value
             let statuses = (reply.json["responses"] as? [[String: Any]] ?? []).compactMap { $0["status"] as? Int }
             #expect(statuses == [201, 200], "\(reply.text)")
@@ -315,13 +327,9 @@ import Testing
         }
     }
 
-    /// Waits until a lock of `pg_locks` matches `condition` (polled; at most 20 s).
+    /// Waits until a lock of `pg_locks` matches `condition` (at most 30 s).
     static func waitFor(_ store: DataStore, _ condition: String) async throws {
-        for _ in 0..<400 {
-            if try await locks(store, condition) > 0 { return }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        Issue.record("no lock where \(condition)")
+        try await eventually { try await locks(store, condition) > 0 }
     }
 
     /// How many locks of `pg_locks` match `condition`.

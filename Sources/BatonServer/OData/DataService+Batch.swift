@@ -22,9 +22,9 @@ extension DataService {
         var index = 0
         while index < requests.count {
             if requests[index].atomicityGroup == nil {
-                // Consecutive changes outside atomicity groups share one transaction, each in its own savepoint:
-                // a failed change is rolled back alone, as if it ran by itself, and the changes cost one commit
-                // (one fsync) instead of one each. Answers go out only after the commit. Consecutive reads share
+                // Consecutive changes outside atomicity groups share one transaction, each applied or rolled back
+                // alone, as if it ran by itself (``runIndependently``), and the changes cost one commit (one
+                // fsync) instead of one each. Answers go out only after the commit. Consecutive reads share
                 // a read transaction: reads never run in a writing one, where they would hold the writers' turn
                 // (on PostgreSQL one writer of entities runs at a time, across instances) for as long as they take.
                 var independent: [BatchRequest] = []
@@ -120,10 +120,10 @@ extension DataService {
 
     /// Runs requests that belong to no atomicity group, all reads or all changes, in one transaction, each as if
     /// it ran alone: a failed one is rolled back by itself. Reads run in a read transaction, so that they never
-    /// hold the writers' turn, each in a savepoint. Changes run first without savepoints, since on PostgreSQL each
-    /// `SAVEPOINT` and `RELEASE` is a round trip (two of the five or so statements of a change, which the whole
-    /// batch waits for while it holds the writers' turn); when one fails, that transaction rolls back and the run
-    /// goes again with a savepoint each.
+    /// hold the writers' turn, each in a savepoint. Changes run first in one savepoint for them all, since on
+    /// PostgreSQL each `SAVEPOINT` and `RELEASE` is a round trip (two of the five or so statements of a change,
+    /// which the whole batch waits for while it holds the writers' turn); when one fails, the run rolls back to
+    /// that savepoint and goes again, in the same transaction and turn, with a savepoint each.
     func runIndependently(
         _ requests: [BatchRequest], reads: Bool, locations: [String: String], failed: Set<String>, context: Context
     ) async -> (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>) {
@@ -167,10 +167,16 @@ extension DataService {
                 return (responses, audit, locations, failed)
             }
             if reads { return try await store.storage.read { try body($0, true) } }
-            do {
-                return try await store.write { try body($0, false) }
-            } catch is NeedsSavepoints {
-                return try await store.write { try body($0, true) }
+            return try await store.write { db in
+                var outcome:
+                    (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>)?
+                do {
+                    try db.inSavepoint {
+                        outcome = try body(db, false)
+                        return true
+                    }
+                } catch is NeedsSavepoints {}
+                return try outcome ?? body(db, true)
             }
         } catch {
             // The connection may have gone after the commit: the batch's audit entries may wait in the outbox

@@ -52,10 +52,9 @@ struct ODataRoutes {
         let dataRequest = DataRequest(
             method: request.method.rawValue, url: url,
             headers: request.headers.map { ($0.name.rawName, $0.value) }, body: body)
-        var dataContext = DataService.Context(
+        let dataContext = DataService.Context(
             user: name, role: role, address: context.clientAddress, serviceRoot: issuer.value + "/odata/",
             version: version)
-        dataContext.onBehalf = try await onBehalfPolicy(for: dataRequest, signedIn: name)
         if path == "$batch" || (path.contains("%") && path.removingPercentEncoding == "$batch") {
             guard request.method == .post else {
                 throw ServerError(.methodNotAllowed, "MethodNotAllowed", "Send $batch requests with POST.")
@@ -64,8 +63,11 @@ struct ODataRoutes {
         }
         let start = ContinuousClock.now
         let reading = request.method == .get
+        // A change takes one of the user's slots before it reads anything (its on-behalf policy).
         let (response, entries) = try await service.changes.run(for: name, changing: !reading) {
-            await service.execute(dataRequest, context: dataContext)
+            var dataContext = dataContext
+            dataContext.onBehalf = try await onBehalfPolicy(for: dataRequest, signedIn: name)
+            return await service.execute(dataRequest, context: dataContext)
         }
         metrics.database(reading ? "read" : "change", ContinuousClock.now - start)
         if response.isDeltaPage { metrics.deltaPage() }
@@ -114,7 +116,9 @@ struct ODataRoutes {
         }
         // A batch with a change takes one of the user's slots before it reads anything (the on-behalf policies).
         return try await service.changes.run(for: context.user, changing: requests.contains { $0.method != "GET" }) {
-            try await run(requests, multipart: multipart, context: context, version: version, logger: logger)
+            var context = context
+            context.onBehalf = try await onBehalfPolicy(for: request, signedIn: context.user)
+            return try await run(requests, multipart: multipart, context: context, version: version, logger: logger)
         }
     }
 
