@@ -58,11 +58,16 @@ public struct ServerKillChaos: Sendable {
         let tails = try await tablet.store.read("Aircraft").compactMap { $0.values["TailNumber"] }
         guard !tails.isEmpty else { throw ChaosFailure("The tablet downloaded no aircraft.") }
 
-        // The killer: at random moments, SIGKILL and a restart on the same port and data.
+        // The killer: at random moments, SIGKILL and a restart on the same port and data. Each kill waits until the
+        // restarted server has served the tablet one complete sync, then a random while: on a loaded machine a
+        // server killed again before any sync got through made runs of many kills and a handful of changes.
         let killed = Mutex(0)
+        let completed = Mutex(0)
         let pauses = (0..<kills).map { _ in 20 + random.next(below: 400) }
         let killer = Task.detached {
             for pause in pauses {
+                let before = completed.withLock { $0 }
+                while completed.withLock({ $0 }) == before { try await Task.sleep(for: .milliseconds(5)) }
                 try await Task.sleep(for: .milliseconds(pause))
                 let victim = process.withLock { value in
                     defer { value = nil }
@@ -100,6 +105,7 @@ public struct ServerKillChaos: Sendable {
             try await tablet.syncFully(
                 checker: &checker, user: user, syncs: &syncs, retries: &retries, attempts: 600,
                 pause: { .milliseconds($0 < 10 ? 20 : 100) })
+            completed.withLock { $0 += 1 }
             let done = killed.withLock { $0 }
             if done >= reported + 10 {
                 reported = done

@@ -1,5 +1,4 @@
 import BatonOData
-import BatonServer
 import BatonTestSupport
 import BatonTesting
 import Foundation
@@ -8,6 +7,8 @@ import Hummingbird
 import HummingbirdTesting
 import Synchronization
 import Testing
+
+@testable import BatonServer
 
 /// PostgreSQL stops under load (as for maintenance) and comes back: the server answers 503 with an OData error
 /// meanwhile, applies nothing by halves, and serves again by itself.
@@ -128,5 +129,35 @@ import Testing
         let created = outcomes.statuses.withLock { $0 }.keys
         #expect(audit.count == created.count)
         for id in created { #expect(audit.filter { $0.subject?.contains(id) == true }.count == 1, "\(id)") }
+    }
+
+    /// A writer of entities queues for the writers' own connection as long as a lock may be waited for only while
+    /// another writer holds it; with the database away nobody does, and the writer answers 503 after the lease
+    /// deadline like every other request (it waited the whole 15 s, and a short outage met no refused write).
+    @Test func aWriterWhileTheDatabaseIsAwayFailsAfterTheLeaseDeadline() async throws {
+        let cluster = try await offThePool { try PostgresCluster() }
+        defer { cluster.stop() }
+        try await offThePool { _ = try cluster.psql("CREATE DATABASE away") }
+        var location = try PostgresLocation(parsing: cluster.url(database: "away"), fromCommandLine: false)
+        location.password = cluster.password
+        let keyFile = cluster.directory.appendingPathComponent("master.key")
+        try Data((0..<32).map { _ in UInt8.random(in: 0...255) }).write(to: keyFile)
+        let server = try await TestServer {
+            $0.database = location
+            $0.databaseConnections = 4
+            $0.masterKeyFile = keyFile
+        }
+        defer { server.remove() }
+        let store = server.server.data.store
+        try await store.write { db in try db.execute("SELECT 1") }
+        try await offThePool { try cluster.pause() }
+        let started = ContinuousClock.now
+        await #expect {
+            try await store.write { db in try db.execute("SELECT 1") }
+        } throws: { ($0 as? StorageError)?.kind == .unavailable }
+        let waited = ContinuousClock.now - started
+        #expect(waited < .seconds(PostgresStorage.lockTimeoutSeconds - 3), "waited \(waited)")
+        try await offThePool { try cluster.resume() }
+        try await eventually { (try? await store.write { db in try db.execute("SELECT 1") }) != nil }
     }
 }

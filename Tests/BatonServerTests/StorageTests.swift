@@ -262,6 +262,25 @@ import Testing
         try await holder.value
     }
 
+    /// A writer queued behind one that holds the turn longer than a request waits for a connection still gets
+    /// its turn: the writers' connection is waited for as long as the lock while another writer holds it.
+    @Test func aWriterQueuedBehindALongTurnWaitsPastTheLeaseDeadline() async throws {
+        let server = try await TestServer(backend: .postgres)
+        defer { server.remove() }
+        let store = server.server.data.store
+        let gate = Gate()
+        defer { gate.open() }
+        let holder = Task {
+            try await store.write { db in try gate.hold(pausing: { try db.execute("SELECT pg_sleep(0.02)") }) }
+        }
+        try await gate.entered()
+        let queued = Task { try await store.write { db in try db.execute("SELECT 1") } }
+        try await Task.sleep(for: .seconds(PostgresStorage.leaseDeadline.nanoseconds / 1_000_000_000 + 2))
+        gate.open()
+        try await holder.value
+        try await queued.value
+    }
+
     /// A `$batch` of reads only never waits for the writers' turn (reads cannot be in atomicity groups): one user's
     /// slow reads cannot hold every writer of every instance, and its reads answer while a writer holds the turn.
     @Test func aBatchOfReadsDoesNotWaitForTheWritersTurn() async throws {

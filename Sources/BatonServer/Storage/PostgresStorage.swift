@@ -24,7 +24,8 @@ public final class PostgresStorage: ServerStorage {
     /// server's CPU (perf). A request whose own pool is busy leases from the one with the most free connections.
     let pools: [LoopPool]
     /// The connection writers of entities take their turn on (``write(lockingFirst:_:)`` with a lock): one, so that
-    /// writers of this instance queue here, in postgres-nio's pool, for as long as a lock may be waited for, instead
+    /// writers of this instance queue here, in postgres-nio's pool, for as long as a lock may be waited for (while a
+    /// writer holds the connection; see ``leased(from:_:)``), instead
     /// of each holding a connection of ``pools`` (and a thread) while PostgreSQL makes it wait for the turn. Only
     /// one writer of entities can run across all instances anyway; with the writers on the shared pools, a few
     /// queued writes (one account holder's) took every connection, and reads, sign-ins and refreshes answered 503.
@@ -305,13 +306,15 @@ public final class PostgresStorage: ServerStorage {
     /// that comes in time runs to its end. (Racing only after a failure saved context switches, but an idle
     /// instance then hung on its first request after the database stopped.)
     ///
-    /// The writers' pool (``writers``) is waited for as long as a lock would be (``lockTimeout``): its queue is the
-    /// writers' turn, taken in this process first.
+    /// The writers' pool (``writers``) is waited for as long as a lock would be (``lockTimeout``) while another
+    /// writer holds its connection: its queue is the writers' turn, taken in this process first. When nobody holds
+    /// it, its connection is gone (the database went away) and the wait ends after ``leaseDeadline`` as for the
+    /// other pools: a writer queued through an outage had waited 15 s before answering 503.
     private func leased<T: Sendable>(
         from chosen: LoopPool? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         let pool = chosen ?? pool()
-        let wait = chosen == nil ? Self.leaseDeadline : .seconds(Self.lockTimeoutSeconds)
+        let turn: TimeAmount? = chosen == nil ? nil : .seconds(Self.lockTimeoutSeconds) - Self.leaseDeadline
         let client = pool.client
         pool.leases.add(1, ordering: .relaxed)
         defer { pool.leases.subtract(1, ordering: .relaxed) }
@@ -320,6 +323,8 @@ public final class PostgresStorage: ServerStorage {
             group.addTask {
                 try await client.withConnection { connection in
                     guard first.claim() else { throw CancellationError() }
+                    pool.held.add(1, ordering: .relaxed)
+                    defer { pool.held.subtract(1, ordering: .relaxed) }
                     return try await body(connection)
                 }
             }
@@ -327,10 +332,16 @@ public final class PostgresStorage: ServerStorage {
                 // Cancelled (the lease came, or the caller went away): the lease decides the outcome. The wait is
                 // a timer of an event loop, not `Task.sleep`: on Linux that is a Dispatch timer, whose manager
                 // thread and worker wake-ups cost a fifth of a key read's CPU (perf).
-                guard await Self.waited(wait), first.claim() else { return nil }
+                guard await Self.waited(Self.leaseDeadline) else { return nil }
+                var waited = Self.leaseDeadline
+                if let turn, pool.held.load(ordering: .relaxed) > 0 {
+                    guard await Self.waited(turn) else { return nil }
+                    waited = waited + turn
+                }
+                guard first.claim() else { return nil }
                 throw StorageError(
                     .unavailable,
-                    "No connection to PostgreSQL within \(wait.nanoseconds / 1_000_000_000) s: the database is away or busy."
+                    "No connection to PostgreSQL within \(waited.nanoseconds / 1_000_000_000) s: the database is away or busy."
                 )
             }
             while let result = try await group.next() {
@@ -784,6 +795,8 @@ final class LoopPool: Sendable {
     let share: Int
     let client: PostgresClient
     let leases = Atomic<Int>(0)
+    /// How many of its connections are leased now (``leases`` counts the waiting ones too).
+    let held = Atomic<Int>(0)
 
     init(loop: any EventLoop, share: Int, client: PostgresClient) {
         (self.loop, self.share, self.client) = (loop, share, client)
