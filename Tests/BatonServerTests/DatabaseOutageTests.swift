@@ -33,20 +33,25 @@ import Testing
         }
     }
 
-    @Test func theDatabaseStoppingUnderLoadAnswers503AndServiceResumesByItself() async throws {
-        // A cluster of its own: the shared one serves other tests.
-        let cluster = try await offThePool { try PostgresCluster() }
-        defer { cluster.stop() }
+    /// A server with four connections on a database of `cluster`, a cluster of the test's own (the shared one
+    /// serves other tests, and these stop theirs).
+    static func server(on cluster: PostgresCluster) async throws -> TestServer {
         try await offThePool { _ = try cluster.psql("CREATE DATABASE outage") }
         var location = try PostgresLocation(parsing: cluster.url(database: "outage"), fromCommandLine: false)
         location.password = cluster.password
         let keyFile = cluster.directory.appendingPathComponent("master.key")
         try Data((0..<32).map { _ in UInt8.random(in: 0...255) }).write(to: keyFile)
-        let server = try await TestServer {
+        return try await TestServer {
             $0.database = location
             $0.databaseConnections = 4
             $0.masterKeyFile = keyFile
         }
+    }
+
+    @Test func theDatabaseStoppingUnderLoadAnswers503AndServiceResumesByItself() async throws {
+        let cluster = try await offThePool { try PostgresCluster() }
+        defer { cluster.stop() }
+        let server = try await Self.server(on: cluster)
         defer { server.remove() }
         try await server.addUser("alice")
         let outcomes = Outcomes()
@@ -137,16 +142,7 @@ import Testing
     @Test func aWriterWhileTheDatabaseIsAwayFailsAfterTheLeaseDeadline() async throws {
         let cluster = try await offThePool { try PostgresCluster() }
         defer { cluster.stop() }
-        try await offThePool { _ = try cluster.psql("CREATE DATABASE away") }
-        var location = try PostgresLocation(parsing: cluster.url(database: "away"), fromCommandLine: false)
-        location.password = cluster.password
-        let keyFile = cluster.directory.appendingPathComponent("master.key")
-        try Data((0..<32).map { _ in UInt8.random(in: 0...255) }).write(to: keyFile)
-        let server = try await TestServer {
-            $0.database = location
-            $0.databaseConnections = 4
-            $0.masterKeyFile = keyFile
-        }
+        let server = try await Self.server(on: cluster)
         defer { server.remove() }
         let store = server.server.data.store
         try await store.write { db in try db.execute("SELECT 1") }
