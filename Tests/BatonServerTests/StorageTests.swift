@@ -268,6 +268,10 @@ import Testing
         let server = try await TestServer(backend: .postgres)
         defer { server.remove() }
         let store = server.server.data.store
+        guard case .postgres(let storage) = store.storage else {
+            Issue.record("PostgreSQL expected")
+            return
+        }
         let gate = Gate()
         defer { gate.open() }
         let holder = Task {
@@ -275,6 +279,8 @@ import Testing
         }
         try await gate.entered()
         let queued = Task { try await store.write { db in try db.execute("SELECT 1") } }
+        // Once it waits for the writers' connection, longer than a request waits for one.
+        try await eventually { storage.writers.leases.load(ordering: .relaxed) == 2 }
         try await Task.sleep(for: .seconds(PostgresStorage.leaseDeadline.nanoseconds / 1_000_000_000 + 2))
         gate.open()
         try await holder.value

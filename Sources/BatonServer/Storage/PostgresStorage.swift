@@ -308,21 +308,26 @@ public final class PostgresStorage: ServerStorage {
     ///
     /// The writers' pool (``writers``) is waited for as long as a lock would be (``lockTimeout``) while another
     /// writer holds its connection: its queue is the writers' turn, taken in this process first. When nobody holds
-    /// it, its connection is gone (the database went away) and the wait ends after ``leaseDeadline`` as for the
-    /// other pools: a writer queued through an outage had waited 15 s before answering 503.
+    /// it and nobody took it during the first ``leaseDeadline``, its connection is gone (the database closed it) and
+    /// the wait ends then, as for the other pools: a writer queued through an outage had waited 15 s before answering
+    /// 503. (A database that vanishes silently leaves the writer in flight holding it until the statement deadline.)
     private func leased<T: Sendable>(
         from chosen: LoopPool? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         let pool = chosen ?? pool()
-        let turn: TimeAmount? = chosen == nil ? nil : .seconds(Self.lockTimeoutSeconds) - Self.leaseDeadline
+        let turn: TimeAmount? =
+            chosen == nil ? nil : max(.zero, .seconds(Self.lockTimeoutSeconds) - Self.leaseDeadline)
         let client = pool.client
         pool.leases.add(1, ordering: .relaxed)
         defer { pool.leases.subtract(1, ordering: .relaxed) }
+        let turnsBefore = pool.turns.load(ordering: .relaxed)
         let first = Claim()
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
                 try await client.withConnection { connection in
                     guard first.claim() else { throw CancellationError() }
+                    guard turn != nil else { return try await body(connection) }
+                    pool.turns.add(1, ordering: .relaxed)
                     pool.held.add(1, ordering: .relaxed)
                     defer { pool.held.subtract(1, ordering: .relaxed) }
                     return try await body(connection)
@@ -334,7 +339,11 @@ public final class PostgresStorage: ServerStorage {
                 // thread and worker wake-ups cost a fifth of a key read's CPU (perf).
                 guard await Self.waited(Self.leaseDeadline) else { return nil }
                 var waited = Self.leaseDeadline
-                if let turn, pool.held.load(ordering: .relaxed) > 0 {
+                // The queue moves (a writer holds the connection, or one took it meanwhile: a hand-over between two
+                // writers leaves it held by nobody for a moment): waited for as long as the lock.
+                if let turn,
+                    pool.held.load(ordering: .relaxed) > 0 || pool.turns.load(ordering: .relaxed) != turnsBefore
+                {
                     guard await Self.waited(turn) else { return nil }
                     waited = waited + turn
                 }
@@ -795,8 +804,10 @@ final class LoopPool: Sendable {
     let share: Int
     let client: PostgresClient
     let leases = Atomic<Int>(0)
-    /// How many of its connections are leased now (``leases`` counts the waiting ones too).
+    /// For the writers' pool: how many of its connections are leased now (``leases`` counts the waiting ones too),
+    /// and how many leases it has given since the start.
     let held = Atomic<Int>(0)
+    let turns = Atomic<Int>(0)
 
     init(loop: any EventLoop, share: Int, client: PostgresClient) {
         (self.loop, self.share, self.client) = (loop, share, client)
