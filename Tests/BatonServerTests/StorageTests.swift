@@ -232,7 +232,9 @@ import Testing
 
     /// Writers queued for their turn do not take the connections everyone else needs: with one writer holding the
     /// turn and more queued behind it (one account holder's burst of writes), a read still gets a connection at
-    /// once instead of failing after the lease deadline, and every queued writer runs once the turn comes.
+    /// once instead of failing after the lease deadline, and every queued writer runs once the turn comes — also
+    /// when the turn is held longer than a request waits for a connection (the writers' connection is waited for
+    /// as long as the lock while a writer holds it).
     @Test func writersQueuedForTheirTurnLeaveTheConnectionsToReads() async throws {
         let server = try await TestServer(backend: .postgres)
         defer { server.remove() }
@@ -257,34 +259,10 @@ import Testing
         let answeredFirst = !holderDone.load(ordering: .relaxed)
         #expect(read == 1)
         #expect(answeredFirst, "the read waited for the writers")
+        try await Task.sleep(for: .seconds(PostgresStorage.leaseDeadline.nanoseconds / 1_000_000_000 + 2))
         gate.open()
         for writer in queued { try await writer.value }
         try await holder.value
-    }
-
-    /// A writer queued behind one that holds the turn longer than a request waits for a connection still gets
-    /// its turn: the writers' connection is waited for as long as the lock while another writer holds it.
-    @Test func aWriterQueuedBehindALongTurnWaitsPastTheLeaseDeadline() async throws {
-        let server = try await TestServer(backend: .postgres)
-        defer { server.remove() }
-        let store = server.server.data.store
-        guard case .postgres(let storage) = store.storage else {
-            Issue.record("PostgreSQL expected")
-            return
-        }
-        let gate = Gate()
-        defer { gate.open() }
-        let holder = Task {
-            try await store.write { db in try gate.hold(pausing: { try db.execute("SELECT pg_sleep(0.02)") }) }
-        }
-        try await gate.entered()
-        let queued = Task { try await store.write { db in try db.execute("SELECT 1") } }
-        // Once it waits for the writers' connection, longer than a request waits for one.
-        try await eventually { storage.writers.leases.load(ordering: .relaxed) == 2 }
-        try await Task.sleep(for: .seconds(PostgresStorage.leaseDeadline.nanoseconds / 1_000_000_000 + 2))
-        gate.open()
-        try await holder.value
-        try await queued.value
     }
 
     /// A `$batch` of reads only never waits for the writers' turn (reads cannot be in atomicity groups): one user's

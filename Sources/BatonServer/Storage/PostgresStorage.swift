@@ -804,9 +804,10 @@ final class LoopPool: Sendable {
     let share: Int
     let client: PostgresClient
     let leases = Atomic<Int>(0)
-    /// For the writers' pool: how many of its connections are leased now (``leases`` counts the waiting ones too),
-    /// and how many leases it has given since the start.
+    /// For the writers' pool: how many of its connections are leased now (``leases`` counts the waiting ones too).
     let held = Atomic<Int>(0)
+    /// For the writers' pool: how many leases it has given since the start, so that a waiter tells a queue that
+    /// moved (a hand-over leaves ``held`` at zero for a moment) from a connection that is gone.
     let turns = Atomic<Int>(0)
 
     init(loop: any EventLoop, share: Int, client: PostgresClient) {
