@@ -7,15 +7,15 @@ extension ServiceModel {
             #"  <edmx:Reference Uri="https://oasis-tcs.github.io/odata-vocabularies/vocabularies/Org.OData.Core.V1.xml">"#
         xml += "\n" + #"    <edmx:Include Namespace="Org.OData.Core.V1" Alias="Core"/>"# + "\n  </edmx:Reference>\n"
         xml += "  <edmx:DataServices>\n"
-        xml += "    <Schema xmlns=\"http://docs.oasis-open.org/odata/ns/edm\" Namespace=\"\(escapeXML(namespace))\""
-        if let alias { xml += " Alias=\"\(escapeXML(alias))\"" }
+        xml += "    <Schema xmlns=\"http://docs.oasis-open.org/odata/ns/edm\" Namespace=\"\(Markup.xml(namespace))\""
+        if let alias { xml += " Alias=\"\(Markup.xml(alias))\"" }
         xml += ">\n"
         for type in entityTypes {
-            xml += "      <EntityType Name=\"\(escapeXML(type.name))\">\n        <Key>\n"
-            for key in type.key { xml += "          <PropertyRef Name=\"\(escapeXML(key))\"/>\n" }
+            xml += "      <EntityType Name=\"\(Markup.xml(type.name))\">\n        <Key>\n"
+            for key in type.key { xml += "          <PropertyRef Name=\"\(Markup.xml(key))\"/>\n" }
             xml += "        </Key>\n"
             for property in type.properties {
-                xml += "        <Property Name=\"\(escapeXML(property.name))\" Type=\"\(property.type.rawValue)\""
+                xml += "        <Property Name=\"\(Markup.xml(property.name))\" Type=\"\(property.type.rawValue)\""
                 xml += " Nullable=\"\(property.isNullable)\""
                 if let maxLength = property.maxLength { xml += " MaxLength=\"\(maxLength)\"" }
                 if let precision = property.precision { xml += " Precision=\"\(precision)\"" }
@@ -24,7 +24,7 @@ extension ServiceModel {
                     // CSDL XML writes a default as its JSON payload form, unquoted: `P1D`, not `duration'P1D'`.
                     let json = defaultValue.json(as: property.type)
                     let text = if case .string(let string) = json { string } else { json.serialized }
-                    xml += " DefaultValue=\"\(escapeXML(text))\""
+                    xml += " DefaultValue=\"\(Markup.xml(text))\""
                 }
                 if property.isComputed {
                     xml += ">\n          <Annotation Term=\"Org.OData.Core.V1.Computed\" Bool=\"true\"/>\n"
@@ -36,34 +36,34 @@ extension ServiceModel {
             for navigation in type.navigationProperties {
                 let typeName = navigation.isCollection ? "Collection(\(navigation.targetType))" : navigation.targetType
                 xml +=
-                    "        <NavigationProperty Name=\"\(escapeXML(navigation.name))\" Type=\"\(escapeXML(typeName))\""
+                    "        <NavigationProperty Name=\"\(Markup.xml(navigation.name))\" Type=\"\(Markup.xml(typeName))\""
                 if !navigation.isCollection { xml += " Nullable=\"\(navigation.isNullable)\"" }
-                if let partner = navigation.partner { xml += " Partner=\"\(escapeXML(partner))\"" }
+                if let partner = navigation.partner { xml += " Partner=\"\(Markup.xml(partner))\"" }
                 if navigation.referentialConstraints.isEmpty {
                     xml += "/>\n"
                 } else {
                     xml += ">\n"
                     for constraint in navigation.referentialConstraints {
-                        xml += "          <ReferentialConstraint Property=\"\(escapeXML(constraint.property))\""
-                        xml += " ReferencedProperty=\"\(escapeXML(constraint.referencedProperty))\"/>\n"
+                        xml += "          <ReferentialConstraint Property=\"\(Markup.xml(constraint.property))\""
+                        xml += " ReferencedProperty=\"\(Markup.xml(constraint.referencedProperty))\"/>\n"
                     }
                     xml += "        </NavigationProperty>\n"
                 }
             }
             xml += "      </EntityType>\n"
         }
-        xml += "      <EntityContainer Name=\"\(escapeXML(containerName))\">\n"
+        xml += "      <EntityContainer Name=\"\(Markup.xml(containerName))\">\n"
         for set in entitySets {
-            xml += "        <EntitySet Name=\"\(escapeXML(set.name))\" EntityType=\"\(escapeXML(set.entityType))\">\n"
+            xml += "        <EntitySet Name=\"\(Markup.xml(set.name))\" EntityType=\"\(Markup.xml(set.entityType))\">\n"
             for (path, target) in set.navigationBindings.sorted(by: { $0.key < $1.key }) {
                 xml +=
-                    "          <NavigationPropertyBinding Path=\"\(escapeXML(path))\" Target=\"\(escapeXML(target))\"/>\n"
+                    "          <NavigationPropertyBinding Path=\"\(Markup.xml(path))\" Target=\"\(Markup.xml(target))\"/>\n"
             }
             if !set.optimisticConcurrency.isEmpty {
                 xml +=
                     "          <Annotation Term=\"Org.OData.Core.V1.OptimisticConcurrency\">\n            <Collection>\n"
                 for path in set.optimisticConcurrency {
-                    xml += "              <PropertyPath>\(escapeXML(path))</PropertyPath>\n"
+                    xml += "              <PropertyPath>\(Markup.xml(path))</PropertyPath>\n"
                 }
                 xml += "            </Collection>\n          </Annotation>\n"
             }
@@ -75,21 +75,4 @@ extension ServiceModel {
         xml += "      </EntityContainer>\n    </Schema>\n  </edmx:DataServices>\n</edmx:Edmx>\n"
         return xml
     }
-}
-
-/// Escapes `&`, `<`, `>`, `"` and `'` for use in XML or HTML text and attribute values.
-package func escapeXML(_ text: String) -> String {
-    var escaped = ""
-    escaped.reserveCapacity(text.utf8.count)
-    for character in text {
-        switch character {
-        case "&": escaped += "&amp;"
-        case "<": escaped += "&lt;"
-        case ">": escaped += "&gt;"
-        case "\"": escaped += "&quot;"
-        case "'": escaped += "&apos;"
-        default: escaped.append(character)
-        }
-    }
-    return escaped
 }

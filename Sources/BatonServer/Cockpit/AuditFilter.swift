@@ -1,3 +1,4 @@
+import BatonOData
 import BatonSQL
 import Foundation
 
@@ -141,8 +142,8 @@ struct AuditRow: Sendable {
         ]
     }
 
-    /// The rows as CSV (RFC 4180), a header first. A cell that a spreadsheet would take for a formula (it starts
-    /// with `=`, `+`, `-`, `@`, a tab or a carriage return) is prefixed with `'`: audit fields hold what users typed.
+    /// The rows as CSV (RFC 4180), a header first, each cell through ``Markup/csvCell(_:)``: a cell that a
+    /// spreadsheet would take for a formula gets a leading `'`, since audit fields hold what users typed.
     static func csv(_ rows: [AuditRow]) -> String {
         var text = "id,at,actor,action,subject,address,detail,checked_by,uploaded_by,on_behalf\r\n"
         for row in rows {
@@ -150,15 +151,9 @@ struct AuditRow: Sendable {
                 String(row.id), row.time, row.actor, row.action, row.subject, row.address, row.detail,
                 row.checkedBy ?? "", row.uploadedBy ?? "", row.onBehalf ? "yes" : "no",
             ]
-            text += cells.map(cell).joined(separator: ",") + "\r\n"
+            text += cells.map(Markup.csvCell).joined(separator: ",") + "\r\n"
         }
         return text
     }
 
-    static func cell(_ value: String) -> String {
-        var value = value
-        if let first = value.first, "=+-@\t\r".contains(first) { value = "'" + value }
-        guard value.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return value }
-        return "\"" + value.replacingOccurrences(of: "\"", with: "\"\"") + "\""
-    }
 }

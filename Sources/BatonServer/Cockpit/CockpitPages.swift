@@ -1,10 +1,13 @@
+import BatonOData
 import Foundation
 import HTTPTypes
 import Hummingbird
 import Mustache
 
-/// The cockpit's pages: Mustache templates rendered on the server (values HTML-escaped by `{{…}}`), one small
-/// stylesheet, no script. Every page carries the security headers of ``headers``.
+/// The cockpit's pages: Mustache templates rendered on the server, one small stylesheet, no script. `{{…}}`
+/// escapes a value with ``Markup/html(_:)`` (by Unicode scalar; the library's own HTML escaping compares
+/// `Character`s, which a combining mark beside a `<` gets past): every template starts with the pragma that
+/// selects it, ``contentTypePragma``. Every page carries the security headers of ``headers``.
 enum CockpitPages {
     /// Every cockpit response's headers: a strict Content-Security-Policy (the stylesheet from this server,
     /// nothing else: no script, no frames, forms only to this origin), no framing, no referrer, no caching.
@@ -22,10 +25,19 @@ enum CockpitPages {
         return field
     }
 
+    /// The content type of ``Markup/html(_:)`` among Mustache's content types.
+    struct ScalarHTML: MustacheContentType {
+        func escapeText(_ text: String) -> String { Markup.html(text) }
+    }
+
+    /// Selects ``ScalarHTML`` for the template it starts (and the partials it renders).
+    static let contentTypePragma = "{{% CONTENT_TYPE: BATON_HTML}}"
+
     static let library: MustacheLibrary = {
+        MustacheContentTypes.register(ScalarHTML(), named: "BATON_HTML")
         var library = MustacheLibrary()
         do {
-            for (name, text) in templates { try library.register(text, named: name) }
+            for (name, text) in templates { try library.register(contentTypePragma + text, named: name) }
         } catch {
             preconditionFailure("A cockpit template does not parse: \(error)")
         }

@@ -33,8 +33,8 @@ struct DeviceAuthorizations: Sendable {
     /// Starts an authorization for `client` with `scope`, asked from the address whose keyed hash is
     /// `addressKey` (``LoginThrottle/addressKey(_:)``).
     ///
-    /// - Throws: ``OAuthError`` `slow_down` (429) when `limits.perAddress` codes asked from the address wait for
-    ///   a person, `temporarily_unavailable` (503) when `limits.maximum` codes wait in all; each with the seconds
+    /// - Throws: ``OAuthError`` `slow_down` (429) when `limits.perAddress` unexpired codes were asked from the
+    ///   address (whatever their state), `temporarily_unavailable` (503) when `limits.maximum` are unexpired in all; each with the seconds
     ///   until a place frees up.
     func start(client: String, scope: String, addressKey: String, limits: DeviceCodeLimits) async throws -> Started {
         enum Outcome: Sendable {
@@ -51,18 +51,16 @@ struct DeviceAuthorizations: Sendable {
             let userCode = String((0..<8).map { _ in Self.alphabet[Int.random(in: 0..<Self.alphabet.count)] })
             let outcome = try await database.storage.write { db -> Outcome in
                 try db.execute("DELETE FROM deviceAuthorizations WHERE expiresAt < ?", now - 3600)
-                // Codes waiting for a person hold their place until they expire; a decided one frees it (anyone can
-                // make codes, only a person who signs in can decide one).
+                // A code holds its place until it expires, whatever its state: denying one's own codes (which
+                // needs no sign-in) must not make room for more.
                 let fromAddress = try db.fetchOne(
-                    """
-                    SELECT count(*), min(expiresAt) FROM deviceAuthorizations
-                    WHERE addressKey = ? AND expiresAt > ? AND status = 'pending'
-                    """, addressKey, now)
+                    "SELECT count(*), min(expiresAt) FROM deviceAuthorizations WHERE addressKey = ? AND expiresAt > ?",
+                    addressKey, now)
                 if fromAddress?[0].integer ?? 0 >= Int64(limits.perAddress) {
                     return .addressFull(wait: wait(fromAddress))
                 }
                 let all = try db.fetchOne(
-                    "SELECT count(*), min(expiresAt) FROM deviceAuthorizations WHERE expiresAt > ? AND status = 'pending'",
+                    "SELECT count(*), min(expiresAt) FROM deviceAuthorizations WHERE expiresAt > ?",
                     now)
                 if all?[0].integer ?? 0 >= Int64(limits.maximum) { return .allFull(wait: wait(all)) }
                 guard try db.fetchOne("SELECT 1 FROM deviceAuthorizations WHERE userCode = ?", userCode) == nil else {
@@ -176,13 +174,13 @@ struct DeviceAuthorizations: Sendable {
 }
 
 /// How many sign-in codes (RFC 8628) may wait at once: anyone who reaches the server may ask for one, so a loop
-/// of requests must neither fill the database nor take every code. A code holds its place until a person
-/// decides it or it expires (10 minutes).
+/// of requests must neither fill the database nor take every code. A code holds its place until it expires (10
+/// minutes), whether it waits, was allowed, denied or used.
 public struct DeviceCodeLimits: Sendable {
-    /// Codes waiting that were asked from one address — from one IPv6 /64 network, which is one customer's (a
+    /// Unexpired codes asked from one address — from one IPv6 /64 network, which is one customer's (a
     /// station's tablets behind one NAT share an address). Default: 50.
     public var perAddress: Int
-    /// Codes waiting from all addresses together: reaching it takes this many divided by `perAddress` addresses
+    /// Unexpired codes from all addresses together: reaching it takes this many divided by `perAddress` addresses
     /// (or /64 networks). Default: 100,000 (a row is about 200 bytes).
     public var maximum: Int
 

@@ -7,9 +7,9 @@ enum LoginPage {
             "response_type", "client_id", "redirect_uri", "state", "scope", "code_challenge", "code_challenge_method",
         ]
         .compactMap { name in
-            parameters[name].map { "<input type=\"hidden\" name=\"\(name)\" value=\"\(escapeXML($0))\">" }
+            parameters[name].map { "<input type=\"hidden\" name=\"\(name)\" value=\"\(Markup.html($0))\">" }
         }.joined(separator: "\n    ")
-        let message = error.map { "<p role=\"alert\">\(escapeXML($0))</p>" } ?? ""
+        let message = error.map { "<p role=\"alert\">\(Markup.html($0))</p>" } ?? ""
         return """
             <!doctype html>
             <html lang="en"><head><meta charset="utf-8"><title>Sign in to Baton</title>
@@ -31,7 +31,7 @@ enum LoginPage {
 /// `verification_uri_complete`), the person's user name and password, approve or deny.
 enum DevicePage {
     static func html(userCode: String, error: String? = nil) -> String {
-        let message = error.map { "<p role=\"alert\">\(escapeXML($0))</p>" } ?? ""
+        let message = error.map { "<p role=\"alert\">\(Markup.html($0))</p>" } ?? ""
         return """
             <!doctype html>
             <html lang="en"><head><meta charset="utf-8"><title>Sign in a device to Baton</title>
@@ -40,7 +40,7 @@ enum DevicePage {
             <p>Check that the code below is the one your device shows, then sign in to let it in.</p>
             \(message)
             <form method="post" action="/oauth/device">
-                <label>Code on the device <input name="user_code" value="\(escapeXML(String(userCode.prefix(16))))" required maxlength="16" autocomplete="off"></label>
+                <label>Code on the device <input name="user_code" value="\(Markup.html(String(userCode.prefix(16))))" required maxlength="16" autocomplete="off"></label>
                 <label>User name <input name="username" autocomplete="username"></label>
                 <label>Password <input name="password" type="password" autocomplete="current-password"></label>
                 <button type="submit" name="action" value="approve">Sign in and allow</button>
@@ -53,7 +53,7 @@ enum DevicePage {
         """
         <!doctype html>
         <html lang="en"><head><meta charset="utf-8"><title>Baton</title></head>
-        <body><main><h1>Baton</h1><p role="status">\(escapeXML(text))</p></main></body></html>
+        <body><main><h1>Baton</h1><p role="status">\(Markup.html(text))</p></main></body></html>
         """
     }
 }

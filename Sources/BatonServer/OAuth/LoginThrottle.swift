@@ -1,3 +1,4 @@
+import BatonSQL
 import Crypto
 import Foundation
 
@@ -30,6 +31,10 @@ struct LoginThrottle: Sendable {
         var window: TimeInterval = 900
         /// How long a successful sign-in makes its (user, address) pair known, in seconds. Default: 30 days.
         var knownFor: TimeInterval = 30 * 86_400
+        /// Free unknown user codes typed on the device page from one network (an IPv6 /64 as one). Default: 10.
+        var wrongCodesPerNetwork = 10
+        /// Free denials sent from the device page from one network, for codes it knows or not. Default: 20.
+        var denialsPerNetwork = 20
     }
 
     let limits: Limits
@@ -58,25 +63,57 @@ struct LoginThrottle: Sendable {
     ///
     /// - Throws: the database error, if the read fails (the sign-in is then refused with a 503).
     func retryAfter(user: String, address: String) async throws -> Int? {
+        let pair = pairKey(user, address)
+        let knownSince = try await database.storage.read { db in
+            try db.fetchOne("SELECT since FROM signInKnown WHERE pair = ?", pair)?[0].date
+        }
+        let known = knownSince.map { clock.now().timeIntervalSince($0) < limits.knownFor } ?? false
+        var counters = [Counter(key: pair, free: limits.perPair)]
+        if !known {
+            counters.append(Counter(key: userKey(user), free: limits.perUser))
+            counters.append(Counter(key: addressKey(address), free: limits.perAddress))
+        }
+        return try await retryAfter(counters)
+    }
+
+    /// Records a failed attempt, and forgets counters whose window has passed.
+    ///
+    /// - Throws: the database error, if the write fails.
+    func recordFailure(user: String, address: String) async throws {
+        try await recordFailure(keys: [pairKey(user, address), userKey(user), addressKey(address)])
+    }
+
+    /// One failure counter and the failures it lets through before it slows the next attempt.
+    struct Counter: Sendable {
+        var key: String
+        var free: Int
+    }
+
+    /// The device page's counters (RFC 8628 §5.1) for the network `address` belongs to (an IPv6 /64 as one):
+    /// unknown codes typed from it, and denials sent from it. Never a name shared by every address, so guesses
+    /// from elsewhere cannot keep anyone off the page.
+    func deviceCodeCounters(network: String) -> (wrongCodes: Counter, denials: Counter) {
+        (
+            Counter(key: hmac("codes:" + network), free: limits.wrongCodesPerNetwork),
+            Counter(key: hmac("denials:" + network), free: limits.denialsPerNetwork)
+        )
+    }
+
+    /// Seconds until `counters` allow another attempt, or `nil` when they allow one now.
+    ///
+    /// - Throws: the database error, if the read fails.
+    func retryAfter(_ counters: [Counter]) async throws -> Int? {
         let now = clock.now()
         let limits = self.limits
-        let pair = pairKey(user, address)
-        let userKey = userKey(user)
-        let addressKey = addressKey(address)
-        let (counters, knownSince) = try await database.storage.read { db in
-            let rows = try db.fetchAll(
-                "SELECT key, failures, last FROM signInFailures WHERE key IN (?, ?, ?)", pair, userKey, addressKey)
-            let since = try db.fetchOne("SELECT since FROM signInKnown WHERE pair = ?", pair)?[0].date
-            return (rows, since)
+        let keys = counters.map(\.key)
+        let rows = try await database.storage.read { db in
+            let marks = keys.map { _ in "?" }.joined(separator: ", ")
+            return try db.fetchAll(
+                "SELECT key, failures, last FROM signInFailures WHERE key IN (\(marks))", keys.map(SQLValue.text))
         }
-        let known = knownSince.map { now.timeIntervalSince($0) < limits.knownFor } ?? false
-        var free = [pair: limits.perPair]
-        if !known {
-            free[userKey] = limits.perUser
-            free[addressKey] = limits.perAddress
-        }
+        let free = Dictionary(counters.map { ($0.key, $0.free) }) { first, _ in first }
         var wait: TimeInterval = 0
-        for row in counters {
+        for row in rows {
             guard let key = row["key"].text, let allowed = free[key], let failures = row["failures"].integer,
                 let last = row["last"].date
             else { continue }
@@ -88,13 +125,12 @@ struct LoginThrottle: Sendable {
         return wait > 0 ? Int(wait.rounded(.up)) : nil
     }
 
-    /// Records a failed attempt, and forgets counters whose window has passed.
+    /// Counts one failure on each of `keys`, and forgets counters whose window has passed.
     ///
     /// - Throws: the database error, if the write fails.
-    func recordFailure(user: String, address: String) async throws {
+    func recordFailure(keys: [String]) async throws {
         let now = clock.now()
         let expired = now.addingTimeInterval(-limits.window)
-        let keys = [pairKey(user, address), userKey(user), addressKey(address)]
         try await database.storage.write { db in
             for key in keys {
                 try db.execute(

@@ -133,17 +133,26 @@ struct OAuthRoutes {
             let form = try await FormBody.read(request, context: context)
             let code = form["user_code"] ?? ""
             let address = context.clientAddress
-            // Codes are guessed from an address, not an account: every unknown or expired code counts against the
-            // address as a failed sign-in does, so guessing is as slow as guessing passwords (RFC 8628 §5.1).
-            if let wait = try await tokens.throttle.retryAfter(user: Self.codeGuesses, address: address) {
+            let denying = form["action"] == "deny"
+            // Codes are guessed from an address, not an account: an unknown or expired code counts against the
+            // network it came from (an IPv6 /64 as one) as a failed sign-in does, so guessing is as slow as
+            // guessing passwords (RFC 8628 §5.1), and denials are bounded the same way. Nothing is counted under a
+            // name every address shares: others' guesses never keep a person with a good code off the page.
+            let counters = tokens.throttle.deviceCodeCounters(network: DeviceAuthorizations.network(of: address))
+            let watched = denying ? [counters.wrongCodes, counters.denials] : [counters.wrongCodes]
+            if let wait = try await tokens.throttle.retryAfter(watched) {
                 var response = html(
-                    DevicePage.html(userCode: code, error: "Too many codes tried. Try again in \(wait) seconds."))
+                    DevicePage.html(
+                        userCode: code,
+                        error: denying
+                            ? "Too many codes denied or tried from here. Try again in \(wait) seconds."
+                            : "Too many codes tried. Try again in \(wait) seconds."))
                 response.status = .tooManyRequests
                 response.headers[.retryAfter] = String(wait)
                 return response
             }
             func unknownCode() async throws -> Response {
-                try await tokens.throttle.recordFailure(user: Self.codeGuesses, address: address)
+                try await tokens.throttle.recordFailure(keys: [counters.wrongCodes.key])
                 var response = html(
                     DevicePage.html(
                         userCode: code,
@@ -151,21 +160,22 @@ struct OAuthRoutes {
                 response.status = .badRequest
                 return response
             }
-            guard DeviceAuthorizations.normalized(code) != nil else {
+            guard let typed = DeviceAuthorizations.normalized(code) else {
                 var response = html(
                     DevicePage.html(
                         userCode: code, error: "That is not a code from a device: 8 letters, like BDFH-KLMN."))
                 response.status = .badRequest
                 return response
             }
-            if form["action"] == "deny" {
+            if denying {
+                try await tokens.throttle.recordFailure(keys: [counters.denials.key])
                 guard try await tokens.deviceAuthorizations.decide(userCode: code, approvedBy: nil) else {
                     return try await unknownCode()
                 }
                 try await tokens.audit.record(
                     AuditEntry(
                         at: tokens.clock.now(), actor: nil, action: "device-sign-in-denied", subject: nil,
-                        address: address, detail: "code \(code.prefix(16))"))
+                        address: address, detail: "code \(DeviceAuthorizations.display(typed))"))
                 return html(DevicePage.done("The sign-in was denied. The device shows that it was refused."))
             }
             let user: User
@@ -182,14 +192,11 @@ struct OAuthRoutes {
             try await tokens.audit.record(
                 AuditEntry(
                     at: tokens.clock.now(), actor: user.name, action: "device-sign-in-allowed", subject: user.name,
-                    address: address, detail: "code \(code.prefix(16))"))
+                    address: address, detail: "code \(DeviceAuthorizations.display(typed))"))
             return html(
                 DevicePage.done("Signed in as \(user.displayName). Go back to the device: it continues by itself."))
         }
     }
-
-    /// The throttle's key for user codes tried from one address.
-    static let codeGuesses = "(device codes)"
 
     enum PageSignIn {
         case signedIn(User)
@@ -246,6 +253,12 @@ struct OAuthRoutes {
             throw ServerError.badRequest(
                 "redirect_uri is missing or not registered for this client.", target: "redirect_uri")
         }
+        // RFC 6749 §4.1.1: `state` is the client's opaque value, sent back unchanged. The page reflects it, so it
+        // is refused outside printable ASCII or past 512 bytes rather than carried (RFC 6749 §4.1.2.1 allows 400).
+        if let state = parameters["state"], !Self.isAcceptable(state: state) {
+            throw ServerError.badRequest(
+                "state must be at most 512 printable ASCII characters (U+0020 to U+007E).", target: "state")
+        }
         guard parameters["response_type"] == "code" else {
             throw ServerError.badRequest("response_type must be 'code'.", target: "response_type")
         }
@@ -260,6 +273,11 @@ struct OAuthRoutes {
             throw ServerError.badRequest(error.description, target: "scope")
         }
         return AuthorizationRequest(client: client, redirectURI: redirectURI, challenge: challenge, scope: scope)
+    }
+
+    /// Whether `state` is at most 512 bytes of printable ASCII, checked byte by byte.
+    static func isAcceptable(state: String) -> Bool {
+        state.utf8.count <= 512 && state.utf8.allSatisfy { (0x20...0x7E).contains($0) }
     }
 
     var metadata: JSONValue {
