@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// One user's authorised connection to the server: sends requests with a fresh access token, refreshing it
@@ -70,16 +71,24 @@ public actor AuthorizedSession {
             token: try await accessToken())
     }
 
-    /// Sends usage events with this user's token (``BatonClient/sendUsage(_:deviceID:events:token:)``).
+    /// Sends usage events with this user's token, signed with the device key
+    /// (``BatonClient/sendUsage(_:deviceID:events:token:deviceKey:)``).
     @discardableResult
-    public func sendUsage(deviceID: String, events: [UsageEvent]) async throws(BatonClientError) -> Int {
-        try await client.sendUsage(configuration, deviceID: deviceID, events: events, token: try await accessToken())
+    public func sendUsage(deviceID: String, events: [UsageEvent], deviceKey: P256.Signing.PrivateKey)
+        async throws(BatonClientError) -> Int
+    {
+        try await client.sendUsage(
+            configuration, deviceID: deviceID, events: events, token: try await accessToken(), deviceKey: deviceKey)
     }
 
-    /// Sends the device's log with this user's token (``BatonClient/sendLogs(_:deviceID:reason:lines:token:)``).
-    public func sendLogs(deviceID: String, reason: String, lines: [String]) async throws(BatonClientError) {
+    /// Sends the device's log with this user's token, signed with the device key
+    /// (``BatonClient/sendLogs(_:deviceID:reason:lines:token:deviceKey:)``).
+    public func sendLogs(deviceID: String, reason: String, lines: [String], deviceKey: P256.Signing.PrivateKey)
+        async throws(BatonClientError)
+    {
         try await client.sendLogs(
-            configuration, deviceID: deviceID, reason: reason, lines: lines, token: try await accessToken())
+            configuration, deviceID: deviceID, reason: reason, lines: lines, token: try await accessToken(),
+            deviceKey: deviceKey)
     }
 
     /// Refreshes the tokens now.

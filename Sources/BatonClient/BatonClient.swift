@@ -59,18 +59,28 @@ public struct BatonClient: Sendable {
     ///   - deviceProof: the device key's raw ECDSA signature over the join message (see the BatonServer article
     ///     "Uploading another user's changes"): a user of the device approves this registration. Without it
     ///     only a user already registered on the device may register again.
+    ///   - departures: users who left the device without telling the server (``SignedDeparture``, signed with
+    ///     the device key the server holds): their registrations end first, so the first user after them re-keys
+    ///     the device. Default: none.
     ///   - token: the user's access token.
     /// - Throws: ``BatonClientError``; `Forbidden` with server code `DeviceProofRequired` when the device must
     ///   approve the registration.
     public func registerDevice(
         _ configuration: ServerConfiguration, deviceID: String, publicKey: Data, deviceKey: Data? = nil,
-        deviceProof: Data? = nil, token: String
+        deviceProof: Data? = nil, departures: [SignedDeparture] = [], token: String
     ) async throws(BatonClientError) {
         let url = try endpoint(configuration.deviceRegistrationEndpoint, deviceID: deviceID)
-        var fields = ["publicKey": publicKey.base64EncodedString()]
-        fields["deviceKey"] = deviceKey?.base64EncodedString()
-        fields["deviceProof"] = deviceProof?.base64EncodedString()
-        let body = try? JSONEncoder().encode(fields)
+        struct Body: Encodable {
+            var publicKey: String
+            var deviceKey: String?
+            var deviceProof: String?
+            /// Users who left the device without telling the server: their registrations end first.
+            var departures: [SignedDeparture]?
+        }
+        let body = try? JSONEncoder().encode(
+            Body(
+                publicKey: publicKey.base64EncodedString(), deviceKey: deviceKey?.base64EncodedString(),
+                deviceProof: deviceProof?.base64EncodedString(), departures: departures.isEmpty ? nil : departures))
         let response = try await send(
             ClientRequest(
                 method: "PUT", url: url, headers: [("Content-Type", "application/json")], body: Array(body ?? Data())),

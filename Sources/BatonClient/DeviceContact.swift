@@ -152,14 +152,16 @@ extension BatonClient {
         return answer.id
     }
 
-    /// Sends usage events with a user's token; the server keeps each event once (by its id).
+    /// Sends usage events with a user's token, signed with the device key; the server keeps each event once (by
+    /// its id).
     ///
     /// - Returns: how many were new to the server.
     /// - Throws: ``BatonClientError``; `InvalidResponse` for a server that takes none.
     @discardableResult
-    public func sendUsage(_ configuration: ServerConfiguration, deviceID: String, events: [UsageEvent], token: String)
-        async throws(BatonClientError) -> Int
-    {
+    public func sendUsage(
+        _ configuration: ServerConfiguration, deviceID: String, events: [UsageEvent], token: String,
+        deviceKey: P256.Signing.PrivateKey
+    ) async throws(BatonClientError) -> Int {
         guard let template = configuration.deviceUsageEndpoint else {
             throw BatonClientError(.invalidResponse, "This server takes no usage events.")
         }
@@ -168,20 +170,23 @@ extension BatonClient {
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
         let body = (try? encoder.encode(Body(events: events))) ?? Data()
-        let response = try await send(
+        let request = try signed(
             ClientRequest(
                 method: "POST", url: try endpoint(template, deviceID: deviceID),
-                headers: [("Content-Type", "application/json")], body: Array(body)), token: token)
+                headers: [("Content-Type", "application/json")], body: Array(body)), deviceID: deviceID, key: deviceKey)
+        let response = try await send(request, token: token)
         guard response.status == 200, let answer = try? JSONDecoder().decode(Answer.self, from: Data(response.body))
         else { throw Self.error(from: response, doing: "send usage events") }
         return answer.accepted
     }
 
-    /// Sends the device's log lines with a user's token; `reason` is `support`, `requested` or `setting`.
+    /// Sends the device's log lines with a user's token, signed with the device key; `reason` is `support`,
+    /// `requested` or `setting`.
     ///
     /// - Throws: ``BatonClientError``; `InvalidResponse` for a server that takes none.
     public func sendLogs(
-        _ configuration: ServerConfiguration, deviceID: String, reason: String, lines: [String], token: String
+        _ configuration: ServerConfiguration, deviceID: String, reason: String, lines: [String], token: String,
+        deviceKey: P256.Signing.PrivateKey
     ) async throws(BatonClientError) {
         guard let template = configuration.deviceLogsEndpoint else {
             throw BatonClientError(.invalidResponse, "This server takes no device logs.")
@@ -191,10 +196,11 @@ extension BatonClient {
             var lines: [String]
         }
         let body = (try? JSONEncoder().encode(Body(reason: reason, lines: lines))) ?? Data()
-        let response = try await send(
+        let request = try signed(
             ClientRequest(
                 method: "POST", url: try endpoint(template, deviceID: deviceID),
-                headers: [("Content-Type", "application/json")], body: Array(body)), token: token)
+                headers: [("Content-Type", "application/json")], body: Array(body)), deviceID: deviceID, key: deviceKey)
+        let response = try await send(request, token: token)
         guard response.status == 201 else { throw Self.error(from: response, doing: "send the device's log") }
     }
 
@@ -219,25 +225,83 @@ extension BatonClient {
         case .token(let token):
             return try await send(request, token: token)
         case .deviceKey(let key):
-            var request = request
-            // The server takes each proof once, in order: every proof of this process is later than the last.
-            let time = Self.lastProofTime.withLock { last in
-                last = max(Int64(Date().timeIntervalSince1970 * 1000), last + 1)
-                return last
-            }
-            // The route's own path, so a proxy's prefix changes nothing.
-            let message = DeviceRequestProof.message(
-                method: request.method, path: "/devices/\(deviceID)/\(request.url.lastPathComponent)", device: deviceID,
-                time: time, bodySHA256: SHA256.hash(data: request.body).lowercaseHex)
-            guard let signature = try? key.signature(for: message) else {
-                throw BatonClientError(.invalidResponse, "The device key cannot sign.")
-            }
-            request.headers.append(
-                (
-                    "Baton-Device-Proof",
-                    DeviceRequestProof.header(time: time, signature: Array(signature.rawRepresentation))
-                ))
-            return try await send(request, token: nil)
+            return try await send(try signed(request, deviceID: deviceID, key: key), token: nil)
         }
+    }
+
+    /// `request` with a `Baton-Device-Proof` header: signed with the device key, over its method, route, time
+    /// and body.
+    func signed(_ request: ClientRequest, deviceID: String, key: P256.Signing.PrivateKey)
+        throws(BatonClientError) -> ClientRequest
+    {
+        var request = request
+        // The server takes each proof once, in order: every proof of this process is later than the last.
+        let time = Self.lastProofTime.withLock { last in
+            last = max(Int64(Date().timeIntervalSince1970 * 1000), last + 1)
+            return last
+        }
+        // The route's own path, so a proxy's prefix changes nothing.
+        let message = DeviceRequestProof.message(
+            method: request.method, path: "/devices/\(deviceID)/\(request.url.lastPathComponent)", device: deviceID,
+            time: time, bodySHA256: SHA256.hash(data: request.body).lowercaseHex)
+        guard let signature = try? key.signature(for: message) else {
+            throw BatonClientError(.invalidResponse, "The device key cannot sign.")
+        }
+        request.headers.append(
+            (
+                "Baton-Device-Proof",
+                DeviceRequestProof.header(time: time, signature: Array(signature.rawRepresentation))
+            ))
+        return request
+    }
+
+    /// Declares users who left this device without telling the server (``DeviceDeparture``, signed when each
+    /// joined), as the device itself or as one of its users.
+    ///
+    /// - Returns: the users whose registration the server ended.
+    /// - Throws: ``BatonClientError``; `InvalidResponse` for a server without the endpoint.
+    @discardableResult
+    public func sendDepartures(
+        _ configuration: ServerConfiguration, deviceID: String, departures: [SignedDeparture],
+        as credential: DeviceCredential
+    ) async throws(BatonClientError) -> [String] {
+        guard let template = configuration.deviceDeparturesEndpoint else {
+            throw BatonClientError(.invalidResponse, "This server takes no departures.")
+        }
+        struct Body: Encodable { var departures: [SignedDeparture] }
+        struct Answer: Decodable { var departed: [String] }
+        let body = (try? JSONEncoder().encode(Body(departures: departures))) ?? Data()
+        let response = try await sendForDevice(
+            ClientRequest(
+                method: "POST", url: try endpoint(template, deviceID: deviceID),
+                headers: [("Content-Type", "application/json")], body: Array(body)),
+            deviceID: deviceID, as: credential)
+        guard response.status == 200, let answer = try? JSONDecoder().decode(Answer.self, from: Data(response.body))
+        else { throw Self.error(from: response, doing: "declare the users who left this device") }
+        return answer.departed
+    }
+}
+
+/// A user's departure from a device, signed with the device key when the user joined (``DeviceDeparture``):
+/// kept on the device, and sent when the user leaves without reaching the server.
+public struct SignedDeparture: Sendable, Hashable, Codable {
+    public var user: String
+    /// The user's signing key id on the device (base64url SHA-256 of its X9.63 form).
+    public var keyID: String
+    /// base64url of the raw ECDSA P-256 signature.
+    public var signature: String
+
+    public init(user: String, keyID: String, signature: String) {
+        self.user = user
+        self.keyID = keyID
+        self.signature = signature
+    }
+
+    /// Signs the departure of `user`, whose signing key on `deviceID` is `keyID`, with the device key.
+    public init(deviceID: String, user: String, keyID: String, deviceKey: P256.Signing.PrivateKey) throws {
+        let message = DeviceDeparture.message(device: deviceID, user: user, keyID: keyID)
+        self.init(
+            user: user, keyID: keyID,
+            signature: try deviceKey.signature(for: message).rawRepresentation.base64URLEncoded)
     }
 }

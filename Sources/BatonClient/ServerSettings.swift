@@ -111,6 +111,9 @@ public struct ServerConfiguration: Sendable, Hashable, Codable {
     public var deviceUsageEndpoint: String?
     /// With `{deviceID}`: where the device sends its log; absent from older servers.
     public var deviceLogsEndpoint: String?
+    /// With `{deviceID}`: where the device declares users who left it (``SignedDeparture``); absent from older
+    /// servers.
+    public var deviceDeparturesEndpoint: String?
     public var odataServiceRoot: String
     /// How people may sign in on devices (`password`, `device`); nil from an older server (password only).
     public var signInMethods: [String]?
@@ -128,6 +131,7 @@ public struct ServerConfiguration: Sendable, Hashable, Codable {
         case deviceWipedEndpoint = "device_wiped_endpoint"
         case deviceUsageEndpoint = "device_usage_endpoint"
         case deviceLogsEndpoint = "device_logs_endpoint"
+        case deviceDeparturesEndpoint = "device_departures_endpoint"
         case odataServiceRoot = "odata_service_root"
         case signInMethods = "sign_in_methods"
         case clientID = "client_id"

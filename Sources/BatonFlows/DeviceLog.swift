@@ -1,4 +1,5 @@
 import BatonClient
+import Crypto
 import Foundation
 import Logging
 
@@ -47,13 +48,26 @@ public struct DeviceLog: Sendable {
     }
 
     static func upload(_ lines: [String], reason: String, session: OnboardingSession) async throws(FlowsError) {
+        let key = try deviceKey(of: session)
         do {
             for part in parts(of: lines) {
-                try await session.authorized.sendLogs(deviceID: session.deviceID, reason: reason, lines: part)
+                try await session.authorized.sendLogs(
+                    deviceID: session.deviceID, reason: reason, lines: part, deviceKey: key)
             }
         } catch {
             throw flowsError(error, doing: "send the device's log")
         }
+    }
+
+    /// The device key from `session`'s secure store: uploads for the device are signed with it.
+    ///
+    /// - Throws: ``FlowsError`` `StepFailed` for a user onboarded before device keys (nothing is sent or forgotten).
+    static func deviceKey(of session: OnboardingSession) throws(FlowsError) -> P256.Signing.PrivateKey {
+        guard let raw = session.info[.deviceKey], let key = try? P256.Signing.PrivateKey(rawRepresentation: raw) else {
+            throw FlowsError(
+                .stepFailed, "\(session.user.displayName)'s secure store holds no device key; another user sends it.")
+        }
+        return key
     }
 
     /// The lines in parts that each fit one request (the server takes bodies up to 64 KiB).
@@ -157,10 +171,12 @@ public struct UsageRecorder: Sendable {
     /// Sends in batches of 400 (well within the server's 64 KiB body limit); a batch sent again (its answer
     /// lost) adds nothing, since the server keeps each event id once.
     static func upload(_ events: [UsageEvent], session: OnboardingSession) async throws(FlowsError) {
+        let key = try DeviceLog.deviceKey(of: session)
         do {
             for batch in stride(from: 0, to: events.count, by: 400) {
                 try await session.authorized.sendUsage(
-                    deviceID: session.deviceID, events: Array(events[batch..<min(batch + 400, events.count)]))
+                    deviceID: session.deviceID, events: Array(events[batch..<min(batch + 400, events.count)]),
+                    deviceKey: key)
             }
         } catch {
             throw flowsError(error, doing: "send usage events")

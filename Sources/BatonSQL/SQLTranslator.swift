@@ -327,9 +327,11 @@ public struct SQLTranslator: Sendable {
                 let start = "max(\(a[1]), 0) + 1"
                 return a.count == 3 ? "substr(\(a[0]), \(start), max(\(a[2]), 0))" : "substr(\(a[0]), \(start))"
             }
-            let start = "(CASE WHEN \(a[1]) IS NULL THEN NULL ELSE greatest(\(a[1]), 0) + 1 END)"
+            // PostgreSQL's substr takes integer positions: an Edm.Int64 argument is cast (past 2^31 a data error,
+            // SQLSTATE 22003, which the server answers 400), never left to match no function at all.
+            let start = "CAST((CASE WHEN \(a[1]) IS NULL THEN NULL ELSE greatest(\(a[1]), 0) + 1 END) AS integer)"
             return a.count == 3
-                ? "substr(\(a[0]), \(start), (CASE WHEN \(a[2]) IS NULL THEN NULL ELSE greatest(\(a[2]), 0) END))"
+                ? "substr(\(a[0]), \(start), CAST((CASE WHEN \(a[2]) IS NULL THEN NULL ELSE greatest(\(a[2]), 0) END) AS integer))"
                 : "substr(\(a[0]), \(start))"
         case .concat: return "(\(a[0]) || \(a[1]))"
         case .tolower: return "lower(\(a[0]))"

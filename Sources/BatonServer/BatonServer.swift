@@ -166,7 +166,8 @@ public struct BatonServer: Sendable {
         }
         // On PostgreSQL the store and the audit log are the one database `postgres` opened.
         data = DataService(
-            store: store, configuration: configuration.dataService, clock: clock, auditLogWithTheData: postgres != nil)
+            store: store, configuration: configuration.dataService, clock: clock, auditLogWithTheData: postgres != nil,
+            databaseConnections: configuration.databaseConnections)
         tokens = TokenService(
             configuration: configuration.oauth, issuer: issuer, database: database, clock: clock,
             signingKeys: signingKeys, users: users,

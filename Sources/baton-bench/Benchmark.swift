@@ -86,6 +86,8 @@ struct Benchmark: AsyncParsableCommand {
         configuration.port = 0
         configuration.bcryptCost = 4
         configuration.dataService.maximumConcurrentChangesPerUser = changesPerUser
+        // One user stands for many tablets here too: wrk's connections read at once.
+        configuration.dataService.maximumConcurrentReadsPerUser = changesPerUser
         let location = try databaseLocation()
         if let location {
             // Every instance needs the same master key, from a file.

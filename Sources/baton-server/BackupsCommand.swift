@@ -7,7 +7,7 @@ import Foundation
 struct BackupsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "backups", abstract: "Backups of changes that devices discarded.",
-        subcommands: [List.self, Show.self])
+        subcommands: [List.self, Show.self, Delete.self])
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List the kept backups, newest first.")
@@ -35,6 +35,25 @@ struct BackupsCommand: AsyncParsableCommand {
             let server = try await data.open()
             let plain = try await adminAction { try await server.devices.openDiscardedChanges(id) }
             print(String(decoding: plain, as: UTF8.self))
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "Delete one backup, to make room when a device's bound is reached (export it with `backups show` first). Audited."
+        )
+        @OptionGroup var data: DataOptions
+        @Argument(help: "The backup's id (from `backups list`).") var id: Int64
+
+        func run() async throws {
+            let server = try await data.open()
+            try await adminAction { try await server.devices.deleteDiscardedChanges(id) }
+            try await server.audit.record(
+                AuditEntry(
+                    at: Date(), actor: "admin (command line)", action: "backup-deleted", subject: String(id),
+                    address: nil, detail: nil))
+            print("Deleted backup \(id).")
         }
     }
 }

@@ -60,9 +60,18 @@ struct ServeCommand: AsyncParsableCommand {
             valueName: "n"))
     var changesPerUser: Int = DataServiceConfiguration().maximumConcurrentChangesPerUser
 
+    @Option(
+        help: ArgumentHelp(
+            "How many reads one user may have running on this instance at once (1-10000); one more answers 429 at once. Default: a quarter of --database-connections, so that no account holds more than a quarter of the pool.",
+            valueName: "n"))
+    var readsPerUser: Int?
+
     func validate() throws {
         guard (1...10_000).contains(changesPerUser) else {
             throw ValidationError("--changes-per-user must be between 1 and 10000, not \(changesPerUser).")
+        }
+        if let readsPerUser, !(1...10_000).contains(readsPerUser) {
+            throw ValidationError("--reads-per-user must be between 1 and 10000, not \(readsPerUser).")
         }
         guard (1...1_000).contains(databaseConnections) else {
             throw ValidationError("--database-connections must be between 1 and 1000, not \(databaseConnections).")
@@ -99,6 +108,7 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.database = try data.databaseLocation()
         configuration.databaseConnections = databaseConnections
         configuration.dataService.maximumConcurrentChangesPerUser = changesPerUser
+        configuration.dataService.maximumConcurrentReadsPerUser = readsPerUser
         configuration.trustedProxies = Set(trustedProxies)
         configuration.host = host
         configuration.port = port

@@ -134,7 +134,11 @@ import Testing
             #expect(try await usage.send(session: session) == 3)
             #expect(try usage.pending().isEmpty)
             // A retried upload (the answer was lost) adds nothing.
-            #expect(try await session.authorized.sendUsage(deviceID: session.deviceID, events: [start]) == 0)
+            let deviceKey = try P256.Signing.PrivateKey(rawRepresentation: try #require(session.info[.deviceKey]))
+            #expect(
+                try await session.authorized.sendUsage(
+                    deviceID: session.deviceID, events: [start], deviceKey: deviceKey)
+                    == 0)
             let kept = try await server.server.devices.usage(device: session.deviceID)
             #expect(kept.map(\.name).sorted() == ["app-start", "error", "sync"])
             let sync = try #require(kept.first { $0.name == "sync" })
@@ -176,13 +180,23 @@ import Testing
             #expect(try await !server.server.devices.logsRequested(device: session.deviceID))
 
             // Bad bodies are refused with the reason, and nothing is kept.
+            // With the device's proof as well as the token (a token alone is refused: tested in the server's
+            // tests), dated a little ahead so that it never meets the app's own proofs.
+            var proofTime = Int64(Date().timeIntervalSince1970 * 1000) + 5_000
             func post(_ path: String, _ body: String) async throws -> (Int, String) {
+                proofTime += 1
+                let message = DeviceRequestProof.message(
+                    method: "POST", path: "/devices/\(session.deviceID)/\(path)", device: session.deviceID,
+                    time: proofTime, bodySHA256: SHA256.hash(data: Array(body.utf8)).lowercaseHex)
+                let proof = DeviceRequestProof.header(
+                    time: proofTime, signature: Array(try deviceKey.signature(for: message).rawRepresentation))
                 let response = try await session.authorized.send(
                     ClientRequest(
                         method: "POST",
                         url: try #require(
                             URL(string: "\(server.url.absoluteString)/devices/\(session.deviceID)/\(path)")),
-                        headers: [("Content-Type", "application/json")], body: Array(body.utf8)))
+                        headers: [("Content-Type", "application/json"), ("Baton-Device-Proof", proof)],
+                        body: Array(body.utf8)))
                 return (response.status, String(decoding: response.body, as: UTF8.self))
             }
             let id = UUID().uuidString
@@ -243,7 +257,7 @@ import Testing
             _ = try await server.server.settings.set("telemetry.usage", to: "false")
             let refused = await #expect(throws: BatonClientError.self) {
                 try await session.authorized.sendUsage(
-                    deviceID: session.deviceID, events: [UsageEvent(at: Date(), name: .sync)])
+                    deviceID: session.deviceID, events: [UsageEvent(at: Date(), name: .sync)], deviceKey: deviceKey)
             }
             #expect(refused?.message.contains("telemetry.usage") == true, "\(String(describing: refused))")
         }

@@ -162,6 +162,24 @@ import Testing
         #expect(error?.position == position)
     }
 
+    /// A NUL, escaped or raw (a multipart `$batch` request line), is refused wherever it stands, at its own
+    /// position: PostgreSQL cannot hold one in text, and SQLite would compare or store it.
+    @Test func aNULAnywhereInAURLIsRefusedAtItsPosition() {
+        for url in [
+            "PreflightChecks?$filter=Remarks eq 'a%00b'", "PreflightChecks?$filter=Remarks in [\"a%00\"]",
+            "PreflightChecks?$filter=Remarks in ('a', 'b%00')", "Aircraft('D-AI%00BL')",
+            "PreflightChecks?$search=a%00b", "PreflightChecks?$filter=Remarks eq 'a\u{0}b'",
+            "PreflightChecks?$filter=startswith(Remarks,'%00')",
+        ] {
+            let error = failure(url)
+            #expect(error?.code == .syntax, "\(url)")
+            #expect(error?.message.contains("NUL") == true, "\(url): \(String(describing: error))")
+            let at = url.range(of: "%00") ?? url.range(of: "\u{0}")
+            #expect(error?.position == at.map { url.unicodeScalars.distance(from: url.startIndex, to: $0.lowerBound) })
+        }
+        #expect(failure("PreflightChecks?$filter=Remarks eq 'a%01b'") == nil)
+    }
+
     @Test func notImplementedConstructsSayNotImplemented() {
         for url in [
             "PreflightChecks?$apply=groupby((TailNumber))", "PreflightChecks?$filter=cast(FuelKg,Edm.Int32) gt 1",

@@ -271,6 +271,56 @@ enum Fixtures {
         }
     }
 
+    /// A read whose expression PostgreSQL cannot evaluate (SQLSTATE class 22: an overflow, a substring bound out
+    /// of range) is the client's fault: 400 `ExpressionNotEvaluable`, naming no value, alone or in a `$batch`
+    /// whose next read still answers; SQLite evaluates the same reads. A NUL in a literal, a key or `$search` is
+    /// refused by the parser on both engines alike.
+    @Test(arguments: StorageBackend.allCases) func dataErrorsOfAReadAreTheClientsFaultAndNameNoValue(
+        backend: StorageBackend
+    ) async throws {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
+            let check = Fixtures.check(Fixtures.id(1), extra: #","Remarks":"tyre ok""#)
+            #expect(try await client.odata(.post, "PreflightChecks", token: alice, body: check).status == .created)
+            let max = "9223372036854775807"
+            // Pages and a key read (one statement, replayed), a page with its count (a read transaction).
+            let unevaluable = [
+                "PreflightChecks?$filter=FuelKg mul 1e308 mul 1e308 gt 0",
+                "PreflightChecks?$filter=substring(Remarks,1,\(max)) eq 'tyre'",
+                "PreflightChecks?$filter=length(Remarks) mul \(max) gt 0",
+                "PreflightChecks(\(Fixtures.id(1)))?$filter=FuelKg mul 1e308 mul 1e308 gt 0",
+                "PreflightChecks?$count=true&$filter=length(Remarks) mul \(max) gt 0",
+            ].map { $0.replacingOccurrences(of: " ", with: "%20") }
+            for path in unevaluable {
+                let reply = try await client.odata(.get, path, token: alice)
+                #expect(reply.status.code < 500, "\(path): \(reply.text)")
+                if backend == .postgres {
+                    #expect(reply.status == .badRequest, "\(path)")
+                    let code = (reply.json["error"] as? [String: Any])?["code"] as? String
+                    #expect(code == "ExpressionNotEvaluable", "\(path): \(reply.text)")
+                }
+                if reply.status != .ok {
+                    #expect(!reply.text.contains(max) && !reply.text.contains("1e308") && !reply.text.contains("tyre"))
+                }
+                let batch =
+                    #"{"requests":[{"id":"1","method":"GET","url":"\#(path)"},"#
+                    + #"{"id":"2","method":"GET","url":"PreflightChecks/$count"}]}"#
+                let batched = try await client.odata(.post, "$batch", token: alice, body: batch)
+                #expect(batched.status == .ok)
+                let answers = batched.json["responses"] as? [[String: Any]] ?? []
+                #expect(answers.count == 2 && (answers.first?["status"] as? Int ?? 500) < 500, "\(batched.text)")
+                #expect(answers.last?["status"] as? Int == 200, "\(batched.text)")
+            }
+            for path in [
+                "PreflightChecks?$filter=Remarks eq 'tyre%00ok'", "PreflightChecks?$filter=Remarks in ('a','b%00')",
+                "Aircraft('D-AI%00BL')", "PreflightChecks?$search=tyre%00ok",
+            ] {
+                let reply = try await client.odata(.get, path.replacingOccurrences(of: " ", with: "%20"), token: alice)
+                #expect(reply.status == .badRequest, "\(path): \(reply.text)")
+                #expect(reply.error?.contains("NUL") == true, "\(path): \(reply.text)")
+            }
+        }
+    }
+
     /// An entity changed again between two pages of a delta (or of a tracked collection) neither shifts the
     /// rest of the pages — nothing is skipped — nor gets lost: it comes with the next delta.
     @Test(arguments: StorageBackend.allCases) func aChangeMadeWhilePagingIsNeitherSkippedNorLost(

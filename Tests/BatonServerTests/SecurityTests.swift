@@ -11,6 +11,10 @@ import Testing
 
 @testable import BatonServer
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -635,26 +639,105 @@ import Testing
         }
     }
 
+    /// One user's reads hold at most a quarter of the instance's database connections: one more answers 429 with
+    /// `Retry-After: 1` at once, alone or as a `$batch` of reads; the model's documents, the user's changes and
+    /// other users' reads go on. (Without the bound, forty slow reads of one user took every PostgreSQL
+    /// connection and others' reads answered 503.)
+    @Test(arguments: StorageBackend.allCases) func oneUserCannotHoldMoreThanAQuarterOfTheConnectionsWithReads(
+        backend: StorageBackend
+    ) async throws {
+        #expect(DataService.readsPerUser(databaseConnections: 16) == 4)
+        #expect(DataService.readsPerUser(databaseConnections: 3) == 1)
+        try await Self.live(backend: backend, configure: { $0.databaseConnections = 8 }) { server, client in
+            let data = server.server.data
+            #expect(data.reads.limit == 2)
+            let alice = try await client.signIn("alice").access
+            let bob = try await client.signIn("bob").access
+            // alice's two slow reads, running.
+            let running = (0..<2).map { _ in
+                Task { try await data.reads.run(for: "alice") { try await Task.sleep(for: .seconds(60)) } }
+            }
+            defer { for task in running { task.cancel() } }
+            try await eventually { data.reads.inFlight("alice") == 2 }
+            let refused = try await client.odata(.get, "PreflightChecks", token: alice)
+            let batch = try await client.odata(
+                .post, "$batch", token: alice, body: #"{"requests":[{"id":"1","method":"GET","url":"Aircraft"}]}"#)
+            for reply in [refused, batch] {
+                #expect(reply.status == .tooManyRequests, "\(reply.text)")
+                #expect(reply.headers[.retryAfter] == "1")
+                #expect((reply.json["error"] as? [String: Any])?["code"] as? String == "TooManyRequests")
+            }
+            #expect(data.reads.refused == 2)
+            #expect(try await client.odata(.get, "$metadata", token: alice).status == .ok)
+            #expect(try await client.odata(.get, "PreflightChecks", token: bob).status == .ok)
+            let change = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1), tail: "D-NONE"))
+            #expect(change.status != .tooManyRequests, "\(change.text)")
+            for task in running { task.cancel() }
+            try await eventually { data.reads.inFlight("alice") == 0 }
+            #expect(try await client.odata(.get, "PreflightChecks", token: alice).status == .ok)
+        }
+    }
+
+    /// On PostgreSQL, one user's reads that really wait (here for a table lock) hold only their share of the pool:
+    /// the next one is refused at once, and another user's read is answered meanwhile.
+    @Test func slowReadsOfOneUserLeaveTheOthersTheirConnections() async throws {
+        try await Self.live(backend: .postgres, configure: { $0.databaseConnections = 8 }) { server, client in
+            let data = server.server.data
+            let alice = try await client.signIn("alice").access
+            let bob = try await client.signIn("bob").access
+            let gate = Gate()
+            defer { gate.open() }
+            let holder = Task {
+                try await data.store.write { db in
+                    try db.execute(#"LOCK TABLE "PreflightChecks" IN ACCESS EXCLUSIVE MODE"#)
+                    gate.hold()
+                }
+            }
+            try await gate.entered()
+            // Each on a connection of its own (the test client's one connection answers in turn).
+            let port = try #require(client.port)
+            let slow = (0..<2).map { n in
+                Task {
+                    var request = URLRequest(
+                        url: try #require(
+                            URL(string: "http://127.0.0.1:\(port)/odata/PreflightChecks?$filter=FuelKg%20gt%20\(n)")))
+                    request.setValue("Bearer \(alice)", forHTTPHeaderField: "Authorization")
+                    request.timeoutInterval = 60
+                    let (_, response) = try await URLSession.shared.data(for: request)
+                    return (response as? HTTPURLResponse)?.statusCode ?? 0
+                }
+            }
+            try await eventually { data.reads.inFlight("alice") == 2 }
+            let third = try await client.odata(.get, "PreflightChecks", token: alice)
+            #expect(third.status == .tooManyRequests, "\(third.text)")
+            #expect(try await client.odata(.get, "Aircraft", token: bob).status == .ok)
+            gate.open()
+            try await holder.value
+            for task in slow { #expect(try await task.value == 200) }
+        }
+    }
+
     /// A user's slot is given back however the change ends: answered, thrown, or cancelled while it waits.
     @Test func aChangesSlotIsGivenBackHoweverItEnds() async throws {
-        let slots = ChangeSlots(limit: 1)
+        let slots = UserSlots(limit: 1, for: "requests that change data")
         struct Failed: Error {}
-        await #expect(throws: Failed.self) { try await slots.run(for: "sam", changing: true) { throw Failed() } }
+        await #expect(throws: Failed.self) { try await slots.run(for: "sam") { throw Failed() } }
         #expect(slots.inFlight("sam") == 0)
         let waiting = Task {
-            try await slots.run(for: "sam", changing: true) { try await Task.sleep(for: .seconds(60)) }
+            try await slots.run(for: "sam") { try await Task.sleep(for: .seconds(60)) }
         }
         try await eventually { slots.inFlight("sam") == 1 }
-        // Reads take no slot; another user has slots of their own.
-        #expect(try await slots.run(for: "sam", changing: false) { 1 } == 1)
-        #expect(try await slots.run(for: "alice", changing: true) { 2 } == 2)
-        let refusal = await #expect(throws: ServerError.self) { try await slots.run(for: "sam", changing: true) { 3 } }
+        // A request that takes no slot runs; another user has slots of their own.
+        #expect(try await slots.run(for: "sam", taking: false) { 1 } == 1)
+        #expect(try await slots.run(for: "alice") { 2 } == 2)
+        let refusal = await #expect(throws: ServerError.self) { try await slots.run(for: "sam") { 3 } }
         #expect(refusal?.status == .tooManyRequests)
         #expect(refusal?.headers.contains { $0.0 == .retryAfter && $0.1 == "1" } == true)
         waiting.cancel()
         await #expect(throws: CancellationError.self) { try await waiting.value }
         #expect(slots.inFlight("sam") == 0 && slots.refused == 1)
-        #expect(try await slots.run(for: "sam", changing: true) { 4 } == 4)
+        #expect(try await slots.run(for: "sam") { 4 } == 4)
     }
 
     // MARK: Sign-in throttling
@@ -793,10 +876,11 @@ import Testing
     /// The limits cannot be turned against the people they protect: a code that was used holds no place (a
     /// station's tablets signing in one after another behind one NAT), and an IPv6 network's addresses count as
     /// one (a /64 is one customer's, so taking the limit of all needs that many networks, not addresses).
-    @Test func deviceCodeLimitsCountWaitingCodesAndIPv6NetworksNotAddresses() async throws {
+    @Test func deviceCodeLimitsCountUnexpiredCodesAndIPv6NetworksNotAddresses() async throws {
         try await Self.liveWithDeviceCodes(perAddress: 2, maximum: 4) { server, client, start in
-            // Behind one NAT: each tablet's code, once approved and redeemed, frees its place.
-            for _ in 0..<4 {
+            // Behind one NAT: a code holds its place until it expires, even approved and redeemed (denying or
+            // using one's own codes must not make room for more).
+            for _ in 0..<2 {
                 let (status, started, _) = try await start("192.0.2.1")
                 #expect(status == .ok)
                 let userCode = try #require(started["user_code"] as? String)
@@ -808,6 +892,10 @@ import Testing
                 ])
                 #expect(redeemed == .ok)
             }
+            #expect(try await start("192.0.2.1").status == .tooManyRequests)
+            server.clock.advance(by: 601)
+            #expect(try await start("192.0.2.1").status == .ok)
+            server.clock.advance(by: 601)
             // One IPv6 network, many addresses: its limit, not one per address.
             #expect(try await start("2001:db8:0:1::1").status == .ok)
             #expect(try await start("2001:db8:0:1::2").status == .ok)

@@ -135,6 +135,29 @@ import Testing
         }
     }
 
+    /// The statements a client's `$filter` shapes run unprepared: any account's few hundred of them leave the
+    /// prepared-statement slots to the server's own reads (before, they took all 256 for the life of the process).
+    @Test func aClientsFilterShapesTakeNoPreparedStatementSlot() async throws {
+        let server = try await TestServer(backend: .postgres)
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.test { client in
+            let alice = try await client.signIn("alice").access
+            for op in ["add", "mul"] {
+                for terms in 1...(PreparedStatements.slots / 2 + 10) {
+                    let filter = "FuelKg" + String(repeating: "%20\(op)%201", count: terms) + "%20gt%200"
+                    let reply = try await client.odata(.get, "PreflightChecks?$filter=\(filter)", token: alice)
+                    #expect(reply.status == .ok, "\(reply.text)")
+                }
+            }
+            // A statement of the server's own shape still gets a slot.
+            let own = "SELECT CAST(? AS bigint) AS own_\(UUID().uuidString.prefix(8).lowercased())"
+            #expect(PreparedStatements.slot(of: own, [.integer(1)]) != nil)
+            let key = try await client.odata(.get, "PreflightChecks(\(Fixtures.id(1)))", token: alice)
+            #expect(key.status == .notFound)
+        }
+    }
+
     /// A write of entities takes values of the sequence from its row once and writes the last one back before
     /// its commit: a batch of ten changes updates the row twice, not ten times. Every change still has a value of
     /// its own, above every earlier one, and the row holds the last after the commit, so the next write goes on

@@ -41,14 +41,33 @@ public enum DeviceJoin {
     }
 }
 
+/// What a device key signs to declare that a user left the device without telling the server (their secure store
+/// wiped by the passcode retry limit, or removed while offline) — shared by the device and the server, which ends
+/// that user's registration when the declaration names their current signing key. The device signs it when the
+/// user joins (the key is at hand then, and is gone with the user's store), and keeps it until it is delivered.
+public enum DeviceDeparture {
+    /// `baton-device-departure-v1`, the device id, the user name and the id of the user's signing key on the
+    /// device (the base64url SHA-256 of its X9.63 form), one per line.
+    ///
+    /// - Returns: the UTF-8 bytes to sign or verify.
+    public static func message(device: String, user: String, keyID: String) -> [UInt8] {
+        Array(["baton-device-departure-v1", device, user, keyID].joined(separator: "\n").utf8)
+    }
+}
+
 /// What a device key signs to speak for the device itself, without any user's token: asking what an admin
 /// ordered for it, handing back the backups of changes it is about to wipe, and reporting a wipe done. A tablet
 /// an admin took out of service has no working token any more, but the users who unlock it still hold the
 /// device key. Sent as `Baton-Device-Proof: t=<unix milliseconds>, sig=<base64url raw ECDSA P-256 signature>`.
-/// The server takes each proof of a device only once: its time must be later than the last one it accepted.
+/// The server takes each proof of a device only once: its time must be later than the last one it accepted
+/// that was not ahead of the server's clock, and a proof from ahead of the clock (a device whose clock runs a
+/// little fast) is remembered by its time until the clock passes it, so it neither replays nor holds back the
+/// device's next proofs.
 public enum DeviceRequestProof {
-    /// How far the proof's time may be from the server's clock, either way, in seconds.
-    public static let window: Double = 300
+    /// How far behind the server's clock the proof's time may be, in seconds. Default: 300.
+    public static let maximumAge: Double = 300
+    /// How far ahead of the server's clock the proof's time may be, in seconds. Default: 30.
+    public static let maximumLead: Double = 30
 
     /// `baton-device-request-v1`, the method, the route's path (`/devices/{id}/{action}`, whatever prefix a
     /// proxy adds or strips), the device id, the time in milliseconds and the lower-case hex SHA-256 of the

@@ -14,14 +14,18 @@ struct SourceText: Sendable {
     /// (`application/x-www-form-urlencoded`); `%2B` is a `+` either way. Offsets are unchanged: one raw `+`, one
     /// decoded space.
     ///
-    /// - Throws: ``ODataError`` (`syntax`) for a malformed `%` escape or bytes that are not UTF-8.
+    /// A NUL (`%00`, or a raw zero byte in a `$batch` request line) is refused wherever it stands: in a string
+    /// literal, a key or a `$search` word PostgreSQL refuses it (SQLSTATE 22021) where SQLite would store or
+    /// compare it, and stored text never holds one (JSON bodies refuse `\u0000`), so both engines answer the same.
+    ///
+    /// - Throws: ``ODataError`` (`syntax`) for a malformed `%` escape, bytes that are not UTF-8, or a NUL.
     init(raw: some StringProtocol, baseOffset: Int = 0, plusAsSpace: Bool = false) throws(ODataError) {
         var bytes: [UInt8] = []
         var byteOffsets: [Int] = []
         let plus = UInt8(ascii: "+")
         escapedDelimitersAreData = !plusAsSpace
-        // Most URLs are plain ASCII without escapes: one scalar per byte, at its own offset.
-        if raw.utf8.allSatisfy({ $0 < 0x80 && $0 != UInt8(ascii: "%") }) {
+        // Most URLs are plain ASCII without escapes or NULs: one scalar per byte, at its own offset.
+        if raw.utf8.allSatisfy({ $0 < 0x80 && $0 != UInt8(ascii: "%") && $0 != 0 }) {
             scalars = raw.utf8.map { plusAsSpace && $0 == plus ? " " : Unicode.Scalar($0) }
             rawOffsets = Array(baseOffset...(baseOffset + scalars.count))
             return
@@ -65,6 +69,11 @@ struct SourceText: Sendable {
             let start = byteIndex
             switch decoder.decode(&iterator) {
             case .scalarValue(let scalar):
+                guard scalar != "\u{0}" else {
+                    throw ODataError(
+                        .syntax, "A URL cannot hold the NUL character (%00); remove it from the value",
+                        position: byteOffsets[start])
+                }
                 scalars.append(scalar)
                 offsets.append(byteOffsets[start])
                 byteIndex += UTF8.width(scalar)

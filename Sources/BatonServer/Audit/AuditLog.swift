@@ -14,6 +14,9 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     public var address: String?
     /// More detail; never a secret.
     public var detail: String?
+    /// How many events this entry stands for: more than 1 for refused changes of one uploader, code and minute
+    /// (``AuditLog/recordAggregated(_:)``). Default: 1.
+    public var repeats = 1
     /// The key of the entry in the data database's audit outbox, for entries of data changes staged there (none
     /// on PostgreSQL, where they go into the log with the change).
     var outboxKey: String?
@@ -61,6 +64,57 @@ public struct AuditLog: Sendable {
         outbox.recorded(entries.compactMap(\.outboxKey))
     }
 
+    /// Records entries that are counted rather than kept one by one: the first entry of each `key` is kept in
+    /// full, and each later one with the same key adds 1 to its ``AuditEntry/repeats``. What a loop of refused
+    /// requests adds to the log is then bounded by its keys (one uploader, code and minute), not its rate.
+    ///
+    /// - Throws: the database error, if the write fails (then none is recorded).
+    public func recordAggregated(_ entries: [(entry: AuditEntry, key: String)]) async throws {
+        guard !entries.isEmpty else { return }
+        try await database.storage.write { db in
+            for (entry, key) in entries {
+                try db.execute(
+                    """
+                    INSERT INTO audit (at, actor, action, subject, address, detail, aggregateKey) VALUES (?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT (aggregateKey) WHERE aggregateKey IS NOT NULL DO UPDATE SET repeats = audit.repeats + 1
+                    """, entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail, key)
+            }
+        }
+    }
+
+    /// Deletes the entries older than `cutoff`, in batches of `batch` (each its own short transaction, so a
+    /// large prune never holds the log), and records that it did.
+    ///
+    /// - Returns: how many entries were deleted.
+    /// - Throws: the database error of a failed batch (the batches before it stay deleted).
+    @discardableResult
+    public func prune(before cutoff: Date, actor: String, batch: Int = 5_000) async throws -> Int {
+        var deleted = 0
+        while true {
+            let removed = try await database.storage.write { db in
+                try db.execute(
+                    "DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE at < ? ORDER BY id LIMIT ?)", cutoff,
+                    batch)
+            }
+            deleted += removed
+            if removed < batch { break }
+        }
+        if deleted > 0 {
+            try await record(
+                AuditEntry(
+                    at: Date(), actor: actor, action: "audit-pruned", subject: nil, address: nil,
+                    detail: "\(deleted) entries from before \(cutoff.formatted(.iso8601))"))
+        }
+        return deleted
+    }
+
+    /// Prunes what the setting `audit.retention-days` (default 400) no longer keeps (``prune(before:actor:batch:)``).
+    @discardableResult
+    public func prune(settings: SettingsStore, now: Date, actor: String) async throws -> Int {
+        let days = try await settings.current().audit.retentionDays
+        return try await prune(before: now.addingTimeInterval(-Double(days) * 86_400), actor: actor)
+    }
+
     static func insert(_ entries: [AuditEntry], in db: any SQLConnection) throws {
         for entry in entries {
             try db.execute(
@@ -94,13 +148,16 @@ public struct AuditLog: Sendable {
     public func entries(limit: Int = 100) async throws -> [AuditEntry] {
         try await database.storage.read { db in
             try db.fetchAll(
-                "SELECT at, actor, action, subject, address, detail, outboxKey FROM audit ORDER BY id DESC LIMIT ?",
-                limit
+                """
+                SELECT at, actor, action, subject, address, detail, outboxKey, repeats FROM audit
+                ORDER BY id DESC LIMIT ?
+                """, limit
             ).map { row in
                 var entry = AuditEntry(
                     at: row["at"].date ?? .distantPast, actor: row["actor"].text, action: row["action"].text ?? "",
                     subject: row["subject"].text, address: row["address"].text, detail: row["detail"].text)
                 entry.outboxKey = row["outboxKey"].text
+                entry.repeats = Int(row["repeats"].integer ?? 1)
                 return entry
             }
         }

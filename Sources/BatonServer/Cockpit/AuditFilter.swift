@@ -86,7 +86,7 @@ struct AuditFilter: Sendable {
         arguments.append(.integer(Int64(limit)))
         let filter = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
         return (
-            "SELECT id, at, actor, action, subject, address, detail FROM audit\(filter) ORDER BY id DESC LIMIT ?",
+            "SELECT id, at, actor, action, subject, address, detail, repeats FROM audit\(filter) ORDER BY id DESC LIMIT ?",
             arguments
         )
     }
@@ -112,6 +112,8 @@ struct AuditRow: Sendable {
     var subject: String
     var address: String
     var detail: String
+    /// How many events the entry stands for (refused changes are counted per uploader, code and minute).
+    var repeats: Int
     var checkedBy: String?
     var uploadedBy: String?
 
@@ -123,6 +125,7 @@ struct AuditRow: Sendable {
         subject = row["subject"].text ?? ""
         address = row["address"].text ?? ""
         detail = row["detail"].text ?? ""
+        repeats = Int(row["repeats"].integer ?? 1)
         if action.hasPrefix("entity-"), detail.hasPrefix("uploaded by ") {
             checkedBy = actor
             uploadedBy = String(detail.dropFirst("uploaded by ".count))
@@ -139,17 +142,18 @@ struct AuditRow: Sendable {
         [
             "id": id, "at": time, "actor": actor, "action": action, "subject": subject, "address": address,
             "detail": detail, "checkedBy": checkedBy ?? "", "uploadedBy": uploadedBy ?? "", "onBehalf": onBehalf,
+            "repeats": repeats > 1 ? "×\(repeats)" : "",
         ]
     }
 
     /// The rows as CSV (RFC 4180), a header first, each cell through ``Markup/csvCell(_:)``: a cell that a
     /// spreadsheet would take for a formula gets a leading `'`, since audit fields hold what users typed.
     static func csv(_ rows: [AuditRow]) -> String {
-        var text = "id,at,actor,action,subject,address,detail,checked_by,uploaded_by,on_behalf\r\n"
+        var text = "id,at,actor,action,subject,address,detail,checked_by,uploaded_by,on_behalf,repeats\r\n"
         for row in rows {
             let cells = [
                 String(row.id), row.time, row.actor, row.action, row.subject, row.address, row.detail,
-                row.checkedBy ?? "", row.uploadedBy ?? "", row.onBehalf ? "yes" : "no",
+                row.checkedBy ?? "", row.uploadedBy ?? "", row.onBehalf ? "yes" : "no", String(row.repeats),
             ]
             text += cells.map(Markup.csvCell).joined(separator: ",") + "\r\n"
         }

@@ -123,12 +123,15 @@ enum CockpitPages {
             <h1>Discarded changes</h1>
             <p class="muted">When a user is removed from a tablet with changes the server never received, the tablet
             sends them here, encrypted with its store key, before it deletes them. Reading one is audited.</p>
+            <form method="get" action="/admin/backups"><label>Device, author or sender contains <input name="q" value="{{query}}" maxlength="128"></label>
+            <button type="submit">Search</button></form>
             <div class="scroll"><table id="backups"><thead><tr><th>Backup</th><th>Received (UTC)</th><th>Device</th>
             <th>Author</th><th>Sent by</th><th>Changes</th><th></th></tr></thead><tbody>
             {{#rows}}<tr data-backup="{{id}}"><td>{{id}}</td><td>{{received}}</td><td>{{device}}</td><td>{{author}}</td>
             <td>{{uploader}}</td><td>{{count}}</td><td><a href="/admin/backups/{{id}}">Read</a></td></tr>{{/rows}}
             {{^rows}}<tr><td colspan="7" class="muted">No tablet has sent discarded changes.</td></tr>{{/rows}}
             </tbody></table></div>
+            <nav class="pages">{{#newest}}<a href="{{newest}}">Newest</a>{{/newest}}{{#older}}<a href="{{older}}" id="older">Older backups</a>{{/older}}</nav>
             """
         ),
         (
@@ -147,7 +150,7 @@ enum CockpitPages {
             {{#error}}<p class="alert" role="alert" id="form-error">{{error}}</p>{{/error}}
             {{#notice}}<p class="notice" role="status" id="form-notice">{{notice}}</p>{{/notice}}
             <form method="get" action="/admin/devices"><label>Device id contains <input name="q" value="{{query}}" maxlength="128"></label>
-            <button type="submit">Search</button> <span class="muted">(the 500 most recently seen are listed)</span></form>
+            <button type="submit">Search</button> <span class="muted" id="range">{{range}}</span></form>
             <div class="scroll"><table id="devices"><thead><tr><th>Device</th><th>Users</th><th>Last contact (UTC)</th>
             <th>App version</th><th>Signing keys</th><th>Status</th><th>Actions</th></tr></thead><tbody>
             {{#rows}}<tr data-device="{{id}}"><td>{{id}}<br><span class="muted">since {{created}}</span></td>
@@ -164,6 +167,7 @@ enum CockpitPages {
             <a href="/admin/devices/{{id}}/logs">Logs and usage</a></td></tr>{{/rows}}
             {{^rows}}<tr><td colspan="7" class="muted">No device has registered yet.</td></tr>{{/rows}}
             </tbody></table></div>
+            <nav class="pages">{{#previous}}<a href="{{previous}}" id="previous">Previous</a>{{/previous}}{{#next}}<a href="{{next}}" id="next">Next</a>{{/next}}</nav>
             """
         ),
         (
@@ -215,7 +219,7 @@ enum CockpitPages {
             <div class="scroll"><table id="audit"><thead><tr><th>When (UTC)</th><th>Who</th><th>Action</th><th>Subject</th>
             <th>CheckedBy</th><th>UploadedBy</th><th>Detail</th><th>From</th></tr></thead><tbody>
             {{#rows}}<tr data-id="{{id}}"{{#onBehalf}} class="behalf"{{/onBehalf}}><td>{{at}}</td><td>{{actor}}</td>
-            <td>{{action}}</td><td>{{subject}}</td><td>{{checkedBy}}</td>
+            <td>{{action}}{{#repeats}} <strong class="repeats">{{repeats}}</strong>{{/repeats}}</td><td>{{subject}}</td><td>{{checkedBy}}</td>
             <td>{{uploadedBy}}{{#onBehalf}} <strong>(on behalf)</strong>{{/onBehalf}}</td><td>{{detail}}</td>
             <td>{{address}}</td></tr>{{/rows}}
             {{^rows}}<tr><td colspan="8" class="muted">No entry matches.</td></tr>{{/rows}}

@@ -29,6 +29,10 @@ struct CockpitRoutes: Sendable {
     static let signInWindow: TimeInterval = 600
     /// Users per page.
     static let pageSize = 25
+    /// Devices per page.
+    static let devicesPageSize = 50
+    /// Backups per page.
+    static let backupsPageSize = 50
 
     func add(to router: Router<BatonRequestContext>) {
         router.get("/admin/style.css") { _, _ in
@@ -89,8 +93,10 @@ struct CockpitRoutes: Sendable {
         }
         router.get("/admin/devices") { request, _ in
             try await viewing(request) { session in
-                let search = request.uri.queryParameters["q"].map { String($0.prefix(128)) } ?? ""
-                return try await devicesPage(session, search: search)
+                let query = request.uri.queryParameters
+                return try await devicesPage(
+                    session, search: query["q"].map { String($0.prefix(128)) } ?? "",
+                    page: max(0, min(100_000, query["page"].flatMap { Int(String($0)) } ?? 0)))
             }
         }
         router.post("/admin/devices/:device/:action") { request, context in
@@ -153,15 +159,32 @@ struct CockpitRoutes: Sendable {
         }
         router.get("/admin/backups") { request, _ in
             try await viewing(request) { session in
+                let query = request.uri.queryParameters
+                let search = query["q"].map { String($0.prefix(128)) } ?? ""
+                let before = query["before"].flatMap { Int64(String($0)) }.flatMap { $0 > 0 ? $0 : nil }
+                var shown = try await devices.discardedChanges(
+                    search: search, before: before, limit: Self.backupsPageSize + 1)
+                var values: [String: Any] = ["query": search]
+                func link(before: Int64?) -> String {
+                    var components = URLComponents()
+                    components.queryItems =
+                        (search.isEmpty ? [] : [URLQueryItem(name: "q", value: search)])
+                        + (before.map { [URLQueryItem(name: "before", value: String($0))] } ?? [])
+                    return "/admin/backups?" + (components.percentEncodedQuery ?? "")
+                }
+                if shown.count > Self.backupsPageSize {
+                    shown.removeLast()
+                    values["older"] = link(before: shown.last?.id)
+                }
+                if before != nil { values["newest"] = link(before: nil) }
                 let formatter = ISO8601DateFormatter()
-                let rows: [[String: Any]] = try await devices.discardedChanges().map {
+                values["rows"] = shown.map {
                     [
                         "id": $0.id, "device": $0.device, "author": $0.author, "uploader": $0.uploader,
                         "count": $0.count, "received": formatter.string(from: $0.receivedAt),
-                    ]
+                    ] as [String: Any]
                 }
-                return CockpitPages.page(
-                    "backups", title: "Discarded changes", values: ["rows": rows], session: session)
+                return CockpitPages.page("backups", title: "Discarded changes", values: values, session: session)
             }
         }
         router.get("/admin/backups/:id") { request, context in
@@ -449,8 +472,10 @@ struct CockpitRoutes: Sendable {
                 SELECT count(*), coalesce(sum(CASE WHEN detail <> 'uploaded by ' || actor THEN 1 ELSE 0 END), 0)
                 FROM audit WHERE at >= ? AND action IN ('entity-created', 'entity-updated', 'entity-deleted')
                 """, midnight)
+            // An entry may stand for several events (refused changes are counted per uploader, code and minute).
             func today(_ action: String) throws -> Int64 {
-                try db.fetchOne("SELECT count(*) FROM audit WHERE at >= ? AND action = ?", midnight, action)?[0]
+                try db.fetchOne(
+                    "SELECT coalesce(sum(repeats), 0) FROM audit WHERE at >= ? AND action = ?", midnight, action)?[0]
                     .integer ?? 0
             }
             return (
@@ -512,10 +537,14 @@ struct CockpitRoutes: Sendable {
     }
 
     func devicesPage(
-        _ session: CockpitSessions.Session, search: String = "", error: String? = nil, notice: String? = nil
+        _ session: CockpitSessions.Session, search: String = "", page: Int = 0, error: String? = nil,
+        notice: String? = nil
     ) async throws -> Response {
         let formatter = ISO8601DateFormatter()
-        let rows: [[String: Any]] = try await devices.summaries(search: search).map { device -> [String: Any] in
+        let total = try await devices.deviceCount(search: search)
+        let start = min(page * Self.devicesPageSize, total)
+        let shown = try await devices.summaries(search: search, limit: Self.devicesPageSize, offset: start)
+        let rows: [[String: Any]] = shown.map { device -> [String: Any] in
             // An order still to be carried out; one the device reported done gives way to "wiped".
             let pendingWipe: Bool = device.wipeOrderedAt.map { $0 > (device.wipedAt ?? .distantPast) } ?? false
             let wipedAt: String = device.wipedAt.map(formatter.string(from:)) ?? ""
@@ -536,7 +565,20 @@ struct CockpitRoutes: Sendable {
                 },
             ]
         }
-        var values: [String: Any] = ["rows": rows, "csrf": session.csrf, "query": search]
+        func link(_ page: Int) -> String {
+            var components = URLComponents()
+            components.queryItems =
+                (search.isEmpty ? [] : [URLQueryItem(name: "q", value: search)]) + [
+                    URLQueryItem(name: "page", value: String(page))
+                ]
+            return "/admin/devices?" + (components.percentEncodedQuery ?? "")
+        }
+        var values: [String: Any] = [
+            "rows": rows, "csrf": session.csrf, "query": search,
+            "range": total == 0 ? "" : "\(start + 1)–\(start + shown.count) of \(total)",
+        ]
+        if page > 0 { values["previous"] = link(page - 1) }
+        if start + shown.count < total { values["next"] = link(page + 1) }
         if let error { values["error"] = error }
         if let notice { values["notice"] = notice }
         return CockpitPages.page(

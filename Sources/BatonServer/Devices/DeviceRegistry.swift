@@ -1,6 +1,8 @@
 import BatonOData
+import BatonSQL
 import Crypto
 import Foundation
+import HTTPTypes
 
 /// Devices, the users registered on them, every signing key each (device, user) pair ever had, and each
 /// device's offline-store key.
@@ -22,7 +24,39 @@ public struct DeviceRegistry: Sendable {
         public var keyID: String
         /// When the current key was registered.
         public var registeredAt: Date
+        /// The users whose registration a departure sent with this one ended (``Departure``).
+        public var departed: [String] = []
     }
+
+    /// A user's departure from a device, declared with the device key (``DeviceDeparture``): it ends the user's
+    /// registration there when `keyID` is their current signing key on the device.
+    public struct Departure: Sendable, Hashable {
+        /// The user who left.
+        public var user: String
+        /// Their signing key on the device when the device signed the departure.
+        public var keyID: String
+        /// The device key's signature over ``DeviceDeparture/message(device:user:keyID:)``.
+        public var signature: P256.Signing.ECDSASignature
+
+        public init(user: String, keyID: String, signature: P256.Signing.ECDSASignature) {
+            self.user = user
+            self.keyID = keyID
+            self.signature = signature
+        }
+
+        public static func == (lhs: Departure, rhs: Departure) -> Bool {
+            lhs.user == rhs.user && lhs.keyID == rhs.keyID
+                && lhs.signature.rawRepresentation == rhs.signature.rawRepresentation
+        }
+
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(user)
+            hasher.combine(keyID)
+        }
+    }
+
+    /// At most this many departures in one request.
+    public static let maxDepartures = 50
 
     /// A signing key a (device, user) pair had, and when it was replaced.
     public struct SigningKey: Sendable, Hashable {
@@ -113,10 +147,18 @@ public struct DeviceRegistry: Sendable {
     /// belongs to one user on one device for ever: registering a key the server has seen for anyone else, or a
     /// retired one, is refused.
     ///
+    /// `departures` (signed by the device key the server holds) end the registrations of users who left the
+    /// device without telling the server, before anything else is decided: the first user after them re-keys the
+    /// device as on a device nobody is on.
+    ///
+    /// A user already on as many devices as the setting `devices.max-per-user` allows (default 20) joins no
+    /// other.
+    ///
     /// - Throws: ``ServerError`` 400 for a bad device id or key; 403 `DeviceProofRequired` without the device's
-    ///   proof; 409 `KeyInUse` for a key registered before.
+    ///   proof; 409 `KeyInUse` for a key registered before; 409 `TooManyDevices` past the devices per user.
     public func register(
-        device: String, user: String, publicKey: P256.Signing.PublicKey, proof: DeviceProof?
+        device: String, user: String, publicKey: P256.Signing.PublicKey, proof: DeviceProof?,
+        departures: [Departure] = []
     ) async throws -> Registration {
         guard Self.isValidDeviceID(device) else { throw Self.invalidDeviceID }
         let now = clock.now()
@@ -130,6 +172,7 @@ public struct DeviceRegistry: Sendable {
         return try await database.storage.write { db in
             let existing = try db.fetchOne("SELECT publicKey, revokedAt FROM devices WHERE id = ?", device)
             if let existing, existing["revokedAt"] != .null { throw Self.revoked(device) }
+            let departed = try Self.end(departures, on: device, at: now, in: db)
             let active =
                 try db.fetchOne("SELECT COUNT(*) FROM deviceRegistrations WHERE device = ? AND active = 1", device)?[0]
                 .integer ?? 0
@@ -138,6 +181,19 @@ public struct DeviceRegistry: Sendable {
                     #"SELECT active FROM deviceRegistrations WHERE device = ? AND "user" = ?"#, device, user)?[
                     0
                 ].bool ?? false
+            if !userActive {
+                let limit = try SettingsStore.current(in: db).devices.maxPerUser
+                let on =
+                    try db.fetchOne(
+                        #"SELECT COUNT(*) FROM deviceRegistrations WHERE "user" = ? AND active = 1"#, user)?[0].integer
+                    ?? 0
+                guard on < limit else {
+                    throw ServerError(
+                        .conflict, "TooManyDevices",
+                        "'\(user.prefix(64))' is registered on \(on) devices, the most one user may be on (setting devices.max-per-user); leave one first."
+                    )
+                }
+            }
             if let existing {
                 let stored = existing["publicKey"].bytes.flatMap {
                     try? P256.Signing.PublicKey(x963Representation: $0)
@@ -188,8 +244,71 @@ public struct DeviceRegistry: Sendable {
                 INSERT INTO deviceRegistrations (device, "user", registeredAt, active) VALUES (?, ?, ?, 1)
                 ON CONFLICT(device, "user") DO UPDATE SET active = 1
                 """, device, user, now)
-            return Registration(device: device, user: user, keyID: keyID, registeredAt: registeredAt)
+            return Registration(
+                device: device, user: user, keyID: keyID, registeredAt: registeredAt, departed: departed)
         }
+    }
+
+    /// Ends the registrations that `departures` declare, inside a write: each must verify with the device key
+    /// the server holds and name the user's current signing key there (a departure signed for an older key, or
+    /// for a user who came back with a new one, ends nothing). The user's key retires as at
+    /// ``unregister(device:user:)``.
+    ///
+    /// - Returns: the users whose registration ended, in order.
+    static func end(_ departures: [Departure], on device: String, at now: Date, in db: any SQLConnection) throws
+        -> [String]
+    {
+        guard !departures.isEmpty,
+            let stored = try db.fetchOne("SELECT publicKey FROM devices WHERE id = ?", device)?["publicKey"].bytes,
+            let key = try? P256.Signing.PublicKey(x963Representation: stored)
+        else { return [] }
+        var ended: [String] = []
+        for departure in departures.prefix(maxDepartures) {
+            let message = DeviceDeparture.message(device: device, user: departure.user, keyID: departure.keyID)
+            guard key.isValidSignature(departure.signature, for: message) else { continue }
+            let current = try db.fetchOne(
+                #"SELECT 1 FROM signingKeys WHERE id = ? AND device = ? AND "user" = ? AND replacedAt IS NULL"#,
+                departure.keyID, device, departure.user)
+            guard current != nil else { continue }
+            try db.execute(
+                #"UPDATE deviceRegistrations SET active = 0 WHERE device = ? AND "user" = ?"#, device, departure.user)
+            try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE id = ?", now, departure.keyID)
+            ended.append(departure.user)
+        }
+        return ended
+    }
+
+    /// Ends the registrations of users who left `device` (see ``end(_:on:at:in:)``) — sent by the device itself,
+    /// or by one of its current users, when it next reaches the server.
+    ///
+    /// - Returns: the users whose registration ended.
+    public func endRegistrations(device: String, departures: [Departure]) async throws -> [String] {
+        let now = clock.now()
+        return try await database.storage.write { db in try Self.end(departures, on: device, at: now, in: db) }
+    }
+
+    /// Reads `{"user": …, "keyID": …, "signature": <base64url raw ECDSA>}` objects.
+    ///
+    /// - Throws: ``ServerError`` 400 naming the first that is not of that form, or more than ``maxDepartures``.
+    static func parseDepartures(_ value: JSONValue?) throws(ServerError) -> [Departure] {
+        guard let value, value != .null else { return [] }
+        guard let array = value.arrayValue, array.count <= maxDepartures else {
+            throw .badRequest("departures must be a list of at most \(maxDepartures).", target: "departures")
+        }
+        var departures: [Departure] = []
+        for (index, item) in array.enumerated() {
+            guard let user = item["user"]?.stringValue, (1...64).contains(user.count),
+                let keyID = item["keyID"]?.stringValue, (1...64).contains(keyID.count),
+                let text = item["signature"]?.stringValue, let data = Data(base64URLEncoded: text),
+                let signature = try? P256.Signing.ECDSASignature(rawRepresentation: data)
+            else {
+                throw .badRequest(
+                    "Departure \(index) needs a user, a keyID and a signature (base64url raw ECDSA P-256).",
+                    target: "departures")
+            }
+            departures.append(Departure(user: user, keyID: keyID, signature: signature))
+        }
+        return departures
     }
 
     static func revoked(_ device: String) -> ServerError {
@@ -332,12 +451,16 @@ extension DeviceRegistry {
     /// Keeps a device's backup of discarded changes. The uploader must be registered on the device, and the
     /// backup must open with the device's store key — so only that device's own backups are accepted.
     ///
+    /// At most `backups.max-per-device` backups (default 100) and `backups.max-mib-per-device` MiB of them
+    /// (default 16) are kept per device: past either, the backup is refused and nothing older is dropped — a
+    /// backup is evidence. An admin makes room with ``deleteDiscardedChanges(_:)``.
+    ///
     /// - Throws: ``ServerError`` 403 when `uploader` is not registered on `device`; 400 when the backup is not
-    ///   one sealed with the device's store key or `count` is not positive.
+    ///   one sealed with the device's store key or `count` is not positive; 507 `BackupsFull` past the bounds.
     public func keepDiscardedChanges(device: String, uploader: String, author: String, count: Int, sealed: Data)
         async throws -> DiscardedChanges
     {
-        guard count > 0, !author.isEmpty, author.count <= 64 else {
+        guard count > 0, !author.isEmpty, author.utf8.count <= 64 else {
             throw ServerError.badRequest("A backup names its author and holds at least one change.")
         }
         // The device itself (its own proof) hands back what it holds even after a revocation; a user must be
@@ -357,7 +480,22 @@ extension DeviceRegistry {
         }
         let now = clock.now()
         let id = try await database.storage.write { db -> Int64 in
-            try db.fetchOne(
+            // The device's row is locked first (on PostgreSQL), so two backups at once cannot both pass the bounds.
+            try db.execute("UPDATE devices SET id = id WHERE id = ?", device)
+            let bounds = try SettingsStore.current(in: db).backups
+            let kept = try db.fetchOne(
+                "SELECT COUNT(*), COALESCE(SUM(length(sealed)), 0) FROM discardedChanges WHERE device = ?", device)
+            let keptCount = kept?[0].integer ?? 0
+            let keptBytes = kept?[1].integer ?? 0
+            guard keptCount < bounds.maxPerDevice,
+                keptBytes + Int64(sealed.count) <= Int64(bounds.maxMiBPerDevice) << 20
+            else {
+                throw ServerError(
+                    HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "BackupsFull",
+                    "The server keeps \(keptCount) backup(s), \(keptBytes >> 10) KiB, of device '\(device.prefix(128))': the most it keeps (settings backups.max-per-device, backups.max-mib-per-device). The device keeps this backup and sends it again; an administrator makes room."
+                )
+            }
+            return try db.fetchOne(
                 """
                 INSERT INTO discardedChanges (device, author, uploader, count, receivedAt, sealed, sealedStoreKey)
                 VALUES (?, ?, ?, ?, ?, ?, (SELECT sealedStoreKey FROM devices WHERE id = ?)) RETURNING id
@@ -367,13 +505,32 @@ extension DeviceRegistry {
             id: id, device: device, author: author, uploader: uploader, count: count, receivedAt: now)
     }
 
-    /// Every kept backup, newest first.
+    /// Deletes kept backup `id` (an admin's decision, audited by the caller: the backup was read or exported
+    /// first).
+    ///
+    /// - Throws: ``ServerError`` 404 for an unknown id.
+    public func deleteDiscardedChanges(_ id: Int64) async throws {
+        let deleted = try await database.storage.write { db in
+            try db.execute("DELETE FROM discardedChanges WHERE id = ?", id)
+        }
+        guard deleted > 0 else { throw ServerError.notFound("No kept backup \(id).") }
+    }
+
+    /// Kept backups, newest first: those whose device, author or uploader contains `search` (all when empty),
+    /// older than backup `before` (a page's position; from the newest when `nil`), at most `limit`.
     ///
     /// - Throws: the database error, if the read fails.
-    public func discardedChanges() async throws -> [DiscardedChanges] {
+    public func discardedChanges(search: String = "", before: Int64? = nil, limit: Int = .max) async throws
+        -> [DiscardedChanges]
+    {
         try await database.storage.read { db in
-            try db.fetchAll(
-                "SELECT id, device, author, uploader, count, receivedAt FROM discardedChanges ORDER BY id DESC"
+            let pattern = Self.containing(search)
+            return try db.fetchAll(
+                """
+                SELECT id, device, author, uploader, count, receivedAt FROM discardedChanges
+                WHERE id < ? AND (device LIKE ? ESCAPE '\\' OR author LIKE ? ESCAPE '\\' OR uploader LIKE ? ESCAPE '\\')
+                ORDER BY id DESC LIMIT ?
+                """, before ?? .max, pattern, pattern, pattern, Int64(clamping: limit)
             ).map { row in
                 DiscardedChanges(
                     id: row["id"].integer ?? 0, device: row["device"].text ?? "", author: row["author"].text ?? "",
@@ -425,31 +582,57 @@ extension DeviceRegistry {
         public var keys: [(id: String, user: String, registeredAt: Date, replacedAt: Date?)]
     }
 
-    /// Devices whose id contains `search` (all when empty), the most recently seen first, at most `limit`; three
-    /// statements however many devices there are.
-    public func summaries(search: String = "", limit: Int = 500) async throws -> [DeviceSummary] {
+    /// A `LIKE` pattern for values that contain `search` (with `ESCAPE '\\'`).
+    static func containing(_ search: String) -> String {
+        "%"
+            + search.replacingOccurrences(of: "\\", with: "\\\\")
+            .replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_") + "%"
+    }
+
+    /// How many devices' ids contain `search` (all when empty).
+    public func deviceCount(search: String = "") async throws -> Int {
         try await database.storage.read { db in
-            let pattern =
-                "%"
-                + search.replacingOccurrences(of: "\\", with: "\\\\")
-                .replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_") + "%"
+            let count = try db.fetchOne(
+                #"SELECT COUNT(*) FROM devices WHERE id LIKE ? ESCAPE '\'"#, Self.containing(search))
+            return Int(count?[0].integer ?? 0)
+        }
+    }
+
+    /// Devices whose id contains `search` (all when empty), the most recently seen first: `limit` of them from
+    /// `offset` (a page). Three statements, each bounded by the page, however many devices there are.
+    public func summaries(search: String = "", limit: Int = 500, offset: Int = 0) async throws -> [DeviceSummary] {
+        try await database.storage.read { db in
+            // The page, as the devices' query and as a subquery of the users' and keys' (one shape each, so
+            // PostgreSQL prepares three statements whatever the page).
+            let page = """
+                SELECT id FROM devices WHERE id LIKE ? ESCAPE '\\'
+                ORDER BY coalesce(lastSeenAt, createdAt) DESC, id LIMIT ? OFFSET ?
+                """
+            let arguments: [SQLValue] = [
+                .text(Self.containing(search)), .integer(Int64(limit)), .integer(Int64(offset)),
+            ]
             let devices = try db.fetchAll(
                 """
-                SELECT id, createdAt, lastSeenAt, appVersion, revokedAt, wipeOrderedAt, wipedAt FROM devices
-                WHERE id LIKE ? ESCAPE '\\' ORDER BY coalesce(lastSeenAt, createdAt) DESC, id LIMIT ?
-                """, pattern, limit)
-            let ids = Set(devices.compactMap { $0["id"].text })
+                SELECT d.id, d.createdAt, d.lastSeenAt, d.appVersion, d.revokedAt, d.wipeOrderedAt, d.wipedAt
+                FROM devices d JOIN (\(page)) p ON p.id = d.id ORDER BY coalesce(d.lastSeenAt, d.createdAt) DESC, d.id
+                """, arguments)
             var users: [String: [(name: String, active: Bool, registeredAt: Date)]] = [:]
             for row in try db.fetchAll(
-                #"SELECT device, "user", active, registeredAt FROM deviceRegistrations ORDER BY registeredAt"#)
-            where ids.contains(row["device"].text ?? "") {
+                """
+                SELECT r.device, r."user", r.active, r.registeredAt FROM deviceRegistrations r
+                JOIN (\(page)) p ON p.id = r.device ORDER BY r.registeredAt
+                """, arguments)
+            {
                 users[row["device"].text ?? "", default: []].append(
                     (row["user"].text ?? "", row["active"].bool ?? false, row["registeredAt"].date ?? .distantPast))
             }
             var keys: [String: [(id: String, user: String, registeredAt: Date, replacedAt: Date?)]] = [:]
             for row in try db.fetchAll(
-                #"SELECT device, id, "user", registeredAt, replacedAt FROM signingKeys ORDER BY registeredAt"#)
-            where ids.contains(row["device"].text ?? "") {
+                """
+                SELECT k.device, k.id, k."user", k.registeredAt, k.replacedAt FROM signingKeys k
+                JOIN (\(page)) p ON p.id = k.device ORDER BY k.registeredAt
+                """, arguments)
+            {
                 keys[row["device"].text ?? "", default: []].append(
                     (
                         row["id"].text ?? "", row["user"].text ?? "", row["registeredAt"].date ?? .distantPast,
@@ -576,19 +759,27 @@ extension DeviceRegistry {
     }
 
     /// Checks a device's own proof (``DeviceRequestProof``): a signature by the device key the server holds for
-    /// `device`, over the request, made within the proof window of the server's clock.
+    /// `device`, over the request, made at most ``DeviceRequestProof/maximumAge`` (300 s) before the server's
+    /// clock and at most ``DeviceRequestProof/maximumLead`` (30 s) after it.
+    ///
+    /// Each proof is taken once. A proof not ahead of the clock must be later than the last such proof accepted
+    /// (`devices.lastProofAt`); a proof ahead of it is remembered by its time in `deviceProofs` instead of moving
+    /// `lastProofAt` forward, so it is refused if sent again but never holds back the device's next real-time
+    /// proofs.
     ///
     /// - Throws: ``ServerError`` 401 `InvalidDeviceProof` for an unknown device, a device without a key, a proof
-    ///   out of its window or a signature that does not verify — one message for all, so a caller learns nothing
-    ///   about which devices exist.
+    ///   out of its window, a proof taken before or a signature that does not verify — one message for all, so a
+    ///   caller learns nothing about which devices exist.
     func verifyProof(_ header: String, device: String, method: String, path: String, body: [UInt8])
         async throws
     {
         var refused = ServerError.unauthorized(
             "The device proof does not verify: sign the request with this device's key, with the current time.")
         refused.code = "InvalidDeviceProof"
+        let now = Int64((clock.now().timeIntervalSince1970 * 1000).rounded(.down))
         guard Self.isValidDeviceID(device), let proof = DeviceRequestProof.parse(header),
-            abs(Double(proof.time) / 1000 - clock.now().timeIntervalSince1970) <= DeviceRequestProof.window,
+            proof.time >= now - Int64(DeviceRequestProof.maximumAge * 1000),
+            proof.time <= now + Int64(DeviceRequestProof.maximumLead * 1000),
             let signature = try? P256.Signing.ECDSASignature(rawRepresentation: proof.signature)
         else { throw refused }
         let stored = try await database.storage.read { db in
@@ -600,10 +791,34 @@ extension DeviceRegistry {
             bodySHA256: SHA256.hash(data: body).lowercaseHex)
         guard key.isValidSignature(signature, for: message) else { throw refused }
         // Each proof once: a captured header replayed within the window is refused.
-        let fresh = try await database.storage.write { db in
+        let fresh = try await database.storage.write { db -> Bool in
+            if proof.time > now {
+                // Remembered by its time; `lastProofAt` stays, so the device's next real-time proof passes.
+                let later = try db.fetchOne(
+                    "SELECT 1 FROM devices WHERE id = ? AND (lastProofAt IS NULL OR lastProofAt < ?)", device,
+                    proof.time)
+                guard later != nil,
+                    try db.execute(
+                        "INSERT INTO deviceProofs (device, time) VALUES (?, ?) ON CONFLICT DO NOTHING", device,
+                        proof.time) > 0
+                else { return false }
+            } else {
+                // A proof that was ahead when it came, and has been passed since, is still in `deviceProofs`.
+                guard
+                    try db.execute(
+                        """
+                        UPDATE devices SET lastProofAt = ? WHERE id = ? AND (lastProofAt IS NULL OR lastProofAt < ?)
+                        AND NOT EXISTS (SELECT 1 FROM deviceProofs WHERE device = ? AND time = ?)
+                        """, proof.time, device, proof.time, device, proof.time) > 0
+                else { return false }
+            }
+            // What `lastProofAt` or the window refuses anyway need not be remembered.
             try db.execute(
-                "UPDATE devices SET lastProofAt = ? WHERE id = ? AND (lastProofAt IS NULL OR lastProofAt < ?)",
-                proof.time, device, proof.time) > 0
+                """
+                DELETE FROM deviceProofs WHERE device = ? AND (time < ?
+                    OR time <= (SELECT lastProofAt FROM devices WHERE id = ?))
+                """, device, now - Int64(DeviceRequestProof.maximumAge * 1000), device)
+            return true
         }
         guard fresh else { throw refused }
     }

@@ -41,6 +41,7 @@ struct ServiceRoutes {
                     ("device_wiped_endpoint", .string("\(issuer)/devices/{deviceID}/wiped")),
                     ("device_usage_endpoint", .string("\(issuer)/devices/{deviceID}/usage")),
                     ("device_logs_endpoint", .string("\(issuer)/devices/{deviceID}/logs")),
+                    ("device_departures_endpoint", .string("\(issuer)/devices/{deviceID}/departures")),
                     (
                         "device_discarded_changes_endpoint",
                         .string("\(issuer)/devices/{deviceID}/discarded-changes")
@@ -105,9 +106,17 @@ struct ServiceRoutes {
                     deviceKey: try body["deviceKey"]?.stringValue.map(DeviceRegistry.parsePublicKey),
                     signature: signature)
             }
-            let registration = try await devices.register(device: device, user: name, publicKey: key, proof: proof)
+            let departures = try DeviceRegistry.parseDepartures(body["departures"])
+            let registration = try await devices.register(
+                device: device, user: name, publicKey: key, proof: proof, departures: departures)
             try await devices.noteContact(
                 device: device, appVersion: request.headers[.batonAppVersion], family: context.claims?.family)
+            for departed in registration.departed {
+                try await audit.record(
+                    AuditEntry(
+                        at: clock.now(), actor: name, action: "device-departure", subject: device,
+                        address: context.clientAddress, detail: "user \(departed), declared with the device key"))
+            }
             try await audit.record(
                 AuditEntry(
                     at: clock.now(), actor: name, action: "device-registered", subject: device,
@@ -154,32 +163,48 @@ struct ServiceRoutes {
 }
 
 extension ServiceRoutes {
-    /// What a device sends for support, with the token of a user registered on it: usage events (when the
-    /// server collects them) and its log.
+    /// What a device sends for support, with the token of a user registered on it and the device's own proof
+    /// (``DeviceRequestProof``, `Baton-Device-Proof`): usage events (when the server collects them) and its log.
+    /// A user's token alone, from anywhere, does not speak for the device.
     func addTelemetryRoutes(to group: RouterGroup<BatonRequestContext>) {
-        @Sendable func registeredDevice(_ context: BatonRequestContext) async throws -> (device: String, user: String) {
+        /// The device and user of a request by a registered user, signed with the device key; its body.
+        @Sendable func provenUpload(_ request: Request, _ context: BatonRequestContext, action: String)
+            async throws -> (device: String, user: String, body: JSONValue)
+        {
             let device = try context.parameters.require("device")
             guard DeviceRegistry.isValidDeviceID(device) else { throw DeviceRegistry.invalidDeviceID }
             let name = try context.userName()
             guard try await devices.isRegistered(device: device, user: name) else {
                 throw ServerError.notFound("You are not registered on device '\(device.prefix(128))'.")
             }
-            return (device, name)
+            var request = request
+            let bytes = Array(buffer: try await request.collectBody(upTo: context.maxUploadSize))
+            guard let header = request.headers[.batonDeviceProof] else {
+                throw ServerError(
+                    .forbidden, "DeviceProofRequired",
+                    "Uploads for a device carry its proof (Baton-Device-Proof, signed with the device key) as well as a user's token.",
+                    target: "Baton-Device-Proof")
+            }
+            do {
+                try await devices.verifyProof(
+                    header, device: device, method: request.method.rawValue, path: "/devices/\(device)/\(action)",
+                    body: bytes)
+            } catch let error as ServerError where error.code == "InvalidDeviceProof" {
+                // The token is fine: a 401 would make the device refresh it and send the same proof again.
+                throw ServerError(.forbidden, "InvalidDeviceProof", error.message, target: "Baton-Device-Proof")
+            }
+            return (device, name, try JSONValue(parsing: bytes))
         }
         group.post("/devices/{device}/usage") { request, context in
-            let (device, _) = try await registeredDevice(context)
             guard try await settings.current().telemetry.usage else {
                 throw ServerError.conflict("This server does not collect usage events (setting telemetry.usage).")
             }
-            var request = request
-            let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
+            let (device, _, body) = try await provenUpload(request, context, action: "usage")
             let added = try await devices.keepUsage(device: device, body: body)
             return json(.object([("accepted", .number(String(added)))]))
         }
         group.post("/devices/{device}/logs") { request, context in
-            let (device, name) = try await registeredDevice(context)
-            var request = request
-            let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
+            let (device, name, body) = try await provenUpload(request, context, action: "logs")
             let kept = try await devices.keepLog(device: device, uploader: name, body: body)
             try await audit.record(
                 AuditEntry(
@@ -228,6 +253,27 @@ extension ServiceRoutes {
             var response = json(.object([("id", .number(String(kept.id))), ("count", .number(String(count)))]))
             response.status = .created
             return response
+        }
+        group.post("/devices/{device}/departures") { request, context in
+            // Users who left the device without telling the server, declared with the device key (each departure
+            // is signed); sent by the device itself or by one of its current users.
+            let device = try context.parameters.require("device")
+            guard DeviceRegistry.isValidDeviceID(device) else { throw DeviceRegistry.invalidDeviceID }
+            let name = try await caller(context, device: device)
+            if context.provenDevice != device, try await !devices.isRegistered(device: device, user: name) {
+                throw ServerError.notFound("You are not registered on device '\(device.prefix(128))'.")
+            }
+            var request = request
+            let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
+            let departed = try await devices.endRegistrations(
+                device: device, departures: try DeviceRegistry.parseDepartures(body["departures"]))
+            for user in departed {
+                try await audit.record(
+                    AuditEntry(
+                        at: clock.now(), actor: name, action: "device-departure", subject: device,
+                        address: context.clientAddress, detail: "user \(user), declared with the device key"))
+            }
+            return json(.object([("departed", .array(departed.map { .string($0) }))]))
         }
         group.get("/devices/{device}/status") { _, context in
             // What an admin ordered for the device: told to the device itself and to anyone who is or was

@@ -74,6 +74,29 @@ extension ServerError {
         self.init(.badRequest, error.code.rawValue, error.message)
     }
 
+    /// 400 `ExpressionNotEvaluable` for a read whose expression PostgreSQL could not evaluate (a data exception,
+    /// SQLSTATE class 22: `FuelKg mul 1e308 mul 1e308`, `substring(Remarks,1,9223372036854775807)`): the query is
+    /// at fault, not the server. The message says what kind of value was refused, by SQLSTATE, and never the value.
+    static func unevaluable(sqlState state: String) -> ServerError {
+        let what =
+            switch state {
+            case "22003": "a number is out of range (a result or a conversion overflowed its type)"
+            case "22012": "a number was divided by zero"
+            case "22011", "22023", "2202E", "22013", "22014", "22016", "2201W", "2201X":
+                "a position, length or count is out of range"
+            case "22P02", "22018", "2201B": "a text is not a valid value of the type it is used as"
+            case "22007", "22008", "22009", "22015", "2201E", "2201F", "2201G":
+                "a date, time or number is outside what its operation accepts"
+            case "22021", "22P05", "22P06": "a text holds a character the database does not store (such as NUL)"
+            case "22001": "a text is longer than its type allows"
+            default: "a value is outside what its operation accepts"
+            }
+        return ServerError(
+            .badRequest, "ExpressionNotEvaluable",
+            "The request's expression cannot be evaluated: \(what) (SQLSTATE \(state)). Change the $filter, $orderby or key so that its values stay in range."
+        )
+    }
+
     /// The HTTP error for a protocol-core error: 501 for what Baton does not implement, 400 otherwise.
     init(_ error: ODataError) {
         let status: HTTPResponse.Status = error.code == .notImplemented ? .notImplemented : .badRequest

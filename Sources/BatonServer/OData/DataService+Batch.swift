@@ -232,6 +232,9 @@ extension DataService {
             return .error(ServerError(error))
         } catch let error as StorageError where error.kind == .conflict || error.kind == .unavailable {
             throw error
+        } catch let error as StorageError where request.method == "GET" && error.dataExceptionState != nil {
+            // The read's savepoint (or its atomicity group) is rolled back by the caller: the transaction goes on.
+            return .error(.unevaluable(sqlState: error.dataExceptionState ?? "22000"))
         } catch {
             return .error(ServerError(.internalServerError, "InternalError", "The request failed."))
         }

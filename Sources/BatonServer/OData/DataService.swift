@@ -15,17 +15,32 @@ struct DataService: Sendable {
     /// log itself, in the change's transaction.
     let outbox: AuditOutbox
     /// The changing requests each user has running on this instance.
-    let changes: ChangeSlots
+    let changes: UserSlots
+    /// The reads each user has running on this instance (each holds a database connection while it runs).
+    let reads: UserSlots
 
     /// `auditLogWithTheData`: the audit log is in the store's own database (PostgreSQL), so a change's entries go
-    /// into it in the change's transaction.
-    init(store: DataStore, configuration: DataServiceConfiguration, clock: ServerClock, auditLogWithTheData: Bool) {
+    /// into it in the change's transaction. `databaseConnections`: the instance's pool, which sizes the reads
+    /// one user may have running when the configuration names no limit (``readsPerUser(databaseConnections:)``).
+    init(
+        store: DataStore, configuration: DataServiceConfiguration, clock: ServerClock, auditLogWithTheData: Bool,
+        databaseConnections: Int = PostgresStorage.defaultConnections
+    ) {
         self.store = store
         self.configuration = configuration
         self.clock = clock
         outbox = AuditOutbox(writesTheLog: auditLogWithTheData)
-        changes = ChangeSlots(limit: configuration.maximumConcurrentChangesPerUser)
+        changes = UserSlots(limit: configuration.maximumConcurrentChangesPerUser, for: "requests that change data")
+        reads = UserSlots(
+            limit: configuration.maximumConcurrentReadsPerUser
+                ?? Self.readsPerUser(databaseConnections: databaseConnections),
+            for: "reads")
     }
+
+    /// The reads one user may have running on an instance with this many database connections, unless the
+    /// configuration says otherwise: a quarter of them, so that one account never holds more than a quarter of
+    /// the pool (with fewer than 4 connections, 1).
+    static func readsPerUser(databaseConnections: Int) -> Int { max(1, databaseConnections / 4) }
 
     var model: ServiceModel { store.model }
     var translator: SQLTranslator {
@@ -71,6 +86,14 @@ struct DataService: Sendable {
         }
     }
 
+    /// Whether a single-statement read has one of the few shapes the server itself writes per entity set (an entity
+    /// by key, a page in key order, with or without `$top`, `$skip` and a next link's position), whose values are
+    /// all bound: no `$filter`, `$search`, `$orderby` or `$select`, which let a client write statements without
+    /// number. Only these are prepared on PostgreSQL (``ServerStorage/readStatement(prepared:_:)``).
+    static func hasTheServersShape(_ url: ODataURL) -> Bool {
+        url.query.filter == nil && url.query.search == nil && url.query.orderBy.isEmpty && url.query.select == nil
+    }
+
     func execute(_ request: DataRequest, context: Context) async -> (DataResponse, [AuditEntry]) {
         do {
             let url = try parse(request.url)
@@ -87,7 +110,8 @@ struct DataService: Sendable {
                 // An entity by key or a plain page is one SELECT: atomic on its own, without a transaction.
                 let response =
                     Self.isSingleStatementRead(url, request: request)
-                    ? try await store.storage.readStatement(body) : try await store.storage.read(body)
+                    ? try await store.storage.readStatement(prepared: Self.hasTheServersShape(url), body)
+                    : try await store.storage.read(body)
                 return (response, [])
             }
             return try await store.write { db in
@@ -100,6 +124,8 @@ struct DataService: Sendable {
             return (.error(error), [])
         } catch let error as BatonSQLError {
             return (.error(ServerError(error)), [])
+        } catch let error as StorageError where request.method == "GET" && error.dataExceptionState != nil {
+            return (.error(.unevaluable(sqlState: error.dataExceptionState ?? "22000")), [])
         } catch let error as StorageError where error.kind == .unavailable {
             // The connection may have gone after the commit: the change's audit entries may wait in the outbox
             // (SQLite; on PostgreSQL they committed with it).

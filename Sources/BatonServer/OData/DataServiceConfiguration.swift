@@ -24,6 +24,12 @@ public struct DataServiceConfiguration: Sendable {
     /// one account holder cannot fill the writers' queue, where only one writer of entities runs at a time. A
     /// tablet has at most two uploads in flight. At least 1. Default: 8.
     public var maximumConcurrentChangesPerUser = 8
+    /// The most reads (GET requests, and `$batch`es with a read among their requests) one user may have running
+    /// on one instance; one more answers 429 `TooManyRequests` with `Retry-After: 1`, so that one account
+    /// holder's slow reads cannot take the database connections every other user's reads need. At least 1.
+    /// Default: `nil` — a quarter of ``BatonServerConfiguration/databaseConnections`` (4 of the default 16), at
+    /// least 1; a larger value lets one account hold more than a quarter of the pool.
+    public var maximumConcurrentReadsPerUser: Int?
     /// How long deletions are remembered for delta links, in seconds; older delta tokens get 410 Gone.
     /// Default: 30 days.
     public var deltaRetention: Double = 30 * 86_400

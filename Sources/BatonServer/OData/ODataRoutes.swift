@@ -63,8 +63,11 @@ struct ODataRoutes {
         }
         let start = ContinuousClock.now
         let reading = request.method == .get
-        // A change takes one of the user's slots before it reads anything (its on-behalf policy).
-        let (response, entries) = try await service.changes.run(for: name, changing: !reading) {
+        // A change takes one of the user's change slots, a read of data one of their read slots, before it reads
+        // anything (its on-behalf policy). The service document and $metadata come from the model alone.
+        let slots = reading ? service.reads : service.changes
+        let modelOnly = reading && (path.isEmpty || path == "$metadata")
+        let (response, entries) = try await slots.run(for: name, taking: !modelOnly) {
             var dataContext = dataContext
             dataContext.onBehalf = try await onBehalfPolicy(for: dataRequest, signedIn: name)
             return await service.execute(dataRequest, context: dataContext)
@@ -114,11 +117,17 @@ struct ODataRoutes {
                 "A $batch may hold at most \(service.configuration.maximumBatchRequests) requests; this one has \(requests.count)."
             )
         }
-        // A batch with a change takes one of the user's slots before it reads anything (the on-behalf policies).
-        return try await service.changes.run(for: context.user, changing: requests.contains { $0.method != "GET" }) {
-            var context = context
-            context.onBehalf = try await onBehalfPolicy(for: request, signedIn: context.user)
-            return try await run(requests, multipart: multipart, context: context, version: version, logger: logger)
+        // A batch with a change takes one of the user's change slots, and one with a read one of their read slots,
+        // before it reads anything (the on-behalf policies).
+        let changing = requests.contains { $0.method != "GET" }
+        let reading = requests.contains { $0.method == "GET" }
+        return try await service.changes.run(for: context.user, taking: changing) {
+            try await service.reads.run(for: context.user, taking: reading) {
+                var context = context
+                context.onBehalf = try await onBehalfPolicy(for: request, signedIn: context.user)
+                return try await run(
+                    requests, multipart: multipart, context: context, version: version, logger: logger)
+            }
         }
     }
 
@@ -189,8 +198,10 @@ struct ODataRoutes {
     }
 
     /// Records the changes the server refused (the ones a device moves to its error archive), so that the
-    /// cockpit can show them: the author (the signed one, or the uploader), what, why. A failure to record
-    /// them is logged; the answer stands.
+    /// cockpit can show them: the author (the signed one, or the uploader), what, why — the first of each
+    /// uploader, code and minute in full, the others counted in its ``AuditEntry/repeats`` (the key is the signed-in
+    /// uploader's, never the `Baton-Author` a request claims). A failure to record them is logged; the answer
+    /// stands.
     func recordRefusals(
         _ refused: [(DataRequest, String)], uploadedBy uploader: String, address: String, logger: Logger
     )
@@ -198,16 +209,20 @@ struct ODataRoutes {
     {
         guard !refused.isEmpty else { return }
         let now = Date()
+        let minute = Int64(now.timeIntervalSince1970 / 60)
         let entries = refused.map { request, code in
-            AuditEntry(
-                at: now, actor: request.header("Baton-Author") ?? uploader, action: "change-refused",
-                subject: String(
-                    ("\(request.method) " + (request.url.split(separator: "?").first.map(String.init) ?? ""))
-                        .prefix(200)),
-                address: address, detail: "\(code), uploaded by \(uploader)")
+            (
+                entry: AuditEntry(
+                    at: now, actor: request.header("Baton-Author") ?? uploader, action: "change-refused",
+                    subject: String(
+                        ("\(request.method) " + (request.url.split(separator: "?").first.map(String.init) ?? ""))
+                            .prefix(200)),
+                    address: address, detail: "\(code), uploaded by \(uploader)"),
+                key: ["change-refused", uploader, code, String(minute)].joined(separator: "\n")
+            )
         }
         do {
-            try await audit.record(contentsOf: entries)
+            try await audit.recordAggregated(entries)
         } catch {
             logger.error(
                 "Refused changes could not be audited",

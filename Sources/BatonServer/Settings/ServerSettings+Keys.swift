@@ -16,6 +16,10 @@ extension ServerSettings {
         ("sign-in.methods", "a comma-separated list of password and device (at least one)"),
         ("telemetry.usage", "true or false"),
         ("telemetry.logs-with-sync", "true or false"),
+        ("devices.max-per-user", "an integer from 1 to 1000"),
+        ("backups.max-per-device", "an integer from 1 to 100000"),
+        ("backups.max-mib-per-device", "an integer from 1 to 4096 (MiB)"),
+        ("audit.retention-days", "an integer from 7 to 36500"),
     ]
 
     /// Sets one setting from its command-line form.
@@ -57,6 +61,10 @@ extension ServerSettings {
             signIn.methods = Array(Set(methods)).sorted().reversed()
         case "telemetry.usage": telemetry.usage = try bool()
         case "telemetry.logs-with-sync": telemetry.logsWithSync = try bool()
+        case "devices.max-per-user": devices.maxPerUser = try int(1...1_000)
+        case "backups.max-per-device": backups.maxPerDevice = try int(1...100_000)
+        case "backups.max-mib-per-device": backups.maxMiBPerDevice = try int(1...4_096)
+        case "audit.retention-days": audit.retentionDays = try int(7...36_500)
         default:
             throw ServerError.badRequest(
                 "Unknown setting '\(key)'. Known settings: \(Self.keys.map(\.key).joined(separator: ", ")).",
@@ -85,6 +93,10 @@ extension ServerSettings {
             "sign-in.methods = \(signIn.methods.joined(separator: ","))",
             "telemetry.usage = \(telemetry.usage)",
             "telemetry.logs-with-sync = \(telemetry.logsWithSync)",
+            "devices.max-per-user = \(devices.maxPerUser)",
+            "backups.max-per-device = \(backups.maxPerDevice)",
+            "backups.max-mib-per-device = \(backups.maxMiBPerDevice)",
+            "audit.retention-days = \(audit.retentionDays)",
         ]
     }
 }

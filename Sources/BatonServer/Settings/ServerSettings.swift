@@ -43,11 +43,65 @@ public struct ServerSettings: Sendable, Hashable, Codable {
         public var methods = ["password"]
     }
 
-    /// How devices keep in touch.
+    /// How devices keep in touch, and how many one user may be on.
     public struct Devices: Sendable, Hashable, Codable {
         /// Seconds between an open session's requests for the settings and its device's status (besides
         /// unlock, switch and sync). Default: 900.
         public var settingsRefreshSeconds = 900
+        /// The devices one user may be registered on at once; joining one more is refused (409
+        /// `TooManyDevices`) until they leave one or an admin removes them from one. Default: 20.
+        public var maxPerUser = 20
+
+        public init() {}
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            let defaults = Devices()
+            settingsRefreshSeconds =
+                try container.decodeIfPresent(Int.self, forKey: .settingsRefreshSeconds)
+                ?? defaults.settingsRefreshSeconds
+            maxPerUser = try container.decodeIfPresent(Int.self, forKey: .maxPerUser) ?? defaults.maxPerUser
+        }
+
+        enum CodingKeys: String, CodingKey { case settingsRefreshSeconds, maxPerUser }
+    }
+
+    /// How many backups of discarded changes the server keeps per device. A backup is evidence: past either
+    /// bound a new one is refused (507 `BackupsFull`) and stays on the device, never an older one dropped; an
+    /// admin makes room with `baton-server backups delete`.
+    public struct Backups: Sendable, Hashable, Codable {
+        /// Backups per device. Default: 100.
+        public var maxPerDevice = 100
+        /// Sealed bytes per device, in MiB. Default: 16.
+        public var maxMiBPerDevice = 16
+
+        public init() {}
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            let defaults = Backups()
+            maxPerDevice = try container.decodeIfPresent(Int.self, forKey: .maxPerDevice) ?? defaults.maxPerDevice
+            maxMiBPerDevice =
+                try container.decodeIfPresent(Int.self, forKey: .maxMiBPerDevice) ?? defaults.maxMiBPerDevice
+        }
+
+        enum CodingKeys: String, CodingKey { case maxPerDevice, maxMiBPerDevice }
+    }
+
+    /// How long the audit log keeps entries.
+    public struct Audit: Sendable, Hashable, Codable {
+        /// Days an entry is kept; older ones go with `baton-server audit prune` and the hourly prune of `serve`.
+        /// Default: 400.
+        public var retentionDays = 400
+
+        public init() {}
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            retentionDays = try container.decodeIfPresent(Int.self, forKey: .retentionDays) ?? Audit().retentionDays
+        }
+
+        enum CodingKeys: String, CodingKey { case retentionDays }
     }
 
     /// What devices send for support.
@@ -82,6 +136,10 @@ public struct ServerSettings: Sendable, Hashable, Codable {
     public var signIn = SignIn()
     /// What devices send for support.
     public var telemetry = Telemetry()
+    /// Backups of discarded changes kept per device.
+    public var backups = Backups()
+    /// The audit log's retention.
+    public var audit = Audit()
 
     /// The defaults.
     public init() {}
@@ -95,6 +153,8 @@ public struct ServerSettings: Sendable, Hashable, Codable {
         devices = try container.decodeIfPresent(Devices.self, forKey: .devices) ?? Devices()
         signIn = try container.decodeIfPresent(SignIn.self, forKey: .signIn) ?? SignIn()
         telemetry = try container.decodeIfPresent(Telemetry.self, forKey: .telemetry) ?? Telemetry()
+        backups = try container.decodeIfPresent(Backups.self, forKey: .backups) ?? Backups()
+        audit = try container.decodeIfPresent(Audit.self, forKey: .audit) ?? Audit()
     }
 
     /// The smallest passcode length multi-user mode falls back to when the policy asks for none.

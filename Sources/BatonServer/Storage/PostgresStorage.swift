@@ -200,17 +200,17 @@ public final class PostgresStorage: ServerStorage {
     /// ``ReplayingConnection``), as often as it has statements (each outside a transaction, as the contract
     /// allows). A body that needs more than a few, or a change or a savepoint, runs the blocking way. Read
     /// bodies change nothing, so running one again is safe; a statement's error is answered where the body
-    /// asked.
-    public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
-        -> T
-    {
-        if case .done(let value) = try await replayed(body) { return value }
+    /// asked. Its statements are prepared (``PreparedStatements``) only when `prepared`.
+    public func readStatement<T: Sendable>(
+        prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T {
+        if case .done(let value) = try await replayed(prepared: prepared, body) { return value }
         return try await transaction(nil, body)
     }
 
-    private func replayed<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
-        -> Replayed<T>
-    {
+    private func replayed<T: Sendable>(
+        prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> Replayed<T> {
         let logger = self.logger
         do {
             return try await leased { connection in
@@ -225,7 +225,7 @@ public final class PostgresStorage: ServerStorage {
                     }
                     let rows: Result<[SQLRow], any Error>
                     do {
-                        rows = .success(try await sql.preparedRows(needed.sql, needed.arguments))
+                        rows = .success(try await sql.rows(needed.sql, needed.arguments, prepared: prepared))
                     } catch let error as PSQLError {
                         rows = .failure(StorageError(postgres: error))
                     } catch {
@@ -711,6 +711,7 @@ extension StorageError {
             case "23505": .uniqueViolation
             case "23502", "23514": .constraintViolation
             case "40001", "40P01": .conflict
+            case _ where state.hasPrefix("22"): .dataException(sqlState: state)
             // 55P03: a lock not granted within `lock_timeout` (another writer's turn took too long).
             case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300" || state == "55P03":
                 .unavailable

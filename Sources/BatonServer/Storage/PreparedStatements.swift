@@ -15,7 +15,9 @@ import Synchronization
 /// `PostgresPreparedStatement` type; Baton's statements are built from the model at run time. So each distinct
 /// statement (its SQL and the types of its arguments, which PostgreSQL fixes when it prepares) takes one of
 /// ``slots`` ``PreparedSlot`` types the first time it runs, for the life of the process. Once every slot is
-/// taken, further statements run unprepared, as before.
+/// taken, further statements run unprepared, as before. So only the server's own shapes are prepared (the reads
+/// ``ServerStorage/readStatement(prepared:_:)`` is told are): the statements a client's `$filter`, `$search`,
+/// `$orderby` or `$select` shape are without number, and any account's few hundred of them took every slot.
 enum PreparedStatements {
     /// How many distinct statements are prepared at most.
     static let slots = 256
@@ -132,10 +134,11 @@ struct PreparedSlot<Number: SlotNumber>: PostgresPreparedStatement {
 }
 
 extension PostgresSQLConnection {
-    /// The rows of a read of one statement, prepared on this connection (``PreparedStatements``), within the
-    /// connection's statement deadline (after which the connection is closed, as ``answer(_:_:)`` does).
-    func preparedRows(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow] {
-        guard let slot = PreparedStatements.slot(of: sql, arguments) else {
+    /// The rows of a read of one statement, prepared on this connection (``PreparedStatements``) when `prepared`
+    /// and a slot is free, within the connection's statement deadline (after which the connection is closed, as
+    /// ``answer(_:_:)`` does).
+    func rows(_ sql: String, _ arguments: [SQLValue], prepared: Bool) async throws -> [SQLRow] {
+        guard prepared, let slot = PreparedStatements.slot(of: sql, arguments) else {
             return try Self.rows(of: try await answer(sql, arguments).get())
         }
         guard !connection.isClosed else {

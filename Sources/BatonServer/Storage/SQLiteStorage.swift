@@ -47,9 +47,10 @@ public struct SQLiteStorage: ServerStorage {
         }
     }
 
-    public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
-        -> T
-    {
+    /// `prepared` makes no difference here: GRDB prepares every statement once per connection.
+    public func readStatement<T: Sendable>(
+        prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T {
         do {
             return try readers.readStatement { db in try body(GRDBConnection(db: db)) }
         } catch let error as DatabaseError {

@@ -24,7 +24,13 @@ public protocol ServerStorage: Sendable {
 
     /// Runs a read of one statement, which is atomic on its own, with no transaction around it; on SQLite in
     /// place, on the calling thread (the hot reads of every request: the token check).
-    func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
+    ///
+    /// `prepared`: the statement has one of the server's own shapes (constant text, an entity by key, a page in key
+    /// order), which PostgreSQL keeps prepared on each connection for the life of the process. A statement a
+    /// client's query options shape (`$filter`, `$search`, `$orderby`, `$select`) runs unprepared, so that no
+    /// account can take the few prepared-statement slots from the server's own reads.
+    func readStatement<T: Sendable>(prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) throws -> T)
+        async throws -> T
 
     /// Closes every connection (PostgreSQL: in the background). Later calls fail.
     func close()
@@ -62,6 +68,15 @@ public protocol SQLCursor {
 
 extension SQLCursor {
     public var sqliteStatement: OpaquePointer? { nil }
+}
+
+extension ServerStorage {
+    /// Runs a read of one statement of the server's own shape, prepared (``readStatement(prepared:_:)``).
+    public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
+        -> T
+    {
+        try await readStatement(prepared: true, body)
+    }
 }
 
 extension SQLConnection {
@@ -203,6 +218,10 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
         case conflict
         /// The database was migrated by a newer `baton-server`.
         case newerSchema
+        /// PostgreSQL could not evaluate a value of the statement (SQLSTATE class 22, a data exception: a number
+        /// out of range, a substring bound out of range, text that is no number, a NUL in text); `sqlState` says
+        /// which. In a read the client's query is at fault: the data service answers 400.
+        case dataException(sqlState: String)
         /// Anything else.
         case other
     }
@@ -216,6 +235,12 @@ public struct StorageError: Error, Sendable, CustomStringConvertible {
     public init(_ kind: Kind, _ description: String) {
         self.kind = kind
         self.description = description
+    }
+
+    /// The SQLSTATE of a ``Kind/dataException(sqlState:)``; `nil` for any other kind.
+    public var dataExceptionState: String? {
+        if case .dataException(let state) = kind { return state }
+        return nil
     }
 }
 
@@ -250,12 +275,12 @@ public enum StorageEngine: ServerStorage {
         }
     }
 
-    public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
-        -> T
-    {
+    public func readStatement<T: Sendable>(
+        prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+    ) async throws -> T {
         switch self {
-        case .sqlite(let storage): try await storage.readStatement(body)
-        case .postgres(let storage): try await storage.readStatement(body)
+        case .sqlite(let storage): try await storage.readStatement(prepared: prepared, body)
+        case .postgres(let storage): try await storage.readStatement(prepared: prepared, body)
         }
     }
 

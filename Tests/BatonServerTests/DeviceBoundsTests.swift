@@ -1,0 +1,240 @@
+import BatonOData
+import BatonServer
+import BatonTestSupport
+import BatonTesting
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Testing
+
+/// The third attack review's findings on devices and storage, each attacked: proofs dated ahead of the server's
+/// clock, users who left a tablet offline, log and usage uploads made with a token alone, and the bounds on what any
+/// account can store (backups, devices, refused-change audit entries, audit retention).
+@Suite(.serverSlot) struct DeviceBoundsTests {
+    // MARK: Helpers
+
+    /// The server clock's now, in the milliseconds a device proof carries.
+    static func millis(_ server: TestServer) -> Int64 {
+        Int64(server.clock.current.withLock { $0 }.timeIntervalSince1970 * 1000)
+    }
+
+    /// `Baton-Device-Proof` for `method` on `/devices/{device}/{action}` with `body`, at `time`.
+    static func proof(
+        _ method: String, _ action: String, device: String = "tablet-7", body: [UInt8] = [], at time: Int64,
+        key: P256.Signing.PrivateKey = DeviceKeys.key(for: "tablet-7")
+    ) throws -> HTTPFields {
+        let message = DeviceRequestProof.message(
+            method: method, path: "/devices/\(device)/\(action)", device: device, time: time,
+            bodySHA256: SHA256.hash(data: body).lowercaseHex)
+        let signature = try key.signature(for: message)
+        let name = try #require(HTTPField.Name("Baton-Device-Proof"))
+        return [name: DeviceRequestProof.header(time: time, signature: Array(signature.rawRepresentation))]
+    }
+
+    // MARK: (b) Device proofs from the future — SecurityTests
+
+    /// Fails before: a proof 4 minutes ahead was accepted (200), and then the real-time proof got 401.
+    @Test(arguments: StorageBackend.allCases) func aProofFromTheFutureIsRefusedOrTakenOnceAndBlocksNothing(
+        backend: StorageBackend
+    ) async throws {
+        try await SecurityTests.live(backend: backend) { server, client in
+            let alice = try await client.signIn("alice").access
+            #expect(try await OnBehalfTests.register(client, alice, key: P256.Signing.PrivateKey()) == .ok)
+            func status(_ time: Int64) async throws -> HTTPResponse.Status {
+                try await client.execute(
+                    uri: "/devices/tablet-7/status", method: .get, headers: try Self.proof("GET", "status", at: time)
+                ) { $0.status }
+            }
+            let now = Self.millis(server)
+            #expect(try await status(now + 240_000) == .unauthorized)  // 4 minutes ahead: refused
+            #expect(try await status(now + 20_000) == .ok)  // 20 s ahead: taken…
+            #expect(try await status(now + 1_000) == .ok)  // …and the next real-time proof still passes
+            #expect(try await status(now + 20_000) == .unauthorized)  // replay while ahead
+            server.clock.advance(by: 25)
+            #expect(try await status(now + 20_000) == .unauthorized)  // replay once the clock passed it
+            #expect(try await status(Self.millis(server)) == .ok)
+        }
+    }
+
+    // MARK: (c) Departures — SecurityTests
+
+    /// Fails before: the departure is ignored and bob, the next first user, gets 403 DeviceProofRequired.
+    @Test(arguments: StorageBackend.allCases) func aUserWhoLeftOfflineIsDeclaredGoneAndTheNextFirstUserReKeys(
+        backend: StorageBackend
+    ) async throws {
+        try await SecurityTests.live(backend: backend) { server, client in
+            let alice = try await client.signIn("alice").access
+            let aliceKey = P256.Signing.PrivateKey()
+            #expect(try await OnBehalfTests.register(client, alice, key: aliceKey) == .ok)
+            let keyID = Data(SHA256.hash(data: aliceKey.publicKey.x963Representation)).base64URLEncoded
+            // What the tablet signed when alice joined; her secure store (and the device key) is gone since.
+            func departure(signedBy key: P256.Signing.PrivateKey) throws -> String {
+                let signature = try key.signature(
+                    for: DeviceDeparture.message(device: "tablet-7", user: "alice", keyID: keyID))
+                return
+                    #"{"user":"alice","keyID":"\#(keyID)","signature":"\#(signature.rawRepresentation.base64URLEncoded)"}"#
+            }
+            let bob = try await client.signIn("bob").access
+            let newDeviceKey = P256.Signing.PrivateKey()
+            func register(departures: String) async throws -> HTTPResponse.Status {
+                let key = P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString()
+                var body = DeviceKeys.body(device: "tablet-7", token: bob, publicKey: key, approver: newDeviceKey)
+                body.removeLast()
+                body += #","departures":[\#(departures)]}"#
+                return try await client.execute(
+                    uri: "/devices/tablet-7/registration", method: .put,
+                    headers: [.authorization: "Bearer \(bob)", .contentType: "application/json"],
+                    body: ByteBuffer(string: body)
+                ) { $0.status }
+            }
+            // Signed by any other key: nothing ends, bob is refused.
+            #expect(try await register(departures: try departure(signedBy: P256.Signing.PrivateKey())) == .forbidden)
+            #expect(try await server.server.devices.isRegistered(device: "tablet-7", user: "alice"))
+            #expect(try await register(departures: try departure(signedBy: DeviceKeys.key(for: "tablet-7"))) == .ok)
+            #expect(try await !server.server.devices.isRegistered(device: "tablet-7", user: "alice"))
+            #expect(try await server.server.audit.entries().contains { $0.action == "device-departure" })
+        }
+    }
+
+    // MARK: (c) Device-proven uploads — SecurityTests
+
+    /// Fails before: a registered user's token alone posted a log for the tablet (201).
+    @Test(arguments: StorageBackend.allCases) func logAndUsageUploadsNeedTheDevicesProofAsWellAsAToken(
+        backend: StorageBackend
+    ) async throws {
+        try await SecurityTests.live(backend: backend) { server, client in
+            let alice = try await client.signIn("alice").access
+            #expect(try await OnBehalfTests.register(client, alice, key: P256.Signing.PrivateKey()) == .ok)
+            let body = Array(#"{"reason":"support","lines":["made up"]}"#.utf8)
+            func send(_ extra: HTTPFields) async throws -> (HTTPResponse.Status, [String: Any]) {
+                var headers: HTTPFields = [.authorization: "Bearer \(alice)", .contentType: "application/json"]
+                headers.append(contentsOf: extra)
+                return try await client.execute(
+                    uri: "/devices/tablet-7/logs", method: .post, headers: headers, body: ByteBuffer(bytes: body)
+                ) { ($0.status, TestClient.Response.object($0.body)) }
+            }
+            let now = Self.millis(server)
+            let (bare, reply) = try await send([:])
+            #expect(bare == .forbidden)
+            #expect((reply["error"] as? [String: Any])?["code"] as? String == "DeviceProofRequired")
+            let foreign = try Self.proof("POST", "logs", body: body, at: now, key: P256.Signing.PrivateKey())
+            #expect(try await send(foreign).0 == .forbidden)
+            #expect(try await send(try Self.proof("POST", "logs", body: body, at: now + 1)).0 == .created)
+            #expect(try await server.server.devices.logs(device: "tablet-7").count == 1)
+        }
+    }
+
+    // MARK: (a) Bounds — ProtectedRoutesTests / SecurityTests
+
+    /// Fails before: the third backup was kept (201) whatever the count.
+    @Test(arguments: StorageBackend.allCases) func backupsPastTheBoundAreRefusedAndNoneIsDropped(
+        backend: StorageBackend
+    ) async throws {
+        try await SecurityTests.live(backend: backend) { server, client in
+            _ = try await server.server.settings.set("backups.max-per-device", to: "2")
+            let alice = try await client.signIn("alice").access
+            #expect(try await OnBehalfTests.register(client, alice, key: P256.Signing.PrivateKey()) == .ok)
+            let (_, body, _) = try await client.get("/devices/tablet-7/store-key", token: alice)
+            let key = SymmetricKey(data: try #require(Data(base64Encoded: body["key"] as? String ?? "")))
+            func send() async throws -> (HTTPResponse.Status, [String: Any]) {
+                let sealed = try #require(
+                    try AES.GCM.seal(Data("[]".utf8), using: key, authenticating: Data("baton-discarded-v1".utf8))
+                        .combined)
+                return try await client.execute(
+                    uri: "/devices/tablet-7/discarded-changes", method: .post,
+                    headers: [.authorization: "Bearer \(alice)", .contentType: "application/json"],
+                    body: ByteBuffer(
+                        string: #"{"author":"alice","count":1,"backup":"\#(sealed.base64EncodedString())"}"#)
+                ) { ($0.status, TestClient.Response.object($0.body)) }
+            }
+            #expect(try await send().0 == .created)
+            #expect(try await send().0 == .created)
+            let (full, reply) = try await send()
+            #expect(full.code == 507)
+            #expect((reply["error"] as? [String: Any])?["code"] as? String == "BackupsFull")
+            let kept = try await server.server.devices.discardedChanges()
+            #expect(kept.count == 2)
+            try await server.server.devices.deleteDiscardedChanges(try #require(kept.first?.id))
+            #expect(try await send().0 == .created)
+        }
+    }
+
+    /// Fails before: alice joined a third tablet past `devices.max-per-user` 2 (no such setting: 400 at set).
+    @Test(arguments: StorageBackend.allCases) func aUserJoinsNoMoreDevicesThanTheSettingAllows(
+        backend: StorageBackend
+    ) async throws {
+        try await SecurityTests.live(backend: backend) { server, client in
+            _ = try await server.server.settings.set("devices.max-per-user", to: "2")
+            let alice = try await client.signIn("alice").access
+            for device in ["tablet-1", "tablet-2"] {
+                #expect(
+                    try await OnBehalfTests.register(client, alice, device: device, key: P256.Signing.PrivateKey())
+                        == .ok)
+            }
+            #expect(
+                try await OnBehalfTests.register(client, alice, device: "tablet-3", key: P256.Signing.PrivateKey())
+                    == .conflict)
+            // Re-registering where she is already counts nothing new; leaving one makes room.
+            #expect(
+                try await OnBehalfTests.register(client, alice, device: "tablet-1", key: P256.Signing.PrivateKey())
+                    == .ok)
+            try await server.server.devices.unregister(device: "tablet-1", user: "alice")
+            #expect(
+                try await OnBehalfTests.register(client, alice, device: "tablet-3", key: P256.Signing.PrivateKey())
+                    == .ok)
+        }
+    }
+
+    /// Fails before: every refused change was its own audit row (50 rows).
+    @Test(arguments: StorageBackend.allCases) func refusedChangesOfOneMinuteAreOneAuditEntryCounted(
+        backend: StorageBackend
+    ) async throws {
+        try await SecurityTests.live(backend: backend) { server, client in
+            let mallory = try await client.signIn("mallory").access
+            for index in 0..<50 {
+                // A change the server refuses (unknown entity): 404 is a refusal the device archives.
+                _ = try await client.odata(
+                    .patch, "Aircraft('NOPE-\(index)')", token: mallory, body: #"{"Status":"grounded"}"#)
+            }
+            let refused = try await server.server.audit.entries(limit: 1_000).filter { $0.action == "change-refused" }
+            #expect(refused.count <= 2)  // one per minute the loop spanned
+            #expect(refused.map(\.repeats).reduce(0, +) == 50)
+        }
+    }
+}
+
+// MARK: (a) Settings and audit retention — ServerPolicyTests (settings) / AuditOutboxTests (prune)
+
+@Suite(.serverSlot) struct StorageBoundSettingsTests {
+    /// Fails before: the keys are unknown (400).
+    @Test func theBoundsAreSettingsWithRangesAndOldDocumentsTakeTheDefaults() throws {
+        var settings = try JSONDecoder().decode(
+            ServerSettings.self, from: Data(#"{"devices":{"settingsRefreshSeconds":600}}"#.utf8))
+        #expect(settings.devices.maxPerUser == 20 && settings.backups.maxPerDevice == 100)
+        #expect(settings.backups.maxMiBPerDevice == 16 && settings.audit.retentionDays == 400)
+        #expect(throws: ServerError.self) { try settings.set("audit.retention-days", to: "3") }
+        #expect(throws: ServerError.self) { try settings.set("devices.max-per-user", to: "0") }
+        try settings.set("audit.retention-days", to: "90")
+        #expect(settings.lines.contains("audit.retention-days = 90"))
+    }
+
+    /// Fails before: there is no prune (entries stay for ever).
+    @Test(arguments: StorageBackend.allCases) func pruneDeletesWhatTheRetentionNoLongerKeepsAndSaysSo(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        let now = server.clock.current.withLock { $0 }
+        try await server.server.audit.record(
+            contentsOf: (0..<12_000).map {
+                AuditEntry(
+                    at: now.addingTimeInterval(-500 * 86_400 + Double($0)), actor: "x", action: "old", subject: nil,
+                    address: nil, detail: nil)
+            } + [AuditEntry(at: now, actor: "x", action: "new", subject: nil, address: nil, detail: nil)])
+        #expect(try await server.server.audit.prune(settings: server.server.settings, now: now, actor: "t") == 12_000)
+        let left = try await server.server.audit.entries(limit: 100)
+        #expect(left.map(\.action).sorted() == ["audit-pruned", "new"])
+    }
+}
