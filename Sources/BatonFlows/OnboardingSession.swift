@@ -109,6 +109,8 @@ public struct OnboardingController: Sendable {
             case .onboard:
                 try await users.remove(onboardingID)
             case .restore where error.code == .wiped:
+                // Gone offline: the device's slip says so to the server at the next chance.
+                try? DepartureSlips(storage: storage).depart(onboardingID)
                 try await users.remove(onboardingID)
             case .restore, .resetPasscode:
                 let intact = FileManager.default.fileExists(

@@ -153,7 +153,7 @@ public actor OnboardingSessionManager {
         if type == .onboard { await idManager.store(id, users: users) }
         // Online, the unlock or switch also learns what the server changed for this device and its users.
         // The restore's settings step may just have asked for the settings: then only the rest is asked.
-        if type == .restore { try await contactServer(settingsFromServer: settingsFromServer) }
+        if type == .restore { _ = try await contactServer(settingsFromServer: settingsFromServer) }
         return self.session ?? session
     }
 
@@ -333,6 +333,9 @@ public actor OnboardingSessionManager {
                 configuration, deviceID: deviceID, user: name, token: await session.authorized.tokens.accessToken)
         }
         try? SecureStore.delete(at: storage.secureStoreURL(for: target))
+        // Offline, the server may not have heard: the slip tells it (a slip for a registration that already ended
+        // ends nothing).
+        try? DepartureSlips(storage: storage).depart(target)
         try await users.remove(target)
         await idManager.remove(target, users: users)
         guard removingSelf else { return session }

@@ -105,6 +105,15 @@ extension OnboardingSessionManager {
         if status.revoked || status.wipeOrdered, let credential {
             try await wipe(session, credential: credential, configuration: configuration, revoked: status.revoked)
         }
+        // Users who left offline (a store wiped by the retry limit, a removal without the server): their slips end
+        // their registrations. Best effort: what does not go now goes at the next contact.
+        let slips = DepartureSlips(storage: storage)
+        if let credential, let departed = try? slips.departed(), !departed.isEmpty,
+            (try? await client.sendDepartures(
+                configuration, deviceID: deviceID, departures: departed, as: credential)) != nil
+        {
+            try? slips.forget(departed)
+        }
         var withdrawn = Set(status.withdrawnUsers)
         if selfWithdrawn, let name = session.user.serverUserID { withdrawn.insert(name) }
         let leaving = await users.allUsers.filter { withdrawn.contains($0.serverUserID ?? "") }

@@ -529,6 +529,10 @@ public struct DeviceRegistrationStep: OnboardingStep {
         let others = await context.users.activeUsers.filter { $0.onboardingID != context.onboardingID }
         if deviceKey == nil && others.isEmpty { deviceKey = P256.Signing.PrivateKey() }
         let user = context.info[.serverUser]?.name ?? ""
+        // The first user of an emptied tablet sends the slips of users who left it offline (a store wiped by the
+        // retry limit): the server ends their registrations, and this user re-keys the tablet.
+        let slips = DepartureSlips(storage: context.storage)
+        let departures = others.isEmpty ? (try? slips.departed()) ?? [] : []
         func register(_ deviceKey: P256.Signing.PrivateKey?) async throws(BatonClientError) {
             var proof: Data?
             if let deviceKey {
@@ -537,7 +541,8 @@ public struct DeviceRegistrationStep: OnboardingStep {
             }
             try await context.client.registerDevice(
                 configuration, deviceID: context.deviceID, publicKey: key.publicKey.x963Representation,
-                deviceKey: deviceKey?.publicKey.x963Representation, deviceProof: proof, token: tokens.accessToken)
+                deviceKey: deviceKey?.publicKey.x963Representation, deviceProof: proof, departures: departures,
+                token: tokens.accessToken)
         }
         do {
             try await register(deviceKey)
@@ -548,9 +553,16 @@ public struct DeviceRegistrationStep: OnboardingStep {
         } catch {
             throw flowsError(error, doing: "register this device")
         }
+        try? slips.forget(departures)
         if let deviceKey {
             try await save(deviceKey.rawRepresentation, SecureStoreKey.deviceKey, in: store)
             context.info[.deviceKey] = deviceKey.rawRepresentation
+            // This user's own slip, signed now while the device key is at hand.
+            if let slip = try? SignedDeparture(
+                deviceID: context.deviceID, user: user, keyID: Self.keyID(of: key.publicKey), deviceKey: deviceKey)
+            {
+                try slips.keep(slip, for: context.onboardingID)
+            }
         }
         context.info[.signingKey] = key.rawRepresentation
         context.info[.registeredDevice] = true
@@ -558,10 +570,12 @@ public struct DeviceRegistrationStep: OnboardingStep {
 
     /// The bytes the device key signs to let `user` register `key` here (as the server checks them).
     static func joinMessage(device: String, user: String, key: P256.Signing.PublicKey) -> Data {
-        let keyID = Data(SHA256.hash(data: key.x963Representation)).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
-        return Data(DeviceJoin.message(device: device, user: user, keyID: keyID))
+        Data(DeviceJoin.message(device: device, user: user, keyID: keyID(of: key)))
+    }
+
+    /// A signing key's id as the server names it: base64url of the SHA-256 of its X9.63 form.
+    static func keyID(of key: P256.Signing.PublicKey) -> String {
+        Data(SHA256.hash(data: key.x963Representation)).base64URLEncoded
     }
 
     /// The device key from the secure store of a user of this device who approves, asked until the passcode is

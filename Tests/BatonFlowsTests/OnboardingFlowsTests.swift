@@ -128,6 +128,28 @@ import Testing
         }
     }
 
+    /// A tablet whose only user was wiped by the retry limit, offline, is not bricked: the device's slip, signed
+    /// when alice joined, ends her registration on the server, and bob, the next first user, re-keys the tablet.
+    @Test func aTabletWhoseLastUserWasWipedTakesANewFirstUser() async throws {
+        try await withServer(settings: ["passcode.retry-limit": "2"]) { server in
+            let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "12345678"))
+            let alice = try await device.manager.open()
+            #expect(try await server.server.devices.isRegistered(device: alice.deviceID, user: "alice"))
+            await device.manager.lock()
+            await device.presenter.append([.passcode("00000000"), .passcode("11111111")])
+            let error = await #expect(throws: FlowsError.self) { try await device.manager.unlock() }
+            #expect(error?.code == .wiped)
+            #expect(try await server.server.devices.isRegistered(device: alice.deviceID, user: "alice"))
+            #expect(try DepartureSlips(storage: DeviceStorage(directory: device.directory)).departed().count == 1)
+            await device.presenter.append(onboarding("bob", Passwords.bob, passcode: "87654321"))
+            let bob = try await device.manager.open()
+            #expect(bob.user.serverUserID == "bob" && bob.deviceID == alice.deviceID)
+            #expect(try await !server.server.devices.isRegistered(device: alice.deviceID, user: "alice"))
+            #expect(try await server.server.devices.isRegistered(device: alice.deviceID, user: "bob"))
+            #expect(try DepartureSlips(storage: DeviceStorage(directory: device.directory)).departed().isEmpty)
+        }
+    }
+
     @Test func resetPasscodeNeedsTheSameAccountAndReplacesEverything() async throws {
         try await withServer { server in
             let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "12345678"))
