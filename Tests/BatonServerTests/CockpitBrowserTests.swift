@@ -64,7 +64,11 @@ import Testing
             Bundle.module.url(forResource: "cockpit_browser", withExtension: "py", subdirectory: "Interop"))
         let result = try await ServerExecutableTests.run(
             TestPython.executable, [script.path, server.url.absoluteString, shots],
-            environment: ["BATON_ADMIN_PASSWORD": adminPassword, "BATON_STAFF_PASSWORD": staffPassword])
+            environment: [
+                "BATON_ADMIN_PASSWORD": adminPassword, "BATON_STAFF_PASSWORD": staffPassword,
+                "BATON_DEVICE_KEY": DeviceKeys.key(for: "tablet-9").rawRepresentation.map { String(format: "%02x", $0) }
+                    .joined(),
+            ])
         #expect(result.status == 0, "\(result.output)\(result.error)")
         #expect(result.output.contains("cockpit browser checks passed"), "\(result.output)\(result.error)")
         for name in [

@@ -475,7 +475,8 @@ struct CockpitRoutes: Sendable {
             // An entry may stand for several events (refused changes are counted per uploader, code and minute).
             func today(_ action: String) throws -> Int64 {
                 try db.fetchOne(
-                    "SELECT coalesce(sum(repeats), 0) FROM audit WHERE at >= ? AND action = ?", midnight, action)?[0]
+                    "SELECT CAST(coalesce(sum(repeats), 0) AS bigint) FROM audit WHERE at >= ? AND action = ?",
+                    midnight, action)?[0]
                     .integer ?? 0
             }
             return (

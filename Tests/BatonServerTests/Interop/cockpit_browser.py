@@ -2,17 +2,22 @@
 
 Usage: cockpit_browser.py BASE_URL SCREENSHOT_DIR
 Passwords come from the environment (never the command line): BATON_ADMIN_PASSWORD for `admin`,
-BATON_STAFF_PASSWORD for the ground-staff users `bob` and `dana`. Prints one line per check; exits non-zero on
-the first failure.
+BATON_STAFF_PASSWORD for the ground-staff users `bob` and `dana`, and BATON_DEVICE_KEY (hex) the raw P-256 key
+of the tablet `tablet-9`, which signs its log and usage uploads. Prints one line per check; exits non-zero on the
+first failure.
 """
 
 import base64
+import hashlib
 import json
 import os
 import re
 import sys
+import time
 
 import requests
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, utils
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -23,6 +28,40 @@ BASE = sys.argv[1].rstrip("/")
 SHOTS = sys.argv[2]
 ADMIN_PASSWORD = os.environ["BATON_ADMIN_PASSWORD"]
 STAFF_PASSWORD = os.environ["BATON_STAFF_PASSWORD"]
+DEVICE_KEY = ec.derive_private_key(int(os.environ["BATON_DEVICE_KEY"], 16), ec.SECP256R1())
+# What users write, planted where the cockpit shows it: a code point that joins the `<` into one grapheme cluster
+# with it (U+0600 ARABIC NUMBER SIGN) and a meta refresh, which the CSP does not block.
+ATTACK = "\u0600<meta http-equiv=refresh content=0;url=/health>"
+_last_proof = [0]
+
+
+def device_proof(method, path, body):
+    """`Baton-Device-Proof` for `method` on `path` (/devices/{id}/{action}) with `body`, signed by tablet-9's key."""
+    _last_proof[0] = max(int(time.time() * 1000), _last_proof[0] + 1)
+    stamp = _last_proof[0]
+    message = "\n".join(["baton-device-request-v1", method, path, "tablet-9", str(stamp),
+                         hashlib.sha256(body).hexdigest()]).encode()
+    r, s = utils.decode_dss_signature(DEVICE_KEY.sign(message, ec.ECDSA(hashes.SHA256())))
+    signature = base64.urlsafe_b64encode(r.to_bytes(32, "big") + s.to_bytes(32, "big")).rstrip(b"=").decode()
+    return f"t={stamp}, sig={signature}"
+
+
+def device_post(path, headers, payload):
+    """POSTs `payload` as JSON to `path` with the user's token and the tablet's own proof."""
+    body = json.dumps(payload).encode()
+    proven = dict(headers, **{"Content-Type": "application/json",
+                              "Baton-Device-Proof": device_proof("POST", path, body)})
+    return requests.post(BASE + path, headers=proven, data=body)
+
+
+def stays_text(driver, url, what):
+    """Opens `url` and checks, after the planted refresh would have fired, that the browser is still there and
+    the page holds no element the attack wrote."""
+    driver.get(url)
+    time.sleep(1.5)
+    check(driver.current_url == url, f"{what}: the browser stays on the page (at {driver.current_url})")
+    check(not driver.find_elements(By.CSS_SELECTOR, "meta[http-equiv], form[action*='/oauth/device']"),
+          f"{what}: the planted markup is no element")
 
 
 def check(condition, message):
@@ -217,6 +256,12 @@ try:
     kept = requests.post(BASE + "/devices/tablet-9/discarded-changes", headers=bob,
                          json={"author": "bob", "count": 1, "backup": base64.b64encode(sealed).decode()})
     check(kept.status_code == 201, "the tablet's backup is kept")
+    planted = requests.post(BASE + "/devices/tablet-9/discarded-changes", headers=bob,
+                            json={"author": ATTACK, "count": 1, "backup": base64.b64encode(sealed).decode()})
+    check(planted.status_code == 201, "a backup names any author (what a user wrote)")
+    stays_text(admin, BASE + "/admin/backups", "the backups page")
+    check(ATTACK in admin.find_element(By.ID, "backups").text, "the planted author reads as text")
+    stays_text(admin, BASE + f"/admin/backups/{planted.json()['id']}", "a planted backup's page")
     admin.get(BASE + "/admin/backups")
     row = admin.find_element(By.CSS_SELECTOR, f"tr[data-backup='{kept.json()['id']}']")
     check("tablet-9" in row.text and "bob" in row.text, "the backup is listed with its device and author")
@@ -239,10 +284,14 @@ try:
     check("Asked tablet-9 for its log" in admin.find_element(By.ID, "form-notice").text, "the log request is confirmed")
     check(requests.get(BASE + "/devices/tablet-9/status", headers=bob).json()["logsRequested"] is True,
           "the tablet learns that its log is wanted")
-    sent = requests.post(BASE + "/devices/tablet-9/logs", headers=bob,
-                         json={"reason": "requested", "lines": ["info baton: sync done <b>uploaded=3</b>"]})
+    bare = requests.post(BASE + "/devices/tablet-9/logs", headers=bob,
+                         json={"reason": "requested", "lines": ["made up"]})
+    check(bare.status_code == 403 and bare.json()["error"]["code"] == "DeviceProofRequired",
+          "a user's token alone cannot post the tablet's log")
+    sent = device_post("/devices/tablet-9/logs", bob,
+                       {"reason": "requested", "lines": ["info baton: sync done <b>uploaded=3</b>", ATTACK]})
     check(sent.status_code == 201, "the tablet's log is kept")
-    usage = requests.post(BASE + "/devices/tablet-9/usage", headers=bob, json={"events": [
+    usage = device_post("/devices/tablet-9/usage", bob, {"events": [
         {"id": "6f0b1c1e-0d55-4c6e-9d2b-3f1e5c2a7b10", "at": "2026-11-24T07:00:00Z", "name": "sync", "count": 3,
          "durationMs": 120}]})
     check(usage.status_code == 200 and usage.json() == {"accepted": 1}, "the tablet's usage events are kept")
@@ -254,6 +303,8 @@ try:
     check(not admin.find_elements(By.ID, "log-requested"), "the upload settled the request")
     check("120" in admin.find_element(By.ID, "usage").text, "the usage events are listed")
     shot(admin, "device-logs.png")
+    check(ATTACK in page, "the planted log line reads as text")
+    stays_text(admin, BASE + "/admin/devices/tablet-9/logs", "the device's log page")
     admin.get(BASE + "/admin/devices?q=tablet")
     row = admin.find_element(By.CSS_SELECTOR, "tr[data-device='tablet-9']")
     submit(admin, row.find_element(By.CSS_SELECTOR, "form[action$='/revoke'] button"))
@@ -303,7 +354,7 @@ try:
     shot(admin, "settings.png")
 
     # Audit: filter by user and action, page, download the CSV.
-    admin.get(BASE + "/admin/audit")
+    stays_text(admin, BASE + "/admin/audit", "the audit page")
     check(admin.find_element(By.TAG_NAME, "h1").text == "Audit", "the audit page shows")
     filter_form = admin.find_element(By.ID, "audit-filter")
     filter_form.find_element(By.NAME, "user").send_keys("admin")
@@ -371,4 +422,22 @@ try:
     check("/oauth/authorize" in staff.current_url, "a non-admin asking for a cockpit page is sent to sign in")
 finally:
     staff.quit()
+# The real sign-in page with a state that would close its form and open one posting the attacker's device code:
+# refused (400) before anything is reflected, and the browser stays on the refusal.
+visitor = browser()
+try:
+    visitor.get(BASE + "/admin/")
+    start = visitor.current_url
+    check("/oauth/authorize" in start and "state=" in start, "the cockpit sends a visitor to the sign-in page")
+    attack = ("\u0600\"><form action=/oauth/device method=post><input name=user_code value=BBBB-CCCC>"
+              "<input name=action value=approve>")
+    crafted = re.sub(r"state=[^&]*", "state=" + requests.utils.quote(attack, safe=""), start)
+    visitor.get(crafted)
+    time.sleep(1.5)
+    check("/oauth/authorize" in visitor.current_url, "the browser stays on the sign-in address")
+    check(not visitor.find_elements(By.CSS_SELECTOR, "form, meta[http-equiv]"),
+          "a crafted state writes no form (the page refuses it)")
+    check("state must be at most 512 printable ASCII" in visitor.page_source, "the refusal says why")
+finally:
+    visitor.quit()
 print("cockpit browser checks passed", flush=True)
