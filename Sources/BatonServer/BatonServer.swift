@@ -86,6 +86,8 @@ public struct BatonServer: Sendable {
     public let devices: DeviceRegistry
     /// The audit log.
     public let audit: AuditLog
+    /// The clock every part of the server reads (``BatonServerConfiguration/clock``).
+    let clock: ServerClock
     /// This server's metrics (requests, sign-ins, uploads, refusals, delta pages, batch sizes, database time).
     public let metrics = ServerMetrics()
     let tokens: TokenService
@@ -126,6 +128,7 @@ public struct BatonServer: Sendable {
         }
         self.database = database
         let clock = configuration.clock
+        self.clock = clock
         users = UserDirectory(
             database: database, clock: clock, bcryptCost: configuration.bcryptCost, policy: configuration.passwordPolicy
         )

@@ -7,6 +7,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
+import Logging
 import Testing
 
 /// The third attack review's findings on devices and storage, each attacked: proofs dated ahead of the server's
@@ -158,6 +159,27 @@ import Testing
             #expect(kept.count == 2)
             try await server.server.devices.deleteDiscardedChanges(try #require(kept.first?.id))
             #expect(try await send().0 == .created)
+            // Users filling the bound hold back no wipe: the device's own handback counts apart.
+            let sealed = try #require(
+                try AES.GCM.seal(Data("[]".utf8), using: key, authenticating: Data("baton-discarded-v1".utf8))
+                    .combined)
+            let handback = Array(#"{"author":"alice","count":1,"backup":"\#(sealed.base64EncodedString())"}"#.utf8)
+            var headers = try Self.proof(
+                "POST", "discarded-changes", body: handback, at: Self.millis(server))
+            headers[.contentType] = "application/json"
+            let (byDevice, _) = try await client.execute(
+                uri: "/devices/tablet-7/discarded-changes", method: .post, headers: headers,
+                body: ByteBuffer(bytes: handback)
+            ) { ($0.status, 0) }
+            #expect(byDevice == .created)
+            // Nobody files a backup under the name of someone who was never on the device.
+            let (foreign, reply2) = try await client.execute(
+                uri: "/devices/tablet-7/discarded-changes", method: .post,
+                headers: [.authorization: "Bearer \(alice)", .contentType: "application/json"],
+                body: ByteBuffer(
+                    string: #"{"author":"mallory","count":1,"backup":"\#(sealed.base64EncodedString())"}"#)
+            ) { ($0.status, String(buffer: $0.body)) }
+            #expect(foreign == .badRequest && reply2.contains("'mallory' was not"), "\(reply2)")
         }
     }
 
@@ -180,9 +202,16 @@ import Testing
             #expect(
                 try await OnBehalfTests.register(client, alice, device: "tablet-1", key: P256.Signing.PrivateKey())
                     == .ok)
+            // Leaving one makes room only once 30 days have passed: joining and leaving in a loop must not multiply
+            // what each device may keep.
             try await server.server.devices.unregister(device: "tablet-1", user: "alice")
             #expect(
                 try await OnBehalfTests.register(client, alice, device: "tablet-3", key: P256.Signing.PrivateKey())
+                    == .conflict)
+            server.clock.advance(by: 30 * 86_400 + 1)
+            let fresh = try await client.signIn("alice").access
+            #expect(
+                try await OnBehalfTests.register(client, fresh, device: "tablet-3", key: P256.Signing.PrivateKey())
                     == .ok)
         }
     }
@@ -236,5 +265,33 @@ import Testing
         #expect(try await server.server.audit.prune(settings: server.server.settings, now: now, actor: "t") == 12_000)
         let left = try await server.server.audit.entries(limit: 100)
         #expect(left.map(\.action).sorted() == ["audit-pruned", "new"])
+    }
+
+    /// `serve` runs the retention: a prune at start and then every interval, until the group shuts down.
+    @Test func theRetentionServicePrunesOnItsOwn() async throws {
+        let server = try await TestServer(backend: .sqlite)
+        defer { server.remove() }
+        let now = server.clock.current.withLock { $0 }
+        try await server.server.audit.record(
+            contentsOf: [
+                AuditEntry(
+                    at: now.addingTimeInterval(-401 * 86_400), actor: "x", action: "old", subject: nil, address: nil,
+                    detail: nil),
+                AuditEntry(at: now, actor: "x", action: "new", subject: nil, address: nil, detail: nil),
+            ])
+        let retention = AuditRetention(
+            server: server.server, interval: .milliseconds(50), logger: Logger(label: "test"))
+        let running = Task { try await retention.run() }
+        defer { running.cancel() }
+        try await eventually {
+            (try? await server.server.audit.entries(limit: 10).map(\.action).sorted()) == ["audit-pruned", "new"]
+        }
+        // A later entry past the retention goes at a later round, once the clock has moved.
+        server.clock.advance(by: 401 * 86_400)
+        try await eventually {
+            (try? await server.server.audit.entries(limit: 10).contains { $0.action == "new" }) == false
+        }
+        running.cancel()
+        try await running.value
     }
 }

@@ -88,7 +88,9 @@ public struct AuditLog: Sendable {
     /// - Returns: how many entries were deleted.
     /// - Throws: the database error of a failed batch (the batches before it stay deleted).
     @discardableResult
-    public func prune(before cutoff: Date, actor: String, batch: Int = 5_000) async throws -> Int {
+    public func prune(before cutoff: Date, actor: String, at now: Date = Date(), batch: Int = 5_000) async throws
+        -> Int
+    {
         var deleted = 0
         while true {
             let removed = try await database.storage.write { db in
@@ -102,17 +104,17 @@ public struct AuditLog: Sendable {
         if deleted > 0 {
             try await record(
                 AuditEntry(
-                    at: Date(), actor: actor, action: "audit-pruned", subject: nil, address: nil,
+                    at: now, actor: actor, action: "audit-pruned", subject: nil, address: nil,
                     detail: "\(deleted) entries from before \(cutoff.formatted(.iso8601))"))
         }
         return deleted
     }
 
-    /// Prunes what the setting `audit.retention-days` (default 400) no longer keeps (``prune(before:actor:batch:)``).
+    /// Prunes what the setting `audit.retention-days` (default 400) no longer keeps (``prune(before:actor:at:batch:)``).
     @discardableResult
     public func prune(settings: SettingsStore, now: Date, actor: String) async throws -> Int {
         let days = try await settings.current().audit.retentionDays
-        return try await prune(before: now.addingTimeInterval(-Double(days) * 86_400), actor: actor)
+        return try await prune(before: now.addingTimeInterval(-Double(days) * 86_400), actor: actor, at: now)
     }
 
     static func insert(_ entries: [AuditEntry], in db: any SQLConnection) throws {

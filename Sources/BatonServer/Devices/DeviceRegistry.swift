@@ -55,6 +55,9 @@ public struct DeviceRegistry: Sendable {
         }
     }
 
+    /// How long a device the user left still counts against `devices.max-per-user`, in seconds: 30 days.
+    static let recentDevicesWindow: TimeInterval = 30 * 86_400
+
     /// At most this many departures in one request.
     public static let maxDepartures = 50
 
@@ -183,10 +186,14 @@ public struct DeviceRegistry: Sendable {
                 ].bool ?? false
             if !userActive {
                 let limit = try SettingsStore.current(in: db).devices.maxPerUser
+                // Devices the user is on, or left within the last 30 days: joining and leaving in a loop must not
+                // multiply what each device may keep (logs, usage, backups).
                 let on =
                     try db.fetchOne(
-                        #"SELECT COUNT(*) FROM deviceRegistrations WHERE "user" = ? AND active = 1"#, user)?[0].integer
-                    ?? 0
+                        #"""
+                        SELECT COUNT(DISTINCT device) FROM signingKeys
+                        WHERE "user" = ? AND (replacedAt IS NULL OR replacedAt > ?)
+                        """#, user, now.addingTimeInterval(-Self.recentDevicesWindow))?[0].integer ?? 0
                 guard on < limit else {
                     throw ServerError(
                         .conflict, "TooManyDevices",
@@ -465,9 +472,12 @@ extension DeviceRegistry {
         }
         // The device itself (its own proof) hands back what it holds even after a revocation; a user must be
         // registered on it.
+        // Only changes of users who were registered on the device: nobody files a backup under another name.
         let byDevice = uploader == "device:\(device)"
-        if byDevice, try await !wasRegistered(device: device, user: author) {
-            throw ServerError.badRequest("A device hands back only the changes of users who were registered on it.")
+        if try await !wasRegistered(device: device, user: author) {
+            throw ServerError.badRequest(
+                "A backup holds only the changes of users who were registered on this device; '\(author.prefix(64))' was not."
+            )
         }
         let key = byDevice ? try await deviceStoreKey(device) : try await storeKey(device: device, user: uploader)
         guard
@@ -483,8 +493,13 @@ extension DeviceRegistry {
             // The device's row is locked first (on PostgreSQL), so two backups at once cannot both pass the bounds.
             try db.execute("UPDATE devices SET id = id WHERE id = ?", device)
             let bounds = try SettingsStore.current(in: db).backups
+            // The device's own handback before a wipe counts apart from its users' uploads, so that users
+            // filling the bound cannot hold back an admin's wipe.
             let kept = try db.fetchOne(
-                "SELECT COUNT(*), COALESCE(SUM(length(sealed)), 0) FROM discardedChanges WHERE device = ?", device)
+                """
+                SELECT COUNT(*), COALESCE(SUM(length(sealed)), 0) FROM discardedChanges
+                WHERE device = ? AND uploader \(byDevice ? "=" : "<>") ?
+                """, device, "device:\(device)")
             let keptCount = kept?[0].integer ?? 0
             let keptBytes = kept?[1].integer ?? 0
             guard keptCount < bounds.maxPerDevice,
