@@ -31,7 +31,7 @@ import Testing
             row(actor: "=HYPERLINK(\"http://x\")", action: "sign-in", detail: "a, \"quoted\"\nline", subject: "-2+3")
         ])
         let lines = csv.components(separatedBy: "\r\n")
-        #expect(lines[0] == "id,at,actor,action,subject,address,detail,checked_by,uploaded_by,on_behalf")
+        #expect(lines[0] == "id,at,actor,action,subject,address,detail,checked_by,uploaded_by,on_behalf,repeats")
         #expect(lines[1].hasPrefix("7,2026-11-18T"))
         #expect(csv.contains(#""'=HYPERLINK(""http://x"")""#))
         #expect(csv.contains(",'-2+3,"))

@@ -82,6 +82,20 @@ public struct AuditLog: Sendable {
         }
     }
 
+    /// Records `entry` counted per actor, action, subject, detail and minute (``recordAggregated(_:)``): for what
+    /// any account may ask for in a loop (a store key, a re-registration, revoking a token), so the log grows with
+    /// the minutes, not the request rate.
+    ///
+    /// - Throws: the database error, if the write fails.
+    public func recordCounted(_ entry: AuditEntry) async throws {
+        let minute = Int64((entry.at.timeIntervalSince1970 / 60).rounded(.down))
+        let key = [
+            entry.action, entry.actor ?? "", entry.subject ?? "", entry.detail ?? "", entry.address ?? "",
+            String(minute),
+        ].joined(separator: "\n")
+        try await recordAggregated([(entry, key)])
+    }
+
     /// Deletes the entries older than `cutoff`, in batches of `batch` (each its own short transaction, so a
     /// large prune never holds the log), and records that it did.
     ///

@@ -117,7 +117,7 @@ struct ServiceRoutes {
                         at: clock.now(), actor: name, action: "device-departure", subject: device,
                         address: context.clientAddress, detail: "user \(departed), declared with the device key"))
             }
-            try await audit.record(
+            try await audit.recordCounted(
                 AuditEntry(
                     at: clock.now(), actor: name, action: "device-registered", subject: device,
                     address: context.clientAddress, detail: "key \(registration.keyID)"))
@@ -147,7 +147,7 @@ struct ServiceRoutes {
             let key = try await devices.storeKey(device: device, user: name)
             try await devices.noteContact(
                 device: device, appVersion: request.headers[.batonAppVersion], family: context.claims?.family)
-            try await audit.record(
+            try await audit.recordCounted(
                 AuditEntry(
                     at: clock.now(), actor: name, action: "store-key-fetched", subject: device,
                     address: context.clientAddress, detail: nil))

@@ -447,7 +447,7 @@ struct TokenService: Sendable {
             return row["user"].text
         }
         if let refreshOwner {
-            try await audit.record(
+            try await audit.recordCounted(
                 AuditEntry(
                     at: clock.now(), actor: refreshOwner, action: "token-revoked", subject: refreshOwner,
                     address: caller.address, detail: "refresh token family"))
@@ -463,7 +463,7 @@ struct TokenService: Sendable {
                 claims.jti.value, claims.exp.value)
             try db.execute("DELETE FROM revokedAccessTokens WHERE expiresAt < ?", now)
         }
-        try await audit.record(
+        try await audit.recordCounted(
             AuditEntry(
                 at: clock.now(), actor: claims.sub.value, action: "token-revoked", subject: claims.sub.value,
                 address: caller.address, detail: "access token"))

@@ -208,7 +208,7 @@ struct ODataRoutes {
         async
     {
         guard !refused.isEmpty else { return }
-        let now = Date()
+        let now = service.clock.now()
         let minute = Int64(now.timeIntervalSince1970 / 60)
         let entries = refused.map { request, code in
             (

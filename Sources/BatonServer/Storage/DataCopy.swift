@@ -25,7 +25,8 @@ public enum DataCopy {
     static let serverTables = [
         "users", "refreshTokens", "authorizationCodes", "revokedAccessTokens", "settings", "devices",
         "deviceRegistrations", "signingKeys", "audit", "discardedChanges", "signInFailures", "signInKnown",
-        "tokenSigningKeys", "cockpitSessions", "deviceTokenFamilies", "deviceAuthorizations", "usageEvents",
+        "tokenSigningKeys", "cockpitSessions", "deviceTokenFamilies", "deviceAuthorizations", "deviceProofs",
+        "usageEvents",
         "deviceLogs",
     ]
     /// The data store's own tables (the entity tables come from the model).

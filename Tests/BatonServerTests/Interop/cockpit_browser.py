@@ -247,6 +247,11 @@ try:
     check(refusal.status_code == 428, "a change without its ETag is refused")
     overview = requests.get(BASE + "/admin/", cookies=jar).text
     check('id="refusals-today">1<' in overview, "the overview counts the refused change")
+    # A refused change claims an author of the attacker's choosing (the header's UTF-8 bytes): the audit page
+    # shows it as text.
+    planted = requests.patch(BASE + "/odata/PreflightChecks(00000000-0000-4000-8000-00000000beef)",
+                             headers=dict(bob, **{"Baton-Author": ATTACK.encode()}), json={"Remarks": "x"})
+    check(400 <= planted.status_code < 500, "a change by a made-up author is refused")
 
     # Bob's tablet backs up a removed user's changes, encrypted with its store key, as the app does.
     store_key = base64.b64decode(requests.get(BASE + "/devices/tablet-9/store-key", headers=bob).json()["key"])
@@ -258,10 +263,9 @@ try:
     check(kept.status_code == 201, "the tablet's backup is kept")
     planted = requests.post(BASE + "/devices/tablet-9/discarded-changes", headers=bob,
                             json={"author": ATTACK, "count": 1, "backup": base64.b64encode(sealed).decode()})
-    check(planted.status_code == 201, "a backup names any author (what a user wrote)")
+    check(planted.status_code == 400, "a backup names only a user who was on the tablet")
     stays_text(admin, BASE + "/admin/backups", "the backups page")
-    check(ATTACK in admin.find_element(By.ID, "backups").text, "the planted author reads as text")
-    stays_text(admin, BASE + f"/admin/backups/{planted.json()['id']}", "a planted backup's page")
+    stays_text(admin, BASE + f"/admin/backups/{kept.json()['id']}", "a backup's page")
     admin.get(BASE + "/admin/backups")
     row = admin.find_element(By.CSS_SELECTOR, f"tr[data-backup='{kept.json()['id']}']")
     check("tablet-9" in row.text and "bob" in row.text, "the backup is listed with its device and author")
@@ -356,6 +360,7 @@ try:
     # Audit: filter by user and action, page, download the CSV.
     stays_text(admin, BASE + "/admin/audit", "the audit page")
     check(admin.find_element(By.TAG_NAME, "h1").text == "Audit", "the audit page shows")
+    check(ATTACK in admin.find_element(By.TAG_NAME, "main").text, "the planted author reads as text in the audit")
     filter_form = admin.find_element(By.ID, "audit-filter")
     filter_form.find_element(By.NAME, "user").send_keys("admin")
     filter_form.find_element(By.NAME, "action").send_keys("settings-changed")
