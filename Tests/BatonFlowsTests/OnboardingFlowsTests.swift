@@ -1,6 +1,7 @@
 import BatonClient
 import BatonFlows
 import BatonSecureStore
+import BatonServer
 import BatonTestSupport
 import BatonTesting
 import Foundation
@@ -129,25 +130,38 @@ import Testing
     }
 
     /// A tablet whose only user was wiped by the retry limit, offline, is not bricked: the device's slip, signed
-    /// when alice joined, ends her registration on the server, and bob, the next first user, re-keys the tablet.
+    /// when alice joined, ends her registration on the server once she has been quiet there for an hour (the slip
+    /// lies in the tablet's files, where a thief finds it too), and bob, the next first user, re-keys the tablet.
     @Test func aTabletWhoseLastUserWasWipedTakesANewFirstUser() async throws {
-        try await withServer(settings: ["passcode.retry-limit": "2"]) { server in
-            let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "12345678"))
-            let alice = try await device.manager.open()
-            #expect(try await server.server.devices.isRegistered(device: alice.deviceID, user: "alice"))
-            await device.manager.lock()
-            await device.presenter.append([.passcode("00000000"), .passcode("11111111")])
-            let error = await #expect(throws: FlowsError.self) { try await device.manager.unlock() }
-            #expect(error?.code == .wiped)
-            #expect(try await server.server.devices.isRegistered(device: alice.deviceID, user: "alice"))
-            #expect(try DepartureSlips(storage: DeviceStorage(directory: device.directory)).departed().count == 1)
-            await device.presenter.append(onboarding("bob", Passwords.bob, passcode: "87654321"))
-            let bob = try await device.manager.open()
-            #expect(bob.user.serverUserID == "bob" && bob.deviceID == alice.deviceID)
-            #expect(try await !server.server.devices.isRegistered(device: alice.deviceID, user: "alice"))
-            #expect(try await server.server.devices.isRegistered(device: alice.deviceID, user: "bob"))
-            #expect(try DepartureSlips(storage: DeviceStorage(directory: device.directory)).departed().isEmpty)
-        }
+        let ahead = Mutex<TimeInterval>(0)
+        let server = try await LiveServer.start(
+            settings: ["passcode.retry-limit": "2"],
+            clock: ServerClock { Date().addingTimeInterval(ahead.withLock { $0 }) })
+        defer { Task { await server.shutDown() } }
+        try await server.addUser("alice", displayName: "Alice", password: Passwords.alice)
+        try await server.addUser("bob", displayName: "Bob", password: Passwords.bob)
+        let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "12345678"))
+        let alice = try await device.manager.open()
+        #expect(try await server.server.devices.isRegistered(device: alice.deviceID, user: "alice"))
+        await device.manager.lock()
+        await device.presenter.append([.passcode("00000000"), .passcode("11111111")])
+        let error = await #expect(throws: FlowsError.self) { try await device.manager.unlock() }
+        #expect(error?.code == .wiped)
+        #expect(try await server.server.devices.isRegistered(device: alice.deviceID, user: "alice"))
+        let slips = DepartureSlips(storage: try DeviceStorage(directory: device.directory))
+        #expect(try slips.departed().count == 1)
+        // Within the hour, the server does not take the tablet's word for it: bob is told why, nothing is lost.
+        await device.presenter.append(onboarding("bob", Passwords.bob, passcode: "87654321"))
+        let early = await #expect(throws: FlowsError.self) { try await device.manager.open() }
+        #expect(early?.message.contains("less than an hour ago") == true, "\(String(describing: early))")
+        #expect(try slips.departed().count == 1)
+        ahead.withLock { $0 = 3_700 }
+        await device.presenter.append(onboarding("bob", Passwords.bob, passcode: "87654321"))
+        let bob = try await device.manager.open()
+        #expect(bob.user.serverUserID == "bob" && bob.deviceID == alice.deviceID)
+        #expect(try await !server.server.devices.isRegistered(device: alice.deviceID, user: "alice"))
+        #expect(try await server.server.devices.isRegistered(device: alice.deviceID, user: "bob"))
+        #expect(try slips.departed().isEmpty)
     }
 
     @Test func resetPasscodeNeedsTheSameAccountAndReplacesEverything() async throws {

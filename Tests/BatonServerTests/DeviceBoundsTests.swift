@@ -77,9 +77,9 @@ import Testing
                 return
                     #"{"user":"alice","keyID":"\#(keyID)","signature":"\#(signature.rawRepresentation.base64URLEncoded)"}"#
             }
-            let bob = try await client.signIn("bob").access
             let newDeviceKey = P256.Signing.PrivateKey()
-            func register(departures: String) async throws -> HTTPResponse.Status {
+            func register(departures: String) async throws -> (HTTPResponse.Status, String) {
+                let bob = try await client.signIn("bob").access
                 let key = P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString()
                 var body = DeviceKeys.body(device: "tablet-7", token: bob, publicKey: key, approver: newDeviceKey)
                 body.removeLast()
@@ -88,12 +88,19 @@ import Testing
                     uri: "/devices/tablet-7/registration", method: .put,
                     headers: [.authorization: "Bearer \(bob)", .contentType: "application/json"],
                     body: ByteBuffer(string: body)
-                ) { $0.status }
+                ) { ($0.status, String(buffer: $0.body)) }
             }
             // Signed by any other key: nothing ends, bob is refused.
-            #expect(try await register(departures: try departure(signedBy: P256.Signing.PrivateKey())) == .forbidden)
+            #expect(try await register(departures: try departure(signedBy: P256.Signing.PrivateKey())).0 == .forbidden)
             #expect(try await server.server.devices.isRegistered(device: "tablet-7", user: "alice"))
-            #expect(try await register(departures: try departure(signedBy: DeviceKeys.key(for: "tablet-7"))) == .ok)
+            // The tablet's own slip, while alice was on the device within the hour: she has not left (the slip
+            // lies in the tablet's files, where a thief finds it too); her departure waits, and says so.
+            let genuine = try departure(signedBy: DeviceKeys.key(for: "tablet-7"))
+            let (soon, refusal) = try await register(departures: genuine)
+            #expect(soon == .forbidden && refusal.contains("less than an hour ago"), "\(refusal)")
+            #expect(try await server.server.devices.isRegistered(device: "tablet-7", user: "alice"))
+            server.clock.advance(by: 3_601)
+            #expect(try await register(departures: genuine).0 == .ok)
             #expect(try await !server.server.devices.isRegistered(device: "tablet-7", user: "alice"))
             #expect(try await server.server.audit.entries().contains { $0.action == "device-departure" })
         }

@@ -228,6 +228,25 @@ import Testing
         #expect(missing.error == "Error: There is no user named 'nobody'.\n")
     }
 
+    /// The retention and the backup bound's way out, as an operator runs them: `audit prune` (and its bad
+    /// `--days`), `backups delete` of an id that is not there.
+    @Test func theAuditIsPrunedAndBackupsDeletedFromTheCommandLine() async throws {
+        let dataDir = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dataDir) }
+        _ = try await Self.server(["migrate", "--data-dir", dataDir])
+        let pruned = try await Self.server(["audit", "prune", "--data-dir", dataDir])
+        #expect(pruned.status == 0, "\(pruned.error)")
+        #expect(pruned.output.hasPrefix("Deleted 0 audit entries."), "\(pruned.output)")
+        let tooFew = try await Self.server(["audit", "prune", "--days", "3", "--data-dir", dataDir])
+        #expect(tooFew.status != 0)
+        #expect(tooFew.error.contains("--days must be 7 or more, not 3."), "\(tooFew.error)")
+        let missing = try await Self.server(["backups", "delete", "41", "--data-dir", dataDir])
+        #expect(missing.status == 1)
+        #expect(missing.error == "Error: No kept backup 41.\n", "\(missing.error)")
+        let retention = try await Self.server(["settings", "set", "audit.retention-days", "3", "--data-dir", dataDir])
+        #expect(retention.status == 1 && retention.error.contains("audit.retention-days"), "\(retention.error)")
+    }
+
     @Test func devicesAreListedRevokedAndOrderedWipedFromTheCommandLine() async throws {
         let server = try await LiveServer.start()
         try await server.addUser("alice", displayName: "Alice", password: "blue-harbour-1234")

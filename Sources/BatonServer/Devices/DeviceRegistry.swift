@@ -175,7 +175,8 @@ public struct DeviceRegistry: Sendable {
         return try await database.storage.write { db in
             let existing = try db.fetchOne("SELECT publicKey, revokedAt FROM devices WHERE id = ?", device)
             if let existing, existing["revokedAt"] != .null { throw Self.revoked(device) }
-            let departed = try Self.end(departures, on: device, at: now, in: db)
+            let ending = try Self.end(departures, on: device, at: now, in: db)
+            let departed = ending.ended
             let active =
                 try db.fetchOne("SELECT COUNT(*) FROM deviceRegistrations WHERE device = ? AND active = 1", device)?[0]
                 .integer ?? 0
@@ -208,6 +209,9 @@ public struct DeviceRegistry: Sendable {
                 let approved = stored.map(proves) ?? false
                 if !approved && !userActive {
                     guard active == 0 || stored == nil, let offered = proof?.deviceKey, proves(offered) else {
+                        if let waiting = ending.waiting.first {
+                            throw Self.departureTooSoon(device, user: waiting)
+                        }
                         throw Self.proofRequired(device)
                     }
                     // Nobody is on the device (or it predates device keys and nobody is on it): a new device key,
@@ -261,15 +265,20 @@ public struct DeviceRegistry: Sendable {
     /// for a user who came back with a new one, ends nothing). The user's key retires as at
     /// ``unregister(device:user:)``.
     ///
-    /// - Returns: the users whose registration ended, in order.
+    /// A departure is kept on the tablet outside every secure store (it must outlive a wiped one), so whoever
+    /// holds the tablet's files holds one for each of its users. So it ends only the registration of a user who
+    /// has been quiet on the device for ``departureQuiet``: no token refreshed through it, no key registered on
+    /// it. A user the server saw there lately has not left; their departure waits (``Ending/waiting``).
+    ///
+    /// - Returns: the users whose registration ended, and those whose departure must wait, in order.
     static func end(_ departures: [Departure], on device: String, at now: Date, in db: any SQLConnection) throws
-        -> [String]
+        -> Ending
     {
         guard !departures.isEmpty,
             let stored = try db.fetchOne("SELECT publicKey FROM devices WHERE id = ?", device)?["publicKey"].bytes,
             let key = try? P256.Signing.PublicKey(x963Representation: stored)
-        else { return [] }
-        var ended: [String] = []
+        else { return Ending() }
+        var ending = Ending()
         for departure in departures.prefix(maxDepartures) {
             let message = DeviceDeparture.message(device: device, user: departure.user, keyID: departure.keyID)
             guard key.isValidSignature(departure.signature, for: message) else { continue }
@@ -277,12 +286,44 @@ public struct DeviceRegistry: Sendable {
                 #"SELECT 1 FROM signingKeys WHERE id = ? AND device = ? AND "user" = ? AND replacedAt IS NULL"#,
                 departure.keyID, device, departure.user)
             guard current != nil else { continue }
+            let refreshed = try db.fetchOne(
+                #"""
+                SELECT max(r.createdAt) FROM refreshTokens r JOIN deviceTokenFamilies f ON f.family = r.family
+                WHERE f.device = ? AND r."user" = ?
+                """#, device, departure.user)?[0].real
+            let registered = try db.fetchOne("SELECT registeredAt FROM signingKeys WHERE id = ?", departure.keyID)?[
+                0
+            ].date
+            let lastSeen = max(refreshed ?? 0, registered?.timeIntervalSince1970 ?? 0)
+            guard now.timeIntervalSince1970 - lastSeen >= departureQuiet else {
+                ending.waiting.append(departure.user)
+                continue
+            }
             try db.execute(
                 #"UPDATE deviceRegistrations SET active = 0 WHERE device = ? AND "user" = ?"#, device, departure.user)
             try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE id = ?", now, departure.keyID)
-            ended.append(departure.user)
+            ending.ended.append(departure.user)
         }
-        return ended
+        return ending
+    }
+
+    /// What ``end(_:on:at:in:)`` did with the departures it was given.
+    struct Ending: Sendable {
+        /// The users whose registration ended.
+        var ended: [String] = []
+        /// The users the server saw on the device within ``departureQuiet``: their departure waits.
+        var waiting: [String] = []
+    }
+
+    /// How long a user must have been quiet on a device before a departure ends their registration there, in
+    /// seconds: one hour.
+    static let departureQuiet: TimeInterval = 3_600
+
+    static func departureTooSoon(_ device: String, user: String) -> ServerError {
+        ServerError(
+            .forbidden, "DeviceProofRequired",
+            "'\(user.prefix(64))' was on device '\(device.prefix(128))' less than an hour ago: the device's word that they left counts after an hour without them, or an administrator removes them from the device in the cockpit."
+        )
     }
 
     /// Ends the registrations of users who left `device` (see ``end(_:on:at:in:)``) — sent by the device itself,
@@ -291,7 +332,7 @@ public struct DeviceRegistry: Sendable {
     /// - Returns: the users whose registration ended.
     public func endRegistrations(device: String, departures: [Departure]) async throws -> [String] {
         let now = clock.now()
-        return try await database.storage.write { db in try Self.end(departures, on: device, at: now, in: db) }
+        return try await database.storage.write { db in try Self.end(departures, on: device, at: now, in: db).ended }
     }
 
     /// Reads `{"user": …, "keyID": …, "signature": <base64url raw ECDSA>}` objects.
