@@ -264,22 +264,40 @@ extension BatonClient {
     public func sendDepartures(
         _ configuration: ServerConfiguration, deviceID: String, departures: [SignedDeparture],
         as credential: DeviceCredential
-    ) async throws(BatonClientError) -> [String] {
+    ) async throws(BatonClientError) -> DepartureAnswer {
         guard let template = configuration.deviceDeparturesEndpoint else {
             throw BatonClientError(.invalidResponse, "This server takes no departures.")
         }
         struct Body: Encodable { var departures: [SignedDeparture] }
-        struct Answer: Decodable { var departed: [String] }
+
         let body = (try? JSONEncoder().encode(Body(departures: departures))) ?? Data()
         let response = try await sendForDevice(
             ClientRequest(
                 method: "POST", url: try endpoint(template, deviceID: deviceID),
                 headers: [("Content-Type", "application/json")], body: Array(body)),
             deviceID: deviceID, as: credential)
-        guard response.status == 200, let answer = try? JSONDecoder().decode(Answer.self, from: Data(response.body))
+        guard response.status == 200,
+            let answer = try? JSONDecoder().decode(DepartureAnswer.self, from: Data(response.body))
         else { throw Self.error(from: response, doing: "declare the users who left this device") }
-        return answer.departed
+        return answer
     }
+}
+
+/// What the server did with declared departures (``BatonClient/sendDepartures(_:deviceID:departures:as:)``).
+public struct DepartureAnswer: Sendable, Hashable, Decodable {
+    /// The users whose registration on the device ended.
+    public var departed: [String]
+    /// The users the server saw on the device within the hour: their departure waits, and is sent again later.
+    public var waiting: [String]
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        departed = try container.decode([String].self, forKey: .departed)
+        // Absent from servers before the quiet hour.
+        waiting = try container.decodeIfPresent([String].self, forKey: .waiting) ?? []
+    }
+
+    enum CodingKeys: String, CodingKey { case departed, waiting }
 }
 
 /// A user's departure from a device, signed with the device key when the user joined (``DeviceDeparture``):

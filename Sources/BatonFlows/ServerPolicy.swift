@@ -109,10 +109,11 @@ extension OnboardingSessionManager {
         // their registrations. Best effort: what does not go now goes at the next contact.
         let slips = DepartureSlips(storage: storage)
         if let credential, let departed = try? slips.departed(), !departed.isEmpty,
-            (try? await client.sendDepartures(
-                configuration, deviceID: deviceID, departures: departed, as: credential)) != nil
+            let answer = try? await client.sendDepartures(
+                configuration, deviceID: deviceID, departures: departed, as: credential)
         {
-            try? slips.forget(departed)
+            // A departure the server puts off (its user was seen within the hour) is kept and sent again.
+            try? slips.forget(departed.filter { !answer.waiting.contains($0.user) })
         }
         var withdrawn = Set(status.withdrawnUsers)
         if selfWithdrawn, let name = session.user.serverUserID { withdrawn.insert(name) }

@@ -106,6 +106,76 @@ import Testing
         }
     }
 
+    /// A user at the tablet is seen whichever sign-in they use: a status poll with a new sign-in links it to the
+    /// device, so a departure for them waits (before, only the sign-in they registered with counted, and a user
+    /// who signed in again looked quiet while working). The route says which departures wait, and the tablet
+    /// keeps those slips.
+    @Test(arguments: StorageBackend.allCases) func aDepartureWaitsWhileItsUserIsSeenOnTheDevice(
+        backend: StorageBackend
+    ) async throws {
+        try await SecurityTests.live(backend: backend) { server, client in
+            let aliceKey = P256.Signing.PrivateKey()
+            #expect(
+                try await OnBehalfTests.register(client, try await client.signIn("alice").access, key: aliceKey) == .ok)
+            let bob = try await client.signIn("bob").access
+            #expect(
+                try await client.execute(
+                    uri: "/devices/tablet-7/registration", method: .put,
+                    headers: [.authorization: "Bearer \(bob)", .contentType: "application/json"],
+                    body: ByteBuffer(
+                        string: DeviceKeys.body(
+                            device: "tablet-7", token: bob,
+                            publicKey: P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString()))
+                ) { $0.status } == .ok)
+            let keyID = Data(SHA256.hash(data: aliceKey.publicKey.x963Representation)).base64URLEncoded
+            let signature = try DeviceKeys.key(for: "tablet-7").signature(
+                for: DeviceDeparture.message(device: "tablet-7", user: "alice", keyID: keyID))
+            let slip =
+                #"{"departures":[{"user":"alice","keyID":"\#(keyID)","signature":"\#(signature.rawRepresentation.base64URLEncoded)"}]}"#
+            func declare() async throws -> [String: Any] {
+                let token = try await client.signIn("bob").access
+                return try await client.execute(
+                    uri: "/devices/tablet-7/departures", method: .post,
+                    headers: [.authorization: "Bearer \(token)", .contentType: "application/json"],
+                    body: ByteBuffer(string: slip)
+                ) { TestClient.Response.object($0.body) }
+            }
+            // Two hours on, alice signs in anew (a new sign-in) and her app asks the device's status.
+            server.clock.advance(by: 7_200)
+            let again = try await client.signIn("alice").access
+            #expect(try await client.get("/devices/tablet-7/status", token: again).0 == .ok)
+            let waiting = try await declare()
+            #expect(waiting["departed"] as? [String] == [] && waiting["waiting"] as? [String] == ["alice"])
+            #expect(try await server.server.devices.isRegistered(device: "tablet-7", user: "alice"))
+            server.clock.advance(by: 3_601)
+            let ended = try await declare()
+            #expect(ended["departed"] as? [String] == ["alice"] && ended["waiting"] as? [String] == [])
+            #expect(try await !server.server.devices.isRegistered(device: "tablet-7", user: "alice"))
+        }
+    }
+
+    /// What any account can repeat in a loop leaves a bounded trace: fresh keys on one device are capped per day
+    /// (each is a key row kept for ever), and store-key fetches of one minute are one audit entry, counted.
+    @Test(arguments: StorageBackend.allCases) func loopsOfKeysAndFetchesLeaveABoundedTrace(backend: StorageBackend)
+        async throws
+    {
+        try await SecurityTests.live(backend: backend) { server, client in
+            let alice = try await client.signIn("alice").access
+            var statuses: [HTTPResponse.Status] = []
+            for _ in 0..<22 {
+                statuses.append(try await OnBehalfTests.register(client, alice, key: P256.Signing.PrivateKey()))
+            }
+            #expect(
+                statuses.prefix(20).allSatisfy { $0 == .ok }
+                    && statuses.suffix(2).allSatisfy { $0 == .tooManyRequests }, "\(statuses)")
+            for _ in 0..<30 { #expect(try await client.get("/devices/tablet-7/store-key", token: alice).0 == .ok) }
+            let entries = try await server.server.audit.entries(limit: 1_000)
+            let fetched = entries.filter { $0.action == "store-key-fetched" }
+            #expect(fetched.count == 1 && fetched.first?.repeats == 30, "\(fetched.map(\.repeats))")
+            #expect(entries.filter { $0.action == "device-registered" }.map(\.repeats).reduce(0, +) == 20)
+        }
+    }
+
     // MARK: (c) Device-proven uploads — SecurityTests
 
     /// Fails before: a registered user's token alone posted a log for the tablet (201).

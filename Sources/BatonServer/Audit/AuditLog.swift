@@ -82,16 +82,18 @@ public struct AuditLog: Sendable {
         }
     }
 
-    /// Records `entry` counted per actor, action, subject, detail and minute (``recordAggregated(_:)``): for what
+    /// Records `entry` counted per actor, action, subject, network and minute (``recordAggregated(_:)``): for what
     /// any account may ask for in a loop (a store key, a re-registration, revoking a token), so the log grows with
     /// the minutes, not the request rate.
     ///
     /// - Throws: the database error, if the write fails.
     public func recordCounted(_ entry: AuditEntry) async throws {
         let minute = Int64((entry.at.timeIntervalSince1970 / 60).rounded(.down))
+        // Not the detail (a new key id each time would defeat the count), and an address by its network (an IPv6
+        // client may take a new address for every request).
         let key = [
-            entry.action, entry.actor ?? "", entry.subject ?? "", entry.detail ?? "", entry.address ?? "",
-            String(minute),
+            entry.action, entry.actor ?? "", entry.subject ?? "",
+            entry.address.map(DeviceAuthorizations.network(of:)) ?? "", String(minute),
         ].joined(separator: "\n")
         try await recordAggregated([(entry, key)])
     }

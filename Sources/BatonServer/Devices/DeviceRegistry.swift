@@ -55,6 +55,10 @@ public struct DeviceRegistry: Sendable {
         }
     }
 
+    /// The most signing keys one user registers on one device in 24 hours: 20 (a passcode reset or a new
+    /// onboarding makes one; a loop of them would fill the key table and the audit log).
+    static let keysPerDay = 20
+
     /// How long a device the user left still counts against `devices.max-per-user`, in seconds: 30 days.
     static let recentDevicesWindow: TimeInterval = 30 * 86_400
 
@@ -242,6 +246,20 @@ public struct DeviceRegistry: Sendable {
                 }
                 registeredAt = owner["registeredAt"].date ?? now
             } else {
+                // A new key is a row kept for ever (it verifies what it signed): registering fresh keys in a loop
+                // is bounded per device and user and day.
+                let today =
+                    try db.fetchOne(
+                        #"SELECT COUNT(*) FROM signingKeys WHERE device = ? AND "user" = ? AND registeredAt > ?"#,
+                        device, user, now.addingTimeInterval(-86_400))?[0].integer ?? 0
+                guard today < Self.keysPerDay else {
+                    var error = ServerError(
+                        .tooManyRequests, "TooManyRequests",
+                        "'\(user.prefix(64))' registered \(today) signing keys on device '\(device.prefix(128))' in the last 24 hours, the most a day; register again tomorrow."
+                    )
+                    error.headers = [(.retryAfter, "3600")]
+                    throw error
+                }
                 try db.execute(
                     #"UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND "user" = ? AND replacedAt IS NULL"#,
                     now,
@@ -329,10 +347,14 @@ public struct DeviceRegistry: Sendable {
     /// Ends the registrations of users who left `device` (see ``end(_:on:at:in:)``) — sent by the device itself,
     /// or by one of its current users, when it next reaches the server.
     ///
-    /// - Returns: the users whose registration ended.
-    public func endRegistrations(device: String, departures: [Departure]) async throws -> [String] {
+    /// - Returns: the users whose registration ended, and those seen on the device within the hour, whose
+    ///   departure waits.
+    public func endRegistrations(device: String, departures: [Departure]) async throws -> (
+        ended: [String], waiting: [String]
+    ) {
         let now = clock.now()
-        return try await database.storage.write { db in try Self.end(departures, on: device, at: now, in: db).ended }
+        let ending = try await database.storage.write { db in try Self.end(departures, on: device, at: now, in: db) }
+        return (ending.ended, ending.waiting)
     }
 
     /// Reads `{"user": …, "keyID": …, "signature": <base64url raw ECDSA>}` objects.
@@ -512,15 +534,15 @@ extension DeviceRegistry {
             throw ServerError.badRequest("A backup names its author and holds at least one change.")
         }
         // The device itself (its own proof) hands back what it holds even after a revocation; a user must be
-        // registered on it.
-        // Only changes of users who were registered on the device: nobody files a backup under another name.
+        // registered on it (checked first, so a stranger learns nothing of who was on the device).
         let byDevice = uploader == "device:\(device)"
+        let key = byDevice ? try await deviceStoreKey(device) : try await storeKey(device: device, user: uploader)
+        // Only changes of users who were registered on the device: nobody files a backup under another name.
         if try await !wasRegistered(device: device, user: author) {
             throw ServerError.badRequest(
                 "A backup holds only the changes of users who were registered on this device; '\(author.prefix(64))' was not."
             )
         }
-        let key = byDevice ? try await deviceStoreKey(device) : try await storeKey(device: device, user: uploader)
         guard
             (try? AES.GCM.open(
                 AES.GCM.SealedBox(combined: sealed), using: key, authenticating: Self.discardedChangesContext))

@@ -193,6 +193,9 @@ extension ServiceRoutes {
                 // The token is fine: a 401 would make the device refresh it and send the same proof again.
                 throw ServerError(.forbidden, "InvalidDeviceProof", error.message, target: "Baton-Device-Proof")
             }
+            // The user is at the device: their sign-in is linked to it (revocation, and a departure's quiet hour).
+            try await devices.noteContact(
+                device: device, appVersion: request.headers[.batonAppVersion], family: context.claims?.family)
             return (device, name, try JSONValue(parsing: bytes))
         }
         group.post("/devices/{device}/usage") { request, context in
@@ -265,17 +268,22 @@ extension ServiceRoutes {
             }
             var request = request
             let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
-            let departed = try await devices.endRegistrations(
+            let ending = try await devices.endRegistrations(
                 device: device, departures: try DeviceRegistry.parseDepartures(body["departures"]))
-            for user in departed {
+            for user in ending.ended {
                 try await audit.record(
                     AuditEntry(
                         at: clock.now(), actor: name, action: "device-departure", subject: device,
                         address: context.clientAddress, detail: "user \(user), declared with the device key"))
             }
-            return json(.object([("departed", .array(departed.map { .string($0) }))]))
+            // `waiting`: users seen on the device within the hour; the device keeps their slips and sends them again.
+            return json(
+                .object([
+                    ("departed", .array(ending.ended.map { .string($0) })),
+                    ("waiting", .array(ending.waiting.map { .string($0) })),
+                ]))
         }
-        group.get("/devices/{device}/status") { _, context in
+        group.get("/devices/{device}/status") { request, context in
             // What an admin ordered for the device: told to the device itself and to anyone who is or was
             // registered on it, and to nobody else, so the answer reveals no other device. Which of its users were
             // withdrawn only to the device and its current users.
@@ -285,7 +293,15 @@ extension ServiceRoutes {
                 throw ServerError.notFound("You have never been registered on device '\(device.prefix(128))'.")
             }
             var current = name == "device:\(device)"
-            if !current { current = try await devices.isRegistered(device: device, user: name) }
+            if !current {
+                current = try await devices.isRegistered(device: device, user: name)
+                // A user at the device asks at every contact: their sign-in is linked to it (revocation, and a
+                // departure's quiet hour).
+                if current {
+                    try await devices.noteContact(
+                        device: device, appVersion: request.headers[.batonAppVersion], family: context.claims?.family)
+                }
+            }
             var response = json(
                 .object([
                     ("revoked", .bool(status.revoked)), ("wipeOrdered", .bool(status.wipeOrdered)),
