@@ -123,6 +123,12 @@ public struct SignInStep: OnboardingStep {
             } catch {
                 throw FlowsError(.storage, "Cannot keep the new sign-in in the secure store: \(error.message)")
             }
+            // The new sign-in tells the server it is on this device (best effort): the server then counts it as
+            // this user's presence here (a departure of theirs waits) and ends it if the device is revoked.
+            if let configuration = context.info[.serverConfiguration], let tokens = context.info[.tokens] {
+                _ = try? await context.client.deviceStatus(
+                    configuration, deviceID: context.deviceID, as: .token(tokens.accessToken))
+            }
             return
         }
         // Offline, a signed-out user still works on the device; the first sync after sign-in needs the network.

@@ -1,12 +1,13 @@
 import BatonClient
 import BatonFlows
 import BatonSecureStore
-import BatonServer
 import BatonTestSupport
 import BatonTesting
 import Foundation
 import Synchronization
 import Testing
+
+@testable import BatonServer
 
 /// Every flow path, end to end against a live baton-server on loopback.
 @Suite(.serverSlot) struct OnboardingFlowsTests {
@@ -452,6 +453,13 @@ import Testing
             let meAgain = try await device.manager.client.send(
                 ClientRequest(url: try #require(URL(string: server.url.absoluteString + "/me"))), token: fresh)
             #expect(meAgain.status == 200)
+            // The new sign-in is known to be on this device (the server ends it with the device, and counts it as
+            // alice's presence there).
+            let linked = try await server.server.database.storage.read { db in
+                try db.fetchOne(
+                    "SELECT COUNT(*) FROM deviceTokenFamilies WHERE device = ?", again.deviceID)?[0].integer ?? 0
+            }
+            #expect(linked == 2)
             // Signed in again, the following restore needs only the passcode.
             await device.manager.lock()
             await device.presenter.append([.passcode("12345678")])

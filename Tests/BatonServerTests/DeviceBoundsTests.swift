@@ -34,7 +34,7 @@ import Testing
         return [name: DeviceRequestProof.header(time: time, signature: Array(signature.rawRepresentation))]
     }
 
-    // MARK: (b) Device proofs from the future — SecurityTests
+    // MARK: Device proofs from the future
 
     /// Fails before: a proof 4 minutes ahead was accepted (200), and then the real-time proof got 401.
     @Test(arguments: StorageBackend.allCases) func aProofFromTheFutureIsRefusedOrTakenOnceAndBlocksNothing(
@@ -59,7 +59,7 @@ import Testing
         }
     }
 
-    // MARK: (c) Departures — SecurityTests
+    // MARK: Departures
 
     /// Fails before: the departure is ignored and bob, the next first user, gets 403 DeviceProofRequired.
     @Test(arguments: StorageBackend.allCases) func aUserWhoLeftOfflineIsDeclaredGoneAndTheNextFirstUserReKeys(
@@ -147,6 +147,21 @@ import Testing
             let waiting = try await declare()
             #expect(waiting["departed"] as? [String] == [] && waiting["waiting"] as? [String] == ["alice"])
             #expect(try await server.server.devices.isRegistered(device: "tablet-7", user: "alice"))
+            // bob, after a passcode reset, offers a new device key with the slip: the tablet would keep a key the
+            // server does not, so it waits for the hour as well.
+            let token = try await client.signIn("bob").access
+            var body = DeviceKeys.body(
+                device: "tablet-7", token: token,
+                publicKey: P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString(),
+                approver: P256.Signing.PrivateKey())
+            body.removeLast()
+            body += "," + slip.dropFirst()
+            let (rekey, refusal) = try await client.execute(
+                uri: "/devices/tablet-7/registration", method: .put,
+                headers: [.authorization: "Bearer \(token)", .contentType: "application/json"],
+                body: ByteBuffer(string: body)
+            ) { ($0.status, String(buffer: $0.body)) }
+            #expect(rekey == .forbidden && refusal.contains("less than an hour ago"), "\(refusal)")
             server.clock.advance(by: 3_601)
             let ended = try await declare()
             #expect(ended["departed"] as? [String] == ["alice"] && ended["waiting"] as? [String] == [])
@@ -176,7 +191,7 @@ import Testing
         }
     }
 
-    // MARK: (c) Device-proven uploads — SecurityTests
+    // MARK: Device-proven uploads
 
     /// Fails before: a registered user's token alone posted a log for the tablet (201).
     @Test(arguments: StorageBackend.allCases) func logAndUsageUploadsNeedTheDevicesProofAsWellAsAToken(
@@ -204,7 +219,7 @@ import Testing
         }
     }
 
-    // MARK: (a) Bounds — ProtectedRoutesTests / SecurityTests
+    // MARK: Bounds
 
     /// Fails before: the third backup was kept (201) whatever the count.
     @Test(arguments: StorageBackend.allCases) func backupsPastTheBoundAreRefusedAndNoneIsDropped(
@@ -311,7 +326,7 @@ import Testing
     }
 }
 
-// MARK: (a) Settings and audit retention — ServerPolicyTests (settings) / AuditOutboxTests (prune)
+// MARK: Settings and audit retention
 
 @Suite(.serverSlot) struct StorageBoundSettingsTests {
     /// Fails before: the keys are unknown (400).

@@ -179,7 +179,9 @@ public struct DeviceRegistry: Sendable {
         return try await database.storage.write { db in
             let existing = try db.fetchOne("SELECT publicKey, revokedAt FROM devices WHERE id = ?", device)
             if let existing, existing["revokedAt"] != .null { throw Self.revoked(device) }
-            let ending = try Self.end(departures, on: device, at: now, in: db)
+            // A user's own departure means nothing while they register again (a wiped user onboarding anew): their
+            // previous key retires as any replaced key does.
+            let ending = try Self.end(departures.filter { $0.user != user }, on: device, at: now, in: db)
             let departed = ending.ended
             let active =
                 try db.fetchOne("SELECT COUNT(*) FROM deviceRegistrations WHERE device = ? AND active = 1", device)?[0]
@@ -209,6 +211,14 @@ public struct DeviceRegistry: Sendable {
             if let existing {
                 let stored = existing["publicKey"].bytes.flatMap {
                     try? P256.Signing.PublicKey(x963Representation: $0)
+                }
+                // While a departure waits, the device keeps its key: a registration offering another one (a
+                // user who lost theirs with a passcode reset) would leave the tablet holding a key the server
+                // does not, so it waits for the hour too.
+                if let waiting = ending.waiting.first, let offered = proof?.deviceKey,
+                    offered.x963Representation != stored?.x963Representation
+                {
+                    throw Self.departureTooSoon(device, user: waiting)
                 }
                 let approved = stored.map(proves) ?? false
                 if !approved && !userActive {
