@@ -30,7 +30,8 @@ enum CockpitPages {
         func escapeText(_ text: String) -> String { Markup.html(text) }
     }
 
-    /// Selects ``ScalarHTML`` for the template it starts (and the partials it renders).
+    /// Selects ``ScalarHTML`` for the template it starts. A partial does not inherit it, so every registered
+    /// template, partials included, starts with it (``library``).
     static let contentTypePragma = "{{% CONTENT_TYPE: BATON_HTML}}"
 
     static let library: MustacheLibrary = {
