@@ -235,7 +235,7 @@ extension BatonClient {
         throws(BatonClientError) -> ClientRequest
     {
         var request = request
-        // The server takes each proof once, in order: every proof of this process is later than the last.
+        // The server takes each proof once, by its time: every proof of this process is later than the last.
         let time = Self.lastProofTime.withLock { last in
             last = max(Int64(Date().timeIntervalSince1970 * 1000), last + 1)
             return last

@@ -29,6 +29,9 @@ public actor OnboardingSessionManager {
     var lastContact: Date?
     /// When ``contactServer()`` last tried, reachable or not.
     var lastContactAttempt: Date?
+    /// The users whose sign-in the server has been told is on this device since the app started (a status call
+    /// with their token): it then counts as their presence here, and ends with the device.
+    var announcedSignIns: Set<UUID> = []
 
     public nonisolated let users: UserManager
     public nonisolated let configuration: FlowsConfiguration
@@ -151,6 +154,8 @@ public actor OnboardingSessionManager {
             throw error
         }
         if type == .onboard { await idManager.store(id, users: users) }
+        // Onboarding and a passcode reset register the device with the new sign-in, which links it there.
+        if type == .onboard || type == .resetPasscode { announcedSignIns.insert(id) }
         // Online, the unlock or switch also learns what the server changed for this device and its users.
         // The restore's settings step may just have asked for the settings: then only the rest is asked.
         if type == .restore { _ = try await contactServer(settingsFromServer: settingsFromServer) }

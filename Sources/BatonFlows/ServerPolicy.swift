@@ -94,6 +94,15 @@ extension OnboardingSessionManager {
             throw SettingsExchangeStep.inactiveVersion(version)
         }
         let credential = await deviceCredential(session)
+        // Once per user and app run, the user's own sign-in asks too (the device's proof does not say who is at
+        // the tablet): the server links the sign-in to the device, so a departure of theirs waits while they
+        // are here. Best effort: what fails now is asked at the next contact.
+        if !announcedSignIns.contains(session.user.onboardingID), case .deviceKey? = credential,
+            let token = try? await session.authorized.accessToken(),
+            (try? await client.deviceStatus(configuration, deviceID: deviceID, as: .token(token))) != nil
+        {
+            announcedSignIns.insert(session.user.onboardingID)
+        }
         var status = DeviceStatus(revoked: revoked)
         if let credential,
             let fetched = try? await client.deviceStatus(configuration, deviceID: deviceID, as: credential)

@@ -43,7 +43,9 @@ func flowsError(_ error: BatonClientError, doing action: String) -> FlowsError {
     }
     if error.code == .appVersionInactive { return SettingsExchangeStep.inactiveVersion(nil) }
     if error.code == .sessionInvalidated { return FlowsError(.sessionInvalidated, error.message) }
-    return FlowsError(.stepFailed, "Cannot \(action): \(error.message)")
+    // The client's message may say what failed already ("Cannot register this device: …"): not twice.
+    let message = error.message.hasPrefix("Cannot \(action)") ? error.message : "Cannot \(action): \(error.message)"
+    return FlowsError(.stepFailed, message)
 }
 
 func load<T: Decodable & Sendable>(_ type: T.Type, _ key: String, from store: SecureStore, step: String)

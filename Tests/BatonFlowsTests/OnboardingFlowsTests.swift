@@ -155,6 +155,7 @@ import Testing
         await device.presenter.append(onboarding("bob", Passwords.bob, passcode: "87654321"))
         let early = await #expect(throws: FlowsError.self) { try await device.manager.open() }
         #expect(early?.message.contains("less than an hour ago") == true, "\(String(describing: early))")
+        #expect(early?.message.hasPrefix("Cannot register this device: 'alice' was on device") == true)
         #expect(try slips.departed().count == 1)
         ahead.withLock { $0 = 3_700 }
         await device.presenter.append(onboarding("bob", Passwords.bob, passcode: "87654321"))

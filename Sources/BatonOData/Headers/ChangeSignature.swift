@@ -59,10 +59,9 @@ public enum DeviceDeparture {
 /// ordered for it, handing back the backups of changes it is about to wipe, and reporting a wipe done. A tablet
 /// an admin took out of service has no working token any more, but the users who unlock it still hold the
 /// device key. Sent as `Baton-Device-Proof: t=<unix milliseconds>, sig=<base64url raw ECDSA P-256 signature>`.
-/// The server takes each proof of a device only once: its time must be later than the last one it accepted
-/// that was not ahead of the server's clock, and a proof from ahead of the clock (a device whose clock runs a
-/// little fast) is remembered by its time until the clock passes it, so it neither replays nor holds back the
-/// device's next proofs.
+/// The server takes each proof of a device only once: it keeps every proof it accepted, by its time, until the
+/// window has passed it, so a captured header cannot be replayed, proofs may arrive in any order, and one from a
+/// little ahead of the clock holds back nothing.
 public enum DeviceRequestProof {
     /// How far behind the server's clock the proof's time may be, in seconds. Default: 300.
     public static let maximumAge: Double = 300

@@ -850,10 +850,9 @@ extension DeviceRegistry {
     /// `device`, over the request, made at most ``DeviceRequestProof/maximumAge`` (300 s) before the server's
     /// clock and at most ``DeviceRequestProof/maximumLead`` (30 s) after it.
     ///
-    /// Each proof is taken once. A proof not ahead of the clock must be later than the last such proof accepted
-    /// (`devices.lastProofAt`); a proof ahead of it is remembered by its time in `deviceProofs` instead of moving
-    /// `lastProofAt` forward, so it is refused if sent again but never holds back the device's next real-time
-    /// proofs.
+    /// Each proof is taken once: every proof accepted is kept (`deviceProofs`, by device and time) until the window
+    /// has passed it, so a replay is refused while it could still be in the window, and proofs may arrive in any
+    /// order.
     ///
     /// - Throws: ``ServerError`` 401 `InvalidDeviceProof` for an unknown device, a device without a key, a proof
     ///   out of its window, a proof taken before or a signature that does not verify — one message for all, so a
@@ -878,34 +877,22 @@ extension DeviceRegistry {
             method: method, path: path, device: device, time: proof.time,
             bodySHA256: SHA256.hash(data: body).lowercaseHex)
         guard key.isValidSignature(signature, for: message) else { throw refused }
-        // Each proof once: a captured header replayed within the window is refused.
+        // Each proof once: a captured header replayed within the window is refused. Every proof taken is kept by its
+        // time until the window has passed it, so proofs of one device may arrive in any order (a log upload and a
+        // status call at once), and one from ahead of the clock blocks nothing.
         let fresh = try await database.storage.write { db -> Bool in
-            if proof.time > now {
-                // Remembered by its time; `lastProofAt` stays, so the device's next real-time proof passes.
-                let later = try db.fetchOne(
-                    "SELECT 1 FROM devices WHERE id = ? AND (lastProofAt IS NULL OR lastProofAt < ?)", device,
-                    proof.time)
-                guard later != nil,
-                    try db.execute(
-                        "INSERT INTO deviceProofs (device, time) VALUES (?, ?) ON CONFLICT DO NOTHING", device,
-                        proof.time) > 0
-                else { return false }
-            } else {
-                // A proof that was ahead when it came, and has been passed since, is still in `deviceProofs`.
-                guard
-                    try db.execute(
-                        """
-                        UPDATE devices SET lastProofAt = ? WHERE id = ? AND (lastProofAt IS NULL OR lastProofAt < ?)
-                        AND NOT EXISTS (SELECT 1 FROM deviceProofs WHERE device = ? AND time = ?)
-                        """, proof.time, device, proof.time, device, proof.time) > 0
-                else { return false }
-            }
-            // What `lastProofAt` or the window refuses anyway need not be remembered.
             try db.execute(
-                """
-                DELETE FROM deviceProofs WHERE device = ? AND (time < ?
-                    OR time <= (SELECT lastProofAt FROM devices WHERE id = ?))
-                """, device, now - Int64(DeviceRequestProof.maximumAge * 1000), device)
+                "DELETE FROM deviceProofs WHERE device = ? AND time < ?", device,
+                now - Int64(DeviceRequestProof.maximumAge * 1000))
+            guard
+                try db.execute(
+                    "INSERT INTO deviceProofs (device, time) VALUES (?, ?) ON CONFLICT DO NOTHING", device, proof.time)
+                    > 0
+            else { return false }
+            // The latest proof not ahead of the clock, for the record.
+            try db.execute(
+                "UPDATE devices SET lastProofAt = ? WHERE id = ? AND (lastProofAt IS NULL OR lastProofAt < ?)",
+                min(proof.time, now), device, min(proof.time, now))
             return true
         }
         guard fresh else { throw refused }

@@ -154,8 +154,8 @@ public struct ServerDatabase: Sendable {
         "CREATE INDEX discardedChangesDevice ON discardedChanges (device, id)",
     ]
 
-    /// The device proofs accepted while they were ahead of the server's clock, by time (``DeviceRegistry``'s
-    /// `verifyProof`): each is taken once without moving `devices.lastProofAt` ahead of the clock.
+    /// The device proofs accepted within the last window, by device and time (``DeviceRegistry``'s `verifyProof`),
+    /// so that each is taken once, in whatever order they arrive.
     static let deviceProofsStatements = [
         "CREATE TABLE deviceProofs (device text NOT NULL, time bigint NOT NULL, PRIMARY KEY (device, time))"
     ]
