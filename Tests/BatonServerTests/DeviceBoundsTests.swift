@@ -56,6 +56,14 @@ import Testing
             server.clock.advance(by: 25)
             #expect(try await status(now + 20_000) == .unauthorized)  // replay once the clock passed it
             #expect(try await status(Self.millis(server)) == .ok)
+            // Two proofs sent at once may arrive in either order; each is still taken once.
+            let later = Self.millis(server) + 2_000
+            #expect(try await status(later) == .ok)
+            #expect(try await status(later - 1_000) == .ok)
+            #expect(try await status(later - 1_000) == .unauthorized)
+            // A proof as old as the window allows is taken; one older is not.
+            #expect(try await status(Self.millis(server) - 299_000) == .ok)
+            #expect(try await status(Self.millis(server) - 301_000) == .unauthorized)
         }
     }
 
