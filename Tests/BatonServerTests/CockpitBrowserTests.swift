@@ -73,7 +73,7 @@ import Testing
         #expect(result.output.contains("cockpit browser checks passed"), "\(result.output)\(result.error)")
         for name in [
             "overview.png", "users.png", "users-390.png", "forbidden.png", "settings.png", "audit.png", "devices.png",
-            "backup.png",
+            "backup.png", "sign-in-390.png", "device-390.png",
         ] {
             let data = try Data(contentsOf: URL(fileURLWithPath: shots).appendingPathComponent(name))
             #expect(data.starts(with: [0x89, 0x50, 0x4E, 0x47]) && data.count > 5_000, "\(name) is a PNG screenshot")

@@ -114,6 +114,11 @@ enum CockpitPages {
         tr.behalf td { background: #fff6dd; }
         pre { padding: .8rem; white-space: pre-wrap; overflow-wrap: anywhere; }
         nav.pages { margin: .8rem 0; display: flex; gap: 1rem; }
+        main.sign-in { max-width: 26rem; }
+        main.sign-in form { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 1rem; }
+        main.sign-in label { display: flex; flex-direction: column; gap: .2rem; margin-bottom: .8rem; }
+        main.sign-in button { width: 100%; margin-top: .4rem; padding: .55rem; }
+        main.sign-in p[role=alert] { border-left: 4px solid var(--bad); background: #fff; padding: .6rem .8rem; }
         @media (max-width: 600px) { main { padding: .6rem; } header form { margin-left: 0; } .card b { font-size: 1.3rem; } }
         """
 

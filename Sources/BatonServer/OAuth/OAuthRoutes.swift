@@ -317,6 +317,7 @@ func html(_ text: String) -> Response {
         status: .ok,
         headers: [
             .contentType: "text/html; charset=utf-8", .cacheControl: "no-store",
-            .contentSecurityPolicy: "default-src 'none'; form-action 'self'; frame-ancestors 'none'",
+            .contentSecurityPolicy:
+                "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ], body: .init(byteBuffer: ByteBuffer(string: text)))
 }

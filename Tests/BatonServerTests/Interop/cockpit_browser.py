@@ -452,4 +452,23 @@ try:
     check("state must be at most 512 printable ASCII" in visitor.page_source, "the refusal says why")
 finally:
     visitor.quit()
+# The pages a person signs in on, at phone size: the cockpit's stylesheet (allowed by their CSP), nothing wider
+# than the screen.
+phone = browser(width=390, height=844, phone=True)
+try:
+    phone.get(BASE + "/admin/")
+    check("/oauth/authorize" in phone.current_url, "a phone is sent to the sign-in page")
+    styled = phone.execute_script("return getComputedStyle(document.querySelector('header')).backgroundColor")
+    check(styled not in ("", "rgba(0, 0, 0, 0)", "transparent"), f"the sign-in page has the cockpit's look ({styled})")
+    width = phone.execute_script("return document.documentElement.scrollWidth")
+    check(width <= 390, f"the sign-in page fits 390 px: {width}")
+    shot(phone, "sign-in-390.png")
+    phone.get(BASE + "/oauth/device?user_code=BDFH-KLMN")
+    check(phone.find_element(By.NAME, "user_code").get_attribute("value") == "BDFH-KLMN",
+          "the device page shows the code being allowed")
+    width = phone.execute_script("return document.documentElement.scrollWidth")
+    check(width <= 390, f"the device page fits 390 px: {width}")
+    shot(phone, "device-390.png")
+finally:
+    phone.quit()
 print("cockpit browser checks passed", flush=True)
