@@ -34,7 +34,10 @@ public struct DeviceLog: Sendable {
     }
 
     /// Sends the lines kept to the server for `reason` (`support`, `requested`, `setting`) with `session`'s
-    /// token, then forgets them. Returns how many were sent.
+    /// token and the device's proof (signed with the device key in the session), then forgets them. Returns how
+    /// many were sent.
+    ///
+    /// - Throws: ``FlowsError`` `stepFailed` when the session holds no device key (nothing is forgotten).
     @discardableResult
     public func send(reason: String, session: OnboardingSession) async throws(FlowsError) -> Int {
         var sent = 0
@@ -156,7 +159,10 @@ public struct UsageRecorder: Sendable {
         Self.decode(try file.records())
     }
 
-    /// Sends the waiting events with `session`'s token, then forgets them. Returns how many were sent.
+    /// Sends the waiting events with `session`'s token and the device's proof, then forgets them. Returns how many
+    /// were sent.
+    ///
+    /// - Throws: ``FlowsError`` `stepFailed` when the session holds no device key (nothing is forgotten).
     @discardableResult
     public func send(session: OnboardingSession) async throws(FlowsError) -> Int {
         var sent = 0

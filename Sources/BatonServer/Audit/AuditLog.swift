@@ -14,8 +14,9 @@ public struct AuditEntry: Sendable, Hashable, Codable {
     public var address: String?
     /// More detail; never a secret.
     public var detail: String?
-    /// How many events this entry stands for: more than 1 for refused changes of one uploader, code and minute
-    /// (``AuditLog/recordAggregated(_:)``). Default: 1.
+    /// How many events this entry stands for: more than 1 for events counted per minute rather than kept one by
+    /// one (refused changes, store-key fetches, re-registrations, revocations: ``AuditLog/recordAggregated(_:)``).
+    /// Default: 1.
     public var repeats = 1
     /// The key of the entry in the data database's audit outbox, for entries of data changes staged there (none
     /// on PostgreSQL, where they go into the log with the change).
@@ -88,14 +89,20 @@ public struct AuditLog: Sendable {
     ///
     /// - Throws: the database error, if the write fails.
     public func recordCounted(_ entry: AuditEntry) async throws {
-        let minute = Int64((entry.at.timeIntervalSince1970 / 60).rounded(.down))
         // Not the detail (a new key id each time would defeat the count), and an address by its network (an IPv6
         // client may take a new address for every request).
-        let key = [
-            entry.action, entry.actor ?? "", entry.subject ?? "",
-            entry.address.map(DeviceAuthorizations.network(of:)) ?? "", String(minute),
-        ].joined(separator: "\n")
+        let key = Self.countingKey(
+            [
+                entry.action, entry.actor ?? "", entry.subject ?? "",
+                entry.address.map(DeviceAuthorizations.network(of:)) ?? "",
+            ],
+            at: entry.at)
         try await recordAggregated([(entry, key)])
+    }
+
+    /// The key entries are counted under (``recordAggregated(_:)``): `parts` and the minute of `at`.
+    static func countingKey(_ parts: [String], at: Date) -> String {
+        (parts + [String(Int64((at.timeIntervalSince1970 / 60).rounded(.down)))]).joined(separator: "\n")
     }
 
     /// Deletes the entries older than `cutoff`, in batches of `batch` (each its own short transaction, so a

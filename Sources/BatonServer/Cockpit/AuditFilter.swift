@@ -91,14 +91,12 @@ struct AuditFilter: Sendable {
         )
     }
 
-    /// The filters (and page position) as a query string.
-    var queryText: String {
-        var components = URLComponents()
-        components.queryItems = [
+    /// The filters (and page position) as query items (``CockpitPages/link(_:_:)``).
+    var queryItems: [(name: String, value: String?)] {
+        [
             ("user", user), ("device", device), ("action", action), ("from", fromText), ("to", toText),
             ("before", before.map(String.init)),
-        ].compactMap { name, value in value.map { URLQueryItem(name: name, value: $0) } }
-        return components.percentEncodedQuery ?? ""
+        ]
     }
 }
 
@@ -112,7 +110,7 @@ struct AuditRow: Sendable {
     var subject: String
     var address: String
     var detail: String
-    /// How many events the entry stands for (refused changes are counted per uploader, code and minute).
+    /// How many events the entry stands for (``AuditEntry/repeats``).
     var repeats: Int
     var checkedBy: String?
     var uploadedBy: String?

@@ -72,6 +72,17 @@ enum CockpitPages {
         return page("message", title: title, values: values, session: session, status: status)
     }
 
+    /// A link to `path` with the query `items` that have a non-empty value (a search, a page position), each
+    /// percent-encoded, `+` too (a query reads it as a space).
+    static func link(_ path: String, _ items: [(name: String, value: String?)]) -> String {
+        var components = URLComponents()
+        components.queryItems = items.compactMap { name, value in
+            value.flatMap { $0.isEmpty ? nil : URLQueryItem(name: name, value: $0) }
+        }
+        let query = (components.percentEncodedQuery ?? "").replacingOccurrences(of: "+", with: "%2B")
+        return query.isEmpty ? path : path + "?" + query
+    }
+
     /// A redirect after a form (303, so the browser asks with GET), with the cockpit's headers.
     static func redirect(to location: String) -> Response {
         var fields = headers

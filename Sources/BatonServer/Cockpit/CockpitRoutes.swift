@@ -166,11 +166,7 @@ struct CockpitRoutes: Sendable {
                     search: search, before: before, limit: Self.backupsPageSize + 1)
                 var values: [String: Any] = ["query": search]
                 func link(before: Int64?) -> String {
-                    var components = URLComponents()
-                    components.queryItems =
-                        (search.isEmpty ? [] : [URLQueryItem(name: "q", value: search)])
-                        + (before.map { [URLQueryItem(name: "before", value: String($0))] } ?? [])
-                    return "/admin/backups?" + (components.percentEncodedQuery ?? "")
+                    CockpitPages.link("/admin/backups", [("q", search), ("before", before.map(String.init))])
                 }
                 if shown.count > Self.backupsPageSize {
                     shown.removeLast()
@@ -472,7 +468,7 @@ struct CockpitRoutes: Sendable {
                 SELECT count(*), coalesce(sum(CASE WHEN detail <> 'uploaded by ' || actor THEN 1 ELSE 0 END), 0)
                 FROM audit WHERE at >= ? AND action IN ('entity-created', 'entity-updated', 'entity-deleted')
                 """, midnight)
-            // An entry may stand for several events (refused changes are counted per uploader, code and minute).
+            // An entry may stand for several events (``AuditEntry/repeats``).
             func today(_ action: String) throws -> Int64 {
                 try db.fetchOne(
                     "SELECT CAST(coalesce(sum(repeats), 0) AS bigint) FROM audit WHERE at >= ? AND action = ?",
@@ -567,12 +563,7 @@ struct CockpitRoutes: Sendable {
             ]
         }
         func link(_ page: Int) -> String {
-            var components = URLComponents()
-            components.queryItems =
-                (search.isEmpty ? [] : [URLQueryItem(name: "q", value: search)]) + [
-                    URLQueryItem(name: "page", value: String(page))
-                ]
-            return "/admin/devices?" + (components.percentEncodedQuery ?? "")
+            CockpitPages.link("/admin/devices", [("q", search), ("page", String(page))])
         }
         var values: [String: Any] = [
             "rows": rows, "csrf": session.csrf, "query": search,
@@ -627,16 +618,16 @@ struct CockpitRoutes: Sendable {
             rows.removeLast()
             var older = filter
             older.before = rows.last?.id
-            values["older"] = "/admin/audit?" + older.queryText
+            values["older"] = CockpitPages.link("/admin/audit", older.queryItems)
         }
         if filter.before != nil {
             var newest = filter
             newest.before = nil
-            values["newest"] = "/admin/audit?" + newest.queryText
+            values["newest"] = CockpitPages.link("/admin/audit", newest.queryItems)
         }
         var all = filter
         all.before = nil
-        values["csv"] = "/admin/audit.csv?" + all.queryText
+        values["csv"] = CockpitPages.link("/admin/audit.csv", all.queryItems)
         values["rows"] = rows.map(\.values)
         return CockpitPages.page("audit", title: "Audit", values: values, session: session)
     }
@@ -662,14 +653,7 @@ struct CockpitRoutes: Sendable {
                 "roles": User.Role.allCases.map { ["value": $0.rawValue, "selected": $0 == user.role] },
             ]
         }
-        func link(_ page: Int) -> String {
-            var components = URLComponents()
-            components.queryItems =
-                (search.isEmpty ? [] : [URLQueryItem(name: "q", value: search)]) + [
-                    URLQueryItem(name: "page", value: String(page))
-                ]
-            return "/admin/users?" + (components.percentEncodedQuery ?? "")
-        }
+        func link(_ page: Int) -> String { CockpitPages.link("/admin/users", [("q", search), ("page", String(page))]) }
         var values: [String: Any] = [
             "rows": rows, "query": search, "csrf": session.csrf,
             "newRoles": User.Role.allCases.map(\.rawValue),

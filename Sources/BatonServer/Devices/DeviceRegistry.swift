@@ -199,8 +199,8 @@ public struct DeviceRegistry: Sendable {
                     try db.fetchOne(
                         #"""
                         SELECT COUNT(DISTINCT device) FROM signingKeys
-                        WHERE "user" = ? AND (replacedAt IS NULL OR replacedAt > ?)
-                        """#, user, now.addingTimeInterval(-Self.recentDevicesWindow))?[0].integer ?? 0
+                        WHERE "user" = ? AND (replacedAt IS NULL OR replacedAt > ?) AND device <> ?
+                        """#, user, now.addingTimeInterval(-Self.recentDevicesWindow), device)?[0].integer ?? 0
                 guard on < limit else {
                     throw ServerError(
                         .conflict, "TooManyDevices",
@@ -349,7 +349,7 @@ public struct DeviceRegistry: Sendable {
 
     static func departureTooSoon(_ device: String, user: String) -> ServerError {
         ServerError(
-            .forbidden, "DeviceProofRequired",
+            .forbidden, "DepartureWaits",
             "'\(user.prefix(64))' was on device '\(device.prefix(128))' less than an hour ago: the device's word that they left counts after an hour without them, or an administrator removes them from the device in the cockpit."
         )
     }
@@ -670,11 +670,18 @@ extension DeviceRegistry {
         public var keys: [(id: String, user: String, registeredAt: Date, replacedAt: Date?)]
     }
 
-    /// A `LIKE` pattern for values that contain `search` (with `ESCAPE '\\'`).
+    /// A `LIKE` pattern for values that contain `search` (with `ESCAPE '\\'`), escaped by code point: a `%` with a
+    /// combining mark after it is one `Character` that is not `%`, which a comparison of `Character`s would leave a
+    /// wildcard.
     static func containing(_ search: String) -> String {
-        "%"
-            + search.replacingOccurrences(of: "\\", with: "\\\\")
-            .replacingOccurrences(of: "%", with: "\\%").replacingOccurrences(of: "_", with: "\\_") + "%"
+        var pattern = String.UnicodeScalarView()
+        pattern.append("%")
+        for scalar in search.unicodeScalars {
+            if scalar == "\\" || scalar == "%" || scalar == "_" { pattern.append("\\") }
+            pattern.append(scalar)
+        }
+        pattern.append("%")
+        return String(pattern)
     }
 
     /// How many devices' ids contain `search` (all when empty).
@@ -884,16 +891,8 @@ extension DeviceRegistry {
             try db.execute(
                 "DELETE FROM deviceProofs WHERE device = ? AND time < ?", device,
                 now - Int64(DeviceRequestProof.maximumAge * 1000))
-            guard
-                try db.execute(
-                    "INSERT INTO deviceProofs (device, time) VALUES (?, ?) ON CONFLICT DO NOTHING", device, proof.time)
-                    > 0
-            else { return false }
-            // The latest proof not ahead of the clock, for the record.
-            try db.execute(
-                "UPDATE devices SET lastProofAt = ? WHERE id = ? AND (lastProofAt IS NULL OR lastProofAt < ?)",
-                min(proof.time, now), device, min(proof.time, now))
-            return true
+            return try db.execute(
+                "INSERT INTO deviceProofs (device, time) VALUES (?, ?) ON CONFLICT DO NOTHING", device, proof.time) > 0
         }
         guard fresh else { throw refused }
     }

@@ -107,6 +107,7 @@ struct ServiceRoutes {
                     signature: signature)
             }
             let departures = try DeviceRegistry.parseDepartures(body["departures"])
+            let asked = clock.now()
             let registration = try await devices.register(
                 device: device, user: name, publicKey: key, proof: proof, departures: departures)
             try await devices.noteContact(
@@ -117,10 +118,16 @@ struct ServiceRoutes {
                         at: clock.now(), actor: name, action: "device-departure", subject: device,
                         address: context.clientAddress, detail: "user \(departed), declared with the device key"))
             }
-            try await audit.recordCounted(
-                AuditEntry(
-                    at: clock.now(), actor: name, action: "device-registered", subject: device,
-                    address: context.clientAddress, detail: "key \(registration.keyID)"))
+            // A new key is evidence (it verifies what it signs) and is bounded per day: recorded in full. The same key
+            // registered again, which anyone on the device may repeat in a loop, is counted.
+            let entry = AuditEntry(
+                at: clock.now(), actor: name, action: "device-registered", subject: device,
+                address: context.clientAddress, detail: "key \(registration.keyID)")
+            if registration.registeredAt >= asked {
+                try await audit.record(entry)
+            } else {
+                try await audit.recordCounted(entry)
+            }
             let data = try JSONEncoder.sorted.encode(registration)
             return Response(
                 status: .ok, headers: [.contentType: "application/json"],

@@ -38,7 +38,7 @@ enum DevicePage {
                 <p>Check that the code below is the one your device shows, then sign in to let it in.</p>
                 \(message)
                 <form method="post" action="/oauth/device">
-                    <label>Code on the device <input name="user_code" value="\(Markup.html(String(userCode.prefix(16))))" required maxlength="16" autocomplete="off"></label>
+                    <label>Code on the device <input name="user_code" value="\(Markup.html(String(String.UnicodeScalarView(userCode.unicodeScalars.prefix(16)))))" required maxlength="16" autocomplete="off"></label>
                     <label>User name <input name="username" autocomplete="username"></label>
                     <label>Password <input name="password" type="password" autocomplete="current-password"></label>
                     <button type="submit" name="action" value="approve">Sign in and allow</button>

@@ -209,7 +209,6 @@ struct ODataRoutes {
     {
         guard !refused.isEmpty else { return }
         let now = service.clock.now()
-        let minute = Int64(now.timeIntervalSince1970 / 60)
         let entries = refused.map { request, code in
             (
                 entry: AuditEntry(
@@ -218,7 +217,7 @@ struct ODataRoutes {
                         ("\(request.method) " + (request.url.split(separator: "?").first.map(String.init) ?? ""))
                             .prefix(200)),
                     address: address, detail: "\(code), uploaded by \(uploader)"),
-                key: ["change-refused", uploader, code, String(minute)].joined(separator: "\n")
+                key: AuditLog.countingKey(["change-refused", uploader, code], at: now)
             )
         }
         do {

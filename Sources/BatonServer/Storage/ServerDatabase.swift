@@ -139,7 +139,7 @@ public struct ServerDatabase: Sendable {
         ("auditAggregates", auditAggregatesStatements),
     ]
 
-    /// Audit entries that stand for several events (refused changes of one uploader, code and minute): the key
+    /// Audit entries that stand for several events of one minute (``AuditLog/recordAggregated(_:)``): the key
     /// they are counted under, and how many.
     static let auditAggregatesStatements = [
         "ALTER TABLE audit ADD COLUMN repeats bigint NOT NULL DEFAULT 1",
