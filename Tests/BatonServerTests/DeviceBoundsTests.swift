@@ -35,15 +35,26 @@ import Testing
         return [name: DeviceRequestProof.header(time: time, signature: Array(signature.rawRepresentation))]
     }
 
+    /// ``SecurityTests/live(backend:configure:_:)`` with alice registered on tablet-7 (with `key`), approved by
+    /// the tablet's key; the body gets alice's access token.
+    static func withAliceOnTablet(
+        backend: StorageBackend, key: P256.Signing.PrivateKey = P256.Signing.PrivateKey(),
+        _ body: @Sendable (TestServer, any TestClientProtocol, _ alice: String) async throws -> Void
+    ) async throws {
+        try await SecurityTests.live(backend: backend) { server, client in
+            let alice = try await client.signIn("alice").access
+            #expect(try await OnBehalfTests.register(client, alice, key: key) == .ok)
+            try await body(server, client, alice)
+        }
+    }
+
     // MARK: Device proofs from the future
 
     /// Fails before: a proof 4 minutes ahead was accepted (200), and then the real-time proof got 401.
     @Test(arguments: StorageBackend.allCases) func aProofFromTheFutureIsRefusedOrTakenOnceAndBlocksNothing(
         backend: StorageBackend
     ) async throws {
-        try await SecurityTests.live(backend: backend) { server, client in
-            let alice = try await client.signIn("alice").access
-            #expect(try await OnBehalfTests.register(client, alice, key: P256.Signing.PrivateKey()) == .ok)
+        try await Self.withAliceOnTablet(backend: backend) { (server, client, _) async throws in
             func status(_ time: Int64) async throws -> HTTPResponse.Status {
                 try await client.execute(
                     uri: "/devices/tablet-7/status", method: .get, headers: try Self.proof("GET", "status", at: time)
@@ -74,10 +85,8 @@ import Testing
     @Test(arguments: StorageBackend.allCases) func aUserWhoLeftOfflineIsDeclaredGoneAndTheNextFirstUserReKeys(
         backend: StorageBackend
     ) async throws {
-        try await SecurityTests.live(backend: backend) { server, client in
-            let alice = try await client.signIn("alice").access
-            let aliceKey = P256.Signing.PrivateKey()
-            #expect(try await OnBehalfTests.register(client, alice, key: aliceKey) == .ok)
+        let aliceKey = P256.Signing.PrivateKey()
+        try await Self.withAliceOnTablet(backend: backend, key: aliceKey) { server, client, _ in
             let keyID = Data(SHA256.hash(data: aliceKey.publicKey.x963Representation)).base64URLEncoded
             // What the tablet signed when alice joined; her secure store (and the device key) is gone since.
             func departure(signedBy key: P256.Signing.PrivateKey) throws -> String {
@@ -122,10 +131,8 @@ import Testing
     @Test(arguments: StorageBackend.allCases) func aDepartureWaitsWhileItsUserIsSeenOnTheDevice(
         backend: StorageBackend
     ) async throws {
-        try await SecurityTests.live(backend: backend) { server, client in
-            let aliceKey = P256.Signing.PrivateKey()
-            #expect(
-                try await OnBehalfTests.register(client, try await client.signIn("alice").access, key: aliceKey) == .ok)
+        let aliceKey = P256.Signing.PrivateKey()
+        try await Self.withAliceOnTablet(backend: backend, key: aliceKey) { server, client, _ in
             let bob = try await client.signIn("bob").access
             #expect(
                 try await client.execute(
@@ -206,9 +213,7 @@ import Testing
     @Test(arguments: StorageBackend.allCases) func logAndUsageUploadsNeedTheDevicesProofAsWellAsAToken(
         backend: StorageBackend
     ) async throws {
-        try await SecurityTests.live(backend: backend) { server, client in
-            let alice = try await client.signIn("alice").access
-            #expect(try await OnBehalfTests.register(client, alice, key: P256.Signing.PrivateKey()) == .ok)
+        try await Self.withAliceOnTablet(backend: backend) { server, client, alice in
             let body = Array(#"{"reason":"support","lines":["made up"]}"#.utf8)
             func send(_ extra: HTTPFields) async throws -> (HTTPResponse.Status, [String: Any]) {
                 var headers: HTTPFields = [.authorization: "Bearer \(alice)", .contentType: "application/json"]
@@ -234,10 +239,8 @@ import Testing
     @Test(arguments: StorageBackend.allCases) func backupsPastTheBoundAreRefusedAndNoneIsDropped(
         backend: StorageBackend
     ) async throws {
-        try await SecurityTests.live(backend: backend) { server, client in
+        try await Self.withAliceOnTablet(backend: backend) { server, client, alice in
             _ = try await server.server.settings.set("backups.max-per-device", to: "2")
-            let alice = try await client.signIn("alice").access
-            #expect(try await OnBehalfTests.register(client, alice, key: P256.Signing.PrivateKey()) == .ok)
             let (_, body, _) = try await client.get("/devices/tablet-7/store-key", token: alice)
             let key = SymmetricKey(data: try #require(Data(base64Encoded: body["key"] as? String ?? "")))
             func send() async throws -> (HTTPResponse.Status, [String: Any]) {
