@@ -265,7 +265,7 @@ public struct DeviceRegistry: Sendable {
                 guard today < Self.keysPerDay else {
                     var error = ServerError(
                         .tooManyRequests, "TooManyRequests",
-                        "'\(user.prefix(64))' registered \(today) signing keys on device '\(device.prefix(128))' in the last 24 hours, the most a day; register again tomorrow."
+                        "'\(user.prefix(64))' registered \(today) signing keys on device '\(device.prefix(128))' in the last 24 hours, the most a day; register again when the oldest of them is a day old."
                     )
                     error.headers = [(.retryAfter, "3600")]
                     throw error
@@ -377,7 +377,7 @@ public struct DeviceRegistry: Sendable {
         }
         var departures: [Departure] = []
         for (index, item) in array.enumerated() {
-            guard let user = item["user"]?.stringValue, (1...64).contains(user.count),
+            guard let user = item["user"]?.stringValue, User.isValidName(user),
                 let keyID = item["keyID"]?.stringValue, (1...64).contains(keyID.count),
                 let text = item["signature"]?.stringValue, let data = Data(base64URLEncoded: text),
                 let signature = try? P256.Signing.ECDSASignature(rawRepresentation: data)
@@ -540,7 +540,7 @@ extension DeviceRegistry {
     public func keepDiscardedChanges(device: String, uploader: String, author: String, count: Int, sealed: Data)
         async throws -> DiscardedChanges
     {
-        guard count > 0, !author.isEmpty, author.utf8.count <= 64 else {
+        guard count > 0, User.isValidName(author) else {
             throw ServerError.badRequest("A backup names its author and holds at least one change.")
         }
         // The device itself (its own proof) hands back what it holds even after a revocation; a user must be
