@@ -112,6 +112,7 @@ let package = Package(
                 "BatonOData",
                 "BatonSQL",
                 "BatonSecureStore",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "GRDBSQLite", package: "GRDB.swift"),

@@ -97,6 +97,11 @@ public struct BatonServer: Sendable {
     /// every instance opens what another sealed).
     let cockpitSessions: CockpitSessions
     let cockpitKey: SymmetricKey
+    /// The identity providers people sign in through and that provision them over SCIM.
+    public let identityProviders: IdentityProviders
+    let relyingParty: OpenIDRelyingParty
+    /// Seals the cookie of a sign-in through a provider (derived from the master key, so every instance opens it).
+    let providerSignInKey: SymmetricKey
     let logger: Logger
     let database: ServerDatabase
 
@@ -139,6 +144,10 @@ public struct BatonServer: Sendable {
         cockpitSessions = CockpitSessions(database: database, clock: clock)
         cockpitKey = HKDF<SHA256>.deriveKey(
             inputKeyMaterial: masterKey, info: Data("baton-cockpit-sign-in".utf8), outputByteCount: 32)
+        identityProviders = IdentityProviders(database: database, clock: clock, masterKey: masterKey)
+        relyingParty = OpenIDRelyingParty(clock: clock)
+        providerSignInKey = HKDF<SHA256>.deriveKey(
+            inputKeyMaterial: masterKey, info: Data("baton-provider-sign-in".utf8), outputByteCount: 32)
         // A data directory from before the keys lived in the database: its key moves in (so its tokens stay
         // valid) and the plaintext file goes.
         let legacy = directory.legacySigningKeyURL
@@ -188,8 +197,10 @@ public struct BatonServer: Sendable {
         router.add(middleware: ForwardedAddressMiddleware(trustedProxies: configuration.trustedProxies))
         router.add(middleware: RequestTelemetryMiddleware(metrics: metrics, accessLog: configuration.accessLog))
         router.add(middleware: ErrorMiddleware())
-        OAuthRoutes(tokens: tokens, configuration: configuration.oauth, metrics: metrics, settings: settings).add(
-            to: router)
+        OAuthRoutes(
+            tokens: tokens, configuration: configuration.oauth, metrics: metrics, settings: settings,
+            providers: identityProviders, relyingParty: relyingParty, sealKey: providerSignInKey
+        ).add(to: router)
         let database = self.database
         let store = data.store
         let routes = ServiceRoutes(
@@ -208,6 +219,10 @@ public struct BatonServer: Sendable {
                 return server == 1 && data == 1
             })
         routes.addPublic(to: router)
+        SCIMRoutes(
+            providers: identityProviders, users: users, audit: audit, clock: configuration.clock, issuer: issuer,
+            database: database
+        ).add(to: router)
         CockpitRoutes(
             tokens: tokens, users: users, devices: devices, settings: settings, audit: audit, sessions: cockpitSessions,
             database: database,
@@ -244,6 +259,19 @@ public struct BatonServer: Sendable {
 }
 
 extension BatonServer {
+    /// Fetches a provider's discovery document and keys, as a sign-in would, and says what it found.
+    ///
+    /// - Throws: an error that says what is wrong (unreachable, another issuer, no usable algorithm, no keys).
+    public func checkIdentityProvider(_ provider: IdentityProvider) async throws -> String {
+        let party = OpenIDRelyingParty(clock: configuration.clock)
+        let metadata = try await party.metadata(for: provider)
+        let data = try await party.fetch(metadata.jwksURI, what: "key set")
+        let keys = (try? JSONDecoder().decode(JWKS.self, from: data))?.keys.count ?? 0
+        guard keys > 0 else { throw OpenIDError("\(provider.issuer) publishes no keys at \(metadata.jwksURI).") }
+        return
+            "\(provider.issuer): authorization at \(metadata.authorizationEndpoint), \(keys) signing keys, ID tokens in \(metadata.acceptedAlgorithms.sorted().joined(separator: ", "))."
+    }
+
     /// Makes a new token-signing key (``SigningKeys``): every instance signs with it within a minute, and the
     /// previous key verifies its tokens until they expire. Audited.
     ///

@@ -13,7 +13,7 @@ struct BatonServerCommand: AsyncParsableCommand {
         subcommands: [
             ServeCommand.self, UserCommand.self, SettingsCommand.self, SeedCommand.self, BackupsCommand.self,
             KeysCommand.self, MigrateCommand.self, CopyCommand.self, DevicesCommand.self, LogsCommand.self,
-            AuditCommand.self,
+            AuditCommand.self, IdentityProviderCommand.self,
         ]
     )
 }

@@ -6,7 +6,28 @@ import Foundation
 struct UserCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "user", abstract: "Add, list, disable and delete users.",
-        subcommands: [Add.self, List.self, Disable.self, Delete.self])
+        subcommands: [Add.self, List.self, Disable.self, Delete.self, Link.self])
+
+    struct Link: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract:
+                "Link a user to a person at an identity provider: they then sign in only through it (their Baton password is refused)."
+        )
+        @OptionGroup var data: DataOptions
+        @Argument var name: String
+        @Option(help: "The identity provider's name.") var idp: String
+        @Option(help: "The person's subject (the ID token's sub) at that provider.") var subject: String
+
+        func run() async throws {
+            let server = try await data.open()
+            try await adminAction { try await server.users.link(name, to: idp, subject: subject) }
+            try await server.audit.record(
+                AuditEntry(
+                    at: Date(), actor: "admin (command line)", action: "user-linked", subject: name, address: nil,
+                    detail: "to \(idp)"))
+            print("Linked \(name) to \(idp); they sign in through it from now on.")
+        }
+    }
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

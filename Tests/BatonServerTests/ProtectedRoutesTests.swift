@@ -108,7 +108,7 @@ import Testing
     @Test(arguments: [
         (
             "passcode.colour", "blue",
-            "Unknown setting 'passcode.colour'. Known settings: shared-devices.multi-user, shared-devices.upload-pending-changes-of-previous-user, passcode.min-length, passcode.require-digit, passcode.require-letter, passcode.require-symbol, passcode.retry-limit, passcode.lock-timeout-seconds, app-versions.inactive, devices.settings-refresh-seconds, sign-in.methods, telemetry.usage, telemetry.logs-with-sync, devices.max-per-user, backups.max-per-device, backups.max-mib-per-device, audit.retention-days."
+            "Unknown setting 'passcode.colour'. Known settings: shared-devices.multi-user, shared-devices.upload-pending-changes-of-previous-user, passcode.min-length, passcode.require-digit, passcode.require-letter, passcode.require-symbol, passcode.retry-limit, passcode.lock-timeout-seconds, app-versions.inactive, devices.settings-refresh-seconds, sign-in.methods, sign-in.local-passwords, telemetry.usage, telemetry.logs-with-sync, devices.max-per-user, backups.max-per-device, backups.max-mib-per-device, audit.retention-days."
         ),
         ("passcode.retry-limit", "0", "Setting 'passcode.retry-limit' takes an integer from 1 to 100, not '0'."),
         ("shared-devices.multi-user", "maybe", "Setting 'shared-devices.multi-user' takes true or false, not 'maybe'."),

@@ -130,6 +130,9 @@ enum CockpitPages {
         main.sign-in label { display: flex; flex-direction: column; gap: .2rem; margin-bottom: .8rem; }
         main.sign-in button { width: 100%; margin-top: .4rem; padding: .55rem; }
         main.sign-in p[role=alert] { border-left: 4px solid var(--bad); background: #fff; padding: .6rem .8rem; }
+        main.sign-in .providers { display: flex; flex-direction: column; gap: .4rem; margin: .6rem 0; }
+        main.sign-in button.provider { background: #fff; color: var(--ink, #1b2430); border: 1px solid var(--line); }
+        main.sign-in .code { font-family: ui-monospace, monospace; letter-spacing: .08em; }
         @media (max-width: 600px) { main { padding: .6rem; } header form { margin-left: 0; } .card b { font-size: 1.3rem; } }
         """
 

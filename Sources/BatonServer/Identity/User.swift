@@ -10,7 +10,7 @@ public struct User: Sendable, Hashable, Codable {
         case admin
     }
 
-    /// The sign-in name: 1–64 of letters, digits, `.`, `_`, `-`.
+    /// The sign-in name: 1–64 of ASCII letters, digits, `.`, `_`, `-` and `@` (an e-mail address from a provider).
     public var name: String
     /// The name shown in apps.
     public var displayName: String
@@ -22,6 +22,11 @@ public struct User: Sendable, Hashable, Codable {
     public var disabled: Bool
     /// When the user was added.
     public var createdAt: Date
+    /// The identity provider the person signs in through (``IdentityProvider/name``), or `nil` for a user with a
+    /// Baton password.
+    public var identityProvider: String?
+    /// The provider's `sub` for the person, once known (a user provisioned over SCIM gets it at first sign-in).
+    public var subject: String?
 
     /// Whether `name` is an acceptable user name.
     static func isValidName(_ name: String) -> Bool {
@@ -29,14 +34,14 @@ public struct User: Sendable, Hashable, Codable {
         (1...64).contains(name.count) && name != "." && name != ".."
             && name.unicodeScalars.allSatisfy {
                 $0.isASCII
-                    && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-".unicodeScalars.contains($0))
+                    && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || "._-@".unicodeScalars.contains($0))
             }
     }
 }
 
 extension User {
     /// The columns ``init(row:)`` reads.
-    static let columns = "name, displayName, role, passwordHash, disabled, createdAt"
+    static let columns = "name, displayName, role, passwordHash, disabled, createdAt, idp, subject"
 
     /// A user read from the `users` table.
     init(row: SQLRow) throws {
@@ -45,6 +50,7 @@ extension User {
         else { throw StorageError(.other, "A row of the users table is damaged.") }
         self.init(
             name: name, displayName: row["displayName"].text ?? name, role: role, passwordHash: hash,
-            disabled: row["disabled"].bool ?? true, createdAt: createdAt)
+            disabled: row["disabled"].bool ?? true, createdAt: createdAt, identityProvider: row["idp"].text,
+            subject: row["subject"].text)
     }
 }

@@ -19,7 +19,7 @@ public struct UserDirectory: Sendable {
     public func add(name: String, displayName: String?, role: User.Role, password: String) async throws -> User {
         guard User.isValidName(name) else {
             throw ServerError.badRequest(
-                "User name '\(name.prefix(64))' is not valid: use 1 to 64 letters, digits, '.', '_' or '-'.",
+                "User name '\(name.prefix(64))' is not valid: use 1 to 64 letters, digits, '.', '_', '-' or '@'.",
                 target: "name")
         }
         try policy.check(password, for: name)
@@ -31,8 +31,8 @@ public struct UserDirectory: Sendable {
         do {
             try await database.storage.write { db in
                 try db.execute(
-                    "INSERT INTO users (\(User.columns)) VALUES (?, ?, ?, ?, ?, ?)", user.name, user.displayName,
-                    user.role.rawValue, user.passwordHash, user.disabled, user.createdAt)
+                    "INSERT INTO users (\(User.columns)) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)", user.name,
+                    user.displayName, user.role.rawValue, user.passwordHash, user.disabled, user.createdAt)
             }
         } catch let error as StorageError where error.kind == .uniqueViolation {
             throw ServerError.conflict("A user named '\(name)' already exists.", target: "name")
@@ -149,11 +149,21 @@ public struct UserDirectory: Sendable {
 
     /// The active user whose password is `password`, or `nil`. Runs bcrypt even for unknown users, so timing
     /// does not tell which names exist.
+    ///
+    /// - Throws: ``OAuthError`` (`invalid_grant`) naming the provider for a user who signs in through one.
     func authenticate(name: String, password: String) async throws -> User? {
         let user = try await self.user(named: name)
-        let hash = user?.passwordHash ?? Self.decoyHash(cost: bcryptCost)
+        let federated = user?.identityProvider
+        let hash =
+            federated == nil ? user?.passwordHash ?? Self.decoyHash(cost: bcryptCost) : Self.decoyHash(cost: bcryptCost)
         let matches = try await NIOThreadPool.singleton.runIfActive {
             Bcrypt.verify(password, hash: hash)
+        }
+        if let federated {
+            // People from a provider have no Baton password; the message names where they sign in.
+            throw OAuthError.invalidGrant(
+                "\(name) signs in through the identity provider '\(federated)': use its button on the sign-in page, not a Baton password."
+            )
         }
         guard matches, let user, !user.disabled else { return nil }
         return user

@@ -106,6 +106,16 @@ struct DeviceAuthorizations: Sendable {
         return letters
     }
 
+    /// Whether a user code (normalized) is pending and unexpired.
+    func isPending(userCode code: String) async throws -> Bool {
+        let now = clock.now().timeIntervalSince1970
+        return try await database.storage.read { db in
+            try db.fetchOne(
+                "SELECT 1 FROM deviceAuthorizations WHERE userCode = ? AND status = 'pending' AND expiresAt > ?", code,
+                now) != nil
+        }
+    }
+
     /// Records the person's decision for a pending, unexpired user code.
     ///
     /// - Returns: `false` when there is no such pending code (unknown, expired, or decided already).

@@ -1,4 +1,5 @@
 import BatonOData
+import Crypto
 import Foundation
 import HTTPTypes
 import Hummingbird
@@ -10,6 +11,11 @@ struct OAuthRoutes {
     let configuration: OAuthConfiguration
     let metrics: ServerMetrics
     let settings: SettingsStore
+    /// The identity providers people may sign in through, and Baton's side of OpenID Connect with them.
+    let providers: IdentityProviders
+    let relyingParty: OpenIDRelyingParty
+    /// Seals the browser's cookie of a sign-in through a provider (derived from the master key).
+    let sealKey: SymmetricKey
 
     func add(to router: Router<BatonRequestContext>) {
         router.get("/.well-known/oauth-authorization-server") { _, _ in
@@ -55,36 +61,55 @@ struct OAuthRoutes {
                 first, _ in first
             }
             _ = try authorizationRequest(parameters)
-            return html(LoginPage.html(parameters: parameters))
+            return html(LoginPage.html(parameters: parameters, choices: try await signInChoices()))
         }
         router.post("/oauth/authorize") { request, context in
             let form = try await FormBody.read(request, context: context)
             let authorization = try authorizationRequest(form.values)
+            let choices = try await signInChoices()
             let user: User
             switch try await signIn(
                 form, clientID: authorization.client.id, method: "sign_in_page", context: context,
-                page: { LoginPage.html(parameters: form.values, error: $0) })
+                page: { LoginPage.html(parameters: form.values, choices: choices, error: $0) })
             {
             case .signedIn(let signedIn): user = signedIn
             case .refused(let page): return page
             }
-            let code = try await tokens.createAuthorizationCode(
-                user: user.name, client: authorization.client, redirectURI: authorization.redirectURI,
-                challenge: authorization.challenge, scope: authorization.scope)
-            var location = URLComponents(string: authorization.redirectURI)
-            var items = location?.queryItems ?? []
-            items.append(URLQueryItem(name: "code", value: code))
-            if let state = form["state"] { items.append(URLQueryItem(name: "state", value: state)) }
-            location?.queryItems = items
-            return Response(
-                status: .found,
-                headers: [.location: location?.string ?? authorization.redirectURI, .cacheControl: "no-store"])
+            return try await redirect(with: user, for: authorization, state: form["state"])
         }
+        addProviderSignIn(to: router)
+    }
+
+    /// Ends an authorization request: a code for `user`, sent back to the client's redirect URI with its state.
+    func redirect(with user: User, for authorization: AuthorizationRequest, state: String?) async throws -> Response {
+        let code = try await tokens.createAuthorizationCode(
+            user: user.name, client: authorization.client, redirectURI: authorization.redirectURI,
+            challenge: authorization.challenge, scope: authorization.scope)
+        var location = URLComponents(string: authorization.redirectURI)
+        var items = location?.queryItems ?? []
+        items.append(URLQueryItem(name: "code", value: code))
+        if let state { items.append(URLQueryItem(name: "state", value: state)) }
+        location?.queryItems = items
+        return Response(
+            status: .found,
+            headers: [.location: location?.string ?? authorization.redirectURI, .cacheControl: "no-store"])
+    }
+
+    /// What the sign-in pages offer: the providers' buttons, and whether Baton's password form is there.
+    func signInChoices() async throws -> SignInChoices {
+        SignInChoices(
+            providers: try await providers.list().map { ($0.name, $0.displayName) },
+            localPasswords: try await settings.current().signIn.localPasswords)
     }
 
     /// The server's `sign-in.methods` decide how the device app signs people in: a password typed into the app,
     /// or a browser elsewhere (the device authorization grant).
     func requireSignInMethod(grant: String, client: String?) async throws {
+        if grant == "password", try await !settings.current().signIn.localPasswords {
+            throw OAuthError(
+                "unauthorized_client",
+                "This server takes no Baton passwords: people sign in through their identity provider (device code).")
+        }
         guard client == OAuthClient.device.id else { return }
         let method: String
         switch grant {
@@ -127,13 +152,17 @@ struct OAuthRoutes {
             return response
         }
         router.get("/oauth/device") { request, _ in
-            html(DevicePage.html(userCode: request.uri.queryParameters["user_code"].map(String.init) ?? ""))
+            html(
+                DevicePage.html(
+                    userCode: request.uri.queryParameters["user_code"].map(String.init) ?? "",
+                    choices: try await signInChoices()))
         }
         router.post("/oauth/device") { request, context in
             let form = try await FormBody.read(request, context: context)
             let code = form["user_code"] ?? ""
             let address = context.clientAddress
             let denying = form["action"] == "deny"
+            let choices = try await signInChoices()
             // Codes are guessed from an address, not an account: an unknown or expired code counts against the
             // network it came from (an IPv6 /64 as one) as a failed sign-in does, so guessing is as slow as
             // guessing passwords (RFC 8628 §5.1), and denials are bounded the same way. Nothing is counted under a
@@ -143,7 +172,7 @@ struct OAuthRoutes {
             if let wait = try await tokens.throttle.retryAfter(watched) {
                 var response = html(
                     DevicePage.html(
-                        userCode: code,
+                        userCode: code, choices: choices,
                         error: denying
                             ? "Too many codes denied or tried from here. Try again in \(wait) seconds."
                             : "Too many codes tried. Try again in \(wait) seconds."))
@@ -155,7 +184,7 @@ struct OAuthRoutes {
                 try await tokens.throttle.recordFailure(keys: [counters.wrongCodes.key])
                 var response = html(
                     DevicePage.html(
-                        userCode: code,
+                        userCode: code, choices: choices,
                         error: "This code is unknown, expired or used; start the sign-in on the device again."))
                 response.status = .badRequest
                 return response
@@ -163,7 +192,8 @@ struct OAuthRoutes {
             guard let typed = DeviceAuthorizations.normalized(code) else {
                 var response = html(
                     DevicePage.html(
-                        userCode: code, error: "That is not a code from a device: 8 letters, like BDFH-KLMN."))
+                        userCode: code, choices: choices,
+                        error: "That is not a code from a device: 8 letters, like BDFH-KLMN."))
                 response.status = .badRequest
                 return response
             }
@@ -181,7 +211,7 @@ struct OAuthRoutes {
             let user: User
             switch try await signIn(
                 form, clientID: OAuthClient.device.id, method: "device_page", context: context,
-                page: { DevicePage.html(userCode: code, error: $0) })
+                page: { DevicePage.html(userCode: code, choices: choices, error: $0) })
             {
             case .signedIn(let signedIn): user = signedIn
             case .refused(let page): return page
@@ -209,6 +239,13 @@ struct OAuthRoutes {
         _ form: FormBody, clientID: String, method: String, context: BatonRequestContext,
         page: (String) -> String
     ) async throws -> PageSignIn {
+        guard try await settings.current().signIn.localPasswords else {
+            metrics.signIn(method: method, result: "unauthorized_client")
+            var response = html(
+                page("This server takes no Baton passwords: sign in with your identity provider's button."))
+            response.status = .forbidden
+            return .refused(response)
+        }
         do {
             let user = try await tokens.signIn(
                 name: form["username"] ?? "", password: form["password"] ?? "", clientID: clientID,

@@ -14,6 +14,7 @@ extension ServerSettings {
         ("app-versions.inactive", "a comma-separated list of versions, or an empty string"),
         ("devices.settings-refresh-seconds", "an integer from 60 to 86400"),
         ("sign-in.methods", "a comma-separated list of password and device (at least one)"),
+        ("sign-in.local-passwords", "true or false (false: only identity providers sign people in)"),
         ("telemetry.usage", "true or false"),
         ("telemetry.logs-with-sync", "true or false"),
         ("devices.max-per-user", "an integer from 1 to 1000"),
@@ -59,6 +60,7 @@ extension ServerSettings {
                 throw invalid(key, value)
             }
             signIn.methods = Array(Set(methods)).sorted().reversed()
+        case "sign-in.local-passwords": signIn.localPasswords = try bool()
         case "telemetry.usage": telemetry.usage = try bool()
         case "telemetry.logs-with-sync": telemetry.logsWithSync = try bool()
         case "devices.max-per-user": devices.maxPerUser = try int(1...1_000)
@@ -91,6 +93,7 @@ extension ServerSettings {
             "app-versions.inactive = \(appVersions.inactive.joined(separator: ","))",
             "devices.settings-refresh-seconds = \(devices.settingsRefreshSeconds)",
             "sign-in.methods = \(signIn.methods.joined(separator: ","))",
+            "sign-in.local-passwords = \(signIn.localPasswords)",
             "telemetry.usage = \(telemetry.usage)",
             "telemetry.logs-with-sync = \(telemetry.logsWithSync)",
             "devices.max-per-user = \(devices.maxPerUser)",

@@ -41,6 +41,19 @@ public struct ServerSettings: Sendable, Hashable, Codable {
         /// RFC 8628). Default: `password`; an admin turns the browser on with
         /// `settings set sign-in.methods password,device` (or `device` alone).
         public var methods = ["password"]
+        /// Whether Baton's own passwords are taken at all (the sign-in pages' password form, the password
+        /// grant). An airline that signs everyone in through its identity provider turns them off with
+        /// `settings set sign-in.local-passwords false`; the pages then show only the providers' buttons.
+        /// Default: `true`.
+        public var localPasswords = true
+
+        public init() {}
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            methods = try container.decodeIfPresent([String].self, forKey: .methods) ?? ["password"]
+            localPasswords = try container.decodeIfPresent(Bool.self, forKey: .localPasswords) ?? true
+        }
     }
 
     /// How devices keep in touch, and how many one user may be on.

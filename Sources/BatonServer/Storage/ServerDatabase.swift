@@ -137,7 +137,32 @@ public struct ServerDatabase: Sendable {
         ("deviceProofs", deviceProofsStatements),
         ("storageBounds", storageBoundsStatements),
         ("auditAggregates", auditAggregatesStatements),
+        ("identityProviders", identityProvidersStatements(real: "double precision", blob: "bytea")),
     ]
+
+    /// The identity providers people sign in through (OpenID Connect) and that provision them (SCIM): a provider's
+    /// client secret sealed under the master key, the SCIM tokens' SHA-256 (never the tokens), the states of
+    /// browser sign-ins already finished (each is used once), and on each user the provider and subject they are
+    /// bound to.
+    static func identityProvidersStatements(real: String, blob: String) -> [String] {
+        [
+            """
+            CREATE TABLE identityProviders (
+                name text PRIMARY KEY, displayName text NOT NULL, issuer text NOT NULL UNIQUE, clientID text NOT NULL,
+                sealedSecret \(blob) NOT NULL, nameClaim text NOT NULL, roleClaim text NOT NULL, roleMap text NOT NULL,
+                createdAt \(real) NOT NULL)
+            """,
+            "ALTER TABLE users ADD COLUMN idp text",
+            "ALTER TABLE users ADD COLUMN subject text",
+            "ALTER TABLE users ADD COLUMN externalId text",
+            "CREATE UNIQUE INDEX usersSubject ON users (idp, subject) WHERE subject IS NOT NULL",
+            """
+            CREATE TABLE scimTokens (
+                hash text PRIMARY KEY, idp text NOT NULL, createdAt \(real) NOT NULL, revokedAt \(real))
+            """,
+            "CREATE TABLE openIDStates (hash text PRIMARY KEY, expiresAt \(real) NOT NULL)",
+        ]
+    }
 
     /// Audit entries that stand for several events of one minute (``AuditLog/recordAggregated(_:)``): the key
     /// they are counted under, and how many.
@@ -458,6 +483,9 @@ public struct ServerDatabase: Sendable {
         }
         migrator.registerMigration("auditAggregates") { db in
             for statement in auditAggregatesStatements { try db.execute(sql: statement) }
+        }
+        migrator.registerMigration("identityProviders") { db in
+            for statement in identityProvidersStatements(real: "REAL", blob: "BLOB") { try db.execute(sql: statement) }
         }
         return migrator
     }

@@ -1,0 +1,328 @@
+import AsyncHTTPClient
+import BatonOData
+import Foundation
+import JWTKit
+import NIOCore
+import Synchronization
+
+/// Why a sign-in through an identity provider failed: shown to the person and recorded (never a token).
+struct OpenIDError: Error, CustomStringConvertible, Equatable {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// What Baton reads of a provider's discovery document (OpenID Connect Discovery 1.0 §3).
+struct ProviderMetadata: Codable, Sendable, Equatable {
+    var issuer: String
+    var authorizationEndpoint: String
+    var tokenEndpoint: String
+    var jwksURI: String
+    var signingAlgorithms: [String]?
+    /// RFC 9207: the provider sends `iss` with every authorization response.
+    var sendsIssuer: Bool?
+    var endSessionEndpoint: String?
+
+    enum CodingKeys: String, CodingKey {
+        case issuer
+        case authorizationEndpoint = "authorization_endpoint"
+        case tokenEndpoint = "token_endpoint"
+        case jwksURI = "jwks_uri"
+        case signingAlgorithms = "id_token_signing_alg_values_supported"
+        case sendsIssuer = "authorization_response_iss_parameter_supported"
+        case endSessionEndpoint = "end_session_endpoint"
+    }
+
+    /// The asymmetric algorithms Baton verifies ID tokens with; `none` and HMAC are never among them (an HMAC
+    /// "keyed" with a provider's public key is the classic forgery).
+    static let verifiable: Set<String> = [
+        "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512",
+    ]
+
+    /// The algorithms an ID token may be signed with: those the provider announced that Baton verifies, RS256 when
+    /// it announced none (OpenID Connect Discovery's default).
+    var acceptedAlgorithms: Set<String> {
+        Set(signingAlgorithms ?? ["RS256"]).intersection(Self.verifiable)
+    }
+}
+
+/// The claims of a verified ID token Baton uses, and the rest as JSON for the name and group claims.
+struct IDTokenClaims: Sendable {
+    var subject: String
+    var claims: [String: ClaimValue]
+
+    /// A claim's value, as far as Baton reads it.
+    enum ClaimValue: Sendable, Equatable {
+        case string(String)
+        case strings([String])
+        case other
+    }
+
+    /// A claim as one string (`preferred_username`, `email`, `name`).
+    func string(_ name: String) -> String? {
+        if case .string(let value) = claims[name] { return value }
+        return nil
+    }
+
+    /// A claim as a list of strings (a group claim may be one string or an array).
+    func strings(_ name: String) -> [String] {
+        switch claims[name] {
+        case .string(let value): [value]
+        case .strings(let values): values
+        default: []
+        }
+    }
+}
+
+/// The relying party's side of OpenID Connect Core 1.0: discovery and JWKS (cached), the code redemption with
+/// `client_secret_basic`, and the ID token's validation.
+final class OpenIDRelyingParty: Sendable {
+    struct Cached: Sendable {
+        var metadata: ProviderMetadata
+        var fetchedAt: Date
+        var jwks: JWKS?
+        var jwksFetchedAt: Date?
+    }
+
+    let clock: ServerClock
+    let cache = Mutex<[String: Cached]>([:])
+    /// How long a discovery document is kept: an hour.
+    static let metadataLifetime: TimeInterval = 3_600
+    /// How often the JWKS may be fetched again for a key it does not hold: once a minute.
+    static let jwksRefreshInterval: TimeInterval = 60
+    /// How far `iat` and `exp` may be off Baton's clock.
+    static let skew: TimeInterval = 120
+    /// The most a provider's answer may weigh.
+    static let answerLimit = 1 << 20
+
+    init(clock: ServerClock) { self.clock = clock }
+
+    /// The provider's discovery document, fetched at most once an hour; its `issuer` must be the registered one
+    /// exactly (OpenID Connect Discovery 1.0 §4.3), and its endpoints must be `https` (or loopback `http`).
+    func metadata(for provider: IdentityProvider) async throws(OpenIDError) -> ProviderMetadata {
+        let now = clock.now()
+        if let cached = cache.withLock({ $0[provider.name] }), cached.metadata.issuer == provider.issuer,
+            now.timeIntervalSince(cached.fetchedAt) < Self.metadataLifetime
+        {
+            return cached.metadata
+        }
+        let base = provider.issuer.hasSuffix("/") ? String(provider.issuer.dropLast()) : provider.issuer
+        let data = try await fetch(base + "/.well-known/openid-configuration", what: "discovery document")
+        guard let metadata = try? JSONDecoder().decode(ProviderMetadata.self, from: data) else {
+            throw OpenIDError("\(provider.displayName)'s discovery document is not valid JSON metadata.")
+        }
+        guard metadata.issuer == provider.issuer else {
+            throw OpenIDError(
+                "\(provider.displayName)'s discovery document names another issuer (\(metadata.issuer.prefix(120))).")
+        }
+        for endpoint in [metadata.authorizationEndpoint, metadata.tokenEndpoint, metadata.jwksURI]
+        where !IdentityProvider.isAcceptable(issuer: endpoint.split(separator: "?").first.map(String.init) ?? "") {
+            throw OpenIDError("\(provider.displayName)'s endpoint \(endpoint.prefix(120)) is not https.")
+        }
+        guard !metadata.acceptedAlgorithms.isEmpty else {
+            throw OpenIDError(
+                "\(provider.displayName) announces no ID token algorithm Baton verifies (RS256, ES256 …).")
+        }
+        cache.withLock { $0[provider.name] = Cached(metadata: metadata, fetchedAt: now) }
+        return metadata
+    }
+
+    /// The JWK that signed a token: from the cached set, or from a fresh one when the `kid` is unknown and the
+    /// set was not fetched within the last minute.
+    func key(for provider: IdentityProvider, kid: String?) async throws(OpenIDError) -> JWK {
+        let metadata = try await metadata(for: provider)
+        let now = clock.now()
+        let cached = cache.withLock { $0[provider.name] }
+        if let jwks = cached?.jwks, let key = Self.find(kid, in: jwks) { return key }
+        if let fetched = cached?.jwksFetchedAt, now.timeIntervalSince(fetched) < Self.jwksRefreshInterval {
+            throw OpenIDError("The ID token was signed with a key \(provider.displayName) does not publish.")
+        }
+        let data = try await fetch(metadata.jwksURI, what: "key set")
+        guard let jwks = try? JSONDecoder().decode(JWKS.self, from: data) else {
+            throw OpenIDError("\(provider.displayName)'s key set is not a valid JWKS.")
+        }
+        cache.withLock {
+            $0[provider.name]?.jwks = jwks
+            $0[provider.name]?.jwksFetchedAt = now
+        }
+        guard let key = Self.find(kid, in: jwks) else {
+            throw OpenIDError("The ID token was signed with a key \(provider.displayName) does not publish.")
+        }
+        return key
+    }
+
+    /// The key named `kid`, or the only signing key when the token names none.
+    static func find(_ kid: String?, in jwks: JWKS) -> JWK? {
+        let signing = jwks.keys.filter { $0.keyType == .rsa || $0.keyType == .ecdsa }
+        guard let kid else { return signing.count == 1 ? signing[0] : nil }
+        return signing.first { $0.keyIdentifier?.string == kid }
+    }
+
+    /// Redeems an authorization code at the token endpoint with `client_secret_basic` (RFC 6749 §2.3.1) and
+    /// returns the ID token.
+    func redeem(
+        code: String, verifier: String, redirectURI: String, provider: IdentityProvider, secret: String
+    ) async throws(OpenIDError) -> String {
+        let metadata = try await metadata(for: provider)
+        var request = HTTPClientRequest(url: metadata.tokenEndpoint)
+        request.method = .POST
+        let user = Self.formEncoded(provider.clientID) + ":" + Self.formEncoded(secret)
+        request.headers.add(name: "Authorization", value: "Basic " + Data(user.utf8).base64EncodedString())
+        request.headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
+        request.headers.add(name: "Accept", value: "application/json")
+        let form = [
+            ("grant_type", "authorization_code"), ("code", code), ("redirect_uri", redirectURI),
+            ("code_verifier", verifier),
+        ].map { "\($0.0)=\(Self.formEncoded($0.1))" }.joined(separator: "&")
+        request.body = .bytes(ByteBuffer(string: form))
+        let (status, data) = try await send(request, what: "token endpoint")
+        let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        guard status == 200, let idToken = object?["id_token"] as? String, !idToken.isEmpty else {
+            let error = (object?["error"] as? String).map { " (\(Self.printable($0)))" } ?? ""
+            throw OpenIDError("\(provider.displayName) did not redeem the sign-in code: HTTP \(status)\(error).")
+        }
+        return idToken
+    }
+
+    /// Validates an ID token (OpenID Connect Core 1.0 §3.1.3.7): an algorithm Baton verifies that the provider
+    /// announced, a signature by a key of the provider's JWKS, `iss`, `aud` (and `azp` with several audiences),
+    /// `exp` and `iat` within ``skew``, and the `nonce` this browser's sign-in sent.
+    func validate(
+        _ token: String, provider: IdentityProvider, nonce: String
+    ) async throws(OpenIDError) -> IDTokenClaims {
+        let metadata = try await metadata(for: provider)
+        let header = try Self.header(of: token)
+        guard metadata.acceptedAlgorithms.contains(header.alg) else {
+            throw OpenIDError(
+                "The ID token's algorithm \(Self.printable(header.alg)) is not one Baton accepts from \(provider.displayName)."
+            )
+        }
+        let jwk = try await key(for: provider, kid: header.kid)
+        return try await Self.verify(
+            token, header: header, key: jwk, issuer: provider.issuer, clientID: provider.clientID, nonce: nonce,
+            now: clock.now())
+    }
+
+    /// The checks of ``validate(_:provider:nonce:)`` once the key is known (tests call it with their own keys).
+    static func verify(
+        _ token: String, header: (alg: String, kid: String?), key: JWK, issuer: String, clientID: String,
+        nonce: String, now: Date
+    ) async throws(OpenIDError) -> IDTokenClaims {
+        let family: JWK.KeyType = header.alg.hasPrefix("ES") ? .ecdsa : .rsa
+        guard ProviderMetadata.verifiable.contains(header.alg), key.keyType == family,
+            key.algorithm.map({ $0.rawValue == header.alg }) ?? true
+        else {
+            throw OpenIDError("The ID token's algorithm \(printable(header.alg)) does not fit the provider's key.")
+        }
+        var named = key
+        if named.keyIdentifier == nil { named.keyIdentifier = JWKIdentifier(string: "only-key") }
+        do {
+            let keys = JWTKeyCollection()
+            try await keys.add(jwk: named, isDefault: true)
+            _ = try await keys.verify(Array(token.utf8), as: SignatureOnly.self)
+        } catch {
+            throw OpenIDError("The ID token's signature does not verify with the provider's key.")
+        }
+        let raw = try payload(of: token)
+        let claims = raw.mapValues(\.value)
+        guard case .string(let iss) = claims["iss"], iss == issuer else {
+            throw OpenIDError("The ID token was issued by someone else than \(issuer).")
+        }
+        let audiences: [String] =
+            switch claims["aud"] {
+            case .string(let one): [one]
+            case .strings(let many): many
+            default: []
+            }
+        guard audiences.contains(clientID) else { throw OpenIDError("The ID token is meant for another client.") }
+        if audiences.count > 1 {
+            guard case .string(let azp) = claims["azp"], azp == clientID else {
+                throw OpenIDError("The ID token has several audiences and does not name Baton as its presenter.")
+            }
+        }
+        guard let exp = raw["exp"]?.number, let iat = raw["iat"]?.number else {
+            throw OpenIDError("The ID token has no exp or iat.")
+        }
+        let time = now.timeIntervalSince1970
+        guard exp + skew > time else { throw OpenIDError("The ID token has expired.") }
+        guard iat - skew < time else { throw OpenIDError("The ID token was issued in the future.") }
+        guard case .string(let sent) = claims["nonce"], OAuthRoutes.constantTimeEqual(sent, nonce) else {
+            throw OpenIDError("The ID token's nonce is not the one this sign-in sent.")
+        }
+        guard case .string(let sub) = claims["sub"], (1...255).contains(sub.utf8.count) else {
+            throw OpenIDError("The ID token has no subject.")
+        }
+        return IDTokenClaims(subject: sub, claims: claims)
+    }
+
+    /// jwt-kit checks the signature; Baton checks the claims itself, against its own clock.
+    struct SignatureOnly: JWTPayload {
+        func verify(using algorithm: some JWTAlgorithm) async throws {}
+        init(from decoder: any Decoder) throws {}
+        func encode(to encoder: any Encoder) throws {}
+    }
+
+    /// A JSON claim, with numbers kept apart for `exp` and `iat`.
+    struct RawClaim {
+        var value: IDTokenClaims.ClaimValue
+        var number: Double?
+    }
+
+    static func header(of token: String) throws(OpenIDError) -> (alg: String, kid: String?) {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard token.utf8.count <= 16_384, parts.count == 3, let data = Data(base64URLEncoded: String(parts[0])),
+            let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
+            let alg = object["alg"] as? String
+        else { throw OpenIDError("The ID token is not a signed JWT.") }
+        return (alg, object["kid"] as? String)
+    }
+
+    static func payload(of token: String) throws(OpenIDError) -> [String: RawClaim] {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 3, let data = Data(base64URLEncoded: String(parts[1])),
+            let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        else { throw OpenIDError("The ID token's claims are not a JSON object.") }
+        return object.mapValues { value in
+            if let string = value as? String { return RawClaim(value: .string(string)) }
+            if let number = value as? NSNumber {
+                return RawClaim(value: .other, number: number.doubleValue)
+            }
+            if let strings = value as? [String] { return RawClaim(value: .strings(strings)) }
+            return RawClaim(value: .other)
+        }
+    }
+
+    /// `text` for a message: printable ASCII only, at most 80 bytes.
+    static func printable(_ text: String) -> String {
+        String(decoding: text.utf8.prefix(80).filter { (0x20...0x7E).contains($0) }, as: UTF8.self)
+    }
+
+    /// `application/x-www-form-urlencoded` of one value, byte by byte.
+    static func formEncoded(_ text: String) -> String {
+        var out = ""
+        for byte in text.utf8 {
+            switch byte {
+            case 0x30...0x39, 0x41...0x5A, 0x61...0x7A, 0x2D, 0x2E, 0x5F, 0x7E: out.unicodeScalars.append(.init(byte))
+            default: out += String(format: "%%%02X", byte)
+            }
+        }
+        return out
+    }
+
+    func fetch(_ url: String, what: String) async throws(OpenIDError) -> Data {
+        var request = HTTPClientRequest(url: url)
+        request.headers.add(name: "Accept", value: "application/json")
+        let (status, data) = try await send(request, what: what)
+        guard status == 200 else { throw OpenIDError("The provider's \(what) answered HTTP \(status).") }
+        return data
+    }
+
+    func send(_ request: HTTPClientRequest, what: String) async throws(OpenIDError) -> (UInt, Data) {
+        do {
+            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+            let body = try await response.body.collect(upTo: Self.answerLimit)
+            return (response.status.code, Data(buffer: body))
+        } catch {
+            throw OpenIDError("The provider's \(what) cannot be reached.")
+        }
+    }
+}
