@@ -268,6 +268,7 @@ let package = Package(
                 "BatonServer",
                 "BatonTesting",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "JWTKit", package: "jwt-kit"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ],
             resources: [.copy("Interop")],

@@ -128,8 +128,10 @@ struct SCIMRoutes {
         scim.get("Users/:id") { request, context in
             try await serving(request, context) { provider, context in
                 let user = try await owned(context.parameters.get("id") ?? "", by: provider)
+                let query = try Self.query(request)
                 var response = Self.scim(
-                    Projection(request).apply(to: user.document(base: base)))
+                    Projection(attributes: query["attributes"], excluded: query["excludedAttributes"]).apply(
+                        to: user.document(base: base)))
                 response.headers[.eTag] = user.version
                 return response
             }
@@ -223,10 +225,17 @@ struct SCIMRoutes {
     // MARK: Users
 
     func listUsers(_ request: Request, provider: IdentityProvider) async throws -> Response {
-        let query = request.uri.queryParameters
+        let query = try Self.query(request)
         return try await listUsers(
-            provider: provider, filter: query["filter"].map(String.init), start: query["startIndex"].map(String.init),
-            count: query["count"].map(String.init), projection: Projection(request))
+            provider: provider, filter: query["filter"], start: query["startIndex"], count: query["count"],
+            projection: Projection(attributes: query["attributes"], excluded: query["excludedAttributes"]))
+    }
+
+    /// The query as a form (`+` is a space, as clients encode it), each parameter at most once.
+    static func query(_ request: Request) throws -> [String: String] {
+        do { return try FormBody.parse(request.uri.query ?? "").values } catch {
+            throw SCIMError(.badRequest, "invalidSyntax", error.description)
+        }
     }
 
     func listUsers(
@@ -572,12 +581,6 @@ struct Projection {
         }
         self.attributes = names(attributes)
         self.excluded = names(excluded) ?? []
-    }
-
-    init(_ request: Request) {
-        let query = request.uri.queryParameters
-        self.init(
-            attributes: query["attributes"].map(String.init), excluded: query["excludedAttributes"].map(String.init))
     }
 
     func apply(to document: JSONValue) -> JSONValue {
