@@ -21,6 +21,9 @@ public actor ScriptedPresenter: OnboardingPresenter {
         case approveInBrowser(String, String)
         /// At a device code: the person denies on the page.
         case denyInBrowser
+        /// At a device code: `approve` runs what the person does elsewhere (a real browser on the page, signing
+        /// in at the company's identity provider); the flow goes on when it returns.
+        case approveElsewhere(@Sendable (DeviceCodePrompt) async throws -> Void)
         /// Agrees (true) or not to the consent form asked.
         case consent(Bool)
         /// Picks the user with this display name.
@@ -96,6 +99,11 @@ public actor ScriptedPresenter: OnboardingPresenter {
 
     public func showDeviceCode(_ prompt: DeviceCodePrompt) async throws {
         let answer = try next("deviceCode(\(prompt.userCode))", problem: nil)
+        if case .approveElsewhere(let approve) = answer {
+            try await approve(prompt)
+            transcript.append("approved elsewhere")
+            return
+        }
         var fields = [("user_code", prompt.userCode)]
         switch answer {
         case .approveInBrowser(let user, let password):

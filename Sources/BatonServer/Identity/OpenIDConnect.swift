@@ -126,6 +126,11 @@ final class OpenIDRelyingParty: Sendable {
         return metadata
     }
 
+    /// The discovery document last fetched for `provider`, if any (however old).
+    func cachedMetadata(for provider: IdentityProvider) -> ProviderMetadata? {
+        cache.withLock { $0[provider.name] }.flatMap { $0.metadata.issuer == provider.issuer ? $0.metadata : nil }
+    }
+
     /// The JWK that signed a token: from the cached set, or from a fresh one when the `kid` is unknown and the
     /// set was not fetched within the last minute.
     func key(for provider: IdentityProvider, kid: String?) async throws(OpenIDError) -> JWK {

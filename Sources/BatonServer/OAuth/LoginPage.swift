@@ -5,6 +5,8 @@ import BatonOData
 struct SignInChoices: Sendable {
     var providers: [(name: String, displayName: String)] = []
     var localPasswords = true
+    /// The origins of the providers' authorization endpoints, for the page's `form-action`.
+    var formTargets: [String] = []
 
     /// The providers' buttons: each submits the page's form to that provider's start, carrying the form's
     /// hidden fields (the authorization request, or the device's code) without the password fields.

@@ -61,7 +61,8 @@ struct OAuthRoutes {
                 first, _ in first
             }
             _ = try authorizationRequest(parameters)
-            return html(LoginPage.html(parameters: parameters, choices: try await signInChoices()))
+            let choices = try await signInChoices()
+            return html(LoginPage.html(parameters: parameters, choices: choices), formTargets: choices.formTargets)
         }
         router.post("/oauth/authorize") { request, context in
             let form = try await FormBody.read(request, context: context)
@@ -70,6 +71,7 @@ struct OAuthRoutes {
             let user: User
             switch try await signIn(
                 form, clientID: authorization.client.id, method: "sign_in_page", context: context,
+                formTargets: choices.formTargets,
                 page: { LoginPage.html(parameters: form.values, choices: choices, error: $0) })
             {
             case .signedIn(let signedIn): user = signedIn
@@ -97,9 +99,21 @@ struct OAuthRoutes {
 
     /// What the sign-in pages offer: the providers' buttons, and whether Baton's password form is there.
     func signInChoices() async throws -> SignInChoices {
-        SignInChoices(
-            providers: try await providers.list().map { ($0.name, $0.displayName) },
-            localPasswords: try await settings.current().signIn.localPasswords)
+        let list = try await providers.list()
+        var origins: [String] = []
+        for provider in list {
+            // The authorization endpoint's origin as last discovered, else the issuer's: rendering a page never
+            // waits on a provider.
+            let endpoint = relyingParty.cachedMetadata(for: provider)?.authorizationEndpoint ?? provider.issuer
+            if let url = URLComponents(string: endpoint), let scheme = url.scheme, let host = url.host,
+                host.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x3B && $0 != 0x27 && $0 < 0x7F })
+            {
+                origins.append("\(scheme)://\(host)\(url.port.map { ":\($0)" } ?? "")")
+            }
+        }
+        return SignInChoices(
+            providers: list.map { ($0.name, $0.displayName) },
+            localPasswords: try await settings.current().signIn.localPasswords, formTargets: origins)
     }
 
     /// The server's `sign-in.methods` decide how the device app signs people in: a password typed into the app,
@@ -152,10 +166,11 @@ struct OAuthRoutes {
             return response
         }
         router.get("/oauth/device") { request, _ in
-            html(
+            let choices = try await signInChoices()
+            return html(
                 DevicePage.html(
-                    userCode: request.uri.queryParameters["user_code"].map(String.init) ?? "",
-                    choices: try await signInChoices()))
+                    userCode: request.uri.queryParameters["user_code"].map(String.init) ?? "", choices: choices),
+                formTargets: choices.formTargets)
         }
         router.post("/oauth/device") { request, context in
             let form = try await FormBody.read(request, context: context)
@@ -175,7 +190,7 @@ struct OAuthRoutes {
                         userCode: code, choices: choices,
                         error: denying
                             ? "Too many codes denied or tried from here. Try again in \(wait) seconds."
-                            : "Too many codes tried. Try again in \(wait) seconds."))
+                            : "Too many codes tried. Try again in \(wait) seconds."), formTargets: choices.formTargets)
                 response.status = .tooManyRequests
                 response.headers[.retryAfter] = String(wait)
                 return response
@@ -185,7 +200,8 @@ struct OAuthRoutes {
                 var response = html(
                     DevicePage.html(
                         userCode: code, choices: choices,
-                        error: "This code is unknown, expired or used; start the sign-in on the device again."))
+                        error: "This code is unknown, expired or used; start the sign-in on the device again."),
+                    formTargets: choices.formTargets)
                 response.status = .badRequest
                 return response
             }
@@ -211,6 +227,7 @@ struct OAuthRoutes {
             let user: User
             switch try await signIn(
                 form, clientID: OAuthClient.device.id, method: "device_page", context: context,
+                formTargets: choices.formTargets,
                 page: { DevicePage.html(userCode: code, choices: choices, error: $0) })
             {
             case .signedIn(let signedIn): user = signedIn
@@ -236,13 +253,14 @@ struct OAuthRoutes {
 
     /// Signs the person in from a page's form, under the sign-in throttle, and counts the outcome.
     func signIn(
-        _ form: FormBody, clientID: String, method: String, context: BatonRequestContext,
+        _ form: FormBody, clientID: String, method: String, context: BatonRequestContext, formTargets: [String],
         page: (String) -> String
     ) async throws -> PageSignIn {
         guard try await settings.current().signIn.localPasswords else {
             metrics.signIn(method: method, result: "unauthorized_client")
             var response = html(
-                page("This server takes no Baton passwords: sign in with your identity provider's button."))
+                page("This server takes no Baton passwords: sign in with your identity provider's button."),
+                formTargets: formTargets)
             response.status = .forbidden
             return .refused(response)
         }
@@ -254,7 +272,7 @@ struct OAuthRoutes {
             return .signedIn(user)
         } catch let error as OAuthError where error.error == "invalid_grant" || error.error == "too_many_attempts" {
             metrics.signIn(method: method, result: error.error)
-            var response = html(page(error.description))
+            var response = html(page(error.description), formTargets: formTargets)
             response.status = error.status == .tooManyRequests ? .tooManyRequests : .unauthorized
             return .refused(response)
         }
@@ -348,13 +366,16 @@ func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
         body: .init(byteBuffer: ByteBuffer(string: value.serialized)))
 }
 
-/// An HTML response.
-func html(_ text: String) -> Response {
-    Response(
+/// An HTML response. `formTargets` are the origins a form may lead to besides Baton itself: a sign-in page's
+/// provider buttons post to Baton, which redirects to the provider, and browsers hold that redirect to the
+/// page's `form-action` too.
+func html(_ text: String, formTargets: [String] = []) -> Response {
+    let targets = (["'self'"] + formTargets).joined(separator: " ")
+    return Response(
         status: .ok,
         headers: [
             .contentType: "text/html; charset=utf-8", .cacheControl: "no-store",
             .contentSecurityPolicy:
-                "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+                "default-src 'none'; style-src 'self'; form-action \(targets); frame-ancestors 'none'; base-uri 'none'",
         ], body: .init(byteBuffer: ByteBuffer(string: text)))
 }
