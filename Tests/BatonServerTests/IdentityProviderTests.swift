@@ -193,3 +193,45 @@ struct IDTokenValidationTests {
         #expect(party.cache.withLock { $0["corp"]?.jwksFetchedAt } == now)
     }
 }
+
+/// `sign-in.local-passwords false`: only the providers sign people in. The pages show the providers' buttons
+/// alone; a password posted anyway, and the password grant, are refused; a local-only deployment (no provider,
+/// the default) keeps its password form.
+struct LocalPasswordsTests {
+    @Test(arguments: StorageBackend.allCases) func whenLocalPasswordsAreOffOnlyTheProvidersSignPeopleIn(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        _ = try await server.addUser("alice")
+        _ = try await server.server.settings.set("sign-in.methods", to: "password,device")
+        try await server.test { client in
+            // A local-only deployment: the password form, no provider buttons.
+            let before = try await client.page("/oauth/device")
+            #expect(before.text.contains(#"name="password""#) && !before.text.contains("class=\"provider\""))
+            #expect(try await client.approve("BDFH-KLMN", password: "wrong").status == .unauthorized)
+        }
+        var corp = IdentityProvider(name: "corp", displayName: "Corp ID", issuer: "https://id.example", clientID: "b")
+        corp.roleMap = ["staff": .groundStaff]
+        try await server.server.identityProviders.add(corp, clientSecret: "s3cret")
+        _ = try await server.server.settings.set("sign-in.local-passwords", to: "false")
+        try await server.test { client in
+            let page = try await client.page("/oauth/device")
+            #expect(page.text.contains("Allow: sign in with Corp ID") && !page.text.contains(#"name="password""#))
+            let started = try await client.start()
+            let code = try #require(started["user_code"] as? String)
+            let posted = try await client.approve(code, password: "correct-horse-battery")
+            #expect(posted.status == .forbidden && posted.text.contains("takes no Baton passwords"))
+            let (status, body) = try await client.form(
+                "/oauth/token",
+                [
+                    ("grant_type", "password"), ("client_id", "baton-device"), ("username", "alice"),
+                    ("password", "correct-horse-battery"),
+                ])
+            #expect(status == .badRequest && body["error"] as? String == "unauthorized_client")
+        }
+        #expect(
+            try await server.server.settings.current().signIn.localPasswords == false,
+            "the setting is stored (and read back by every instance)")
+    }
+}
