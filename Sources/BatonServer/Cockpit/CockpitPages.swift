@@ -224,6 +224,35 @@ enum CockpitPages {
             """
         ),
         (
+            "providers",
+            """
+            <h1>Identity providers</h1>
+            {{#error}}<p class="alert" role="alert" id="form-error">{{error}}</p>{{/error}}
+            {{#notice}}<p class="notice" role="status" id="form-notice">{{notice}}</p>{{/notice}}
+            <p class="muted">People sign in through these OpenID Providers; register each one's callback as its redirect
+            URI. A provider's SCIM token is made on the command line (baton-server idp scim-token NAME), shown once.</p>
+            <div class="scroll"><table id="providers"><thead><tr><th>Name</th><th>Button</th><th>Issuer</th><th>Client id</th>
+            <th>Role map</th><th>People</th><th>Callback</th><th></th></tr></thead><tbody>
+            {{#rows}}<tr data-name="{{name}}"><td>{{name}}</td><td>{{displayName}}</td><td>{{issuer}}</td><td>{{clientID}}</td>
+            <td>{{roleMap}} ({{roleClaim}}; name from {{nameClaim}})</td><td>{{people}}</td><td>{{callback}}</td><td>
+            <form method="post" action="/admin/identity-providers/{{name}}/remove"><input type="hidden" name="csrf" value="{{csrf}}">
+            <button type="submit" class="danger">Remove</button></form></td></tr>{{/rows}}
+            {{^rows}}<tr><td colspan="8" class="muted">No identity provider: people sign in with Baton passwords.</td></tr>{{/rows}}
+            </tbody></table></div>
+            <h2>Add a provider</h2>
+            <form method="post" action="/admin/identity-providers" id="add-provider"><input type="hidden" name="csrf" value="{{csrf}}">
+            <label>Name <input name="name" required maxlength="32" pattern="[a-z0-9-]+"></label>
+            <label>Button says "Sign in with" <input name="displayName" maxlength="64"></label>
+            <label>Issuer <input name="issuer" required maxlength="512" placeholder="https://login.example.com"></label>
+            <label>Client id <input name="clientID" required maxlength="256"></label>
+            <label>Client secret <input name="clientSecret" type="password" required maxlength="1024" autocomplete="off"></label>
+            <label>Name claim <select name="nameClaim"><option>preferred_username</option><option>email</option><option>sub</option></select></label>
+            <label>Role claim <input name="roleClaim" value="groups" maxlength="64"></label>
+            <label>Role map <input name="roleMap" required maxlength="1024" placeholder="gs-staff=ground-staff,gs-admins=admin"></label>
+            <button type="submit">Add</button></form>
+            """
+        ),
+        (
             "audit",
             """
             <h1>Audit</h1>
@@ -260,6 +289,7 @@ enum CockpitPages {
             <a href="/admin/users"{{#users}} aria-current="page"{{/users}}>Users</a>
             <a href="/admin/devices"{{#devices}} aria-current="page"{{/devices}}>Devices</a>
             <a href="/admin/settings"{{#settings}} aria-current="page"{{/settings}}>Settings</a>
+            <a href="/admin/identity-providers"{{#providers}} aria-current="page"{{/providers}}>Identity providers</a>
             <a href="/admin/backups"{{#backups}} aria-current="page"{{/backups}}>Discarded changes</a>
             <a href="/admin/audit"{{#audit}} aria-current="page"{{/audit}}>Audit</a>
             <form method="post" action="/admin/sign-out"><span>{{displayName}} ({{user}})</span>

@@ -22,6 +22,8 @@ struct CockpitRoutes: Sendable {
     let clock: ServerClock
     /// Seals the sign-in cookie.
     let key: SymmetricKey
+    /// The identity providers (their own page).
+    let providers: IdentityProviders
 
     static let sessionCookie = "baton_cockpit"
     static let signInCookie = "baton_cockpit_sign_in"
@@ -224,6 +226,42 @@ struct CockpitRoutes: Sendable {
                 }
                 try await record(session, context, ("settings-changed", key, "value \(value.prefix(64))"))
                 return try await settingsPage(session, notice: "\(key) is now '\(value)'.")
+            }
+        }
+        router.get("/admin/identity-providers") { request, _ in
+            try await viewing(request) { session in try await providersPage(session) }
+        }
+        router.post("/admin/identity-providers") { request, context in
+            try await changing(request, context) { session, form in
+                var provider = IdentityProvider(
+                    name: form["name"] ?? "",
+                    displayName: (form["displayName"] ?? "").isEmpty ? nil : form["displayName"],
+                    issuer: form["issuer"] ?? "", clientID: form["clientID"] ?? "")
+                do {
+                    guard let claim = IdentityProvider.NameClaim(rawValue: form["nameClaim"] ?? "") else {
+                        throw ServerError.badRequest("The name claim is preferred_username, email or sub.")
+                    }
+                    provider.nameClaim = claim
+                    provider.roleClaim = form["roleClaim"] ?? "groups"
+                    provider.roleMap = try IdentityProvider.roleMap(parsing: form["roleMap"] ?? "")
+                    try await providers.add(provider, clientSecret: form["clientSecret"] ?? "")
+                } catch let error as ServerError {
+                    return try await providersPage(session, error: error.message)
+                }
+                try await record(session, context, ("idp-added", provider.name, "issuer \(provider.issuer)"))
+                return try await providersPage(session, notice: "Added \(provider.name).")
+            }
+        }
+        router.post("/admin/identity-providers/:name/remove") { request, context in
+            try await changing(request, context) { session, _ in
+                let name = context.parameters.get("name") ?? ""
+                let bound: Int
+                do { bound = try await providers.remove(name) } catch let error as ServerError {
+                    return try await providersPage(session, error: error.message)
+                }
+                try await record(session, context, ("idp-removed", name, "\(bound) users bound to it"))
+                return try await providersPage(
+                    session, notice: "Removed \(name); its \(bound) people cannot sign in until it is added again.")
             }
         }
         router.get("/admin/audit") { request, _ in
@@ -590,6 +628,31 @@ struct CockpitRoutes: Sendable {
         if let notice { values["notice"] = notice }
         return CockpitPages.page(
             "settings", title: "Settings", values: values, session: session, status: error == nil ? .ok : .badRequest)
+    }
+
+    func providersPage(_ session: CockpitSessions.Session, error: String? = nil, notice: String? = nil)
+        async throws -> Response
+    {
+        let list = try await providers.list()
+        let counts = try await database.storage.read { db in
+            try db.fetchAll("SELECT idp, count(*) AS people FROM users WHERE idp IS NOT NULL GROUP BY idp").reduce(
+                into: [String: Int64]()
+            ) { $0[$1["idp"].text ?? ""] = $1["people"].integer ?? 0 }
+        }
+        let rows: [[String: Any]] = list.map { provider in
+            [
+                "name": provider.name, "displayName": provider.displayName, "issuer": provider.issuer,
+                "clientID": provider.clientID, "roleMap": provider.roleMapText, "roleClaim": provider.roleClaim,
+                "nameClaim": provider.nameClaim.rawValue, "people": String(counts[provider.name] ?? 0),
+                "callback": provider.callbackURL(issuer: tokens.issuer.value), "csrf": session.csrf,
+            ]
+        }
+        var values: [String: Any] = ["rows": rows, "csrf": session.csrf]
+        if let error { values["error"] = error }
+        if let notice { values["notice"] = notice }
+        return CockpitPages.page(
+            "providers", title: "Identity providers", values: values, session: session,
+            status: error == nil ? .ok : .badRequest)
     }
 
     /// Rows of one audit download at most.

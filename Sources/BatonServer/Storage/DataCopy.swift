@@ -27,7 +27,7 @@ public enum DataCopy {
         "deviceRegistrations", "signingKeys", "audit", "discardedChanges", "signInFailures", "signInKnown",
         "tokenSigningKeys", "cockpitSessions", "deviceTokenFamilies", "deviceAuthorizations", "deviceProofs",
         "usageEvents",
-        "deviceLogs",
+        "deviceLogs", "identityProviders", "scimTokens", "openIDStates",
     ]
     /// The data store's own tables (the entity tables come from the model).
     static let dataTables = [DataStore.auditOutbox, "$removed", "$repeatability", "$sequence"]

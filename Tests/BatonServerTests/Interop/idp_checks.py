@@ -70,6 +70,23 @@ check(landed.url == BASE + "/admin/" and "Alice Admin (alice)" in landed.text, "
 replay = requests.get(callback, cookies={"baton_idp": cookie})
 check(replay.status_code == 400 and "does not belong" in text(replay.text), "a replayed answer is refused")
 
+# The cockpit's page of providers: both listed with their callbacks, never a secret; a bad one is refused.
+providers = alice.get(BASE + "/admin/identity-providers")
+check(providers.status_code == 200 and 'data-name="corp"' in providers.text and 'data-name="other"' in providers.text
+      and BASE + "/oauth/idp/corp/callback" in providers.text and "other-secret" not in providers.text,
+      "the cockpit lists the providers with their callbacks and no secret")
+csrf = re.search(r'name="csrf" value="([^"]+)"', providers.text).group(1)
+bad_add = alice.post(BASE + "/admin/identity-providers", data={
+    "csrf": csrf, "name": "evil", "issuer": "http://evil.example", "clientID": "x", "clientSecret": "y",
+    "nameClaim": "sub", "roleClaim": "groups", "roleMap": "g=admin"})
+check(bad_add.status_code == 400 and "https URL" in text(bad_add.text), "the cockpit refuses a plain-http issuer")
+added = alice.post(BASE + "/admin/identity-providers", data={
+    "csrf": csrf, "name": "third", "displayName": "Third", "issuer": "https://third.example", "clientID": "x",
+    "clientSecret": "third-secret", "nameClaim": "email", "roleClaim": "groups", "roleMap": "g=ground-staff"})
+check(added.status_code == 200 and 'data-name="third"' in added.text, "the cockpit adds a provider")
+removed = alice.post(BASE + "/admin/identity-providers/third/remove", data={"csrf": csrf})
+check(removed.status_code == 200 and 'data-name="third"' not in removed.text, "the cockpit removes it")
+
 # A mapped ground-staff person signs in, but the cockpit is for admins.
 bob = requests.Session()
 refused = bob.get(provider_answer(bob, to_provider(bob), "s-bob"))
