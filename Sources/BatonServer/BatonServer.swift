@@ -334,6 +334,18 @@ final class IssuerBox: Sendable {
     var value: String { storage.withLock { $0 } }
 
     func set(_ value: String) { storage.withLock { $0 = value } }
+
+    /// Whether the issuer is plain HTTP on loopback (tests, a laptop): cookies may then go without `Secure`.
+    var isLoopbackHTTP: Bool { BatonServer.isLoopbackHTTP(value) }
+}
+
+extension BatonServer {
+    /// Whether `url` is `http` to a loopback host (127.0.0.1, localhost, ::1): the only place Baton accepts plain
+    /// HTTP for itself or an identity provider.
+    static func isLoopbackHTTP(_ url: String) -> Bool {
+        guard let components = URLComponents(string: url), components.scheme == "http" else { return false }
+        return ["127.0.0.1", "localhost", "[::1]", "::1"].contains(components.host ?? "")
+    }
 }
 
 extension BatonServer {

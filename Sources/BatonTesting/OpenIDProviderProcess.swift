@@ -5,7 +5,7 @@ import Foundation
 /// and `nonce` required. It registers Baton as a client (`client_secret_basic`) for the given redirect URIs; the
 /// client secret is in ``secretFile`` (never on a command line). People sign in on its own page by their `sub`.
 public final class OpenIDProviderProcess: Sendable {
-    /// The provider's issuer, `http://127.0.0.1:PORT`.
+    /// The provider's issuer, `http://localhost:PORT`: another site than Baton's `127.0.0.1` to a browser.
     public let issuer: String
     /// Baton's client id there.
     public let clientID: String

@@ -1,8 +1,12 @@
+import BatonOData
 import BatonTestSupport
 import BatonTesting
 import Crypto
 import Foundation
+import HTTPTypes
+import HummingbirdTesting
 import JWTKit
+import NIOCore
 import Testing
 
 @testable import BatonServer
@@ -42,7 +46,8 @@ import Testing
             TestPython.missing(["requests", "oidc_provider_mock", "scim2_client", "scim2_tester", "httpx2"])
         }
         try #require(missing == nil, "\(missing ?? "")")
-        let server = try await LiveServer.start(database: try await backend.freshDatabase())
+        let server = try await LiveServer.start(
+            settings: ["sign-in.methods": "password,device"], database: try await backend.freshDatabase())
         defer { Task { await server.stop() } }
         try await server.addUser("root", displayName: "Local Root", role: .admin, password: "harbour-lantern-7391")
         let provider = try await OpenIDProviderProcess(
@@ -153,7 +158,8 @@ struct IDTokenValidationTests {
     @Test func tokensThatAreNotTheProvidersAreRefused() async throws {
         #expect(await refusal(try token(), nonce: "n-other")?.contains("nonce") == true)
         #expect(await refusal(try token(["aud": "someone-else"]))?.contains("another client") == true)
-        #expect(await refusal(try token(["aud": ["baton", "other"]]))?.contains("presenter") == true)
+        #expect(await refusal(try token(["aud": ["baton", "other"]]))?.contains("azp") == true)
+        #expect(await refusal(try token(["azp": "other"]))?.contains("azp") == true)
         #expect(await refusal(try token(["aud": ["baton", "other"], "azp": "baton"])) == nil)
         #expect(await refusal(try token(["iss": "https://evil.example"]))?.contains("someone else") == true)
         #expect(await refusal(try token(["exp": now.timeIntervalSince1970 - 600]))?.contains("expired") == true)
@@ -233,5 +239,213 @@ struct LocalPasswordsTests {
         #expect(
             try await server.server.settings.current().signIn.localPasswords == false,
             "the setting is stored (and read back by every instance)")
+    }
+}
+
+/// What the review of the change found, each a test first: a provider's name reused with another issuer, the
+/// provider demoting the last admin, SCIM bodies as providers send them (and as an attacker would), an admin's
+/// withdrawal that SCIM must not lift, an unverified e-mail, plain-HTTP endpoints, a provider that is away, and a
+/// provider's host in the pages' policy.
+struct IdentityProviderEdgeTests {
+    static func provider(_ name: String = "corp", issuer: String = "https://id.example") -> IdentityProvider {
+        var provider = IdentityProvider(name: name, displayName: "Corp ID", issuer: issuer, clientID: "baton")
+        provider.roleMap = ["staff": .groundStaff, "admins": .admin]
+        return provider
+    }
+
+    static func claims(_ sub: String, _ name: String, groups: [String] = ["staff"], more: [String: JSONValue] = [:])
+        -> IDTokenClaims
+    {
+        IDTokenClaims(
+            subject: sub,
+            claims: more.merging(
+                ["preferred_username": .string(name), "groups": .array(groups.map(JSONValue.string))]) { $1 })
+    }
+
+    static func scim(
+        _ client: any TestClientProtocol, _ method: HTTPRequest.Method, _ uri: String, token: String,
+        body: String? = nil
+    ) async throws -> (status: HTTPResponse.Status, body: String) {
+        var headers: HTTPFields = [.authorization: "Bearer \(token)", .contentType: "application/scim+json"]
+        headers[.accept] = "application/scim+json"
+        return try await client.execute(
+            uri: uri, method: method, headers: headers, body: body.map { ByteBuffer(string: $0) }
+        ) { response in (response.status, String(buffer: response.body)) }
+    }
+
+    @Test(arguments: StorageBackend.allCases) func aProviderNameAddedAgainWithAnotherIssuerVouchesForNobody(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        let providers = server.server.identityProviders
+        try await providers.add(Self.provider(), clientSecret: "s")
+        guard
+            case .signedIn(let alice, true, _) = try await server.server.users.signIn(
+                through: Self.provider(), claims: Self.claims("sub-1", "alice"))
+        else { throw TestFailure("alice was not created") }
+        #expect(alice.identityProvider == "corp")
+        try await providers.remove("corp")
+        // Someone registers "corp" again for another issuer: its sub-1 is not alice, and its SCIM token sees nobody.
+        let impostor = Self.provider(issuer: "https://evil.example")
+        try await providers.add(impostor, clientSecret: "s")
+        guard
+            case .refused(let reason) = try await server.server.users.signIn(
+                through: impostor, claims: Self.claims("sub-1", "alice"))
+        else { throw TestFailure("another issuer's sub-1 signed in as alice") }
+        #expect(reason.contains("already has a user named 'alice'"))
+        let token = try await providers.createSCIMToken(for: "corp")
+        try await server.test { client in
+            let read = try await Self.scim(client, .get, "/scim/v2/Users/alice", token: token)
+            let deleted = try await Self.scim(client, .delete, "/scim/v2/Users/alice", token: token)
+            #expect(read.status == .notFound && deleted.status == .notFound)
+        }
+        // The same name with the same issuer again: alice is theirs again.
+        try await providers.remove("corp")
+        try await providers.add(Self.provider(), clientSecret: "s")
+        guard
+            case .signedIn(let again, false, _) = try await server.server.users.signIn(
+                through: Self.provider(), claims: Self.claims("sub-1", "alice"))
+        else { throw TestFailure("alice was not recognised") }
+        #expect(again.name == "alice")
+    }
+
+    @Test func theProviderCannotTakeTheAdminRoleFromTheLastAdminAndAnUnverifiedEmailNamesNobody() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.server.identityProviders.add(Self.provider(), clientSecret: "s")
+        guard
+            case .signedIn(let ada, _, _) = try await server.server.users.signIn(
+                through: Self.provider(), claims: Self.claims("sub-ada", "ada", groups: ["admins"]))
+        else { throw TestFailure("ada was not created") }
+        #expect(ada.role == .admin)
+        // Ada is the only admin: the provider now puts her in staff only. The sign-in is refused with the reason,
+        // as a page (not an error that escapes the sign-in), and she stays admin.
+        guard
+            case .refused(let reason) = try await server.server.users.signIn(
+                through: Self.provider(), claims: Self.claims("sub-ada", "ada"))
+        else { throw TestFailure("the last admin was demoted") }
+        #expect(reason.contains("last enabled admin"))
+        #expect(try await server.server.users.user(named: "ada")?.role == .admin)
+
+        var byEmail = Self.provider("mail", issuer: "https://mail.example")
+        byEmail.nameClaim = .email
+        try await server.server.identityProviders.add(byEmail, clientSecret: "s")
+        let unverified = Self.claims(
+            "sub-x", "x", more: ["email": .string("ada@corp.example"), "email_verified": .bool(false)])
+        guard case .refused(let why) = try await server.server.users.signIn(through: byEmail, claims: unverified) else {
+            throw TestFailure("an unverified address became a user name")
+        }
+        #expect(why.contains("not verified"))
+        #expect(try await server.server.users.user(named: "ada@corp.example") == nil)
+    }
+
+    @Test(arguments: StorageBackend.allCases) func scimTakesProvidersBodiesAndRefusesWhatItMustNot(
+        backend: StorageBackend
+    ) async throws {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        try await server.server.identityProviders.add(Self.provider(), clientSecret: "s")
+        let token = try await server.server.identityProviders.createSCIMToken(for: "corp")
+        try await server.test { client in
+            // As Entra ID sends a user: names, e-mails and the enterprise extension Baton does not keep.
+            let entra = """
+                {"schemas":["urn:ietf:params:scim:schemas:core:2.0:User",
+                "urn:ietf:params:scim:schemas:extension:enterprise:2.0:User"],"userName":"dana","active":true,
+                "displayName":"Dana D.","name":{"givenName":"Dana"},"emails":[{"value":"dana@corp.example"}],
+                "urn:ietf:params:scim:schemas:extension:enterprise:2.0:User":{"department":"Ramp"}}
+                """
+            #expect(try await Self.scim(client, .post, "/scim/v2/Users", token: token, body: entra).status == .created)
+            let patch = """
+                {"schemas":["urn:ietf:params:scim:api:messages:2.0:PatchOp"],"Operations":[
+                {"op":"replace","path":"name.familyName","value":"D."},
+                {"op":"Replace","path":"urn:ietf:params:scim:schemas:core:2.0:User:displayName","value":"Dana Doe"}]}
+                """
+            let patched = try await Self.scim(client, .patch, "/scim/v2/Users/dana", token: token, body: patch)
+            #expect(patched.status == .ok && patched.body.contains(#""displayName":"Dana Doe""#), "\(patched)")
+            // Not a boolean, a duplicate member, a display name with a bidi override: refused, nothing applied.
+            for body in [
+                #"{"schemas":["urn:ietf:params:scim:schemas:core:2.0:User"],"userName":"dana","active":1}"#,
+                #"{"schemas":["urn:ietf:params:scim:schemas:core:2.0:User"],"userName":"dana","active":true,"active":false}"#,
+                #"{"schemas":["urn:ietf:params:scim:schemas:core:2.0:User"],"userName":"dana","displayName":"Dana\u202Eeod"}"#,
+            ] {
+                let answer = try await Self.scim(client, .put, "/scim/v2/Users/dana", token: token, body: body)
+                #expect(answer.status == .badRequest, "\(body): \(answer)")
+            }
+            #expect(
+                try await server.server.users.user(named: "dana").map { !$0.disabled && $0.displayName == "Dana Doe" }
+                    == true)
+            // A PUT that leaves `active` out re-enables nobody (and withdraws nobody).
+            let put = #"{"schemas":["urn:ietf:params:scim:schemas:core:2.0:User"],"userName":"dana"}"#
+            #expect(try await Self.scim(client, .put, "/scim/v2/Users/dana", token: token, body: put).status == .ok)
+            #expect(try await server.server.users.user(named: "dana")?.disabled == false)
+        }
+        // An admin withdraws dana (a stolen tablet): the provider's next sync cannot lift it; its own withdrawal it can.
+        try await server.server.users.disable("dana")
+        let activate = """
+            {"schemas":["urn:ietf:params:scim:api:messages:2.0:PatchOp"],"Operations":[{"op":"replace","path":"active","value":true}]}
+            """
+        let deactivate = activate.replacingOccurrences(of: "true", with: "\"False\"")
+        try await server.test { client in
+            let refused = try await Self.scim(client, .patch, "/scim/v2/Users/dana", token: token, body: activate)
+            #expect(refused.status == .conflict && refused.body.contains("administrator"), "\(refused)")
+            #expect(try await server.server.users.user(named: "dana")?.disabled == true)
+            try await server.server.users.enable("dana")
+            #expect(
+                try await Self.scim(client, .patch, "/scim/v2/Users/dana", token: token, body: deactivate).status == .ok
+            )
+            #expect(try await server.server.users.user(named: "dana")?.disabled == true)
+            #expect(
+                try await Self.scim(client, .patch, "/scim/v2/Users/dana", token: token, body: activate).status == .ok)
+            #expect(try await server.server.users.user(named: "dana")?.disabled == false)
+        }
+    }
+
+    @Test func aPasswordForAProvidersUserIsCountedLikeAWrongOne() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.server.identityProviders.add(Self.provider(), clientSecret: "s")
+        _ = try await server.server.users.signIn(through: Self.provider(), claims: Self.claims("sub-1", "alice"))
+        try await server.test { client in
+            let (status, body) = try await client.form(
+                "/oauth/token",
+                [("grant_type", "password"), ("client_id", "baton-device"), ("username", "alice"), ("password", "x")])
+            #expect(status == .badRequest && (body["error_description"] as? String)?.contains("'corp'") == true)
+        }
+        let audit = try await server.server.audit.entries(limit: 20)
+        #expect(audit.contains { $0.action == "sign-in-failed" && $0.subject == "alice" })
+    }
+
+    @Test func providersNeverPointBatonAtPlainHTTPOrWidenThePagesPolicy() async throws {
+        let https = Self.provider()
+        #expect(OpenIDRelyingParty.isAcceptable(endpoint: "https://id.example/token", of: https))
+        #expect(!OpenIDRelyingParty.isAcceptable(endpoint: "http://127.0.0.1:8080/admin/", of: https))
+        #expect(!OpenIDRelyingParty.isAcceptable(endpoint: "http://intranet.example/token", of: https))
+        #expect(!OpenIDRelyingParty.isAcceptable(endpoint: "https://user:pw@id.example/token", of: https))
+        let local = Self.provider(issuer: "http://localhost:9400")
+        #expect(OpenIDRelyingParty.isAcceptable(endpoint: "http://localhost:9400/token", of: local))
+
+        // A provider that is away is asked again only after half a minute (nothing listens on port 1).
+        let clock = TestClock()
+        let party = OpenIDRelyingParty(clock: clock.serverClock)
+        let away = Self.provider(issuer: "http://127.0.0.1:1")
+        await #expect(throws: OpenIDError.self) { try await party.metadata(for: away) }
+        let again = await #expect(throws: OpenIDError.self) { try await party.metadata(for: away) }
+        #expect(again?.description.contains("a moment ago") == true)
+        clock.advance(by: 31)
+        let later = await #expect(throws: OpenIDError.self) { try await party.metadata(for: away) }
+        #expect(later?.description.contains("cannot be reached") == true)
+
+        // A provider whose host is a wildcard never puts `*` into the sign-in pages' form-action.
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.server.identityProviders.add(
+            Self.provider(issuer: "https://*.evil.example"), clientSecret: "s")
+        try await server.test { client in
+            let policy = try await client.execute(uri: "/oauth/device", method: .get) { response in
+                response.headers[.contentSecurityPolicy] ?? ""
+            }
+            #expect(policy.contains("form-action 'self'") && !policy.contains("*"), "\(policy)")
+        }
     }
 }

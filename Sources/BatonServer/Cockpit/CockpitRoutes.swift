@@ -464,7 +464,12 @@ struct CockpitRoutes: Sendable {
             return response
         }
         let secret = try await sessions.open(for: user)
-        var response = CockpitPages.redirect(to: "/admin/")
+        // Not a redirect: when the sign-in went through an identity provider on another site, the browser holds
+        // every request of that redirect chain to be cross-site and sends no `SameSite=Strict` cookie on it, so
+        // /admin/ would not see the new session. A page that moves on by itself starts a same-site navigation.
+        var response = CockpitPages.message(
+            "Signed in", "Opening the cockpit…", status: .ok, link: ("Open the cockpit", "/admin/"))
+        response.headers[CockpitPages.field("Refresh")] = "0; url=/admin/"
         response.setCookie(expired(Self.signInCookie))
         response.setCookie(cookie(Self.sessionCookie, secret, maxAge: Int(CockpitSessions.lifetime)))
         return response
@@ -474,21 +479,19 @@ struct CockpitRoutes: Sendable {
     var callbackURL: String { tokens.issuer.value + "/admin/callback" }
 
     /// Whether cookies may go without `Secure`: only when the server is reached on loopback over plain HTTP.
-    var isLoopback: Bool {
-        guard let components = URLComponents(string: tokens.issuer.value), components.scheme == "http" else {
-            return false
-        }
-        return ["127.0.0.1", "localhost", "[::1]", "::1"].contains(components.host ?? "")
-    }
+    var isLoopback: Bool { tokens.issuer.isLoopbackHTTP }
 
+    /// A cookie of the cockpit: `SameSite=Strict`, except the sign-in's own (``signInCookie``), which must come
+    /// back on the top-level redirect from the authorization endpoint, possibly by way of an identity provider on
+    /// another site (`Lax`: sent on top-level GETs only).
     func cookie(_ name: String, _ value: String, maxAge: Int) -> Cookie {
         Cookie(
             name: name, value: value, maxAge: maxAge, path: "/admin", secure: !isLoopback, httpOnly: true,
-            sameSite: .strict)
+            sameSite: name == Self.signInCookie ? .lax : .strict)
     }
 
     func expired(_ name: String) -> Cookie {
-        Cookie(name: name, value: "", maxAge: 0, path: "/admin", secure: !isLoopback, httpOnly: true, sameSite: .strict)
+        cookie(name, "", maxAge: 0)
     }
 
     // MARK: Pages
@@ -635,7 +638,12 @@ struct CockpitRoutes: Sendable {
     {
         let list = try await providers.list()
         let counts = try await database.storage.read { db in
-            try db.fetchAll("SELECT idp, count(*) AS people FROM users WHERE idp IS NOT NULL GROUP BY idp").reduce(
+            try db.fetchAll(
+                """
+                SELECT u.idp, count(*) AS people FROM users u
+                JOIN identityProviders p ON p.name = u.idp AND p.issuer = u.idpIssuer GROUP BY u.idp
+                """
+            ).reduce(
                 into: [String: Int64]()
             ) { $0[$1["idp"].text ?? ""] = $1["people"].integer ?? 0 }
         }

@@ -77,8 +77,6 @@ struct CockpitSessions: Sendable {
     /// Whether `sent` is the session's CSRF token, compared in constant time.
     static func isCSRFToken(_ sent: String?, of session: Session) -> Bool {
         guard let sent else { return false }
-        let expected = SHA256.hash(data: Data(session.csrf.utf8))
-        let given = SHA256.hash(data: Data(sent.utf8))
-        return expected == given
+        return sameSecret(sent, session.csrf)
     }
 }

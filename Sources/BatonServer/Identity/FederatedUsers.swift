@@ -27,15 +27,30 @@ extension UserDirectory {
             case .email: claims.string("email")
             case .preferredUsername: claims.string("preferred_username")
             }
-        let displayName = claims.string("name").flatMap { name in
-            (1...64).contains(name.count)
-                && !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-                ? name : nil
+        // An address the provider says is not verified names nobody.
+        if provider.nameClaim == .email, claims.claims["email_verified"] == .bool(false) {
+            return .refused(
+                "\(provider.displayName) has not verified your e-mail address, which would be your Baton user name.")
         }
+        let displayName = claims.string("name").flatMap { User.isValidDisplayName($0) ? $0 : nil }
+        do {
+            return try await bind(
+                provider: provider, claims: claims, role: role, claimed: claimed, displayName: displayName)
+        } catch let error as ServerError where error.status == .conflict {
+            // The provider took the admin role from the last enabled admin: Baton keeps one, and says why.
+            return .refused(error.message)
+        }
+    }
+
+    /// The transaction of ``signIn(through:claims:)``.
+    func bind(
+        provider: IdentityProvider, claims: IDTokenClaims, role: User.Role, claimed: String?, displayName: String?
+    ) async throws -> FederatedSignIn {
         let now = clock.now()
         return try await database.storage.write { db -> FederatedSignIn in
             var found = try db.fetchOne(
-                "SELECT \(User.columns) FROM users WHERE idp = ? AND subject = ?", provider.name, claims.subject
+                "SELECT \(User.columns) FROM users WHERE idp = ? AND idpIssuer = ? AND subject = ?", provider.name,
+                provider.issuer, claims.subject
             ).map(User.init(row:))
             var created = false
             if found == nil {
@@ -44,10 +59,11 @@ extension UserDirectory {
                         "\(provider.displayName) did not send a usable \(provider.nameClaim.rawValue) (1 to 64 of letters, digits, '.', '_', '-', '@'); Baton cannot name your account."
                     )
                 }
-                if let existing = try db.fetchOne("SELECT \(User.columns) FROM users WHERE name = ?", name).map(
-                    User.init(row:))
-                {
-                    guard existing.identityProvider == provider.name, existing.subject == nil else {
+                if let row = try db.fetchOne("SELECT \(User.columns), idpIssuer FROM users WHERE name = ?", name) {
+                    let existing = try User(row: row)
+                    guard existing.identityProvider == provider.name, row["idpIssuer"].text == provider.issuer,
+                        existing.subject == nil
+                    else {
                         return .refused(
                             "Baton already has a user named '\(name)' who is not linked to \(provider.displayName). An administrator can link them: baton-server user link \(name) --idp \(provider.name) --subject …"
                         )
@@ -57,8 +73,8 @@ extension UserDirectory {
                 } else {
                     // No password: "!" is no bcrypt hash, and passwords are refused for provider users anyway.
                     try db.execute(
-                        "INSERT INTO users (\(User.columns)) VALUES (?, ?, ?, '!', 0, ?, ?, ?)", name,
-                        displayName ?? name, role.rawValue, now, provider.name, claims.subject)
+                        "INSERT INTO users (\(User.columns), idpIssuer) VALUES (?, ?, ?, '!', 0, ?, ?, ?, ?)", name,
+                        displayName ?? name, role.rawValue, now, provider.name, claims.subject, provider.issuer)
                     created = true
                     found = User(
                         name: name, displayName: displayName ?? name, role: role, passwordHash: "!", disabled: false,
@@ -99,11 +115,14 @@ extension UserDirectory {
         let found: Bool
         do {
             found = try await database.storage.write { db -> Bool in
-                guard try db.fetchOne("SELECT 1 FROM identityProviders WHERE name = ?", provider) != nil else {
-                    throw ServerError.notFound("There is no identity provider named '\(provider)'.")
-                }
-                return try db.execute("UPDATE users SET idp = ?, subject = ? WHERE name = ?", provider, subject, name)
-                    > 0
+                guard
+                    let issuer = try db.fetchOne("SELECT issuer FROM identityProviders WHERE name = ?", provider)?[
+                        "issuer"
+                    ].text
+                else { throw ServerError.notFound("There is no identity provider named '\(provider)'.") }
+                return try db.execute(
+                    "UPDATE users SET idp = ?, idpIssuer = ?, subject = ? WHERE name = ?", provider, issuer, subject,
+                    name) > 0
             }
         } catch let error as StorageError where error.kind == .uniqueViolation {
             throw ServerError.conflict(

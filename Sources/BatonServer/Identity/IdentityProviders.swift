@@ -86,8 +86,7 @@ public struct IdentityProvider: Sendable, Hashable {
         guard issuer.utf8.count <= 512, let url = URLComponents(string: issuer), let host = url.host, !host.isEmpty,
             url.query == nil, url.fragment == nil, url.user == nil, url.password == nil
         else { return false }
-        if url.scheme == "https" { return true }
-        return url.scheme == "http" && ["127.0.0.1", "localhost", "::1", "[::1]"].contains(host)
+        return url.scheme == "https" || BatonServer.isLoopbackHTTP(issuer)
     }
 }
 
@@ -155,9 +154,7 @@ public struct IdentityProviders: Sendable {
             throw ServerError.badRequest(
                 "The client secret must be 1 to 1024 bytes without control characters.", target: "client-secret")
         }
-        guard (1...64).contains(provider.displayName.count),
-            !provider.displayName.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-        else {
+        guard User.isValidDisplayName(provider.displayName) else {
             throw ServerError.badRequest(
                 "The display name must be 1 to 64 characters without controls.", target: "display-name")
         }
@@ -190,8 +187,9 @@ public struct IdentityProviders: Sendable {
         }
     }
 
-    /// Removes a provider and revokes its SCIM tokens. Its people stay, unable to sign in, until a provider of the
-    /// same name is added again (or an admin deletes them).
+    /// Removes a provider and revokes its SCIM tokens. Its people stay (their tokens and sessions too, until they
+    /// expire or an admin disables them) but cannot sign in again until the provider is added again under the same
+    /// name *and issuer*: the same name with another issuer vouches for none of them.
     ///
     /// - Returns: how many users are bound to it.
     /// - Throws: ``ServerError`` (404) for an unknown provider.
@@ -199,9 +197,15 @@ public struct IdentityProviders: Sendable {
     public func remove(_ name: String) async throws -> Int {
         let now = clock.now()
         let bound = try await database.storage.write { db -> Int? in
-            guard try db.execute("DELETE FROM identityProviders WHERE name = ?", name) > 0 else { return nil }
+            guard
+                let issuer = try db.fetchOne("SELECT issuer FROM identityProviders WHERE name = ?", name)?["issuer"]
+                    .text
+            else { return nil }
+            try db.execute("DELETE FROM identityProviders WHERE name = ?", name)
             try db.execute("UPDATE scimTokens SET revokedAt = ? WHERE idp = ? AND revokedAt IS NULL", now, name)
-            return Int(try db.fetchOne("SELECT count(*) FROM users WHERE idp = ?", name)?[0].integer ?? 0)
+            return Int(
+                try db.fetchOne("SELECT count(*) FROM users WHERE idp = ? AND idpIssuer = ?", name, issuer)?[0].integer
+                    ?? 0)
         }
         guard let bound else { throw ServerError.notFound("There is no identity provider named '\(name)'.") }
         return bound
@@ -278,8 +282,8 @@ public struct IdentityProviders: Sendable {
         return try await database.storage.read { db in
             try db.fetchOne(
                 """
-                SELECT \(Self.columns.split(separator: ",").map { "p." + $0.trimmingCharacters(in: .whitespaces) }.joined(separator: ", "))
-                FROM scimTokens t JOIN identityProviders p ON p.name = t.idp WHERE t.hash = ? AND t.revokedAt IS NULL
+                SELECT \(Self.columns) FROM identityProviders
+                WHERE name = (SELECT idp FROM scimTokens WHERE hash = ? AND revokedAt IS NULL)
                 """, hash
             ).map(Self.provider(row:))
         }

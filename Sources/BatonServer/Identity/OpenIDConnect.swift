@@ -20,7 +20,6 @@ struct ProviderMetadata: Codable, Sendable, Equatable {
     var signingAlgorithms: [String]?
     /// RFC 9207: the provider sends `iss` with every authorization response.
     var sendsIssuer: Bool?
-    var endSessionEndpoint: String?
 
     enum CodingKeys: String, CodingKey {
         case issuer
@@ -29,7 +28,6 @@ struct ProviderMetadata: Codable, Sendable, Equatable {
         case jwksURI = "jwks_uri"
         case signingAlgorithms = "id_token_signing_alg_values_supported"
         case sendsIssuer = "authorization_response_iss_parameter_supported"
-        case endSessionEndpoint = "end_session_endpoint"
     }
 
     /// The asymmetric algorithms Baton verifies ID tokens with; `none` and HMAC are never among them (an HMAC
@@ -45,31 +43,18 @@ struct ProviderMetadata: Codable, Sendable, Equatable {
     }
 }
 
-/// The claims of a verified ID token Baton uses, and the rest as JSON for the name and group claims.
+/// The claims of a verified ID token: its subject, and every claim as JSON for the name and group claims.
 struct IDTokenClaims: Sendable {
     var subject: String
-    var claims: [String: ClaimValue]
-
-    /// A claim's value, as far as Baton reads it.
-    enum ClaimValue: Sendable, Equatable {
-        case string(String)
-        case strings([String])
-        case other
-    }
+    var claims: [String: JSONValue]
 
     /// A claim as one string (`preferred_username`, `email`, `name`).
-    func string(_ name: String) -> String? {
-        if case .string(let value) = claims[name] { return value }
-        return nil
-    }
+    func string(_ name: String) -> String? { claims[name]?.stringValue }
 
     /// A claim as a list of strings (a group claim may be one string or an array).
     func strings(_ name: String) -> [String] {
-        switch claims[name] {
-        case .string(let value): [value]
-        case .strings(let values): values
-        default: []
-        }
+        claims[name].flatMap { value in value.stringValue.map { [$0] } ?? value.arrayValue?.compactMap(\.stringValue) }
+            ?? []
     }
 }
 
@@ -85,6 +70,10 @@ final class OpenIDRelyingParty: Sendable {
 
     let clock: ServerClock
     let cache = Mutex<[String: Cached]>([:])
+    /// When each provider's discovery last failed.
+    let failures = Mutex<[String: Date]>([:])
+    /// How long a failed discovery is not tried again: 30 seconds.
+    static let failureBackoff: TimeInterval = 30
     /// How long a discovery document is kept: an hour.
     static let metadataLifetime: TimeInterval = 3_600
     /// How often the JWKS may be fetched again for a key it does not hold: once a minute.
@@ -96,6 +85,12 @@ final class OpenIDRelyingParty: Sendable {
 
     init(clock: ServerClock) { self.clock = clock }
 
+    /// The HTTP client for providers: it follows no redirect, so a provider's endpoint cannot send Baton's
+    /// requests (and the client secret) on to another host. It lives as long as the process.
+    static let client = HTTPClient(
+        eventLoopGroup: HTTPClient.defaultEventLoopGroup,
+        configuration: .init(redirectConfiguration: .disallow))
+
     /// The provider's discovery document, fetched at most once an hour; its `issuer` must be the registered one
     /// exactly (OpenID Connect Discovery 1.0 §4.3), and its endpoints must be `https` (or loopback `http`).
     func metadata(for provider: IdentityProvider) async throws(OpenIDError) -> ProviderMetadata {
@@ -105,6 +100,24 @@ final class OpenIDRelyingParty: Sendable {
         {
             return cached.metadata
         }
+        // A provider that just failed is not asked again for half a minute: a page of sign-in buttons pressed
+        // while it is away does not make Baton wait on it once per press.
+        if let failed = failures.withLock({ $0[provider.name] }), now.timeIntervalSince(failed) < Self.failureBackoff {
+            throw OpenIDError("\(provider.displayName) could not be reached a moment ago; try again in a minute.")
+        }
+        do {
+            let metadata = try await discover(provider)
+            cache.withLock { $0[provider.name] = Cached(metadata: metadata, fetchedAt: now) }
+            failures.withLock { $0[provider.name] = nil }
+            return metadata
+        } catch {
+            failures.withLock { $0[provider.name] = now }
+            throw error
+        }
+    }
+
+    /// Fetches and checks the discovery document.
+    func discover(_ provider: IdentityProvider) async throws(OpenIDError) -> ProviderMetadata {
         let base = provider.issuer.hasSuffix("/") ? String(provider.issuer.dropLast()) : provider.issuer
         let data = try await fetch(base + "/.well-known/openid-configuration", what: "discovery document")
         guard let metadata = try? JSONDecoder().decode(ProviderMetadata.self, from: data) else {
@@ -112,18 +125,28 @@ final class OpenIDRelyingParty: Sendable {
         }
         guard metadata.issuer == provider.issuer else {
             throw OpenIDError(
-                "\(provider.displayName)'s discovery document names another issuer (\(metadata.issuer.prefix(120))).")
+                "\(provider.displayName)'s discovery document names another issuer than \(provider.issuer).")
         }
         for endpoint in [metadata.authorizationEndpoint, metadata.tokenEndpoint, metadata.jwksURI]
-        where !IdentityProvider.isAcceptable(issuer: endpoint.split(separator: "?").first.map(String.init) ?? "") {
-            throw OpenIDError("\(provider.displayName)'s endpoint \(endpoint.prefix(120)) is not https.")
+        where !Self.isAcceptable(endpoint: endpoint, of: provider) {
+            // What the provider wrote is not repeated: it reaches pages and the audit log.
+            throw OpenIDError("An endpoint in \(provider.displayName)'s discovery document is not https.")
         }
         guard !metadata.acceptedAlgorithms.isEmpty else {
             throw OpenIDError(
                 "\(provider.displayName) announces no ID token algorithm Baton verifies (RS256, ES256 …).")
         }
-        cache.withLock { $0[provider.name] = Cached(metadata: metadata, fetchedAt: now) }
         return metadata
+    }
+
+    /// Whether a discovery document's endpoint may be used: `https`, or loopback `http` when the issuer itself is
+    /// a loopback `http` one (a provider on the internet never points Baton at this machine's plain HTTP).
+    static func isAcceptable(endpoint: String, of provider: IdentityProvider) -> Bool {
+        guard let url = URLComponents(string: endpoint), url.host.map({ !$0.isEmpty }) == true, url.user == nil,
+            url.password == nil, url.fragment == nil
+        else { return false }
+        return url.scheme == "https"
+            || (BatonServer.isLoopbackHTTP(endpoint) && BatonServer.isLoopbackHTTP(provider.issuer))
     }
 
     /// The discovery document last fetched for `provider`, if any (however old).
@@ -142,9 +165,14 @@ final class OpenIDRelyingParty: Sendable {
             throw OpenIDError("The ID token was signed with a key \(provider.displayName) does not publish.")
         }
         let data = try await fetch(metadata.jwksURI, what: "key set")
-        guard let jwks = try? JSONDecoder().decode(JWKS.self, from: data) else {
+        guard var jwks = try? JSONDecoder().decode(JWKS.self, from: data) else {
             throw OpenIDError("\(provider.displayName)'s key set is not a valid JWKS.")
         }
+        // Keys the provider publishes for encryption (`use: enc`) never verify a signature.
+        let encryption = Set(
+            (try? JSONValue(parsing: Array(data)))?["keys"]?.arrayValue?.filter { $0["use"]?.stringValue == "enc" }
+                .compactMap { $0["kid"]?.stringValue } ?? [])
+        jwks.keys.removeAll { $0.keyIdentifier.map { encryption.contains($0.string) } ?? false }
         cache.withLock {
             $0[provider.name]?.jwks = jwks
             $0[provider.name]?.jwksFetchedAt = now
@@ -180,16 +208,16 @@ final class OpenIDRelyingParty: Sendable {
         ].map { "\($0.0)=\(Self.formEncoded($0.1))" }.joined(separator: "&")
         request.body = .bytes(ByteBuffer(string: form))
         let (status, data) = try await send(request, what: "token endpoint")
-        let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
-        guard status == 200, let idToken = object?["id_token"] as? String, !idToken.isEmpty else {
-            let error = (object?["error"] as? String).map { " (\(Self.printable($0)))" } ?? ""
+        let answer = try? JSONValue(parsing: Array(data))
+        guard status == 200, let idToken = answer?["id_token"]?.stringValue, !idToken.isEmpty else {
+            let error = answer?["error"]?.stringValue.map { " (\(Self.printable($0)))" } ?? ""
             throw OpenIDError("\(provider.displayName) did not redeem the sign-in code: HTTP \(status)\(error).")
         }
         return idToken
     }
 
     /// Validates an ID token (OpenID Connect Core 1.0 §3.1.3.7): an algorithm Baton verifies that the provider
-    /// announced, a signature by a key of the provider's JWKS, `iss`, `aud` (and `azp` with several audiences),
+    /// announced, a signature by a key of the provider's JWKS, `iss`, `aud` (and `azp` when present or needed),
     /// `exp` and `iat` within ``skew``, and the `nonce` this browser's sign-in sent.
     func validate(
         _ token: String, provider: IdentityProvider, nonce: String
@@ -227,33 +255,30 @@ final class OpenIDRelyingParty: Sendable {
         } catch {
             throw OpenIDError("The ID token's signature does not verify with the provider's key.")
         }
-        let raw = try payload(of: token)
-        let claims = raw.mapValues(\.value)
-        guard case .string(let iss) = claims["iss"], iss == issuer else {
+        let claims = try payload(of: token)
+        guard claims["iss"]?.stringValue == issuer else {
             throw OpenIDError("The ID token was issued by someone else than \(issuer).")
         }
-        let audiences: [String] =
-            switch claims["aud"] {
-            case .string(let one): [one]
-            case .strings(let many): many
-            default: []
-            }
+        let audiences = IDTokenClaims(subject: "", claims: claims).strings("aud")
         guard audiences.contains(clientID) else { throw OpenIDError("The ID token is meant for another client.") }
-        if audiences.count > 1 {
-            guard case .string(let azp) = claims["azp"], azp == clientID else {
-                throw OpenIDError("The ID token has several audiences and does not name Baton as its presenter.")
+        // Core §3.1.3.7: with several audiences `azp` must be there; when it is there, it must be Baton.
+        if audiences.count > 1 || claims["azp"] != nil {
+            guard claims["azp"]?.stringValue == clientID else {
+                throw OpenIDError("The ID token does not name Baton as its authorized party (azp).")
             }
         }
-        guard let exp = raw["exp"]?.number, let iat = raw["iat"]?.number else {
+        guard case .number(let expText) = claims["exp"], let exp = Double(expText),
+            case .number(let iatText) = claims["iat"], let iat = Double(iatText)
+        else {
             throw OpenIDError("The ID token has no exp or iat.")
         }
         let time = now.timeIntervalSince1970
         guard exp + skew > time else { throw OpenIDError("The ID token has expired.") }
         guard iat - skew < time else { throw OpenIDError("The ID token was issued in the future.") }
-        guard case .string(let sent) = claims["nonce"], OAuthRoutes.constantTimeEqual(sent, nonce) else {
+        guard let sent = claims["nonce"]?.stringValue, sameSecret(sent, nonce) else {
             throw OpenIDError("The ID token's nonce is not the one this sign-in sent.")
         }
-        guard case .string(let sub) = claims["sub"], (1...255).contains(sub.utf8.count) else {
+        guard let sub = claims["sub"]?.stringValue, (1...255).contains(sub.utf8.count) else {
             throw OpenIDError("The ID token has no subject.")
         }
         return IDTokenClaims(subject: sub, claims: claims)
@@ -266,34 +291,28 @@ final class OpenIDRelyingParty: Sendable {
         func encode(to encoder: any Encoder) throws {}
     }
 
-    /// A JSON claim, with numbers kept apart for `exp` and `iat`.
-    struct RawClaim {
-        var value: IDTokenClaims.ClaimValue
-        var number: Double?
+    /// A JWT part: base64url of a JSON object, read by the project's strict parser.
+    static func object(_ part: Substring) -> [String: JSONValue]? {
+        guard let data = Data(base64URLEncoded: String(part)),
+            let members = (try? JSONValue(parsing: Array(data)))?.objectMembers
+        else { return nil }
+        return Dictionary(members) { first, _ in first }
     }
 
     static func header(of token: String) throws(OpenIDError) -> (alg: String, kid: String?) {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard token.utf8.count <= 16_384, parts.count == 3, let data = Data(base64URLEncoded: String(parts[0])),
-            let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
-            let alg = object["alg"] as? String
+        guard token.utf8.count <= 16_384, parts.count == 3, let header = object(parts[0]),
+            let alg = header["alg"]?.stringValue
         else { throw OpenIDError("The ID token is not a signed JWT.") }
-        return (alg, object["kid"] as? String)
+        return (alg, header["kid"]?.stringValue)
     }
 
-    static func payload(of token: String) throws(OpenIDError) -> [String: RawClaim] {
+    static func payload(of token: String) throws(OpenIDError) -> [String: JSONValue] {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 3, let data = Data(base64URLEncoded: String(parts[1])),
-            let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
-        else { throw OpenIDError("The ID token's claims are not a JSON object.") }
-        return object.mapValues { value in
-            if let string = value as? String { return RawClaim(value: .string(string)) }
-            if let number = value as? NSNumber {
-                return RawClaim(value: .other, number: number.doubleValue)
-            }
-            if let strings = value as? [String] { return RawClaim(value: .strings(strings)) }
-            return RawClaim(value: .other)
+        guard parts.count == 3, let claims = object(parts[1]) else {
+            throw OpenIDError("The ID token's claims are not a JSON object.")
         }
+        return claims
     }
 
     /// `text` for a message: printable ASCII only, at most 80 bytes.
@@ -323,7 +342,7 @@ final class OpenIDRelyingParty: Sendable {
 
     func send(_ request: HTTPClientRequest, what: String) async throws(OpenIDError) -> (UInt, Data) {
         do {
-            let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
+            let response = try await Self.client.execute(request, timeout: .seconds(10))
             let body = try await response.body.collect(upTo: Self.answerLimit)
             return (response.status.code, Data(buffer: body))
         } catch {

@@ -28,6 +28,16 @@ public struct User: Sendable, Hashable, Codable {
     /// The provider's `sub` for the person, once known (a user provisioned over SCIM gets it at first sign-in).
     public var subject: String?
 
+    /// Whether `text` may be shown as a name (a display name from a provider, SCIM or an admin): 1 to 64
+    /// characters, none of them a control, a format character (bidi overrides, zero-width joiners that make one
+    /// name look like another) or a line or paragraph separator.
+    static func isValidDisplayName(_ text: String) -> Bool {
+        (1...64).contains(text.count)
+            && !text.unicodeScalars.contains {
+                [.control, .format, .lineSeparator, .paragraphSeparator].contains($0.properties.generalCategory)
+            }
+    }
+
     /// Whether `name` is an acceptable user name.
     static func isValidName(_ name: String) -> Bool {
         // "." and ".." would be path segments that mean something else in /admin/users/{name}/….

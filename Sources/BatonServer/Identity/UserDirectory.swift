@@ -61,7 +61,7 @@ public struct UserDirectory: Sendable {
         let now = clock.now()
         let found = try await database.storage.write { db -> Bool in
             try Self.keepAnAdmin(besides: name, in: db, doing: "disable")
-            let changed = try db.execute("UPDATE users SET disabled = 1 WHERE name = ?", name) > 0
+            let changed = try db.execute("UPDATE users SET disabled = 1, disabledBy = 'admin' WHERE name = ?", name) > 0
             try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
             try db.execute(#"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
             return changed
@@ -94,7 +94,7 @@ public struct UserDirectory: Sendable {
     /// - Throws: ``ServerError`` (404) for an unknown user.
     public func enable(_ name: String) async throws {
         let found = try await database.storage.write { db -> Bool in
-            try db.execute("UPDATE users SET disabled = 0 WHERE name = ?", name) > 0
+            try db.execute("UPDATE users SET disabled = 0, disabledBy = NULL WHERE name = ?", name) > 0
         }
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
     }
@@ -154,8 +154,10 @@ public struct UserDirectory: Sendable {
     func authenticate(name: String, password: String) async throws -> User? {
         let user = try await self.user(named: name)
         let federated = user?.identityProvider
+        // A user without a Baton password ("!": a provider's) is checked against the
+        // decoy, so that they take as long as anyone else.
         let hash =
-            federated == nil ? user?.passwordHash ?? Self.decoyHash(cost: bcryptCost) : Self.decoyHash(cost: bcryptCost)
+            user.flatMap { $0.passwordHash.hasPrefix("$2") ? $0.passwordHash : nil } ?? Self.decoyHash(cost: bcryptCost)
         let matches = try await NIOThreadPool.singleton.runIfActive {
             Bcrypt.verify(password, hash: hash)
         }

@@ -87,6 +87,23 @@ enum DevicePage {
                 """)
     }
 
+    /// After the provider signed the person in: the tablet's code and who they are, and their choice. Nothing is
+    /// decided until they press a button here.
+    static func confirm(user: User, code: String, provider: IdentityProvider, ticket: String) -> String {
+        PageFrame.html(
+            title: "Allow the tablet?",
+            body: """
+                <h1>Allow the tablet?</h1>
+                <p>\(Markup.html(provider.displayName)) signed you in as <strong>\(Markup.html(user.displayName)) (\(Markup.html(user.name)))</strong>.
+                Let in the tablet that shows <strong class="code">\(Markup.html(code))</strong>?</p>
+                <form method="post" action="/oauth/idp/\(Markup.html(provider.name))/allow">
+                    <input type="hidden" name="ticket" value="\(Markup.html(ticket))">
+                    <button type="submit" name="action" value="allow">Allow</button>
+                    <button type="submit" name="action" value="deny" class="danger">This was not me: deny</button>
+                </form>
+                """)
+    }
+
     static func done(_ text: String) -> String {
         PageFrame.html(title: "Baton", body: "<h1>Baton</h1><p role=\"status\">\(Markup.html(text))</p>")
     }

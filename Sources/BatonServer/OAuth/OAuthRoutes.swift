@@ -105,8 +105,13 @@ struct OAuthRoutes {
             // The authorization endpoint's origin as last discovered, else the issuer's: rendering a page never
             // waits on a provider.
             let endpoint = relyingParty.cachedMetadata(for: provider)?.authorizationEndpoint ?? provider.issuer
-            if let url = URLComponents(string: endpoint), let scheme = url.scheme, let host = url.host,
-                host.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x3B && $0 != 0x27 && $0 < 0x7F })
+            // Only a DNS name or an IP literal goes into the policy (a `*` would open form-action to every host).
+            if let url = URLComponents(string: endpoint), let scheme = url.scheme, ["http", "https"].contains(scheme),
+                let host = url.host, !host.isEmpty,
+                host.utf8.allSatisfy({
+                    (0x61...0x7A).contains($0) || (0x41...0x5A).contains($0) || (0x30...0x39).contains($0)
+                        || [0x2E, 0x2D, 0x3A, 0x5B, 0x5D].contains($0)
+                })
             {
                 origins.append("\(scheme)://\(host)\(url.port.map { ":\($0)" } ?? "")")
             }

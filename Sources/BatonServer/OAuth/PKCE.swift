@@ -30,6 +30,12 @@ func randomSecret() -> String {
     base64URL(SymmetricKey(size: .bits256).withUnsafeBytes { Data($0) })
 }
 
+/// Whether two secrets (a state, a nonce, a CSRF token) are equal, compared in time that does not depend on where
+/// they differ: their SHA-256 digests are compared, in constant time.
+func sameSecret(_ sent: String, _ expected: String) -> Bool {
+    SHA256.hash(data: Data(sent.utf8)) == SHA256.hash(data: Data(expected.utf8))
+}
+
 /// How secrets are stored: the hex SHA-256.
 func secretHash(_ secret: String) -> String {
     SHA256.hash(data: Data(secret.utf8)).lowercaseHex

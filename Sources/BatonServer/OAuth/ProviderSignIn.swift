@@ -20,6 +20,17 @@ struct PendingProviderSignIn: Codable, Sendable {
     var userCode: String?
 }
 
+/// A person signed in through a provider who may now allow (or deny) a device's code: sealed into the page that
+/// asks them, so that only that page's form can decide, once, within five minutes. Nothing decides a code without
+/// the person's click: a provider that signs a returning person in silently would otherwise let any web page
+/// allow an attacker's tablet code as them.
+struct DeviceAllowTicket: Codable, Sendable {
+    var provider: String
+    var user: String
+    var userCode: String
+    var expires: Double
+}
+
 /// OpenID Connect 1.0 sign-in on Baton's pages (the authorization endpoint's and the device page): the
 /// authorization code flow with PKCE (S256), `state` bound to this browser by a sealed `HttpOnly`,
 /// `SameSite=Lax` cookie, a `nonce`, RFC 9207's `iss` check, one redirect URI per provider (no mix-up), and each
@@ -38,6 +49,11 @@ extension OAuthRoutes {
         router.get("/oauth/idp/:provider/callback") { request, context in
             try await finishProviderSignIn(
                 provider: context.parameters.get("provider") ?? "", request: request, context: context)
+        }
+        router.post("/oauth/idp/:provider/allow") { request, context in
+            let form = try await FormBody.read(request, context: context)
+            return try await decideDevice(
+                provider: context.parameters.get("provider") ?? "", form: form, context: context)
         }
     }
 
@@ -102,7 +118,7 @@ extension OAuthRoutes {
         response.setCookie(
             Cookie(
                 name: Self.providerCookie, value: try seal(pending), maxAge: Int(Self.providerWindow),
-                path: "/oauth/idp/", secure: !isLoopbackIssuer, httpOnly: true, sameSite: .lax))
+                path: "/oauth/idp/", secure: !tokens.issuer.isLoopbackHTTP, httpOnly: true, sameSite: .lax))
         return response
     }
 
@@ -122,22 +138,33 @@ extension OAuthRoutes {
             response.setCookie(expiredProviderCookie)
             return response
         }
-        guard let sealed = request.cookies[Self.providerCookie]?.value, let pending = open(sealed),
+        guard let sealed = request.cookies[Self.providerCookie]?.value,
+            let pending = open(sealed, as: PendingProviderSignIn.self),
             pending.provider == name, pending.expires > now.timeIntervalSince1970,
             let state = parameters["state"].map(String.init),
-            Self.constantTimeEqual(state, pending.state)
+            sameSecret(state, pending.state)
         else {
             metrics.signIn(method: "provider", result: "invalid_state")
             return refused
         }
         guard let provider = try await providers.provider(named: name) else { return refused }
         let back = pending.userCode == nil ? nil : "/oauth/device"
-        func failed(_ reason: String, status: HTTPResponse.Status = .badRequest) async throws -> Response {
+        /// `countedAs`: what the audit log counts the failure under, per network and minute (the reason, unless
+        /// it carries text the caller chose): answers anyone can send never grow the log faster than that.
+        func failed(_ reason: String, status: HTTPResponse.Status = .badRequest, countedAs: String? = nil)
+            async throws -> Response
+        {
             metrics.signIn(method: "provider", result: "refused")
-            try await tokens.audit.record(
-                AuditEntry(
-                    at: now, actor: nil, action: "sign-in-failed", subject: nil, address: context.clientAddress,
-                    detail: "through \(provider.name): \(reason)"))
+            let entry = AuditEntry(
+                at: now, actor: nil, action: "sign-in-failed", subject: nil, address: context.clientAddress,
+                detail: "through \(provider.name): \(reason)")
+            let key = AuditLog.countingKey(
+                [
+                    entry.action, provider.name, DeviceAuthorizations.network(of: context.clientAddress),
+                    countedAs ?? reason,
+                ],
+                at: now)
+            try await tokens.audit.recordAggregated([(entry, key)])
             var response = page(status, "Sign-in with \(provider.displayName) failed", reason, back: back)
             response.setCookie(expiredProviderCookie)
             return response
@@ -147,7 +174,7 @@ extension OAuthRoutes {
         if let error = parameters["error"].map(String.init) {
             return try await failed(
                 "\(provider.displayName) did not sign you in (\(OpenIDRelyingParty.printable(error))).",
-                status: .forbidden)
+                status: .forbidden, countedAs: "the provider answered an error")
         }
         let metadata: ProviderMetadata
         do { metadata = try await relyingParty.metadata(for: provider) } catch {
@@ -206,16 +233,13 @@ extension OAuthRoutes {
         }
         var response: Response
         if let userCode = pending.userCode {
-            guard try await tokens.deviceAuthorizations.decide(userCode: userCode, approvedBy: user.name) else {
-                return try await failed("This code is unknown, expired or used; start the sign-in on the device again.")
-            }
-            try await tokens.audit.record(
-                AuditEntry(
-                    at: now, actor: user.name, action: "device-sign-in-allowed", subject: user.name,
-                    address: context.clientAddress,
-                    detail: "code \(DeviceAuthorizations.display(userCode)), through \(provider.name)"))
+            let ticket = DeviceAllowTicket(
+                provider: provider.name, user: user.name, userCode: userCode,
+                expires: now.timeIntervalSince1970 + Self.allowWindow)
             response = html(
-                DevicePage.done("Signed in as \(user.displayName). Go back to the device: it continues by itself."))
+                DevicePage.confirm(
+                    user: user, code: DeviceAuthorizations.display(userCode), provider: provider,
+                    ticket: try seal(ticket, purpose: Self.allowPurpose)))
         } else {
             // The request was checked at the start; it is checked again (a client's registration may have changed).
             let parameters = pending.authorize ?? [:]
@@ -241,35 +265,70 @@ extension OAuthRoutes {
         }
     }
 
-    func seal(_ pending: PendingProviderSignIn) throws -> String {
+    /// How long the page that asks "allow this tablet?" stays good: 5 minutes.
+    static let allowWindow: TimeInterval = 300
+    static let allowPurpose = "baton_idp_allow"
+
+    /// The person's click on the page that asks whether to let the tablet in: the sealed ticket names who signed
+    /// in and which code; the code is decided once (a second click finds it decided).
+    func decideDevice(provider name: String, form: FormBody, context: BatonRequestContext) async throws -> Response {
+        let now = tokens.clock.now()
+        guard let sealed = form["ticket"],
+            let ticket = open(sealed, as: DeviceAllowTicket.self, purpose: Self.allowPurpose),
+            ticket.provider == name, ticket.expires > now.timeIntervalSince1970,
+            let user = try await tokens.users.user(named: ticket.user), !user.disabled,
+            user.identityProvider == name
+        else {
+            return page(
+                .badRequest, "Not allowed",
+                "This page is too old or was not made for you. Start the sign-in on the device again.",
+                back: "/oauth/device")
+        }
+        let allowing = form["action"] == "allow"
+        guard
+            try await tokens.deviceAuthorizations.decide(
+                userCode: ticket.userCode, approvedBy: allowing ? user.name : nil)
+        else {
+            return page(
+                .badRequest, "Unknown code",
+                "This code is unknown, expired or used; start the sign-in on the device again.", back: "/oauth/device")
+        }
+        try await tokens.audit.record(
+            AuditEntry(
+                at: now, actor: user.name, action: allowing ? "device-sign-in-allowed" : "device-sign-in-denied",
+                subject: user.name, address: context.clientAddress,
+                detail: "code \(DeviceAuthorizations.display(ticket.userCode)), through \(name)"))
+        return html(
+            DevicePage.done(
+                allowing
+                    ? "Signed in as \(user.displayName). Go back to the device: it continues by itself."
+                    : "The sign-in was denied. The device shows that it was refused."))
+    }
+
+    /// `value` sealed (AES-GCM under the sign-in key) for one `purpose`, base64url: a cookie or a form field
+    /// nobody can read or forge.
+    func seal<Value: Encodable>(_ value: Value, purpose: String = providerCookie) throws -> String {
         guard
             let combined = try AES.GCM.seal(
-                try JSONEncoder().encode(pending), using: sealKey, authenticating: Data(Self.providerCookie.utf8)
+                try JSONEncoder().encode(value), using: sealKey, authenticating: Data(purpose.utf8)
             ).combined
         else { throw ServerError(.internalServerError, "InternalError", "Cannot seal the sign-in state.") }
         return base64URL(combined)
     }
 
-    func open(_ sealed: String) -> PendingProviderSignIn? {
+    /// What ``seal(_:purpose:)`` sealed for `purpose`, or `nil` for anything else.
+    func open<Value: Decodable>(_ sealed: String, as type: Value.Type, purpose: String = providerCookie) -> Value? {
         guard sealed.utf8.count <= 8_192, let bytes = Data(base64URLEncoded: sealed),
             let box = try? AES.GCM.SealedBox(combined: bytes),
-            let opened = try? AES.GCM.open(box, using: sealKey, authenticating: Data(Self.providerCookie.utf8))
+            let opened = try? AES.GCM.open(box, using: sealKey, authenticating: Data(purpose.utf8))
         else { return nil }
-        return try? JSONDecoder().decode(PendingProviderSignIn.self, from: opened)
+        return try? JSONDecoder().decode(type, from: opened)
     }
 
     var expiredProviderCookie: Cookie {
         Cookie(
-            name: Self.providerCookie, value: "", maxAge: 0, path: "/oauth/idp/", secure: !isLoopbackIssuer,
+            name: Self.providerCookie, value: "", maxAge: 0, path: "/oauth/idp/", secure: !tokens.issuer.isLoopbackHTTP,
             httpOnly: true, sameSite: .lax)
-    }
-
-    /// Whether Baton runs on plain HTTP on loopback (tests, a laptop): cookies are then not `Secure`.
-    var isLoopbackIssuer: Bool {
-        guard let components = URLComponents(string: tokens.issuer.value), components.scheme == "http" else {
-            return false
-        }
-        return ["127.0.0.1", "localhost", "[::1]", "::1"].contains(components.host ?? "")
     }
 
     func page(_ status: HTTPResponse.Status, _ title: String, _ text: String, back: String? = nil) -> Response {
@@ -278,7 +337,4 @@ extension OAuthRoutes {
         return response
     }
 
-    static func constantTimeEqual(_ a: String, _ b: String) -> Bool {
-        a.utf8.count == b.utf8.count && zip(a.utf8, b.utf8).reduce(0, { $0 | ($1.0 ^ $1.1) }) == 0
-    }
 }

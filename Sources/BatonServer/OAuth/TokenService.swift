@@ -115,7 +115,20 @@ struct TokenService: Sendable {
                 "too_many_attempts", "Too many failed sign-ins. Try again in \(wait) seconds.",
                 status: .tooManyRequests, retryAfter: wait)
         }
-        guard let user = try await users.authenticate(name: name, password: password) else {
+        let authenticated: User?
+        do {
+            authenticated = try await users.authenticate(name: name, password: password)
+        } catch let error as OAuthError {
+            // A password for someone who signs in through a provider: counted like a wrong one (guessing which
+            // names a provider's are is slowed as guessing passwords is), and audited.
+            try await throttle.recordFailure(user: name, address: caller.address)
+            try await audit.record(
+                AuditEntry(
+                    at: clock.now(), actor: nil, action: "sign-in-failed", subject: name, address: caller.address,
+                    detail: "a password for a provider's user, client \(clientID)"))
+            throw error
+        }
+        guard let user = authenticated else {
             try await throttle.recordFailure(user: name, address: caller.address)
             // A name that is no user is often a password typed into the wrong field: it never reaches the log.
             let known = try await users.user(named: name) != nil

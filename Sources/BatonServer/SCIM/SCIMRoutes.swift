@@ -115,9 +115,12 @@ struct SCIMRoutes {
                     let body = try await body(request, context)
                     try Self.requireSchema(body, "urn:ietf:params:scim:api:messages:2.0:SearchRequest")
                     func text(_ key: String) -> String? {
-                        if let list = body[key] as? [String] { return list.joined(separator: ",") }
-                        if let number = body[key] as? Int { return String(number) }
-                        return body[key] as? String
+                        switch body[key] {
+                        case .string(let text): return text
+                        case .number(let number): return number
+                        case .array(let list): return list.compactMap(\.stringValue).joined(separator: ",")
+                        default: return nil
+                        }
                     }
                     return try await listUsers(
                         provider: provider, filter: text("filter"), start: text("startIndex"), count: text("count"),
@@ -188,16 +191,22 @@ struct SCIMRoutes {
         }
     }
 
-    func body(_ request: Request, _ context: BatonRequestContext) async throws -> [String: Any] {
+    /// The body as a JSON object, read by the project's own strict parser (duplicate members, NUL, invalid UTF-8
+    /// and deep nesting refused).
+    func body(_ request: Request, _ context: BatonRequestContext) async throws -> JSONValue {
         var request = request
         let buffer: ByteBuffer
         do { buffer = try await request.collectBody(upTo: 64 * 1024) } catch {
             throw SCIMError(.contentTooLarge, "invalidSyntax", "The body is larger than 64 KiB.")
         }
-        guard let object = (try? JSONSerialization.jsonObject(with: Data(buffer: buffer))) as? [String: Any] else {
+        let value: JSONValue
+        do { value = try JSONValue(parsing: Array(buffer: buffer)) } catch {
+            throw SCIMError(.badRequest, "invalidSyntax", "The body is not JSON: \(error.message)")
+        }
+        guard value.objectMembers != nil else {
             throw SCIMError(.badRequest, "invalidSyntax", "The body is not a JSON object.")
         }
-        return object
+        return value
     }
 
     /// The user `id` names, if it belongs to `provider`; "not found" for anyone else's.
@@ -205,7 +214,8 @@ struct SCIMRoutes {
         guard User.isValidName(id),
             let user = try await database.storage.read({ db in
                 try db.fetchOne(
-                    "SELECT \(SCIMUser.columns) FROM users WHERE name = ? AND idp = ?", id, provider.name
+                    "SELECT \(SCIMUser.columns) FROM users WHERE name = ? AND idp = ? AND idpIssuer = ?", id,
+                    provider.name, provider.issuer
                 ).map(SCIMUser.init(row:))
             })
         else { throw SCIMError(.notFound, nil, "There is no user '\(id.prefix(64))' provisioned by \(provider.name).") }
@@ -243,8 +253,8 @@ struct SCIMRoutes {
     ) async throws -> Response {
         let start = max(1, start.flatMap { Int($0) } ?? 1)
         let count = min(Self.maxCount, max(0, count.flatMap { Int($0) } ?? 100))
-        var condition = "idp = ?"
-        var arguments: [SQLValue] = [.text(provider.name)]
+        var condition = "idp = ? AND idpIssuer = ?"
+        var arguments: [SQLValue] = [.text(provider.name), .text(provider.issuer)]
         if let filter {
             let (attribute, value) = try Self.equalityFilter(filter)
             condition += attribute == "userName" ? " AND lower(name) = lower(?)" : " AND externalId = ?"
@@ -268,8 +278,7 @@ struct SCIMRoutes {
         let parts = filter.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true).map(String.init)
         let attribute = parts.first?.lowercased()
         guard parts.count == 3, attribute == "username" || attribute == "externalid", parts[1].lowercased() == "eq",
-            let data = parts[2].data(using: .utf8),
-            let value = (try? JSONSerialization.jsonObject(with: data, options: .fragmentsAllowed)) as? String
+            let value = (try? JSONValue(parsing: parts[2]))?.stringValue
         else {
             throw SCIMError(
                 .badRequest, "invalidFilter",
@@ -278,28 +287,30 @@ struct SCIMRoutes {
         return (attribute == "username" ? "userName" : "externalId", value)
     }
 
-    func createUser(_ body: [String: Any], provider: IdentityProvider, context: BatonRequestContext) async throws
+    func createUser(_ body: JSONValue, provider: IdentityProvider, context: BatonRequestContext) async throws
         -> Response
     {
         try Self.requireSchema(body, Self.userSchema)
-        guard let name = body["userName"] as? String, User.isValidName(name) else {
+        guard let name = body["userName"]?.stringValue, User.isValidName(name) else {
             throw SCIMError(
                 .badRequest, "invalidValue",
                 "userName is required: 1 to 64 of letters, digits, '.', '_', '-' and '@'.")
         }
         var user = SCIMUser(
             name: name, displayName: name, active: true, externalId: nil, role: .groundStaff, createdAt: clock.now())
-        try Self.apply(body, to: &user)
+        try Self.apply(body.objectMembers ?? [], to: &user)
         let created = user
         do {
             try await database.storage.write { db in
                 // Another user of that name (local, or any provider's) makes it a conflict: never a takeover.
                 try db.execute(
                     """
-                    INSERT INTO users (name, displayName, role, passwordHash, disabled, createdAt, idp, subject, externalId)
-                    VALUES (?, ?, ?, '!', ?, ?, ?, NULL, ?)
-                    """, created.name, created.displayName, created.role.rawValue, !created.active, created.createdAt,
-                    provider.name, created.externalId)
+                    INSERT INTO users (name, displayName, role, passwordHash, disabled, disabledBy, createdAt, idp,
+                        idpIssuer, subject, externalId)
+                    VALUES (?, ?, ?, '!', ?, ?, ?, ?, ?, NULL, ?)
+                    """, created.name, created.displayName, created.role.rawValue, !created.active,
+                    created.active ? nil : "scim:\(provider.name)", created.createdAt, provider.name, provider.issuer,
+                    created.externalId)
             }
         } catch let error as StorageError where error.kind == .uniqueViolation {
             throw SCIMError(.conflict, "uniqueness", "A user named '\(name)' exists already.")
@@ -316,47 +327,48 @@ struct SCIMRoutes {
 
     /// PUT: the whole resource again; what it leaves out takes its default (RFC 7644 §3.5.1). `userName` cannot
     /// change (it is the Baton user name everything of theirs is keyed by).
-    func replaced(_ user: SCIMUser, with body: [String: Any]) throws -> SCIMUser {
+    func replaced(_ user: SCIMUser, with body: JSONValue) throws -> SCIMUser {
         try Self.requireSchema(body, Self.userSchema)
-        guard let name = body["userName"] as? String, name == user.name else {
+        guard let name = body["userName"]?.stringValue, name == user.name else {
             throw SCIMError(.badRequest, "mutability", "userName cannot change (it is \(user.name)).")
         }
+        // `active` is kept when left out: Baton always knows it, and a replacement that forgets it must not
+        // re-enable (or withdraw) anyone.
         var replaced = user
         replaced.displayName = user.name
-        replaced.active = true
         replaced.externalId = nil
-        try Self.apply(body, to: &replaced)
+        try Self.apply(body.objectMembers ?? [], to: &replaced)
         return replaced
     }
 
     /// PATCH (RFC 7644 §3.5.2): `add`, `replace` and `remove` of `active`, `displayName` and `externalId`, with
     /// or without a path; every operation is checked before any applies.
-    func patched(_ user: SCIMUser, with body: [String: Any]) throws -> SCIMUser {
+    func patched(_ user: SCIMUser, with body: JSONValue) throws -> SCIMUser {
         try Self.requireSchema(body, Self.patchSchema)
-        guard let operations = body["Operations"] as? [[String: Any]], !operations.isEmpty, operations.count <= 100
+        guard let operations = body["Operations"]?.arrayValue, !operations.isEmpty, operations.count <= 100
         else {
             throw SCIMError(.badRequest, "invalidSyntax", "A PATCH needs 1 to 100 Operations.")
         }
         var patched = user
         for operation in operations {
-            let op = (operation["op"] as? String)?.lowercased() ?? ""
-            let path = operation["path"] as? String
+            let op = operation["op"]?.stringValue?.lowercased() ?? ""
+            let path = operation["path"]?.stringValue
             switch (op, path) {
             case ("add", nil), ("replace", nil):
-                guard let value = operation["value"] as? [String: Any] else {
+                guard let value = operation["value"]?.objectMembers else {
                     throw SCIMError(
                         .badRequest, "invalidValue", "An \(op) without a path needs an object as its value.")
                 }
                 try Self.apply(value, to: &patched)
             case ("add", .some(let path)), ("replace", .some(let path)):
-                try Self.apply([path: operation["value"] ?? NSNull()], to: &patched)
+                try Self.apply([(path, operation["value"] ?? .null)], to: &patched)
             case ("remove", .some(let path)):
                 switch path.lowercased() {
                 case "displayname": patched.displayName = patched.name
                 case "externalid": patched.externalId = nil
                 case "active", "username":
                     throw SCIMError(.badRequest, "mutability", "\(path) cannot be removed.")
-                default: try Self.apply([path: NSNull()], to: &patched)
+                default: try Self.apply([(path, .null)], to: &patched)
                 }
             case ("remove", nil):
                 throw SCIMError(.badRequest, "noTarget", "A remove needs a path.")
@@ -367,45 +379,64 @@ struct SCIMRoutes {
         return patched
     }
 
-    static func requireSchema(_ body: [String: Any], _ schema: String) throws {
-        guard let schemas = body["schemas"] as? [String], schemas.contains(schema) else {
+    /// Core User attributes, and the enterprise extension, that Baton does not keep (RFC 7643 §4.1, §4.3).
+    static let ignoredAttributes: Set<String> = [
+        "name", "nickname", "profileurl", "title", "usertype", "preferredlanguage", "locale", "timezone", "password",
+        "emails", "phonenumbers", "ims", "photos", "addresses", "groups", "entitlements", "x509certificates",
+    ]
+
+    /// Whether a (lower-cased) attribute or path is one Baton accepts and does not keep.
+    static func ignored(_ path: String) -> Bool {
+        if path.hasPrefix("urn:ietf:params:scim:schemas:extension:enterprise:2.0:user") { return true }
+        let attribute = path.prefix { $0 != "." && $0 != "[" }
+        return ignoredAttributes.contains(String(attribute))
+    }
+
+    static func requireSchema(_ body: JSONValue, _ schema: String) throws {
+        guard let schemas = body["schemas"]?.arrayValue, schemas.contains(.string(schema)) else {
             throw SCIMError(.badRequest, "invalidSyntax", "schemas must include \(schema).")
         }
     }
 
     /// Applies the attributes of `values` a provider may write. `roles` is read-only: a role comes from the
     /// provider's groups through Baton's role map at sign-in, never from a SCIM write.
-    static func apply(_ values: [String: Any], to user: inout SCIMUser) throws {
+    static func apply(_ values: [(String, JSONValue)], to user: inout SCIMUser) throws {
         for (key, value) in values {
-            switch key.lowercased() {
+            // A path may name its schema (`urn:…:core:2.0:User:displayName`).
+            let core = "urn:ietf:params:scim:schemas:core:2.0:user:"
+            let name =
+                key.lowercased().hasPrefix(core) ? String(key.lowercased().dropFirst(core.count)) : key.lowercased()
+            switch name {
             case "schemas", "id", "meta": continue
             case "username":
-                guard value as? String == user.name else {
+                guard value.stringValue == user.name else {
                     throw SCIMError(.badRequest, "mutability", "userName cannot change (it is \(user.name)).")
                 }
             case "displayname":
-                guard let name = value as? String, (1...64).contains(name.count),
-                    !name.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-                else {
-                    throw SCIMError(.badRequest, "invalidValue", "displayName is 1 to 64 characters without controls.")
+                guard let name = value.stringValue, User.isValidDisplayName(name) else {
+                    throw SCIMError(
+                        .badRequest, "invalidValue",
+                        "displayName is 1 to 64 characters without control or format characters.")
                 }
                 user.displayName = name
             case "active":
                 // Some providers send the boolean as a string ("False").
-                if let flag = value as? Bool, !(value is String) {
+                if case .bool(let flag) = value {
                     user.active = flag
-                } else if let text = (value as? String)?.lowercased(), ["true", "false"].contains(text) {
+                } else if let text = value.stringValue?.lowercased(), ["true", "false"].contains(text) {
                     user.active = text == "true"
                 } else {
                     throw SCIMError(.badRequest, "invalidValue", "active is true or false.")
                 }
             case "externalid":
-                if value is NSNull {
+                if value == .null {
                     user.externalId = nil
                 } else {
-                    guard let id = value as? String, (1...255).contains(id.utf8.count),
+                    guard let id = value.stringValue, (1...255).contains(id.utf8.count),
                         !id.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
-                    else { throw SCIMError(.badRequest, "invalidValue", "externalId is 1 to 255 characters.") }
+                    else {
+                        throw SCIMError(.badRequest, "invalidValue", "externalId is 1 to 255 characters, no controls.")
+                    }
                     user.externalId = id
                 }
             case "roles":
@@ -413,10 +444,14 @@ struct SCIMRoutes {
                     .badRequest, "mutability",
                     "roles are read-only in Baton: a role comes from the provider's groups through Baton's role map at sign-in."
                 )
+            case let other where Self.ignored(other):
+                // What providers send that Baton does not keep (Entra ID and Okta send names, e-mails and the
+                // enterprise extension with every user): accepted and not stored, so their provisioning works.
+                continue
             default:
                 throw SCIMError(
                     .badRequest, "invalidPath",
-                    "Baton keeps userName, displayName, active and externalId of a user; not \(String(key.prefix(64)))."
+                    "Baton keeps userName, displayName, active and externalId of a user; not \(OpenIDRelyingParty.printable(key))."
                 )
             }
         }
@@ -430,6 +465,25 @@ struct SCIMRoutes {
         let now = clock.now()
         do {
             try await database.storage.write { db in
+                // If-Match was checked against `old`: a change since (another request of the provider) makes this
+                // one stale, so it is refused rather than written over it.
+                let current = try db.fetchOne(
+                    "SELECT \(SCIMUser.columns) FROM users WHERE name = ? AND idp = ? AND idpIssuer = ?", user.name,
+                    provider.name, provider.issuer
+                ).map(SCIMUser.init(row:))
+                guard current == old else {
+                    throw SCIMError(.preconditionFailed, nil, "The user changed meanwhile; read it again.")
+                }
+                // A provider lifts only its own withdrawal: a Baton admin's (after a stolen tablet, say) stands
+                // until an admin enables the person.
+                let disabledBy = try db.fetchOne("SELECT disabledBy FROM users WHERE name = ?", user.name)?[
+                    "disabledBy"
+                ].text
+                if !old.active, user.active, let disabledBy, disabledBy != "scim:\(provider.name)" {
+                    throw SCIMError(
+                        .conflict, nil,
+                        "\(user.name) was disabled by a Baton administrator; only an administrator can enable them.")
+                }
                 if old.active, !user.active {
                     try UserDirectory.keepAnAdmin(besides: user.name, in: db, doing: "deactivate")
                     try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, user.name)
@@ -438,8 +492,9 @@ struct SCIMRoutes {
                         user.name)
                 }
                 try db.execute(
-                    "UPDATE users SET displayName = ?, disabled = ?, externalId = ? WHERE name = ? AND idp = ?",
-                    user.displayName, !user.active, user.externalId, user.name, provider.name)
+                    "UPDATE users SET displayName = ?, disabled = ?, disabledBy = ?, externalId = ? WHERE name = ?",
+                    user.displayName, !user.active,
+                    user.active ? nil : old.active ? "scim:\(provider.name)" : disabledBy, user.externalId, user.name)
             }
         } catch let error as ServerError {
             throw SCIMError(error.status, error.status == .conflict ? nil : "invalidValue", error.message)

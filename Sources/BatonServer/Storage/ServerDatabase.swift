@@ -142,8 +142,9 @@ public struct ServerDatabase: Sendable {
 
     /// The identity providers people sign in through (OpenID Connect) and that provision them (SCIM): a provider's
     /// client secret sealed under the master key, the SCIM tokens' SHA-256 (never the tokens), the states of
-    /// browser sign-ins already finished (each is used once), and on each user the provider and subject they are
-    /// bound to.
+    /// browser sign-ins already finished (each is used once), and on each user the provider, its issuer and the
+    /// subject they are bound to (a provider removed and added again under its name with another issuer vouches
+    /// for none of them).
     static func identityProvidersStatements(real: String, blob: String) -> [String] {
         [
             """
@@ -154,8 +155,11 @@ public struct ServerDatabase: Sendable {
             """,
             "ALTER TABLE users ADD COLUMN idp text",
             "ALTER TABLE users ADD COLUMN subject text",
+            "ALTER TABLE users ADD COLUMN idpIssuer text",
+            // Who disabled a user: `admin`, or `scim:PROVIDER`; a provider may enable only whom it disabled.
+            "ALTER TABLE users ADD COLUMN disabledBy text",
             "ALTER TABLE users ADD COLUMN externalId text",
-            "CREATE UNIQUE INDEX usersSubject ON users (idp, subject) WHERE subject IS NOT NULL",
+            "CREATE UNIQUE INDEX usersSubject ON users (idpIssuer, subject) WHERE subject IS NOT NULL",
             """
             CREATE TABLE scimTokens (
                 hash text PRIMARY KEY, idp text NOT NULL, createdAt \(real) NOT NULL, revokedAt \(real))

@@ -65,6 +65,10 @@ callback = provider_answer(alice, to_provider(alice), "s-alice")
 check(urlparse(callback).path == "/oauth/idp/corp/callback", "the provider answers at corp's own callback")
 cookie = alice.cookies.get("baton_idp")
 landed = alice.get(callback)
+# The cockpit's callback moves on by itself (Refresh), a same-site navigation that carries its Strict cookie.
+check(landed.url.startswith(BASE + "/admin/callback") and landed.headers.get("refresh") == "0; url=/admin/",
+      "the cockpit's callback moves on to /admin/ by itself")
+landed = alice.get(BASE + "/admin/")
 check(landed.url == BASE + "/admin/" and "Alice Admin (alice)" in landed.text, "alice signs in to the cockpit")
 # The same answer again, cookie and all: each state is used once.
 replay = requests.get(callback, cookies={"baton_idp": cookie})
@@ -127,6 +131,45 @@ check(clash.status_code == 403 and "already has a user named 'root'" in text(cla
 nobody = requests.Session()
 none = nobody.get(provider_answer(nobody, to_provider(nobody), "s-nogroup"))
 check(none.status_code == 403 and "none of the groups" in text(none.text), "a person in no mapped group is refused")
+
+# A tablet's code through the provider: signing in there allows nothing until the person presses Allow on
+# Baton's page (a provider that signs a returning person in silently would otherwise let any web page post an
+# attacker's code to /oauth/idp/corp/start in the victim's browser and let the attacker's tablet in as them).
+def device_code():
+    return requests.post(BASE + "/oauth/device_authorization", data={"client_id": "baton-device"}).json()
+
+
+def poll(started):
+    answer = requests.post(BASE + "/oauth/token", data={
+        "grant_type": "urn:ietf:params:oauth:grant-type:device_code", "device_code": started["device_code"],
+        "client_id": "baton-device"})
+    return "ok" if answer.status_code == 200 else answer.json().get("error")
+
+
+def through_provider(started, sub):
+    session = requests.Session()
+    start = session.post(BASE + "/oauth/idp/corp/start", data={"user_code": started["user_code"]},
+                         allow_redirects=False)
+    return session, session.get(provider_answer(session, start.headers["location"], sub))
+
+
+silent = device_code()
+_, asked = through_provider(silent, "s-bob")
+check(asked.status_code == 200 and "Allow the tablet?" in asked.text and silent["user_code"] in text(asked.text),
+      "after the provider, Baton asks whether to allow the tablet's code")
+check(poll(silent) == "authorization_pending", "signing in at the provider alone allows no tablet")
+started = device_code()
+tablet, asked = through_provider(started, "s-bob")
+ticket = unescape(re.search(r'name="ticket" value="([^"]+)"', asked.text).group(1))
+forged = requests.post(BASE + "/oauth/idp/corp/allow", data={"ticket": ticket[:-6] + "AAAAAA", "action": "allow"})
+check(forged.status_code == 400, "a forged ticket allows nothing")
+elsewhere = requests.post(BASE + "/oauth/idp/other/allow", data={"ticket": ticket, "action": "allow"})
+check(elsewhere.status_code == 400, "corp's ticket at the other provider's route allows nothing")
+allowed = tablet.post(BASE + "/oauth/idp/corp/allow", data={"ticket": ticket, "action": "allow"})
+check(allowed.status_code == 200 and "Signed in as" in text(allowed.text), "bob presses Allow")
+check(poll(started) == "ok", "the tablet gets its tokens")
+again = tablet.post(BASE + "/oauth/idp/corp/allow", data={"ticket": ticket, "action": "allow"})
+check(again.status_code == 400, "the same ticket decides nothing twice")
 
 # People from the provider have no Baton password: the message names the provider.
 grant = requests.post(BASE + "/oauth/token", data={
