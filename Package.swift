@@ -105,7 +105,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The server library: identity (OAuth 2.0), settings exchange, devices, audit, storage.
+        // The server library: identity (OAuth 2.0, OpenID Connect sign-in, SCIM), settings exchange, devices, audit,
+        // storage.
         .target(
             name: "BatonServer",
             dependencies: [

@@ -9,7 +9,8 @@ import Logging
 struct BatonServerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "baton-server",
-        abstract: "The Baton server: identity (OAuth 2.0), settings exchange, device registration.",
+        abstract:
+            "The Baton server: identity (OAuth 2.0, identity providers, SCIM), settings exchange, device registration, OData.",
         subcommands: [
             ServeCommand.self, UserCommand.self, SettingsCommand.self, SeedCommand.self, BackupsCommand.self,
             KeysCommand.self, MigrateCommand.self, CopyCommand.self, DevicesCommand.self, LogsCommand.self,

@@ -6,7 +6,8 @@ import Foundation
 /// (SCIM 2.0).
 struct IdentityProviderCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "idp", abstract: "Add, list, show and remove identity providers; make their SCIM tokens.",
+        commandName: "idp",
+        abstract: "Add, list, show and remove identity providers; make and revoke their SCIM tokens.",
         subcommands: [Add.self, List.self, Show.self, Remove.self, SCIMToken.self])
 
     struct Add: AsyncParsableCommand {
@@ -16,7 +17,10 @@ struct IdentityProviderCommand: AsyncParsableCommand {
         )
         @OptionGroup var data: DataOptions
         @Argument(help: "Baton's name for it (a-z, 0-9, '-'); part of its callback URL.") var name: String
-        @Option(help: "The provider's issuer identifier (https://…), as its discovery document names it.")
+        @Option(
+            help:
+                "The provider's issuer identifier (https://…, or http:// on loopback), as its discovery document names it."
+        )
         var issuer: String
         @Option(help: "Baton's client id at the provider.") var clientId: String
         @Option(help: "A file holding the client secret (one line).") var clientSecretFile: String?
@@ -105,7 +109,9 @@ struct IdentityProviderCommand: AsyncParsableCommand {
 
     struct Remove: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Remove an identity provider and revoke its SCIM tokens; its people can no longer sign in.")
+            abstract:
+                "Remove an identity provider and revoke its SCIM tokens: its people cannot sign in again (their tokens and sessions run out) until it is added again with the same issuer."
+        )
         @OptionGroup var data: DataOptions
         @Argument var name: String
 
@@ -116,7 +122,9 @@ struct IdentityProviderCommand: AsyncParsableCommand {
                 AuditEntry(
                     at: Date(), actor: "admin (command line)", action: "idp-removed", subject: name, address: nil,
                     detail: "\(bound) users bound to it"))
-            print("Removed \(name); \(bound) users were bound to it and cannot sign in until it is added again.")
+            print(
+                "Removed \(name); \(bound) users were bound to it and cannot sign in until it is added again with the same issuer."
+            )
         }
     }
 

@@ -5,7 +5,7 @@ import Foundation
 /// `baton-server user …`: manage users, also while the server runs.
 struct UserCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "user", abstract: "Add, list, disable and delete users.",
+        commandName: "user", abstract: "Add, list, disable, delete and link users.",
         subcommands: [Add.self, List.self, Disable.self, Delete.self, Link.self])
 
     struct Link: AsyncParsableCommand {
@@ -34,7 +34,7 @@ struct UserCommand: AsyncParsableCommand {
             abstract: "Add a user. The password is read from standard input.")
 
         @OptionGroup var data: DataOptions
-        @Argument(help: "The sign-in name (letters, digits, '.', '_', '-').") var name: String
+        @Argument(help: "The sign-in name (1-64 ASCII letters, digits, '.', '_', '-', '@').") var name: String
         @Option(help: "The name apps show.") var displayName: String?
         @Option(help: "ground-staff, supervisor or admin.") var role: String = "ground-staff"
         @Flag(help: "Read the password from standard input (one line). Passwords are never arguments.")

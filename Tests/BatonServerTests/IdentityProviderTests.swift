@@ -327,6 +327,18 @@ struct IdentityProviderEdgeTests {
         else { throw TestFailure("the last admin was demoted") }
         #expect(reason.contains("last enabled admin"))
         #expect(try await server.server.users.user(named: "ada")?.role == .admin)
+        // With another admin, the provider's groups rule: Ben, admin, holds a cockpit session; the provider moves
+        // him to staff, and at his next sign-in he is ground staff and the session is gone.
+        _ = try await server.server.users.signIn(
+            through: Self.provider(), claims: Self.claims("sub-ben", "ben", groups: ["admins"]))
+        let cookie = try await server.server.cockpitSessions.open(for: "ben")
+        #expect(try await server.server.cockpitSessions.session(cookie: cookie) != nil)
+        guard
+            case .signedIn(let ben, false, .groundStaff) = try await server.server.users.signIn(
+                through: Self.provider(), claims: Self.claims("sub-ben", "ben"))
+        else { throw TestFailure("ben's role did not follow his groups") }
+        #expect(ben.role == .groundStaff)
+        #expect(try await server.server.cockpitSessions.session(cookie: cookie) == nil)
 
         var byEmail = Self.provider("mail", issuer: "https://mail.example")
         byEmail.nameClaim = .email

@@ -261,7 +261,10 @@ struct CockpitRoutes: Sendable {
                 }
                 try await record(session, context, ("idp-removed", name, "\(bound) users bound to it"))
                 return try await providersPage(
-                    session, notice: "Removed \(name); its \(bound) people cannot sign in until it is added again.")
+                    session,
+                    notice:
+                        "Removed \(name); its \(bound) people cannot sign in until it is added again with the same issuer."
+                )
             }
         }
         router.get("/admin/audit") { request, _ in

@@ -48,6 +48,7 @@ struct ServiceRoutes {
                     ),
                     ("odata_service_root", .string("\(issuer)/odata/")),
                     ("admin_cockpit", .string("\(issuer)/admin/")),
+                    ("scim_endpoint", .string("\(issuer)/scim/v2")),
                     ("sign_in_methods", .array(methods.map { .string($0) })),
                     ("client_id", .string(OAuthClient.device.id)),
                 ]))

@@ -8,8 +8,8 @@ struct SignInChoices: Sendable {
     /// The origins of the providers' authorization endpoints, for the page's `form-action`.
     var formTargets: [String] = []
 
-    /// The providers' buttons: each submits the page's form to that provider's start, carrying the form's
-    /// hidden fields (the authorization request, or the device's code) without the password fields.
+    /// The providers' buttons: each submits the page's form to that provider's start; Baton keeps only the
+    /// form's hidden fields (the authorization request) or the device's code, never a typed password.
     func buttons(label: String) -> String {
         guard !providers.isEmpty else { return "" }
         let buttons = providers.map { provider in
