@@ -32,7 +32,9 @@ import Testing
             process.waitUntilExit()
             return (process.terminationStatus, String(decoding: data, as: UTF8.self))
         }
-        #expect(status == 0 && output.contains("browser checks passed"), "\(output.suffix(3_000))")
+        // Required, not expected: a failed approval must stop the tablet's flow at once, not leave it polling
+        // until its code expires.
+        try #require(status == 0 && output.contains("browser checks passed"), "\(output.suffix(3_000))")
     }
 
     @Test func aPersonSignsInThroughTheProviderAndItsWithdrawalReachesTheTablet() async throws {

@@ -139,20 +139,18 @@ struct SCIMRoutes {
                 return response
             }
         }
-        scim.put("Users/:id") { request, context in
-            try await serving(request, context) { provider, context in
-                let user = try await owned(context.parameters.get("id") ?? "", by: provider)
-                try precondition(request, user)
-                let replaced = try replaced(user, with: try await body(request, context))
-                return try await store(replaced, was: user, provider: provider, context: context)
-            }
-        }
-        scim.patch("Users/:id") { request, context in
-            try await serving(request, context) { provider, context in
-                let user = try await owned(context.parameters.get("id") ?? "", by: provider)
-                try precondition(request, user)
-                let patched = try patched(user, with: try await body(request, context))
-                return try await store(patched, was: user, provider: provider, context: context)
+        // PUT replaces, PATCH changes: both read the user their provider owns, check If-Match, and store.
+        let changes: [(HTTPRequest.Method, @Sendable (SCIMUser, JSONValue) throws -> SCIMUser)] = [
+            (.put, { try replaced($0, with: $1) }), (.patch, { try patched($0, with: $1) }),
+        ]
+        for (method, change) in changes {
+            scim.on("Users/:id", method: method) { request, context in
+                try await serving(request, context) { provider, context in
+                    let user = try await owned(context.parameters.get("id") ?? "", by: provider)
+                    try precondition(request, user)
+                    let changed = try change(user, try await body(request, context))
+                    return try await store(changed, was: user, provider: provider, context: context)
+                }
             }
         }
         scim.delete("Users/:id") { request, context in
