@@ -308,6 +308,16 @@ struct IdentityProviderEdgeTests {
                 through: Self.provider(), claims: Self.claims("sub-1", "alice"))
         else { throw TestFailure("alice was not recognised") }
         #expect(again.name == "alice")
+        // The same issuer under another name: its sub-1 is alice's at that issuer, so no second user is made for it
+        // (a refusal with the reason, not an error).
+        try await providers.remove("corp")
+        let renamed = Self.provider("corp2")
+        try await providers.add(renamed, clientSecret: "s")
+        guard
+            case .refused(let clash) = try await server.server.users.signIn(
+                through: renamed, claims: Self.claims("sub-1", "alice2"))
+        else { throw TestFailure("a second user was bound to alice's sub") }
+        #expect(clash.contains("Another Baton user is bound"))
     }
 
     @Test func theProviderCannotTakeTheAdminRoleFromTheLastAdminAndAnUnverifiedEmailNamesNobody() async throws {
@@ -343,12 +353,13 @@ struct IdentityProviderEdgeTests {
         var byEmail = Self.provider("mail", issuer: "https://mail.example")
         byEmail.nameClaim = .email
         try await server.server.identityProviders.add(byEmail, clientSecret: "s")
-        let unverified = Self.claims(
-            "sub-x", "x", more: ["email": .string("ada@corp.example"), "email_verified": .bool(false)])
-        guard case .refused(let why) = try await server.server.users.signIn(through: byEmail, claims: unverified) else {
-            throw TestFailure("an unverified address became a user name")
+        for verified in [JSONValue.bool(false), .string("false")] {
+            let unverified = Self.claims(
+                "sub-x", "x", more: ["email": .string("ada@corp.example"), "email_verified": verified])
+            guard case .refused(let why) = try await server.server.users.signIn(through: byEmail, claims: unverified)
+            else { throw TestFailure("an unverified address became a user name") }
+            #expect(why.contains("not verified"))
         }
-        #expect(why.contains("not verified"))
         #expect(try await server.server.users.user(named: "ada@corp.example") == nil)
     }
 
@@ -402,6 +413,16 @@ struct IdentityProviderEdgeTests {
             let refused = try await Self.scim(client, .patch, "/scim/v2/Users/dana", token: token, body: activate)
             #expect(refused.status == .conflict && refused.body.contains("administrator"), "\(refused)")
             #expect(try await server.server.users.user(named: "dana")?.disabled == true)
+            // Nor by deleting her (she would come back as a new user at her next sign-in).
+            let deleted = try await Self.scim(client, .delete, "/scim/v2/Users/dana", token: token)
+            #expect(deleted.status == .conflict, "\(deleted)")
+            #expect(try await server.server.users.user(named: "dana") != nil)
+            // A user disabled before Baton recorded who did it counts as an admin's withdrawal.
+            try await server.server.database.storage.write { db in
+                try db.execute("UPDATE users SET disabledBy = NULL WHERE name = ?", "dana")
+            }
+            let unknown = try await Self.scim(client, .patch, "/scim/v2/Users/dana", token: token, body: activate)
+            #expect(unknown.status == .conflict, "\(unknown)")
             try await server.server.users.enable("dana")
             #expect(
                 try await Self.scim(client, .patch, "/scim/v2/Users/dana", token: token, body: deactivate).status == .ok

@@ -28,7 +28,9 @@ extension UserDirectory {
             case .preferredUsername: claims.string("preferred_username")
             }
         // An address the provider says is not verified names nobody.
-        if provider.nameClaim == .email, claims.claims["email_verified"] == .bool(false) {
+        if provider.nameClaim == .email,
+            claims.claims["email_verified"] == .bool(false) || claims.claims["email_verified"] == .string("false")
+        {
             return .refused(
                 "\(provider.displayName) has not verified your e-mail address, which would be your Baton user name.")
         }
@@ -39,6 +41,12 @@ extension UserDirectory {
         } catch let error as ServerError where error.status == .conflict {
             // The provider took the admin role from the last enabled admin: Baton keeps one, and says why.
             return .refused(error.message)
+        } catch let error as StorageError where error.kind == .uniqueViolation {
+            // Another Baton user is bound to this person at the same issuer (a provider registered again under
+            // another name).
+            return .refused(
+                "Another Baton user is bound to your account at \(provider.displayName)'s issuer. Ask an administrator to link the right one."
+            )
         }
     }
 

@@ -165,14 +165,15 @@ final class OpenIDRelyingParty: Sendable {
             throw OpenIDError("The ID token was signed with a key \(provider.displayName) does not publish.")
         }
         let data = try await fetch(metadata.jwksURI, what: "key set")
-        guard var jwks = try? JSONDecoder().decode(JWKS.self, from: data) else {
+        // Each key on its own (one of a kind Baton does not use spoils none of the others); keys the provider
+        // publishes for encryption (`use: enc`) never verify a signature.
+        guard let keys = (try? JSONValue(parsing: Array(data)))?["keys"]?.arrayValue else {
             throw OpenIDError("\(provider.displayName)'s key set is not a valid JWKS.")
         }
-        // Keys the provider publishes for encryption (`use: enc`) never verify a signature.
-        let encryption = Set(
-            (try? JSONValue(parsing: Array(data)))?["keys"]?.arrayValue?.filter { $0["use"]?.stringValue == "enc" }
-                .compactMap { $0["kid"]?.stringValue } ?? [])
-        jwks.keys.removeAll { $0.keyIdentifier.map { encryption.contains($0.string) } ?? false }
+        let jwks = JWKS(
+            keys: keys.filter { $0["use"]?.stringValue != "enc" }.compactMap {
+                try? JSONDecoder().decode(JWK.self, from: Data($0.serialized.utf8))
+            })
         cache.withLock {
             $0[provider.name]?.jwks = jwks
             $0[provider.name]?.jwksFetchedAt = now

@@ -75,8 +75,15 @@ public struct UserDirectory: Sendable {
     ///
     /// - Throws: ``ServerError``: 404 for an unknown user, 409 for the last enabled admin.
     public func delete(_ name: String) async throws {
+        try await delete(name, checking: { _ in })
+    }
+
+    /// ``delete(_:)`` after `check` ran in the same transaction (SCIM: the user is still the provider's, unchanged
+    /// since its `If-Match`, and not withdrawn by an admin); what `check` throws deletes nothing.
+    func delete(_ name: String, checking check: @escaping @Sendable (any SQLConnection) throws -> Void) async throws {
         let now = clock.now()
         let found = try await database.storage.write { db -> Bool in
+            try check(db)
             try Self.keepAnAdmin(besides: name, in: db, doing: "delete")
             try db.execute(#"UPDATE signingKeys SET replacedAt = ? WHERE "user" = ? AND replacedAt IS NULL"#, now, name)
             let changed = try db.execute("DELETE FROM users WHERE name = ?", name) > 0

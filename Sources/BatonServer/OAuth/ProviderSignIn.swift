@@ -26,6 +26,8 @@ struct PendingProviderSignIn: Codable, Sendable {
 /// allow an attacker's tablet code as them.
 struct DeviceAllowTicket: Codable, Sendable {
     var provider: String
+    /// The provider's issuer when the person signed in: a provider removed or registered again since decides nothing.
+    var issuer: String
     var user: String
     var userCode: String
     var expires: Double
@@ -44,7 +46,7 @@ extension OAuthRoutes {
         router.post("/oauth/idp/:provider/start") { request, context in
             let form = try await FormBody.read(request, context: context)
             return try await startProviderSignIn(
-                provider: context.parameters.get("provider") ?? "", form: form, context: context)
+                provider: context.parameters.get("provider") ?? "", form: form, request: request, context: context)
         }
         router.get("/oauth/idp/:provider/callback") { request, context in
             try await finishProviderSignIn(
@@ -60,9 +62,20 @@ extension OAuthRoutes {
     /// From a sign-in page's provider button to the provider: the page's request is checked first (a bad
     /// authorization request or device code never leaves Baton), then the browser gets its sealed cookie and
     /// goes to the provider's authorization endpoint.
-    func startProviderSignIn(provider name: String, form: FormBody, context: BatonRequestContext) async throws
-        -> Response
-    {
+    func startProviderSignIn(
+        provider name: String, form: FormBody, request: Request, context: BatonRequestContext
+    ) async throws -> Response {
+        // Only Baton's own pages start a sign-in: a form another site posts (to lead a person with a provider
+        // session to an "Allow the tablet?" page for an attacker's code, or through a client's authorization
+        // without a page of Baton's) is refused. Browsers say where a form came from (Fetch Metadata, Origin).
+        if let site = request.headers[CockpitPages.field("Sec-Fetch-Site")], !["same-origin", "none"].contains(site) {
+            return page(
+                .forbidden, "Start from Baton's page", "Open the sign-in page of Baton and press the button there.")
+        }
+        if let origin = request.headers[CockpitPages.field("Origin")], origin != Self.origin(of: tokens.issuer.value) {
+            return page(
+                .forbidden, "Start from Baton's page", "Open the sign-in page of Baton and press the button there.")
+        }
         guard let provider = try await providers.provider(named: name) else {
             return page(.notFound, "Unknown identity provider", "There is no identity provider by that name here.")
         }
@@ -234,7 +247,7 @@ extension OAuthRoutes {
         var response: Response
         if let userCode = pending.userCode {
             let ticket = DeviceAllowTicket(
-                provider: provider.name, user: user.name, userCode: userCode,
+                provider: provider.name, issuer: provider.issuer, user: user.name, userCode: userCode,
                 expires: now.timeIntervalSince1970 + Self.allowWindow)
             response = html(
                 DevicePage.confirm(
@@ -265,6 +278,13 @@ extension OAuthRoutes {
         }
     }
 
+    /// `scheme://host[:port]` of a URL, as browsers send it in `Origin`.
+    static func origin(of url: String) -> String? {
+        guard let components = URLComponents(string: url), let scheme = components.scheme, let host = components.host
+        else { return nil }
+        return "\(scheme)://\(host)\(components.port.map { ":\($0)" } ?? "")"
+    }
+
     /// How long the page that asks "allow this tablet?" stays good: 5 minutes.
     static let allowWindow: TimeInterval = 300
     static let allowPurpose = "baton_idp_allow"
@@ -276,6 +296,7 @@ extension OAuthRoutes {
         guard let sealed = form["ticket"],
             let ticket = open(sealed, as: DeviceAllowTicket.self, purpose: Self.allowPurpose),
             ticket.provider == name, ticket.expires > now.timeIntervalSince1970,
+            try await providers.provider(named: name)?.issuer == ticket.issuer,
             let user = try await tokens.users.user(named: ticket.user), !user.disabled,
             user.identityProvider == name
         else {

@@ -149,7 +149,9 @@ struct SCIMRoutes {
                     let user = try await owned(context.parameters.get("id") ?? "", by: provider)
                     try precondition(request, user)
                     let changed = try change(user, try await body(request, context))
-                    return try await store(changed, was: user, provider: provider, context: context)
+                    return try await store(
+                        changed, was: user, checked: request.headers[.ifMatch] != nil, provider: provider,
+                        context: context)
                 }
             }
         }
@@ -157,7 +159,17 @@ struct SCIMRoutes {
             try await serving(request, context) { provider, context in
                 let user = try await owned(context.parameters.get("id") ?? "", by: provider)
                 try precondition(request, user)
-                do { try await users.delete(user.name) } catch let error as ServerError {
+                let checked = request.headers[.ifMatch] != nil
+                do {
+                    try await users.delete(user.name) { db in
+                        // Deleting would let the person come back (a new user at their next sign-in): a provider
+                        // never undoes an admin's withdrawal this way either.
+                        let disabledBy = try Self.requireOwned(user, unchanged: checked, by: provider, in: db)
+                        if let disabledBy, disabledBy != "scim:\(provider.name)" {
+                            throw Self.adminWithdrawal(user.name)
+                        }
+                    }
+                } catch let error as ServerError {
                     throw SCIMError(error.status, nil, error.message)
                 }
                 try await audit.record(
@@ -455,32 +467,46 @@ struct SCIMRoutes {
         }
     }
 
+    /// Inside a write: `user` is still the provider's, unchanged since it was read when the request carried
+    /// `If-Match` (`unchanged`), and not withdrawn by a Baton admin unless the request leaves them withdrawn.
+    ///
+    /// - Returns: who disabled the user (`admin`, `scim:NAME`), if anyone; a user disabled before Baton kept it
+    ///   counts as an admin's withdrawal.
+    @discardableResult
+    static func requireOwned(_ user: SCIMUser, unchanged: Bool, by provider: IdentityProvider, in db: any SQLConnection)
+        throws -> String?
+    {
+        guard
+            let row = try db.fetchOne(
+                "SELECT \(SCIMUser.columns), disabledBy FROM users WHERE name = ? AND idp = ? AND idpIssuer = ?",
+                user.name, provider.name, provider.issuer)
+        else { throw SCIMError(.notFound, nil, "There is no user '\(user.name)' provisioned by \(provider.name).") }
+        if unchanged, try SCIMUser(row: row) != user {
+            throw SCIMError(.preconditionFailed, nil, "The user changed meanwhile; read it again.")
+        }
+        let disabledBy = row["disabledBy"].text ?? (user.active ? nil : "admin")
+        return disabledBy
+    }
+
+    static func adminWithdrawal(_ name: String) -> SCIMError {
+        SCIMError(
+            .conflict, nil,
+            "\(name) was disabled by a Baton administrator; only an administrator can enable or delete them.")
+    }
+
     /// Writes a replaced or patched user in one transaction: a withdrawal (`active: false`) revokes their tokens
     /// and ends their cockpit sessions as `user disable` does; the last enabled admin cannot be withdrawn.
-    func store(_ user: SCIMUser, was old: SCIMUser, provider: IdentityProvider, context: BatonRequestContext)
-        async throws -> Response
-    {
+    func store(
+        _ user: SCIMUser, was old: SCIMUser, checked: Bool, provider: IdentityProvider, context: BatonRequestContext
+    ) async throws -> Response {
         let now = clock.now()
         do {
             try await database.storage.write { db in
                 // If-Match was checked against `old`: a change since (another request of the provider) makes this
                 // one stale, so it is refused rather than written over it.
-                let current = try db.fetchOne(
-                    "SELECT \(SCIMUser.columns) FROM users WHERE name = ? AND idp = ? AND idpIssuer = ?", user.name,
-                    provider.name, provider.issuer
-                ).map(SCIMUser.init(row:))
-                guard current == old else {
-                    throw SCIMError(.preconditionFailed, nil, "The user changed meanwhile; read it again.")
-                }
-                // A provider lifts only its own withdrawal: a Baton admin's (after a stolen tablet, say) stands
-                // until an admin enables the person.
-                let disabledBy = try db.fetchOne("SELECT disabledBy FROM users WHERE name = ?", user.name)?[
-                    "disabledBy"
-                ].text
-                if !old.active, user.active, let disabledBy, disabledBy != "scim:\(provider.name)" {
-                    throw SCIMError(
-                        .conflict, nil,
-                        "\(user.name) was disabled by a Baton administrator; only an administrator can enable them.")
+                let disabledBy = try Self.requireOwned(old, unchanged: checked, by: provider, in: db)
+                if !old.active, user.active, disabledBy != "scim:\(provider.name)" {
+                    throw Self.adminWithdrawal(user.name)
                 }
                 if old.active, !user.active {
                     try UserDirectory.keepAnAdmin(besides: user.name, in: db, doing: "deactivate")

@@ -171,6 +171,16 @@ check(poll(started) == "ok", "the tablet gets its tokens")
 again = tablet.post(BASE + "/oauth/idp/corp/allow", data={"ticket": ticket, "action": "allow"})
 check(again.status_code == 400, "the same ticket decides nothing twice")
 
+# Only Baton's own pages start a sign-in: a form another site posts is refused (Origin, Fetch Metadata).
+for header in [{"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}]:
+    crossed = requests.post(BASE + "/oauth/idp/corp/start", data={"user_code": "BDFH-KLMN"}, headers=header,
+                            allow_redirects=False)
+    check(crossed.status_code == 403 and "location" not in crossed.headers,
+          f"a sign-in started from another site is refused ({list(header)[0]})")
+same = requests.post(BASE + "/oauth/idp/corp/start", data={"user_code": device_code()["user_code"]},
+                     headers={"Origin": BASE, "Sec-Fetch-Site": "same-origin"}, allow_redirects=False)
+check(same.status_code == 303, "Baton's own page starts it")
+
 # People from the provider have no Baton password: the message names the provider.
 grant = requests.post(BASE + "/oauth/token", data={
     "grant_type": "password", "client_id": "baton-device", "username": "alice", "password": "anything-at-all"})
@@ -231,4 +241,16 @@ failed = [r for r in results if r.status not in (Status.SUCCESS, Status.COMPLIAN
 for r in failed:
     print("  conformance:", r.status.name, r.title, (r.reason or "")[:200])
 check(len(results) > 20 and not failed, f"scim2-tester: {len(results)} checks, none failed")
+
+# Last, as it removes corp: a ticket from before the provider was removed decides nothing.
+started = device_code()
+tablet, asked = through_provider(started, "s-bob")
+ticket = unescape(re.search(r'name="ticket" value="([^"]+)"', asked.text).group(1))
+admin_page = alice.get(BASE + "/admin/identity-providers")
+csrf = re.search(r'name="csrf" value="([^"]+)"', admin_page.text).group(1)
+check(alice.post(BASE + "/admin/identity-providers/corp/remove", data={"csrf": csrf}).status_code == 200,
+      "the cockpit removes corp")
+late = tablet.post(BASE + "/oauth/idp/corp/allow", data={"ticket": ticket, "action": "allow"})
+check(late.status_code == 400 and poll(started) == "authorization_pending",
+      "a ticket from before the provider was removed allows nothing")
 print("identity provider checks passed")
