@@ -3,11 +3,6 @@ import BatonOffline
 import Crypto
 import Foundation
 
-extension OnboardingInfoKey where Value == UploadReport {
-    /// What the sync on restore uploaded.
-    public static var uploadReport: Self { Self("baton.offline.uploadReport") }
-}
-
 /// The offline-store step: opens the device's shared ``BatonOffline/OfflineStore`` for the user. Onboarding
 /// downloads the defining queries; restore opens it at once and syncs when the server is reachable (and
 /// carries on offline when it is not); a removed user's step closes it, and the last user's removal wipes it.
@@ -47,25 +42,58 @@ public struct OfflineStoreStep: OnboardingStep {
             if context.info[.settingsFromServer] == true { true } else { await context.client.isReachable() }
         guard reachable else { return }
         let allowed = context.info[.settings]?.sharedDevices.uploadPendingChangesOfPreviousUser ?? false
-        do {
-            let report = try await store.upload(using: session, allowOnBehalf: allowed)
-            context.info[.uploadReport] = report
+        let user = context.info[.serverUser]?.name ?? ""
+        let users = context.users
+        let outcome: Result<SyncReport, FlowsError> = await RequestTrace.continuing { traceID in
+            do throws(FlowsError) {
+                var report = try await sync(session, user: user, allowOnBehalf: allowed, users: users)
+                report.traceID = traceID
+                return .success(report)
+            } catch {
+                return .failure(error)
+            }
+        }
+        switch outcome {
+        case .success(let report):
+            context.info[.syncReport] = report
             for (author, entries) in Dictionary(grouping: report.archived, by: \.entry.author) {
                 let reasons = Set(entries.map(\.message)).joined(separator: "; ")
                 await context.presenter.show(
                     "\(author)'s \(entries.count) change\(entries.count == 1 ? "" : "s") could not be uploaded: \(reasons)"
                 )
             }
-            _ = try await store.download(using: session)
-        } catch {
+        case .failure(let error):
             await context.presenter.show("Sync did not finish; working offline. \(error.message)")
         }
         context.info[.tokens] = await session.tokens
     }
 
-    /// Locking or closing the session closes the store: its database and key are gone from memory.
+    /// Locking or closing the session closes the store: its database and key are gone from memory. Before it
+    /// closes, each author's count of changes the server does not have goes into the user registry, so that
+    /// ``guardRemoval(of:)`` can answer while the device is locked.
     public func background(_ context: inout OnboardingContext) async throws {
+        await notePendingChanges(context.users)
         await store.close()
+    }
+
+    /// Refuses to remove `user` while they have changes on this device the server does not have (queued or in the
+    /// error archive): ``FlowsConfiguration/removalGuard``. With the store open it counts them there; while the
+    /// device is locked (the store closed) it reads the count the store left in the user registry when it closed.
+    ///
+    /// ```swift
+    /// configuration.removalGuard = { user in try await offlineStep.guardRemoval(of: user) }
+    /// ```
+    ///
+    /// - Throws: ``BatonOffline/OfflineError`` `PendingChanges` — "alice has 1 change on this device that the
+    ///   server does not have; upload first, or confirm discarding them."
+    public func guardRemoval(of user: UserManager.User) async throws(OfflineError) {
+        let name = user.serverUserID ?? ""
+        if await store.isOpen {
+            try await store.requireNoPendingChanges(of: name)
+            return
+        }
+        let count = user.pendingChanges ?? 0
+        guard count == 0 else { throw OfflineStore.pendingChanges(of: name, count: count) }
     }
 
     public func reset(_ context: inout OnboardingContext) async {

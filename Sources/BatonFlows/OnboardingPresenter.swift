@@ -41,7 +41,17 @@ public enum UserChoice: Sendable, Hashable {
 
 /// Everything a UI must show or ask during flows. Every question may throw (a cancelled prompt throws
 /// ``FlowsError`` with code `Cancelled`). Implementations: the terminal app's console presenter, and
-/// `ScriptedPresenter` (BatonTesting) for tests.
+/// `ScriptedPresenter` (BatonTesting) for tests; <doc:GettingStarted> has a whole one.
+///
+/// An app implements six requirements — ``credentials(server:username:problem:)``,
+/// ``newPasscode(policy:problem:)``, ``passcode(user:problem:)``, ``pickUser(_:)``, ``show(_:)`` and
+/// ``progress(_:fraction:)`` — and may replace the defaults of the others: ``signInMethod(server:available:)``,
+/// ``showDeviceCode(_:)``, ``consent(_:user:)`` and ``approver(for:among:problem:)``.
+///
+/// Names of people: every `user` or `newUser` string a method gets is a **display name** (the server's
+/// `displayName`, "Alice Example"), for showing. The user name that signs in (`alice`) is what
+/// ``credentials(server:username:problem:)`` returns and pre-fills; ``UserManager/User`` carries both
+/// (``UserManager/User/displayName``, ``UserManager/User/serverUserID``).
 public protocol OnboardingPresenter: Sendable {
     /// User name and password for the server. `problem` says why it is asked again.
     func credentials(server: String, username: String?, problem: String?) async throws -> Credentials
@@ -63,7 +73,8 @@ public protocol OnboardingPresenter: Sendable {
     func show(_ message: String) async
     /// Progress of a flow: the step running and how far the flow is (0...1).
     func progress(_ step: String, fraction: Double) async
-    /// Which of `users` (already on this device) approves `newUser` joining it, and their passcode: joining a
+    /// Which of `users` (already on this device) approves `newUser` (a display name) joining it, and their
+    /// passcode: joining a
     /// device needs the device key, which only its users' secure stores hold. `problem` says what was wrong with
     /// the last answer. The default asks ``pickUser(_:)`` (when there is more than one) and
     /// ``passcode(user:problem:)``.

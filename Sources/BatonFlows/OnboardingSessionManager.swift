@@ -43,14 +43,16 @@ public actor OnboardingSessionManager {
     let controller: OnboardingController
     let idManager: any OnboardingIDManaging
 
-    /// A session manager for the server at `serverURL`, keeping its files in `directory`.
+    /// A session manager for the server at `serverURL`, keeping its files in `directory` and the device key in
+    /// `keyStore` (by default a file in `directory`, ``FileDeviceKeyStore``).
     ///
     /// - Throws: ``FlowsError``: `MultiUserNeedsAuthentication` when multi-user mode is asked for with flows
     ///   that have no sign-in or passcode step; `Storage` when the directory or registry cannot be used.
     public init(
         serverURL: URL, directory: URL, configuration: FlowsConfiguration, presenter: any OnboardingPresenter,
         flowProvider: any OnboardingFlowProvider = StandardFlowProvider(),
-        idManager: (any OnboardingIDManaging)? = nil, transport: any HTTPTransport = AsyncHTTPClientTransport()
+        idManager: (any OnboardingIDManaging)? = nil, transport: any HTTPTransport = AsyncHTTPClientTransport(),
+        keyStore: (any DeviceKeyStore)? = nil
     ) throws(FlowsError) {
         if configuration.mode == .multiUser {
             let steps = flowProvider.flow(for: .onboard).steps
@@ -61,7 +63,7 @@ public actor OnboardingSessionManager {
                 )
             }
         }
-        storage = try DeviceStorage(directory: directory)
+        storage = try DeviceStorage(directory: directory, keyStore: keyStore)
         users = try UserManager(storage: storage)
         deviceID = try storage.deviceID()
         self.configuration = configuration

@@ -555,7 +555,8 @@ public struct DeviceRegistrationStep: OnboardingStep {
         do {
             try await register(deviceKey)
         } catch  where error.serverCode == "DeviceProofRequired" && deviceKey == nil && !others.isEmpty {
-            let approved = try await Self.approvedDeviceKey(&context, others: others, newUser: user)
+            let newcomer = context.info[.serverUser]?.displayName ?? user
+            let approved = try await Self.approvedDeviceKey(&context, others: others, newUser: newcomer)
             do { try await register(approved) } catch { throw flowsError(error, doing: "register this device") }
             deviceKey = approved
         } catch {

@@ -23,10 +23,13 @@ public struct OfflineError: Error, Sendable, Equatable, CustomStringConvertible 
 
     public var code: Code
     public var message: String
+    /// The property a `BadRequest` is about, when it is about one (as the server's error `target`).
+    public var target: String?
 
-    public init(_ code: Code, _ message: String) {
+    public init(_ code: Code, _ message: String, target: String? = nil) {
         self.code = code
         self.message = message
+        self.target = target
     }
 
     public var description: String { message }

@@ -105,9 +105,9 @@ extension OfflineStore {
             throw OfflineError(.badRequest, "Only \(entry.entry.author) can edit their change.")
         }
         let (set, type, key) = try parseID(entry.entry.entityID)
-        let body = try body(values, type: type, mode: .merge)
+        let (body, checked) = try body(values, type: type, mode: .merge)
         let update: SQLQuery
-        do { update = try translator.update(set.name, key: key, values: values) } catch {
+        do { update = try translator.update(set.name, key: key, values: checked) } catch {
             throw OfflineError(.badRequest, error.message)
         }
         let base = entry.serverVersion?["@odata.etag"]?.stringValue

@@ -5,20 +5,25 @@ import Foundation
 import GRDB
 
 extension OfflineStore {
-    /// Creates an entity on the device at once and queues its upload, signed by the current user. Values of
-    /// server-kept properties are set locally for display (the server sets its own).
+    /// Creates an entity on the device at once and queues its upload, signed by the current user.
+    ///
+    /// The values are checked as the server checks a `POST` body, by the same code and in the same words: each
+    /// property the model declares, its type and facets (`MaxLength`, `Precision`, `Scale`, nullability), every
+    /// required property present, before any SQL runs. A property the model gives a CSDL `DefaultValue`
+    /// (`Status`: `final`) gets it when left out, as on the server. Values of server-kept (computed) properties are
+    /// refused (the server would ignore them); the device shows its own until a download brings the server's.
     ///
     /// - Returns: the entity's id (canonical URL).
-    /// - Throws: ``OfflineError`` `BadRequest` naming the property for a value the model refuses (nothing is
-    ///   written), `NotOpen` without a user.
+    /// - Throws: ``OfflineError`` `BadRequest` naming the property (``OfflineError/target``) for a value the model
+    ///   refuses — nothing is written — and `NotOpen` without a user.
     @discardableResult
     public func create(in entitySet: String, values: [String: PrimitiveValue]) throws(OfflineError) -> String {
         let user = try requireUser()
         let (set, type) = try entitySetAndType(entitySet)
-        let body = try body(values, type: type, mode: .create)
-        let key = try Self.key(of: type, in: values)
+        let (body, checked) = try body(values, type: type, mode: .create)
+        let key = try Self.key(of: type, in: checked)
         let id = ResourcePath.canonicalURL(entitySet: set.name, key: key)
-        var row = values
+        var row = checked
         for (name, value) in localServerValues(type: type, author: user.name) { row[name] = value }
         let insert: SQLQuery
         do {
@@ -36,12 +41,21 @@ extension OfflineStore {
         return id
     }
 
-    /// Changes properties of an entity on the device at once and queues the change (PATCH).
+    /// Changes properties of an entity on the device at once and queues the change (PATCH). The values are
+    /// checked as the server checks a `PATCH` body (see ``create(in:values:)``); a key property cannot change.
+    ///
+    /// - Throws: ``OfflineError`` `BadRequest` naming the property, `NotFound` when the device does not have the
+    ///   entity, `NotOpen` without a user.
     public func update(_ id: String, values: [String: PrimitiveValue]) throws(OfflineError) {
         let user = try requireUser()
         let (set, type, key) = try parseID(id)
-        let body = try body(values, type: type, mode: .merge)
-        var changed = values
+        let (body, checked) = try body(values, type: type, mode: .merge)
+        for part in key where checked[part.name].map({ $0 != part.value }) ?? false {
+            throw OfflineError(
+                .badRequest, "Key property '\(part.name)' cannot change; create a new entity instead.",
+                target: part.name)
+        }
+        var changed = checked
         for (name, value) in localServerValues(type: type, author: user.name) where name != "UploadedBy" {
             changed[name] = value
         }
@@ -158,25 +172,31 @@ extension OfflineStore {
         return (set, type, key)
     }
 
-    /// The JSON body of a change, checked against the model (server-kept properties are never sent).
+    /// The JSON body of a change and the values it sets, checked by the server's own payload rules
+    /// (`EntityPayload`): the same checks, the same words, defaults applied on a create. A computed property is
+    /// refused, where the server ignores it: the app learns at once that its value would be lost.
     func body(_ values: [String: PrimitiveValue], type: EntityType, mode: EntityPayload.Mode) throws(OfflineError)
-        -> [UInt8]
+        -> (body: [UInt8], values: [String: PrimitiveValue])
     {
-        for name in values.keys {
-            guard let property = type.property(named: name) else {
-                throw OfflineError(.badRequest, "'\(type.name)' has no property '\(name)'.")
-            }
-            guard !property.isComputed else {
-                throw OfflineError(.badRequest, "'\(name)' is kept by the server and cannot be set.")
-            }
+        for property in type.properties where property.isComputed && values[property.name] != nil {
+            throw OfflineError(
+                .badRequest, "'\(property.name)' is kept by the server and cannot be set.", target: property.name)
         }
-        let body = EntityPayload(values: values).json(as: type).serializedBytes
+        var members: [(String, JSONValue)] = []
+        for property in type.properties where !property.isComputed {
+            if let value = values[property.name] { members.append((property.name, value.json(as: property.type))) }
+        }
+        // Names the model does not declare go into the body too, so the payload check refuses them in its words.
+        for (name, value) in values.sorted(by: { $0.key < $1.key }) where type.property(named: name) == nil {
+            members.append((name, value.json(as: value.literalType ?? .string)))
+        }
+        let body = JSONValue.object(members).serializedBytes
         do {
-            _ = try EntityPayload(decoding: body, as: type, mode: mode)
+            let payload = try EntityPayload(decoding: body, as: type, mode: mode)
+            return (body, payload.values)
         } catch {
-            throw OfflineError(.badRequest, error.description)
+            throw OfflineError(.badRequest, error.description, target: error.target)
         }
-        return body
     }
 
     /// What the server will set, shown locally until a download brings the server's values.

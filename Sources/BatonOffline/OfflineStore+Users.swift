@@ -13,12 +13,15 @@ extension OfflineStore {
     public func requireNoPendingChanges(of author: String) throws(OfflineError) {
         let count = try pendingCounts()[author] ?? 0
         let archived = try archivedEntries().filter { $0.entry.author == author }.count
-        guard count + archived == 0 else {
-            throw OfflineError(
-                .pendingChanges,
-                "\(author) has \(count + archived) change\(count + archived == 1 ? "" : "s") on this device that the server does not have; upload first, or confirm discarding them."
-            )
-        }
+        guard count + archived == 0 else { throw Self.pendingChanges(of: author, count: count + archived) }
+    }
+
+    /// The error for `author`'s `count` changes the server does not have.
+    public static func pendingChanges(of author: String, count: Int) -> OfflineError {
+        OfflineError(
+            .pendingChanges,
+            "\(author) has \(count) change\(count == 1 ? "" : "s") on this device that the server does not have; upload first, or confirm discarding them."
+        )
     }
 
     /// Discards `author`'s queued and archived changes after writing them, encrypted with `key` (AES-GCM), to

@@ -272,6 +272,9 @@ public actor OfflineStore {
     /// The user the store is open for.
     public var currentUser: String? { user?.name }
 
+    /// Whether the store is open for a user (a locked device's store is closed: its key is not in memory).
+    public var isOpen: Bool { database != nil && user != nil }
+
     func requireDatabase() throws(OfflineError) -> DatabaseQueue {
         guard let database else {
             throw OfflineError(.notOpen, "The offline store is closed; a user must sign in to open it.")

@@ -185,7 +185,8 @@ public final class ServerCluster: Sendable {
     func log(_ name: String) -> URL {
         let file = directory.appendingPathComponent(name)
         if !FileManager.default.fileExists(atPath: file.path) {
-            FileManager.default.createFile(atPath: file.path, contents: nil, attributes: [.posixPermissions: 0o600])
+            _ = FileManager.default.createFile(
+                atPath: file.path, contents: nil, attributes: [.posixPermissions: 0o600])
         }
         return file
     }

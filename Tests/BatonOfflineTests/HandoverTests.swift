@@ -215,7 +215,7 @@ import Testing
     @Test func withoutOnBehalfUploadAlicesChangeWaitsForHer() async throws {
         try await withServer(settings: ["shared-devices.upload-pending-changes-of-previous-user": "false"]) { server in
             let device = try await makeDevice(server)
-            let (alice, tail) = try await signInAndDownload(device)
+            let (_, tail) = try await signInAndDownload(device)
             let aliceCheck = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5200"))
 
             let bob = try await device.manager.addUser()

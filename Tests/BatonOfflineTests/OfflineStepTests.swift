@@ -54,7 +54,7 @@ import Testing
         // Alice comes back: her restore uploads her change.
         await presenter.append([.passcode("alice-pass-1")])
         let back = try await manager.switchUser(to: alice.user.onboardingID)
-        #expect(back.info[.uploadReport]?.uploadedByAuthor == ["alice": 1])
+        #expect(back.syncReport?.upload.uploadedByAuthor == ["alice": 1])
         #expect(try await store.pendingEntries().isEmpty)
 
         // A pending change blocks her removal until it is discarded (with an encrypted backup).

@@ -331,7 +331,7 @@ import Testing
         _ = try await server.server.settings.set("app-versions.inactive", to: "")
         await device.presenter.append([.passcode("alice-pass-1")])
         let session = try await device.manager.unlock()
-        #expect(session.info[.uploadReport]?.uploadedByAuthor == ["alice": 1])
+        #expect(session.syncReport?.upload.uploadedByAuthor == ["alice": 1])
     }
 
     @Test func forgotPasscodeAtTheUnlockPromptSignsInAgainAndKeepsTheData() async throws {

@@ -18,6 +18,7 @@ struct ODataReply: @unchecked Sendable {
     var text: String
 
     var error: String? { (json["error"] as? [String: Any])?["message"] as? String }
+    var errorTarget: String? { (json["error"] as? [String: Any])?["target"] as? String }
     var values: [[String: Any]] { json["value"] as? [[String: Any]] ?? [] }
     var etag: String? { headers[.eTag] }
 }
@@ -133,6 +134,25 @@ enum Fixtures {
             let allowed = try await client.odata(
                 .patch, "Aircraft('D-AIBL')", token: sam, headers: [("If-Match", "*")], body: #"{"Status":"grounded"}"#)
             #expect(allowed.status == .noContent)
+        }
+    }
+
+    /// The corpus of invalid check bodies the offline store is held to (BatonOfflineTests' ModelCheckTests): each
+    /// is a 400 naming its property, in the words the tablet uses too.
+    @Test(arguments: StorageBackend.allCases) func invalidCheckBodiesAreRefusedNamingTheProperty(
+        backend: StorageBackend
+    )
+        async throws
+    {
+        try await Fixtures.world(backend: backend) { _, client, alice, _ in
+            for invalid in InvalidCheckBodies.cases {
+                let reply = try await client.odata(
+                    .post, "PreflightChecks", token: alice, body: try InvalidCheckBodies.body(of: invalid, id: UUID()))
+                #expect(reply.status == .badRequest, "\(invalid)")
+                #expect(reply.error == invalid.message, "\(invalid)")
+                #expect(reply.errorTarget == invalid.target, "\(invalid)")
+            }
+            #expect(try await client.odata(.get, "PreflightChecks/$count", token: alice).text == "0")
         }
     }
 

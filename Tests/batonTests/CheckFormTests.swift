@@ -40,16 +40,4 @@ import Testing
         #expect((try? CheckForm.parseStatus("FINAL").get()) == "final")
         #expect((try? CheckForm.parseStatus("done").get()) == nil)
     }
-
-    @Test func syncSummaryNamesWhoseChangesWent() {
-        #expect(Device.SyncSummary(me: "bob").text == "nothing to upload; downloaded 0 updates")
-        #expect(
-            Device.SyncSummary.describe(
-                uploaded: ["bob": 2, "alice": 1, "carol": 1], archived: 1, waiting: 2, downloaded: 12, me: "bob")
-                == "uploaded 4 changes: 2 yours, 1 alice's on their behalf, 1 carol's on their behalf; "
-                + "1 moved to the error archive; 2 waiting for their author; downloaded 12 updates")
-        #expect(
-            Device.SyncSummary.describe(uploaded: ["alice": 1], archived: 0, waiting: 0, downloaded: 1, me: "bob")
-                == "uploaded 1 change: 1 alice's on their behalf; downloaded 1 update")
-    }
 }

@@ -279,13 +279,13 @@ struct SyncCommand: AsyncParsableCommand {
             let (outcome, traceID) = await RequestTrace.run { traceID in
                 do {
                     return (
-                        Swift.Result<Device.SyncSummary, any Error>.success(try await device.sync { _ in }), traceID
+                        Swift.Result<SyncReport, any Error>.success(try await device.sync { _ in }), traceID
                     )
                 } catch {
                     return (.failure(error), traceID)
                 }
             }
-            var summary: Device.SyncSummary
+            var summary: SyncReport
             do {
                 summary = try outcome.get()
             } catch {
@@ -293,25 +293,25 @@ struct SyncCommand: AsyncParsableCommand {
                 throw error
             }
             // The sign-in already synced when the server was reachable: count what it uploaded too.
-            if let atSignIn = try await device.session().info[.uploadReport] {
-                summary.upload.uploaded = atSignIn.uploaded + summary.upload.uploaded
-                summary.upload.archived = atSignIn.archived + summary.upload.archived
+            if let atSignIn = try await device.session().syncReport {
+                summary.upload.uploaded = atSignIn.upload.uploaded + summary.upload.uploaded
+                summary.upload.archived = atSignIn.upload.archived + summary.upload.archived
             }
             if json {
                 try printJSON(
                     Result(
-                        uploaded: summary.upload.uploadedByAuthor, archived: summary.upload.archived.count,
-                        waiting: summary.upload.waiting.count, downloaded: summary.download.updated,
-                        removed: summary.download.removed, summary: summary.text, traceID: traceID))
+                        uploaded: summary.upload.uploadedByAuthor, archived: summary.archived.count,
+                        waiting: summary.waiting.count, downloaded: summary.download.updated,
+                        removed: summary.download.removed, summary: summary.summary, traceID: traceID))
             } else {
-                print(summary.text)
+                print(summary.summary)
                 print("trace id \(traceID) (the server logs it with each request of this sync)")
-                for archived in summary.upload.archived {
+                for archived in summary.archived {
                     print("archived: \(archived.entry.author)'s \(archived.entry.entityID): \(archived.message)")
                 }
             }
             guard summary.upload.isComplete else {
-                throw AppError(.incomplete, "The sync left changes behind: " + summary.text)
+                throw AppError(.incomplete, "The sync left changes behind: " + summary.summary)
             }
         }
     }

@@ -84,8 +84,8 @@ struct Device: Sendable {
         let logger = Logger(label: "baton") { label in log.handler(label: label) }
         var configuration = FlowsConfiguration(mode: .multiUser)
         configuration.appVersion = "1.0"
-        configuration.removalGuard = { user in try await store.requireNoPendingChanges(of: user.serverUserID ?? "") }
         let step = OfflineStoreStep(store: store)
+        configuration.removalGuard = { user in try await step.guardRemoval(of: user) }
         configuration.handOverPendingChanges = { handover throws(FlowsError) in try await step.handOver(handover) }
         let sessions = try OnboardingSessionManager(
             serverURL: url, directory: directory, configuration: configuration, presenter: presenter,
@@ -316,60 +316,11 @@ struct Device: Sendable {
 
     // MARK: Sync
 
-    struct SyncSummary: Sendable {
-        var upload = UploadReport()
-        var download = DownloadReport()
-        var me = ""
-        /// Users the server withdrew, removed from the device by this sync, and their changes backed up.
-        var removedUsers: [String] = []
-        var backedUp = 0
-
-        /// "uploaded 3 changes: 2 yours, 1 alice's on their behalf; downloaded 12 updates".
-        var text: String {
-            var text = Self.describe(
-                uploaded: upload.uploadedByAuthor, archived: upload.archived.count, waiting: upload.waiting.count,
-                downloaded: download.updated + download.removed, me: me)
-            if !removedUsers.isEmpty {
-                text +=
-                    "; removed \(removedUsers.joined(separator: ", ")) (withdrawn on the server)"
-                    + (backedUp > 0 ? ", \(backedUp) of their changes backed up to the server" : "")
-            }
-            return text
-        }
-
-        static func describe(uploaded byAuthor: [String: Int], archived: Int, waiting: Int, downloaded: Int, me: String)
-            -> String
-        {
-            var parts: [String] = []
-            let total = byAuthor.values.reduce(0, +)
-            if total == 0 {
-                parts.append("nothing to upload")
-            } else {
-                var who: [String] = []
-                if let mine = byAuthor[me] { who.append("\(mine) yours") }
-                for (author, count) in byAuthor.sorted(by: { $0.key < $1.key }) where author != me {
-                    who.append("\(count) \(author)'s on their behalf")
-                }
-                parts.append("uploaded \(total) change\(total == 1 ? "" : "s"): " + who.joined(separator: ", "))
-            }
-            if archived > 0 { parts.append("\(archived) moved to the error archive") }
-            if waiting > 0 { parts.append("\(waiting) waiting for their author") }
-            parts.append("downloaded \(downloaded) update\(downloaded == 1 ? "" : "s")")
-            return parts.joined(separator: "; ")
-        }
-    }
-
-    /// Uploads the queue (others' changes on their behalf when the server allows it), then downloads.
-    /// `progress` hears every step. Every request of it — token refresh, reachability, upload, download,
-    /// backups — belongs to one trace (the caller's, when it started one), whose id the server logs.
-    func sync(progress: @escaping @Sendable (SyncProgress) -> Void) async throws -> SyncSummary {
-        let outcome: Result<SyncSummary, any Error> = await RequestTrace.continuing { _ in
-            do { return .success(try await syncInTrace(progress: progress)) } catch { return .failure(error) }
-        }
-        return try outcome.get()
-    }
-
-    private func syncInTrace(progress: @escaping @Sendable (SyncProgress) -> Void) async throws -> SyncSummary {
+    /// Syncs through the SDK (``OnboardingSessionManager/sync(progress:)``: the server's news for the device,
+    /// upload with its on-behalf setting, download), then does what the app adds: logs the sync's counts (never a
+    /// value), counts it in the usage events, sends backups and telemetry. Every request belongs to one trace (the
+    /// caller's, when it started one), whose id the server logs.
+    func sync(progress: @escaping @Sendable (SyncProgress) -> Void) async throws -> SyncReport {
         _ = try await session()
         guard await isOnline() else {
             throw AppError(
@@ -378,24 +329,10 @@ struct Device: Sendable {
                     ? "Working offline (--offline); nothing was sent. Your changes stay on this device."
                     : "The server \(serverURL.absoluteString) cannot be reached; your changes stay on this device.")
         }
-        // First what the server changed for this device: settings (on-behalf uploads, app versions), withdrawn
-        // users, a revocation or a wipe order.
-        let contact = try await sessions.contactServer()
-        let session = try await session()
-        let events = await store.progress()
-        let listener = Task {
-            for await event in events { progress(event) }
-        }
-        defer { listener.cancel() }
-        var summary = SyncSummary(me: session.user.serverUserID ?? "")
-        summary.removedUsers = contact.removedUsers.map(\.displayName)
-        summary.backedUp = contact.handover.backedUp
         let started = ContinuousClock.now
+        let report: SyncReport
         do {
-            summary.upload = try await store.upload(
-                using: session.authorized,
-                allowOnBehalf: session.settings.sharedDevices.uploadPendingChangesOfPreviousUser)
-            summary.download = try await store.download(using: session.authorized)
+            report = try await sessions.sync(progress: progress)
         } catch {
             await notePendingChanges()
             await noteFailure(error, doing: "sync")
@@ -404,20 +341,19 @@ struct Device: Sendable {
         let elapsed = ContinuousClock.now - started
         let milliseconds = Int(
             elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000)
-        let uploaded = summary.upload.uploaded.count
-        let downloaded = summary.download.updated + summary.download.removed
         logger.info(
             "sync done",
             metadata: [
-                "uploaded": "\(uploaded)", "downloaded": "\(downloaded)",
-                "archived": "\(summary.upload.archived.count)",
-                "waiting": "\(summary.upload.waiting.count)", "ms": "\(milliseconds)",
+                "uploaded": "\(report.upload.uploaded.count)", "downloaded": "\(report.downloaded)",
+                "archived": "\(report.archived.count)", "waiting": "\(report.waiting.count)", "ms": "\(milliseconds)",
             ])
-        await recordUsage(.sync, count: uploaded + downloaded, durationMs: milliseconds)
+        await recordUsage(.sync, count: report.upload.uploaded.count + report.downloaded, durationMs: milliseconds)
         await notePendingChanges()
         await sendBackups()
-        await sendTelemetry(session, logsRequested: contact.logsRequested)
-        return summary
+        if let session = await sessions.session {
+            await sendTelemetry(session, logsRequested: report.logsRequested)
+        }
+        return report
     }
 
     /// After a sync: the usage events waiting, and the log when an admin asked for it or the server wants it with

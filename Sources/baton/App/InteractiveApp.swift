@@ -70,10 +70,8 @@ struct InteractiveApp {
                 await device.notePendingChanges()
                 ui.newScreen()
                 ui.notice("✓ Signed in as \(session.user.displayName).")
-                if let report = session.info[.uploadReport], !report.uploaded.isEmpty {
-                    var summary = Device.SyncSummary(upload: report, me: session.user.serverUserID ?? "")
-                    summary.download = DownloadReport()
-                    ui.notice("✓ Synced on sign-in: " + summary.text)
+                if let report = session.syncReport, !report.upload.uploaded.isEmpty {
+                    ui.notice("✓ Synced on sign-in: " + report.summary)
                 }
                 return .home
             } catch let error as FlowsError where error.code == .cancelled && error.message == ConsolePresenter.quit {
@@ -670,8 +668,8 @@ struct InteractiveApp {
                 }
             }
             progress.withLock { $0?.finish(true) }
-            summary.upload.isComplete ? ui.notice("✓ " + summary.text) : ui.notice("! " + summary.text, .warning)
-            for archived in summary.upload.archived {
+            summary.isComplete ? ui.notice("✓ " + summary.summary) : ui.notice("! " + summary.summary, .warning)
+            for archived in summary.archived {
                 ui.failure("\(archived.entry.author)'s change to \(archived.entry.entityID): \(archived.message)")
             }
         } catch {

@@ -1,0 +1,63 @@
+import AircraftChecks
+import BatonOData
+import BatonTestSupport
+import BatonTesting
+import Crypto
+import Foundation
+import Testing
+
+@testable import BatonOffline
+
+/// The tablet applies the model as the server does: the same checks, in the same words, before any SQL runs.
+@Suite(.serverSlot) struct ModelCheckTests {
+    @Test(arguments: InvalidCheckBodies.cases) func offlineCreateRefusesWhatTheServerRefusesInItsWords(
+        invalid: InvalidCheckBodies.Case
+    ) async throws {
+        let directory = try LocalStoreTests.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try await LocalStoreTests.openStore(in: directory)
+        let values = try InvalidCheckBodies.values(of: invalid, id: UUID())
+        let error = await #expect(throws: OfflineError.self) {
+            try await store.create(in: "PreflightChecks", values: values)
+        }
+        #expect(error?.code == .badRequest)
+        #expect(error?.message == invalid.message)
+        #expect(error?.target == invalid.target)
+        #expect(try await store.count("PreflightChecks") == 0)
+        #expect(try await store.pendingEntries().isEmpty)
+    }
+
+    @Test func aCreateWithoutStatusGetsTheModelsDefaultAsOnTheServer() async throws {
+        let directory = try LocalStoreTests.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try await LocalStoreTests.openStore(in: directory)
+        var values = try InvalidCheckBodies.values(of: InvalidCheckBodies.cases[0], id: UUID())
+        values["FuelKg"] = .decimal(5200)
+        values["Status"] = nil
+        let id = try await store.create(in: "PreflightChecks", values: values)
+        #expect(try await store.read(id).first?.values["Status"] == .string("final"))
+        // The body queued for the server leaves Status out; the server applies the same default.
+        let queued = try #require(try await store.pendingEntries().first)
+        #expect(try JSONValue(parsing: queued.body)["Status"] == nil)
+    }
+
+    @Test func anUpdateCannotChangeTheKeyNorBreakAFacet() async throws {
+        let directory = try LocalStoreTests.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try await LocalStoreTests.openStore(in: directory)
+        let check = PreflightCheck(
+            id: UUID(), tailNumber: "D-AIBL", fuelKg: 5200, tyrePressureMainPsi: 200, tyrePressureNosePsi: 60,
+            oilQuarts: 12)
+        let id = try await store.create(check)
+        let key = await #expect(throws: OfflineError.self) {
+            try await store.update(id, values: ["ID": .guid(UUID())])
+        }
+        #expect(key?.message == "Key property 'ID' cannot change; create a new entity instead.")
+        let long = await #expect(throws: OfflineError.self) {
+            try await store.update(id, values: ["Remarks": .string(String(repeating: "x", count: 501))])
+        }
+        #expect(long?.message == "Property 'Remarks' allows at most 500 characters, but the value has 501")
+        #expect(long?.target == "Remarks")
+        #expect(try await store.pendingEntries().count == 1)
+    }
+}
