@@ -14,7 +14,12 @@ extension AuthorizedSession {
     {
         var next: URL? = try url(query.isEmpty ? Entity.entitySetName : Entity.entitySetName + "?" + encode(query))
         var entities: [Entity] = []
+        var visited: Set<String> = []
         while let url = next {
+            guard visited.insert(url.absoluteString).inserted else {
+                throw BatonClientError(
+                    .invalidResponse, "The server's pages of \(Entity.entitySetName) go round in a loop.")
+            }
             let response = try await send(ClientRequest(url: url, headers: [("Accept", "application/json")]))
             guard response.status == 200 else {
                 throw BatonClient.error(from: response, doing: "read \(Entity.entitySetName)")
@@ -26,19 +31,21 @@ extension AuthorizedSession {
             }
             for item in items { entities.append(try Self.entity(item, as: type)) }
             next = try page["@odata.nextLink"]?.stringValue.map { link throws(BatonClientError) in
-                link.hasPrefix("http") ? try self.absolute(link) : try self.url(link)
+                try self.serviceLink(link)
             }
         }
         return entities
     }
 
-    /// The entity of `type` with the id `id` (``ODataEntity/entityID``) on the server, or `nil` when it has none.
+    /// The entity of `type` with the id `id` (`ODataEntity/entityID`) on the server, or `nil` when it has none.
     public func entity<Entity: ODataEntity>(_ type: Entity.Type, id: String) async throws(BatonClientError)
         -> Entity?
     {
         let response = try await send(ClientRequest(url: try url(id), headers: [("Accept", "application/json")]))
         if response.status == 404 { return nil }
-        guard response.status == 200 else { throw BatonClient.error(from: response, doing: "read \(id)") }
+        guard response.status == 200 else {
+            throw BatonClient.error(from: response, doing: "read an entity of \(Entity.entitySetName)")
+        }
         return try Self.entity(try Self.json(response.body), as: type)
     }
 
@@ -56,7 +63,7 @@ extension AuthorizedSession {
             body: EntityPayload(values: entity.values).json(as: Entity.entityType).serializedBytes)
         let response = try await send(request)
         guard response.status == 201 else {
-            throw BatonClient.error(from: response, doing: "create \(entity.entityID)")
+            throw BatonClient.error(from: response, doing: "create an entity of \(Entity.entitySetName)")
         }
         return try Self.entity(try Self.json(response.body), as: Entity.self)
     }
@@ -76,7 +83,7 @@ extension AuthorizedSession {
             body: EntityPayload(values: values).json(as: Entity.entityType).serializedBytes)
         let response = try await send(request)
         guard response.status == 204 || response.status == 200 else {
-            throw BatonClient.error(from: response, doing: "change \(entity.entityID)")
+            throw BatonClient.error(from: response, doing: "change an entity of \(Entity.entitySetName)")
         }
     }
 
@@ -85,8 +92,19 @@ extension AuthorizedSession {
         let request = ClientRequest(method: "DELETE", url: try url(entity.entityID), headers: [("If-Match", ifMatch)])
         let response = try await send(request)
         guard response.status == 204 else {
-            throw BatonClient.error(from: response, doing: "delete \(entity.entityID)")
+            throw BatonClient.error(from: response, doing: "delete an entity of \(Entity.entitySetName)")
         }
+    }
+
+    /// A link the server sent (`@odata.nextLink`), absolute or relative to the service root — only inside the
+    /// server's own OData service: the user's token goes nowhere else.
+    func serviceLink(_ link: String) throws(BatonClientError) -> URL {
+        let absolute = link.contains("://") ? link : configuration.odataServiceRoot + link
+        guard absolute.hasPrefix(configuration.odataServiceRoot) else {
+            throw BatonClientError(
+                .invalidResponse, "The server sent a link outside its OData service; nothing was requested.")
+        }
+        return try self.absolute(absolute)
     }
 
     func url(_ relative: String) throws(BatonClientError) -> URL {

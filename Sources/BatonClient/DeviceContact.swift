@@ -75,7 +75,7 @@ public struct UsageEvent: Sendable, Hashable, Codable {
 }
 
 /// Who speaks for a device on its own routes: a user with their access token, or the device itself with its
-/// device key (``DeviceRequestProof``) — which still works after an admin revoked every token of the device.
+/// device key (`DeviceRequestProof`) — which still works after an admin revoked every token of the device.
 public enum DeviceCredential: Sendable {
     case token(String)
     case deviceKey(P256.Signing.PrivateKey)
@@ -255,7 +255,7 @@ extension BatonClient {
         return request
     }
 
-    /// Declares users who left this device without telling the server (``DeviceDeparture``, signed when each
+    /// Declares users who left this device without telling the server (`DeviceDeparture`, signed when each
     /// joined), as the device itself or as one of its users.
     ///
     /// - Returns: the users whose registration the server ended.
@@ -300,7 +300,7 @@ public struct DepartureAnswer: Sendable, Hashable, Decodable {
     enum CodingKeys: String, CodingKey { case departed, waiting }
 }
 
-/// A user's departure from a device, signed with the device key when the user joined (``DeviceDeparture``):
+/// A user's departure from a device, signed with the device key when the user joined (`DeviceDeparture`):
 /// kept on the device, and sent when the user leaves without reaching the server.
 public struct SignedDeparture: Sendable, Hashable, Codable {
     public var user: String

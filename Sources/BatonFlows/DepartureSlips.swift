@@ -3,7 +3,7 @@ import Crypto
 import Foundation
 
 /// The device's departure slips: for each user registered here, the statement "this user left the device"
-/// (``SignedDeparture``), signed with the device key when the user joined, while the key was at hand.
+/// (`SignedDeparture`), signed with the device key when the user joined, while the key was at hand.
 ///
 /// A user can leave a tablet without the server hearing of it: their secure store wiped by the passcode retry
 /// limit, or removed while offline. Their secure store (and with it their copy of the device key) is gone, so the

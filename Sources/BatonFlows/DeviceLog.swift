@@ -126,7 +126,7 @@ public struct DeviceLogHandler: LogHandler {
     }
 }
 
-/// The device's usage events, kept sealed until the next sync sends them (``UsageEvent``). Nothing is recorded
+/// The device's usage events, kept sealed until the next sync sends them (`UsageEvent`). Nothing is recorded
 /// for a user who did not agree to usage data, nor when the server does not collect it.
 public struct UsageRecorder: Sendable {
     public let file: SealedRecordFile

@@ -2,6 +2,12 @@ import BatonSecureStore
 import Crypto
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// Where a device keeps Baton's files: its id, the encrypted user registry, and one secure store per user — and,
 /// through its ``DeviceKeyStore``, the device key.
 ///
@@ -123,12 +129,29 @@ public struct FileDeviceKeyStore: DeviceKeyStore {
 
     public init(directory: URL) { self.directory = directory }
 
+    /// The key in the file `name`: a regular file of this account's, not a link, at most 64 bytes — anything else
+    /// is refused (a link to another file, a device or a pipe is not a key).
     public func key(named name: String) throws(FlowsError) -> Data? {
         let url = try file(name)
-        guard FileManager.default.fileExists(atPath: url.path) else { return nil }
-        do { return try Data(contentsOf: url) } catch {
+        let descriptor = open(url.path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard descriptor >= 0 else {
+            if errno == ENOENT { return nil }
+            throw FlowsError(.storage, "Cannot read the key file \(name) in \(directory.path): it is not a plain file.")
+        }
+        defer { close(descriptor) }
+        var status = stat()
+        guard fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG, status.st_uid == geteuid(),
+            status.st_size <= 64
+        else {
+            throw FlowsError(
+                .storage, "The key file \(name) in \(directory.path) is not a plain file of this account's.")
+        }
+        var bytes = [UInt8](repeating: 0, count: Int(status.st_size))
+        let count = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+        guard count == bytes.count else {
             throw FlowsError(.storage, "Cannot read the key file \(name) in \(directory.path).")
         }
+        return Data(bytes)
     }
 
     public func store(_ key: Data, named name: String) throws(FlowsError) -> Data {

@@ -3,7 +3,7 @@ import BatonOffline
 import Crypto
 import Foundation
 
-/// The offline-store step: opens the device's shared ``BatonOffline/OfflineStore`` for the user. Onboarding
+/// The offline-store step: opens the device's shared `OfflineStore` for the user. Onboarding
 /// downloads the defining queries; restore opens it at once and syncs when the server is reachable (and
 /// carries on offline when it is not); a removed user's step closes it, and the last user's removal wipes it.
 /// Sync problems while opening are reported to the person in words ("alice's 1 change could not be
@@ -78,13 +78,14 @@ public struct OfflineStoreStep: OnboardingStep {
 
     /// Refuses to remove `user` while they have changes on this device the server does not have (queued or in the
     /// error archive): ``FlowsConfiguration/removalGuard``. With the store open it counts them there; while the
-    /// device is locked (the store closed) it reads the count the store left in the user registry when it closed.
+    /// device is locked (the store closed) it reads the count the store left in the user registry when it closed,
+    /// and refuses when there is none (the app ended without closing the store: the count is unknown).
     ///
     /// ```swift
     /// configuration.removalGuard = { user in try await offlineStep.guardRemoval(of: user) }
     /// ```
     ///
-    /// - Throws: ``BatonOffline/OfflineError`` `PendingChanges` — "alice has 1 change on this device that the
+    /// - Throws: `OfflineError` `PendingChanges` — "alice has 1 change on this device that the
     ///   server does not have; upload first, or confirm discarding them."
     public func guardRemoval(of user: UserManager.User) async throws(OfflineError) {
         let name = user.serverUserID ?? ""
@@ -92,7 +93,12 @@ public struct OfflineStoreStep: OnboardingStep {
             try await store.requireNoPendingChanges(of: name)
             return
         }
-        let count = user.pendingChanges ?? 0
+        guard let count = user.pendingChanges else {
+            throw OfflineError(
+                .pendingChanges,
+                "\(user.displayName)'s changes on this device are not counted while it is locked (the app did not close the offline store last time); unlock, then remove."
+            )
+        }
         guard count == 0 else { throw OfflineStore.pendingChanges(of: name, count: count) }
     }
 
@@ -199,6 +205,10 @@ public struct OfflineStoreStep: OnboardingStep {
         } catch {
             throw FlowsError(.storage, error.message)
         }
+        // From now on the counts in the user list are out of date until the store closes again: a removal guard
+        // that reads them while the store is closed, after a crash that skipped the close, refuses rather than
+        // trusts them.
+        try await context.users.forgetPendingChanges()
         return try context.authorizedSession()
     }
 }

@@ -33,7 +33,7 @@ public struct SyncReport: Sendable {
     public var uploadedOwn: Int { upload.uploaded.count { $0.author == user } }
     /// Other users' changes that reached the server on their behalf, by author.
     public var uploadedOnBehalf: [String: Int] { upload.uploadedByAuthor.filter { $0.key != user } }
-    /// Changes the server refused, now in the error archive (``BatonOffline/OfflineStore/archivedEntries()``).
+    /// Changes the server refused, now in the error archive (`OfflineStore/archivedEntries()`).
     public var archived: [ArchiveEntry] { upload.archived }
     /// Changes still queued: other users' changes the server's settings do not let this user upload (they wait for
     /// their author), and changes behind an archived change to the same entity.

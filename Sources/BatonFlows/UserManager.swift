@@ -191,6 +191,14 @@ public actor UserManager {
         if changed { try save() }
     }
 
+    /// Forgets every user's count of pending changes: the offline store is open and counts change with each change.
+    /// Until the counts are written again (``setPendingChanges(_:)``, when the store closes), they are unknown.
+    public func forgetPendingChanges() throws(FlowsError) {
+        guard registry.users.contains(where: { $0.pendingChanges != nil }) else { return }
+        for index in registry.users.indices { registry.users[index].pendingChanges = nil }
+        try save()
+    }
+
     /// Removes a user from the registry.
     public func remove(_ onboardingID: UUID) throws(FlowsError) {
         guard let index = registry.users.firstIndex(where: { $0.onboardingID == onboardingID }) else { return }

@@ -106,8 +106,9 @@ extension OfflineStore {
         }
         let (set, type, key) = try parseID(entry.entry.entityID)
         let (body, checked) = try body(values, type: type, mode: .merge)
+        let changed = try Self.withoutKey(checked, key: key)
         let update: SQLQuery
-        do { update = try translator.update(set.name, key: key, values: checked) } catch {
+        do { update = try translator.update(set.name, key: key, values: changed) } catch {
             throw OfflineError(.badRequest, error.message)
         }
         let base = entry.serverVersion?["@odata.etag"]?.stringValue

@@ -50,12 +50,7 @@ extension OfflineStore {
         let user = try requireUser()
         let (set, type, key) = try parseID(id)
         let (body, checked) = try body(values, type: type, mode: .merge)
-        for part in key where checked[part.name].map({ $0 != part.value }) ?? false {
-            throw OfflineError(
-                .badRequest, "Key property '\(part.name)' cannot change; create a new entity instead.",
-                target: part.name)
-        }
-        var changed = checked
+        var changed = try Self.withoutKey(checked, key: key)
         for (name, value) in localServerValues(type: type, author: user.name) where name != "UploadedBy" {
             changed[name] = value
         }
@@ -197,6 +192,25 @@ extension OfflineStore {
         } catch {
             throw OfflineError(.badRequest, error.description, target: error.target)
         }
+    }
+
+    /// `values` without the entity's key properties, which a change may repeat but not alter. Values compare by
+    /// their canonical text — strings by Unicode scalar, so a look-alike (`K` and the Kelvin sign) is a change.
+    ///
+    /// - Throws: ``OfflineError`` `BadRequest` naming the key property a change would alter.
+    static func withoutKey(_ values: [String: PrimitiveValue], key: [KeyValue]) throws(OfflineError)
+        -> [String: PrimitiveValue]
+    {
+        var values = values
+        for part in key {
+            guard let given = values.removeValue(forKey: part.name) else { continue }
+            guard given.urlLiteral.unicodeScalars.elementsEqual(part.value.urlLiteral.unicodeScalars) else {
+                throw OfflineError(
+                    .badRequest, "Key property '\(part.name)' cannot change; create a new entity instead.",
+                    target: part.name)
+            }
+        }
+        return values
     }
 
     /// What the server will set, shown locally until a download brings the server's values.

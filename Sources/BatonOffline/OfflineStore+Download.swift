@@ -168,8 +168,10 @@ extension OfflineStore {
         }
 
         func page(_ link: String) async throws(OfflineError) -> DecodedPage {
-            guard let url = URL(string: link) else {
-                throw OfflineError(.server, "The server sent a link that is not a URL.")
+            // The user's token goes only to the server's own OData service: a next or delta link elsewhere (another
+            // host, plain http, another path) is refused before any request.
+            guard link.hasPrefix(serviceRoot), let url = URL(string: link) else {
+                throw OfflineError(.server, "The server sent a link outside its OData service; nothing was requested.")
             }
             let response: ClientResponse
             do {

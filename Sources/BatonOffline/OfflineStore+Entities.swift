@@ -41,11 +41,11 @@ extension OfflineStore {
         return try read(url).map { local throws(OfflineError) in try Self.typed(local, as: type) }
     }
 
-    /// The entity of `type` with the id `id` (``LocalEntity/id``, ``ODataEntity/entityID``), or `nil` when the
+    /// The entity of `type` with the id `id` (``LocalEntity/id``, `ODataEntity/entityID`), or `nil` when the
     /// device does not have it.
     public func entity<Entity: ODataEntity>(_ type: Entity.Type, id: String) throws(OfflineError) -> Entity? {
         guard id.hasPrefix(Entity.entitySetName + "(") else {
-            throw OfflineError(.badRequest, "'\(id)' is not an entity of \(Entity.entitySetName).")
+            throw OfflineError(.badRequest, "That id is not an entity of \(Entity.entitySetName).")
         }
         return try read(id).first.map { local throws(OfflineError) in try Self.typed(local, as: type) }
     }
@@ -54,7 +54,9 @@ extension OfflineStore {
         -> Entity
     {
         do { return try Entity(values: local.values) } catch {
-            throw OfflineError(.badRequest, "\(local.id) does not fit \(Entity.self): \(error.message)")
+            throw OfflineError(
+                .badRequest, "An entity of \(Entity.entitySetName) does not fit \(Entity.self): \(error.message)",
+                target: error.target)
         }
     }
 }

@@ -96,8 +96,8 @@ public struct ConflictField: Sendable, Hashable {
 
 /// The device's offline OData store: one per device, shared by its users (SAP: SAPOfflineOData with
 /// currentUser). Local reads and writes go through the same OData model and the server's own SQL translation;
-/// each local change and its queue entry are written in one transaction; ``upload(using:allowOnBehalf:)``
-/// and ``download(using:)`` sync with baton-server.
+/// each local change and its queue entry are written in one transaction; `upload(using:allowOnBehalf:)`
+/// and `download(using:)` sync with baton-server.
 public actor OfflineStore {
     public nonisolated let model: ServiceModel
     public nonisolated let deviceID: String

@@ -75,7 +75,7 @@ public enum SQLDialect: Sendable, Hashable {
         }
     }
 
-    /// The stored form of an `Edm.Decimal` from its canonical text (``PrimitiveValue/canonicalDecimal(_:)`` of a
+    /// The stored form of an `Edm.Decimal` from its canonical text (`PrimitiveValue/canonicalDecimal(_:)` of a
     /// numeral `PrimitiveValue(json:for:)` accepted): the same as encoding the decimal, without formatting it.
     public func encodeDecimal(canonicalText: String) -> SQLValue { .text(canonicalText) }
 

@@ -4,7 +4,7 @@ import Foundation
 /// Translates parsed OData queries into parameterised SQL for one dialect.
 ///
 /// Every literal becomes a bound parameter; only identifiers from the model (quoted) and fixed keywords
-/// reach the SQL text. Null handling matches ``BatonOData/ODataExpression/evaluate(now:resolve:)``: `eq`/`ne`
+/// reach the SQL text. Null handling matches `ODataExpression.evaluate(now:resolve:)` (BatonOData): `eq`/`ne`
 /// are null-safe, ordering comparisons with null are false, and `and`/`or`/`not` use SQL's three-valued
 /// logic, which is OData's.
 ///
@@ -93,7 +93,7 @@ public struct SQLTranslator: Sendable {
 
     /// `SELECT count(*)` of the entities the options' `$filter` and `$search` keep (ignoring paging).
     ///
-    /// - Throws: ``BatonSQLError`` as ``select(from:options:extraColumns:)``.
+    /// - Throws: ``BatonSQLError`` as `select(from:options:extraColumns:)`.
     public func count(from entitySet: String, options: QueryOptions) throws(BatonSQLError) -> SQLQuery {
         let (set, type) = try resolve(entitySet)
         var builder = SQLBuilder(dialect: dialect)

@@ -272,7 +272,7 @@ extension BatonServer {
             "\(provider.issuer): authorization at \(metadata.authorizationEndpoint), \(keys) signing keys, ID tokens in \(metadata.acceptedAlgorithms.sorted().joined(separator: ", "))."
     }
 
-    /// Makes a new token-signing key (``SigningKeys``): every instance signs with it within a minute, and the
+    /// Makes a new token-signing key (`SigningKeys`): every instance signs with it within a minute, and the
     /// previous key verifies its tokens until they expire. Audited.
     ///
     /// - Returns: the new key's id.

@@ -42,6 +42,19 @@ import Testing
         #expect(thing.flag && thing.short == -7 && thing.amount == Decimal(string: "12.5"))
         #expect(thing.day == ODataDate(year: 2026, month: 11, day: 26))
         #expect(thing.note == nil && thing.stamp == nil)
+        // An enumeration type is a Swift enum; the model's default is its case; member names the enum itself uses
+        // are suffixed, keywords escaped.
+        #expect(thing.tone == .dark && thing.backup == nil)
+        #expect(Shade.allCases == [.light, .dark, .default, .allCases_])
+        #expect(Shade.default.rawValue == "default" && Shade.enumType.qualifiedName == "Every.Shade")
+        var wrong = thing.values
+        wrong["Tone"] = .string("Purple")
+        #expect(
+            throws: ODataError(
+                .invalidPayload,
+                "Property 'Tone' of 'Thing' expects a member of Every.Shade (Light, Dark, default, allCases)",
+                target: "Tone")
+        ) { try Thing(values: wrong) }
         // Keyword and member names are escaped: `protocol`, `values_`; an acronym is lowered as a whole.
         var changed = thing
         changed.protocol = "http"
@@ -51,16 +64,16 @@ import Testing
         changed.time = ODataTimeOfDay(hour: 6, minute: 30)
         changed.signed = -128
         changed.ratio = 0.25
+        changed.backup = .light
         let again = try Thing(values: changed.values)
         #expect(again == changed)
         #expect(changed.values["Values"] == .integer(3))
         #expect(changed.values["Stamp"] == nil)  // computed: never sent
         #expect(changed.entityID.hasPrefix("Things(ID="))
         // JSON as the server writes it, computed properties included.
-        var members =
-            (changed.values.map { name, value in
-                (name, value.json(as: Thing.entityType.property(named: name)?.type ?? .string))
-            })
+        var members: [(String, JSONValue)] = changed.values.map { name, value in
+            (name, value.json(as: Thing.entityType.property(named: name)?.type ?? .string))
+        }
         members.append(("Stamp", .string("2026-11-26T08:00:00.000Z")))
         members.append(("@odata.etag", .string("W/\"1\"")))
         let fromJSON = try Thing(json: .object(members))
@@ -121,5 +134,23 @@ import Testing
         let aircraft = try EntityCodeGenerator.swiftSource(
             for: try ServiceModel.aircraftChecks, source: "a\nimport Evil\n.json")
         #expect(!aircraft.contains("\nimport Evil"))
+    }
+
+    /// A namespace is a JSON key of the model, written into doc comments: a line break in it would end the comment
+    /// and put the rest into the app's code.
+    @Test(arguments: ["N\npublic let pwned = 1\n//", "N.\u{2028}X", "N..M"]) func aNamespaceCannotPutCodeIntoTheApp(
+        namespace: String
+    ) throws {
+        let key = JSONValue.string(namespace).serialized
+        let model = """
+            {"$Version":"4.01","$EntityContainer":\(JSONValue.string(namespace + ".C").serialized),\(key):{
+              "Shade":{"$Kind":"EnumType","A":0},
+              "Thing":{"$Kind":"EntityType","$Key":["ID"],"ID":{"$Type":"Edm.Int32"}},
+              "C":{"$Kind":"EntityContainer","Things":{"$Collection":true,"$Type":\(JSONValue.string(namespace + ".Thing").serialized)}}}}
+            """
+        let parsed = try ServiceModel(csdlJSON: model)
+        #expect(throws: EntityCodeGenerator.Failure.self) {
+            try EntityCodeGenerator.swiftSource(for: parsed, source: "evil.json")
+        }
     }
 }

@@ -530,8 +530,9 @@ struct FlakyStep: OnboardingStep {
             let refused = await #expect(throws: FlowsError.self) { try await tablet.manager.open() }
             #expect(refused?.code == .cancelled)
             let transcript = await tablet.presenter.transcript
+            // The newcomer is named by display name, as every name a presenter gets.
             #expect(
-                transcript.contains("message: bob joins this device: one of its users approves with their passcode."))
+                transcript.contains("message: Bob joins this device: one of its users approves with their passcode."))
             #expect(transcript.contains { $0.hasPrefix("passcode(Alice): The passcode is wrong") })
             await #expect(throws: (any Error).self) {
                 try await server.server.devices.storeKey(device: alice.deviceID, user: "bob")

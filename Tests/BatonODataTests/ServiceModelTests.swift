@@ -24,6 +24,43 @@ import Testing
         #expect(try ServiceModel(csdlJSON: text) == model)
     }
 
+    static let withEnum = """
+        {"$Version": "4.01", "$EntityContainer": "N.C", "N": {
+          "Shade": {"$Kind": "EnumType", "$UnderlyingType": "Edm.Byte", "Light": 0, "Dark": 1},
+          "Note": {"$Kind": "EntityType", "$Key": ["ID"], "ID": {"$Type": "Edm.Int32"},
+            "Tone": {"$Type": "N.Shade", "$DefaultValue": "Dark"}, "Backup": {"$Type": "N.Shade", "$Nullable": true}},
+          "C": {"$Kind": "EntityContainer", "Notes": {"$Collection": true, "$Type": "N.Note"}}}}
+        """
+
+    @Test func enumerationTypesLoadRoundTripAndCheckMembersByName() throws {
+        let model = try ServiceModel(csdlJSON: Self.withEnum)
+        let shade = try #require(model.enumTypes.first)
+        #expect(shade.qualifiedName == "N.Shade" && shade.underlyingType == .byte)
+        #expect(shade.members == [.init(name: "Light", value: 0), .init(name: "Dark", value: 1)])
+        let tone = try #require(model.entityType(named: "Note")?.property(named: "Tone"))
+        #expect(tone.type == .string && tone.enumType == shade && tone.defaultValue == .string("Dark"))
+        #expect(try ServiceModel(csdlJSON: model.csdlJSONDocument.serialized) == model)
+        #expect(model.csdlXML.contains(#"<EnumType Name="Shade" UnderlyingType="Edm.Byte">"#))
+        #expect(model.csdlXML.contains(#"<Member Name="Dark" Value="1"/>"#))
+        #expect(model.csdlXML.contains(#"<Property Name="Tone" Type="N.Shade" Nullable="false" DefaultValue="Dark"/>"#))
+        #expect(try PrimitiveValue(json: .string("Light"), for: tone) == .string("Light"))
+        for (wrong, kind) in [
+            (JSONValue.string("light"), "a string"), (.string("Purple"), "a string"), (.number("0"), "a number"),
+        ] {
+            #expect(
+                throws: ODataError(
+                    .invalidPayload,
+                    "Property 'Tone' expects a member of N.Shade (Light, Dark) by name, but the payload has \(kind)",
+                    target: "Tone")
+            ) { try PrimitiveValue(json: wrong, for: tone) }
+        }
+        let flags = Self.withEnum.replacingOccurrences(of: #""Edm.Byte","#, with: #""Edm.Byte", "$IsFlags": true,"#)
+        #expect(throws: ODataError.self) { try ServiceModel(csdlJSON: flags) }
+        let badDefault = Self.withEnum.replacingOccurrences(
+            of: #""$DefaultValue": "Dark""#, with: #""$DefaultValue": "Grey""#)
+        #expect(throws: ODataError.self) { try ServiceModel(csdlJSON: badDefault) }
+    }
+
     @Test func csdlXMLDescribesKeysFacetsAnnotationsAndBindings() throws {
         let xml = try ServiceModel.aircraftChecks.csdlXML
         #expect(xml.hasPrefix("<?xml version=\"1.0\" encoding=\"utf-8\"?>"))

@@ -59,5 +59,15 @@ import Testing
         #expect(long?.message == "Property 'Remarks' allows at most 500 characters, but the value has 501")
         #expect(long?.target == "Remarks")
         #expect(try await store.pendingEntries().count == 1)
+        // A string key compares by Unicode scalar: the Kelvin sign is not a K, so it is a change of key.
+        let aircraft = try await store.create(
+            Aircraft(tailNumber: "K-1", type: "A320", station: "FRA", status: "ready"))
+        let lookalike = await #expect(throws: OfflineError.self) {
+            try await store.update(aircraft, values: ["TailNumber": .string("\u{212A}-1"), "Status": .string("x")])
+        }
+        #expect(lookalike?.target == "TailNumber")
+        // Repeating the key as it is changes nothing but what else is given.
+        try await store.update(aircraft, values: ["TailNumber": .string("K-1"), "Status": .string("maintenance")])
+        #expect(try await store.entity(Aircraft.self, id: aircraft)?.status == "maintenance")
     }
 }

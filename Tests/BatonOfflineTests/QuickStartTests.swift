@@ -19,9 +19,10 @@ import Testing
         let lines: Mutex<[String]>
         let written = Mutex<[String]>([])
         init(_ lines: [String]) { self.lines = Mutex(lines) }
+        func next() -> String? { lines.withLock { $0.isEmpty ? nil : $0.removeFirst() } }
         var presenter: ConsolePresenter {
             ConsolePresenter(
-                readLine: { self.lines.withLock { $0.isEmpty ? nil : $0.removeFirst() } },
+                readLine: { self.next() }, readSecret: { _ in self.next() },
                 write: { line in self.written.withLock { $0.append(line) } })
         }
     }
@@ -71,5 +72,51 @@ import Testing
         #expect(stored.uploadedBy == "bob")
         #expect(stored.fuelKg == check.fuelKg && stored.status == "final" && stored.tailNumber == tail)
         #expect(console.lines.withLock { $0.isEmpty })
+
+        // Bob records a check and the tablet locks: his removal is refused while the server lacks his check,
+        // in words that say so — the guard reads the count the store left when it closed.
+        _ = try await tablet.recordCheck(tail: tail, fuelKg: 4100)
+        await tablet.sessions.lock()
+        #expect(await tablet.store.isOpen == false)
+        let refused = await #expect(throws: OfflineError.self) { try await tablet.sessions.removeUser() }
+        #expect(refused?.code == .pendingChanges)
+        #expect(
+            refused?.message
+                == "bob has 1 change on this device that the server does not have; upload first, or confirm discarding them."
+        )
+        #expect(await tablet.sessions.users.allUsers.count == 2)
+    }
+
+    /// The "Getting started" article and the README quote the example's files whole: a change to one without the
+    /// other fails here.
+    @Test func theArticleAndTheReadmeAreTheExamplesCode() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        func read(_ path: String) throws -> String {
+            try String(contentsOf: root.appendingPathComponent(path), encoding: .utf8)
+        }
+        /// The ```swift blocks of a Markdown text.
+        func swiftBlocks(_ text: String) -> [String] {
+            text.components(separatedBy: "```swift\n").dropFirst().compactMap {
+                $0.components(separatedBy: "\n```").first
+            }
+        }
+        let names = try FileManager.default.contentsOfDirectory(
+            atPath: root.appendingPathComponent("Examples/QuickStart").path
+        ).filter { $0.hasSuffix(".swift") }.sorted()
+        #expect(names == ["ConsolePresenter.swift", "Shift.swift", "Tablet.swift"])
+        let article = swiftBlocks(try read("Sources/BatonFlows/Documentation.docc/GettingStarted.md"))
+        let readme = swiftBlocks(try read("README.md"))
+        for name in names {
+            let code = try read("Examples/QuickStart/\(name)").trimmingCharacters(in: .newlines)
+            #expect(code.hasPrefix("// Examples/QuickStart/\(name)\n"))
+            #expect(article.contains(code), "GettingStarted.md does not quote Examples/QuickStart/\(name) as it is")
+        }
+        // Every quoted example file in the article and the README is a file as it is.
+        for block in article + readme where block.hasPrefix("// Examples/") {
+            let path = String(block.prefix { $0 != "\n" }.dropFirst(3))
+            #expect(block == (try? read(path))?.trimmingCharacters(in: .newlines), "\(path) is quoted as it was")
+        }
+        #expect(readme.contains { $0.hasPrefix("// Examples/QuickStart/Tablet.swift") })
     }
 }

@@ -494,6 +494,43 @@ enum Fixtures {
         }
     }
 
+    /// A model with an enumeration type: values are member names, stored and filtered as text; a name that is not
+    /// a member is refused naming the property; `$metadata` declares the type.
+    @Test(arguments: StorageBackend.allCases) func enumerationPropertiesTakeMemberNamesOnly(backend: StorageBackend)
+        async throws
+    {
+        let model = try ServiceModel(
+            csdlJSON: """
+                {"$Version": "4.01", "$EntityContainer": "N.C", "N": {
+                  "Shade": {"$Kind": "EnumType", "Light": 0, "Dark": 1},
+                  "Note": {"$Kind": "EntityType", "$Key": ["ID"], "ID": {"$Type": "Edm.Int32"},
+                    "Tone": {"$Type": "N.Shade", "$DefaultValue": "Dark"}},
+                  "C": {"$Kind": "EntityContainer", "Notes": {"$Collection": true, "$Type": "N.Note"}}}}
+                """)
+        let server = try await TestServer(backend: backend) { $0.dataService.model = model }
+        defer { server.remove() }
+        try await server.server.users.add(
+            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
+        try await server.test { client in
+            let sam = try await client.signIn("sam").access
+            #expect(
+                try await client.odata(.post, "Notes", token: sam, body: #"{"ID":1,"Tone":"Light"}"#).status == .created
+            )
+            #expect(try await client.odata(.post, "Notes", token: sam, body: #"{"ID":2}"#).status == .created)
+            let refused = try await client.odata(.post, "Notes", token: sam, body: #"{"ID":3,"Tone":"Purple"}"#)
+            #expect(refused.status == .badRequest)
+            #expect(
+                refused.error
+                    == "Property 'Tone' expects a member of N.Shade (Light, Dark) by name, but the payload has a string"
+            )
+            #expect(refused.errorTarget == "Tone")
+            let dark = try await client.odata(.get, "Notes?$filter=Tone eq 'Dark'", token: sam)
+            #expect(dark.values.compactMap { $0["ID"] as? Int } == [2])
+            let metadata = try await client.odata(.get, "$metadata", token: sam)
+            #expect(metadata.text.contains(#"<EnumType Name="Shade" UnderlyingType="Edm.Int32">"#))
+        }
+    }
+
     /// A key must fit a skip token and a URL: one longer than that could only be paged by offset, which skips
     /// an entity when an earlier one goes (and a tablet that then starts over sweeps its copy away). So a create
     /// whose key is that long is refused, in a model whose key has no MaxLength.

@@ -3,13 +3,25 @@ extension ServiceModel {
     public var csdlJSONDocument: JSONValue {
         var schema: [(String, JSONValue)] = []
         if let alias { schema.append(("$Alias", .string(alias))) }
+        for enumType in enumTypes {
+            var members: [(String, JSONValue)] = [("$Kind", .string("EnumType"))]
+            if enumType.underlyingType != .int32 {
+                members.append(("$UnderlyingType", .string(enumType.underlyingType.rawValue)))
+            }
+            for member in enumType.members { members.append((member.name, .number(String(member.value)))) }
+            schema.append((enumType.name, .object(members)))
+        }
         for type in entityTypes {
             var members: [(String, JSONValue)] = [
                 ("$Kind", .string("EntityType")), ("$Key", .array(type.key.map(JSONValue.string))),
             ]
             for property in type.properties {
                 var facets: [(String, JSONValue)] = []
-                if property.type != .string { facets.append(("$Type", .string(property.type.rawValue))) }
+                if let enumType = property.enumType {
+                    facets.append(("$Type", .string(enumType.qualifiedName)))
+                } else if property.type != .string {
+                    facets.append(("$Type", .string(property.type.rawValue)))
+                }
                 if property.isNullable { facets.append(("$Nullable", .bool(true))) }
                 if let maxLength = property.maxLength { facets.append(("$MaxLength", .number(String(maxLength)))) }
                 if let precision = property.precision { facets.append(("$Precision", .number(String(precision)))) }

@@ -10,12 +10,21 @@ extension ServiceModel {
         xml += "    <Schema xmlns=\"http://docs.oasis-open.org/odata/ns/edm\" Namespace=\"\(Markup.xml(namespace))\""
         if let alias { xml += " Alias=\"\(Markup.xml(alias))\"" }
         xml += ">\n"
+        for enumType in enumTypes {
+            xml +=
+                "      <EnumType Name=\"\(Markup.xml(enumType.name))\" UnderlyingType=\"\(enumType.underlyingType.rawValue)\">\n"
+            for member in enumType.members {
+                xml += "        <Member Name=\"\(Markup.xml(member.name))\" Value=\"\(member.value)\"/>\n"
+            }
+            xml += "      </EnumType>\n"
+        }
         for type in entityTypes {
             xml += "      <EntityType Name=\"\(Markup.xml(type.name))\">\n        <Key>\n"
             for key in type.key { xml += "          <PropertyRef Name=\"\(Markup.xml(key))\"/>\n" }
             xml += "        </Key>\n"
             for property in type.properties {
-                xml += "        <Property Name=\"\(Markup.xml(property.name))\" Type=\"\(property.type.rawValue)\""
+                let typeName = property.enumType?.qualifiedName ?? property.type.rawValue
+                xml += "        <Property Name=\"\(Markup.xml(property.name))\" Type=\"\(Markup.xml(typeName))\""
                 xml += " Nullable=\"\(property.isNullable)\""
                 if let maxLength = property.maxLength { xml += " MaxLength=\"\(maxLength)\"" }
                 if let precision = property.precision { xml += " Precision=\"\(precision)\"" }

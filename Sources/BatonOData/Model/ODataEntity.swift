@@ -235,6 +235,12 @@ public struct EntityValueReader: Sendable {
     }
 
     func mismatch(_ name: String, _ value: PrimitiveValue) -> ODataError {
+        if let enumType = type.property(named: name)?.enumType {
+            return ODataError(
+                .invalidPayload,
+                "Property '\(name)' of '\(type.name)' expects a member of \(enumType.qualifiedName) ("
+                    + enumType.members.map(\.name).joined(separator: ", ") + ")", target: name)
+        }
         let expected = type.property(named: name)?.type.rawValue ?? "its declared type"
         let given = value.literalType?.rawValue ?? "null"
         return ODataError(

@@ -19,12 +19,17 @@ public struct Property: Sendable, Hashable {
     /// The value a create (or a replace) stores when the body leaves the property out (CSDL `DefaultValue`).
     /// Default: none, so a non-nullable property must be sent.
     public var defaultValue: PrimitiveValue?
+    /// The enumeration type of an enumeration property: its ``type`` is then `Edm.String` and its values are member
+    /// names.
+    public var enumType: EnumType?
 
     /// Creates a property. Every facet defaults to CSDL's default.
     public init(
         name: String, type: EdmPrimitiveType, isNullable: Bool = true, maxLength: Int? = nil,
-        precision: Int? = nil, scale: Int? = nil, isComputed: Bool = false, defaultValue: PrimitiveValue? = nil
+        precision: Int? = nil, scale: Int? = nil, isComputed: Bool = false, defaultValue: PrimitiveValue? = nil,
+        enumType: EnumType? = nil
     ) {
+        self.enumType = enumType
         self.name = name
         self.type = type
         self.isNullable = isNullable

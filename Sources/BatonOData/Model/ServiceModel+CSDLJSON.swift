@@ -27,10 +27,21 @@ extension ServiceModel {
         var entitySets: [EntitySet] = []
         var containerName: String?
         var repeatable = false
+        // Enumeration types first: entity types name them.
+        var enumTypes: [EnumType] = []
+        var enumsByName: [String: EnumType] = [:]
+        for (name, element) in schemaMembers where element["$Kind"]?.stringValue == "EnumType" {
+            let parsed = try Self.enumType(named: "\(namespace).\(name)", from: element)
+            enumTypes.append(parsed)
+            enumsByName["\(namespace).\(name)"] = parsed
+            if let alias { enumsByName["\(alias).\(name)"] = parsed }
+        }
         for (name, element) in schemaMembers where !name.hasPrefix("$") && !name.hasPrefix("@") {
             switch element["$Kind"]?.stringValue {
+            case "EnumType":
+                continue
             case "EntityType":
-                entityTypes.append(try Self.entityType(named: name, from: element))
+                entityTypes.append(try Self.entityType(named: name, from: element, enums: enumsByName))
             case "EntityContainer":
                 containerName = name
                 repeatable =
@@ -44,7 +55,7 @@ extension ServiceModel {
                 throw ODataError(
                     .notImplemented,
                     "Schema element '\(name)' is of kind '\(kind)', which Baton does not support. "
-                        + "Supported kinds: EntityType, EntityContainer.", target: name)
+                        + "Supported kinds: EntityType, EnumType, EntityContainer.", target: name)
             case nil:
                 throw ODataError(.invalidModel, "Schema element '\(name)' has no \"$Kind\".", target: name)
             }
@@ -54,7 +65,35 @@ extension ServiceModel {
         }
         try self.init(
             namespace: namespace, alias: alias, containerName: containerName, entityTypes: entityTypes,
-            entitySets: entitySets, supportsRepeatableRequests: repeatable)
+            entitySets: entitySets, supportsRepeatableRequests: repeatable, enumTypes: enumTypes)
+    }
+
+    static func enumType(named name: String, from element: JSONValue) throws(ODataError) -> EnumType {
+        if element["$IsFlags"]?.boolValue == true {
+            throw ODataError(
+                .notImplemented, "Enumeration type '\(name)' is a flags type, which Baton does not support.",
+                target: name)
+        }
+        let underlyingName = element["$UnderlyingType"]?.stringValue ?? "Edm.Int32"
+        guard let underlying = EdmPrimitiveType(rawValue: underlyingName), underlying.isIntegral else {
+            throw ODataError(
+                .invalidModel, "The underlying type of '\(name)' must be an Edm integer type.", target: name)
+        }
+        var members: [EnumType.Member] = []
+        for (member, value) in element.objectMembers ?? [] where !member.hasPrefix("$") && !member.contains("@") {
+            guard case .number(let text) = value, let number = Int64(text) else {
+                throw ODataError(
+                    .invalidModel, "Member '\(member)' of '\(name)' must have an integer value.", target: member)
+            }
+            guard !members.contains(where: { $0.name == member }) else {
+                throw ODataError(.invalidModel, "'\(name)' declares member '\(member)' twice.", target: member)
+            }
+            members.append(EnumType.Member(name: member, value: number))
+        }
+        guard !members.isEmpty else {
+            throw ODataError(.invalidModel, "Enumeration type '\(name)' has no members.", target: name)
+        }
+        return EnumType(qualifiedName: name, members: members, underlyingType: underlying)
     }
 
     /// The model Baton ships: aircraft, flights and pre-flight checks (see docs/ARCHITECTURE.md).
@@ -74,7 +113,9 @@ extension ServiceModel {
         return element["@\(term)"] ?? element["@\(vocabulary).\(simple)"]
     }
 
-    static func entityType(named name: String, from element: JSONValue) throws(ODataError) -> EntityType {
+    static func entityType(named name: String, from element: JSONValue, enums: [String: EnumType] = [:])
+        throws(ODataError) -> EntityType
+    {
         var key: [String] = []
         if let keyValue = element["$Key"] {
             guard let items = keyValue.arrayValue else {
@@ -103,7 +144,8 @@ extension ServiceModel {
             let isCollection = value["$Collection"]?.boolValue ?? false
             switch kind {
             case "Property":
-                guard let type = EdmPrimitiveType(rawValue: typeName) else {
+                let enumType = enums[typeName]
+                guard let type = enumType == nil ? EdmPrimitiveType(rawValue: typeName) : .string else {
                     throw ODataError(
                         .invalidModel,
                         "Property '\(target)' has unknown type '\(typeName)'. Use an Edm primitive type such as "
@@ -120,7 +162,7 @@ extension ServiceModel {
                     precision: try intFacet("$Precision", value, target),
                     scale: try intFacet("$Scale", value, target),
                     isComputed: annotation("Core.Computed", in: value, vocabulary: "Org.OData.Core.V1")?.boolValue
-                        ?? false)
+                        ?? false, enumType: enumType)
                 if let given = value["$DefaultValue"] {
                     do {
                         property.defaultValue = try PrimitiveValue(json: given, for: property)

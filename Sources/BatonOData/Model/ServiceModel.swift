@@ -16,14 +16,18 @@ public struct ServiceModel: Sendable, Hashable {
     public var entitySets: [EntitySet]
     /// Whether the service supports OASIS Repeatable Requests (`Repeatability.Supported`).
     public var supportsRepeatableRequests: Bool
+    /// The enumeration types, in declaration order.
+    public var enumTypes: [EnumType]
 
     /// Creates and validates a model.
     ///
     /// - Throws: ``ODataError`` with code `invalidModel` naming the first inconsistency.
     public init(
         namespace: String, alias: String? = nil, containerName: String = "Container",
-        entityTypes: [EntityType], entitySets: [EntitySet], supportsRepeatableRequests: Bool = false
+        entityTypes: [EntityType], entitySets: [EntitySet], supportsRepeatableRequests: Bool = false,
+        enumTypes: [EnumType] = []
     ) throws(ODataError) {
+        self.enumTypes = enumTypes
         self.namespace = namespace
         self.alias = alias
         self.containerName = containerName

@@ -85,6 +85,14 @@ extension PrimitiveValue {
             default: throw fail("a floating-point number")
             }
         case .string:
+            if let enumType = property.enumType {
+                let names = enumType.members.map(\.name).joined(separator: ", ")
+                guard let value = json.stringValue, enumType.member(named: value) != nil else {
+                    throw fail("a member of \(enumType.qualifiedName) (\(names)) by name")
+                }
+                self = .string(value)
+                return
+            }
             guard let value = json.stringValue else { throw fail("a string") }
             if let maxLength = property.maxLength, value.unicodeScalars.count > maxLength {
                 throw ODataError(

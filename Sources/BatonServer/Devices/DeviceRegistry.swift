@@ -28,14 +28,14 @@ public struct DeviceRegistry: Sendable {
         public var departed: [String] = []
     }
 
-    /// A user's departure from a device, declared with the device key (``DeviceDeparture``): it ends the user's
+    /// A user's departure from a device, declared with the device key (`DeviceDeparture`): it ends the user's
     /// registration there when `keyID` is their current signing key on the device.
     public struct Departure: Sendable, Hashable {
         /// The user who left.
         public var user: String
         /// Their signing key on the device when the device signed the departure.
         public var keyID: String
-        /// The device key's signature over ``DeviceDeparture/message(device:user:keyID:)``.
+        /// The device key's signature over `DeviceDeparture/message(device:user:keyID:)`.
         public var signature: P256.Signing.ECDSASignature
 
         public init(user: String, keyID: String, signature: P256.Signing.ECDSASignature) {
@@ -335,7 +335,7 @@ public struct DeviceRegistry: Sendable {
         return ending
     }
 
-    /// What ``end(_:on:at:in:)`` did with the departures it was given.
+    /// What `end(_:on:at:in:)` did with the departures it was given.
     struct Ending: Sendable {
         /// The users whose registration ended.
         var ended: [String] = []
@@ -354,7 +354,7 @@ public struct DeviceRegistry: Sendable {
         )
     }
 
-    /// Ends the registrations of users who left `device` (see ``end(_:on:at:in:)``) — sent by the device itself,
+    /// Ends the registrations of users who left `device` (see `end(_:on:at:in:)`) — sent by the device itself,
     /// or by one of its current users, when it next reaches the server.
     ///
     /// - Returns: the users whose registration ended, and those seen on the device within the hour, whose

@@ -39,7 +39,7 @@ extension DeviceRegistry {
         public var reason: String
         public var receivedAt: Date
         public var lineCount: Int
-        /// The lines, when read with ``logs(device:)``; empty in summaries.
+        /// The lines, when read with `logs(device:)`; empty in summaries.
         public var lines: [String]
     }
 

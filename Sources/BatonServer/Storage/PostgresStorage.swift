@@ -42,7 +42,7 @@ public final class PostgresStorage: ServerStorage {
     public var dialect: SQLDialect { .postgres }
 
     /// How many connections the loops' pools keep open between them (and threads wait on them), unless told
-    /// otherwise: 16. The writers' pool (``writers``) has one more.
+    /// otherwise: 16. The writers' pool (`writers`) has one more.
     public static let defaultConnections = 16
 
     /// How long a statement waits for a lock before it fails as `unavailable` (503): below the statement deadline.
@@ -197,10 +197,10 @@ public final class PostgresStorage: ServerStorage {
 
     /// Runs a read of one statement without a thread of the pool: `body` runs on the calling task and stops at
     /// its statement, which is sent asynchronously; then `body` runs again with the answer (a
-    /// ``ReplayingConnection``), as often as it has statements (each outside a transaction, as the contract
+    /// `ReplayingConnection`), as often as it has statements (each outside a transaction, as the contract
     /// allows). A body that needs more than a few, or a change or a savepoint, runs the blocking way. Read
     /// bodies change nothing, so running one again is safe; a statement's error is answered where the body
-    /// asked. Its statements are prepared (``PreparedStatements``) only when `prepared`.
+    /// asked. Its statements are prepared (`PreparedStatements`) only when `prepared`.
     public func readStatement<T: Sendable>(
         prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) throws -> T
     ) async throws -> T {
@@ -306,7 +306,7 @@ public final class PostgresStorage: ServerStorage {
     /// that comes in time runs to its end. (Racing only after a failure saved context switches, but an idle
     /// instance then hung on its first request after the database stopped.)
     ///
-    /// The writers' pool (``writers``) is waited for as long as a lock would be (``lockTimeout``) while another
+    /// The writers' pool (`writers`) is waited for as long as a lock would be (``lockTimeout``) while another
     /// writer holds its connection: its queue is the writers' turn, taken in this process first. When nobody holds
     /// it and nobody took it during the first ``leaseDeadline``, its connection is gone (the database closed it) and
     /// the wait ends then, as for the other pools: a writer queued through an outage had waited 15 s before answering

@@ -120,7 +120,7 @@ enum SlotTwice<Half: SlotNumber>: SlotNumber { static var value: Int { Half.valu
 
 enum SlotTwicePlusOne<Half: SlotNumber>: SlotNumber { static var value: Int { Half.value * 2 + 1 } }
 
-/// The statement of a slot of ``PreparedStatements`` (slot `Number.value - 1`), with its arguments: its SQL
+/// The statement of a slot of `PreparedStatements` (slot `Number.value - 1`), with its arguments: its SQL
 /// is the one the slot was given, for the life of the process.
 struct PreparedSlot<Number: SlotNumber>: PostgresPreparedStatement {
     typealias Row = PostgresRow
@@ -134,7 +134,7 @@ struct PreparedSlot<Number: SlotNumber>: PostgresPreparedStatement {
 }
 
 extension PostgresSQLConnection {
-    /// The rows of a read of one statement, prepared on this connection (``PreparedStatements``) when `prepared`
+    /// The rows of a read of one statement, prepared on this connection (`PreparedStatements`) when `prepared`
     /// and a slot is free, within the connection's statement deadline (after which the connection is closed, as
     /// ``answer(_:_:)`` does).
     func rows(_ sql: String, _ arguments: [SQLValue], prepared: Bool) async throws -> [SQLRow] {

@@ -6,7 +6,7 @@ import GRDB
 ///
 /// SQLite: `server.sqlite` in the data directory, migrated with GRDB's `DatabaseMigrator` (the migrations below,
 /// kept as they shipped). PostgreSQL: the same tables in the database's default schema, created by
-/// ``postgresMigrations``, recorded in `baton_migrations`. On both, a database that a newer `baton-server`
+/// `postgresMigrations`, recorded in `baton_migrations`. On both, a database that a newer `baton-server`
 /// migrated (a migration this one does not know) is refused before anything is written.
 public struct ServerDatabase: Sendable {
     /// Where the tables are.
@@ -285,7 +285,7 @@ public struct ServerDatabase: Sendable {
         ]
     }
 
-    /// The token-signing keys, sealed under the master key (``SigningKeys``).
+    /// The token-signing keys, sealed under the master key (`SigningKeys`).
     static func tokenSigningKeysStatements(real: String, blob: String) -> [String] {
         ["CREATE TABLE tokenSigningKeys (id text PRIMARY KEY, sealedKey \(blob) NOT NULL, createdAt \(real) NOT NULL)"]
     }

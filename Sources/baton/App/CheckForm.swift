@@ -1,3 +1,4 @@
+import AircraftChecks
 import BatonOData
 import Foundation
 
@@ -74,15 +75,18 @@ struct CheckForm: Sendable {
         return .success(text)
     }
 
-    /// The entity's values for the offline store (server-kept properties are left to the store and server).
-    var values: [String: PrimitiveValue] {
-        var values: [String: PrimitiveValue] = [
-            "ID": .guid(UUID()), "TailNumber": .string(tailNumber), "Status": .string(status),
-            "FlightNumber": flightNumber.map { .string($0) } ?? .null,
-            "Remarks": remarks.map { .string($0) } ?? .null,
-        ]
-        for (property, value) in measurements { values[property] = .decimal(value) }
-        return values
+    /// The check as the model's generated type, with a new id; every measurement must be there.
+    func check() throws -> PreflightCheck {
+        func measured(_ measurement: Measurement) throws -> Decimal {
+            guard let value = measurements[measurement.property] else {
+                throw AppError(.invalidInput, "\(measurement.label) is missing.")
+            }
+            return value
+        }
+        return PreflightCheck(
+            id: UUID(), tailNumber: tailNumber, flightNumber: flightNumber, fuelKg: try measured(.fuel),
+            tyrePressureMainPsi: try measured(.mainTyre), tyrePressureNosePsi: try measured(.noseTyre),
+            oilQuarts: try measured(.oil), remarks: remarks, status: status)
     }
 }
 

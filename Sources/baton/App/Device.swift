@@ -1,3 +1,4 @@
+import AircraftChecks
 import BatonClient
 import BatonFlows
 import BatonOData
@@ -179,19 +180,19 @@ struct Device: Sendable {
     }
 
     /// One aircraft by tail number, or a clear not-found error.
-    func aircraft(tail: String) async throws -> LocalEntity {
+    func aircraft(tail: String) async throws -> Aircraft {
         let url = ResourcePath.canonicalURL(
-            entitySet: "Aircraft", key: [KeyValue(name: "TailNumber", value: .string(tail.uppercased()))])
-        guard let aircraft = try await store.read(url).first else {
+            entitySet: Aircraft.entitySetName, key: [KeyValue(name: "TailNumber", value: .string(tail.uppercased()))])
+        guard let aircraft = try await store.entity(Aircraft.self, id: url) else {
             throw AppError(.notFound, "No aircraft \(tail.uppercased()) on this device; `baton aircraft` lists them.")
         }
         return aircraft
     }
 
-    func flights(tail: String) async throws -> [LocalEntity] {
+    func flights(tail: String) async throws -> [Flight] {
         let key = PrimitiveValue.string(tail).urlLiteral
         return try await store.read(
-            "Flights?$filter=" + encode("TailNumber eq \(key)") + "&$orderby=ScheduledDeparture")
+            Flight.self, "$filter=" + encode("TailNumber eq \(key)") + "&$orderby=ScheduledDeparture")
     }
 
     /// The checks of one aircraft (or all), newest first; unsynced ones first of all.
@@ -207,10 +208,9 @@ struct Device: Sendable {
     /// transaction). Returns the entity's URL.
     func record(_ form: CheckForm) async throws -> String {
         var form = form
-        let aircraft = try await aircraft(tail: form.tailNumber)
-        form.tailNumber = aircraft.values["TailNumber"]?.display ?? form.tailNumber
+        form.tailNumber = try await aircraft(tail: form.tailNumber).tailNumber
         if let flight = form.flightNumber {
-            let known = try await flights(tail: form.tailNumber).compactMap { $0.values["FlightNumber"]?.display }
+            let known = try await flights(tail: form.tailNumber).map(\.flightNumber)
             guard known.contains(flight.uppercased()) else {
                 throw AppError(
                     .invalidInput,
@@ -219,10 +219,7 @@ struct Device: Sendable {
             }
             form.flightNumber = flight.uppercased()
         }
-        for measurement in Measurement.all where form.measurements[measurement.property] == nil {
-            throw AppError(.invalidInput, "\(measurement.label) is missing.")
-        }
-        let id = try await store.create(in: "PreflightChecks", values: form.values)
+        let id = try await store.create(try form.check())
         await notePendingChanges()
         return id
     }
@@ -310,7 +307,7 @@ struct Device: Sendable {
         guard ["supervisor", "admin"].contains(try await session().user.role ?? "") else {
             throw AppError(.notPermitted, "Only a supervisor sets an aircraft's status.")
         }
-        try await store.update(aircraft.id, values: ["Status": .string(status)])
+        try await store.update(aircraft.entityID, values: ["Status": .string(status)])
         await notePendingChanges()
     }
 

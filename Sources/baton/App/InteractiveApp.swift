@@ -1,3 +1,4 @@
+import AircraftChecks
 import BatonFlows
 import BatonOData
 import BatonOffline
@@ -359,18 +360,13 @@ struct InteractiveApp {
     func aircraftDetail(tail: String) async throws {
         while true {
             let aircraft = try await device.aircraft(tail: tail)
-            let tail = aircraft.values["TailNumber"]?.display ?? tail
+            let tail = aircraft.tailNumber
             ui.newScreen()
-            let values = aircraft.values
-            ui.heading(
-                "\(tail) · \(values["Type"]?.display ?? "") · \(values["Station"]?.display ?? "") · \(values["Status"]?.display ?? "")"
-            )
+            ui.heading("\(tail) · \(aircraft.type) · \(aircraft.station) · \(aircraft.status)")
             ui.say("Flights:")
             for flight in try await device.flights(tail: tail).prefix(4) {
-                let departure = flight.values["ScheduledDeparture"]?.display ?? ""
-                ui.say(
-                    "  \(flight.values["FlightNumber"]?.display ?? "")  departs \(departure)  gate \(flight.values["Gate"]?.display ?? "—")"
-                )
+                let departure = PrimitiveValue.shortTime(ODataDateTimeOffset(flight.scheduledDeparture))
+                ui.say("  \(flight.flightNumber)  departs \(departure)  gate \(flight.gate ?? "—")")
             }
             ui.say("Checks (newest first):")
             let checks = try await device.checks(tail: tail, top: 9).prefix(9)
@@ -426,13 +422,13 @@ struct InteractiveApp {
             var chosen: String?
             while chosen == nil {
                 guard let answer = await ui.ask("Aircraft tail number:"), !answer.isEmpty else { return }
-                do { chosen = try await device.aircraft(tail: answer).values["TailNumber"]?.display } catch {
+                do { chosen = try await device.aircraft(tail: answer).tailNumber } catch {
                     ui.failure(AppError.from(error).message)
                 }
             }
             form.tailNumber = chosen ?? ""
         }
-        let flights = try await device.flights(tail: form.tailNumber).compactMap { $0.values["FlightNumber"]?.display }
+        let flights = try await device.flights(tail: form.tailNumber).map(\.flightNumber)
         if !flights.isEmpty {
             ui.dim("Flights of \(form.tailNumber): \(flights.joined(separator: ", "))")
             guard
