@@ -30,21 +30,26 @@ import Testing
         }
     }
 
+    /// Alice, signed in at `server` through `transport`.
+    static func signIn(_ server: LiveServer, through transport: Tampering) async throws -> AuthorizedSession {
+        try await server.addUser("alice", displayName: "Alice Adler", password: "blue-harbour-1234")
+        let client = BatonClient(serverURL: server.url, transport: transport, appVersion: "1.0")
+        let (configuration, metadata) = try await client.discover()
+        let oauth = OAuthClient(metadata: metadata, clientID: configuration.clientID, transport: transport)
+        return AuthorizedSession(
+            client: client, configuration: configuration, oauth: oauth,
+            tokens: try await oauth.signIn(username: "alice", password: "blue-harbour-1234"))
+    }
+
     @Test(arguments: [
         "https://evil.example/odata/PreflightChecks", "http://127.0.0.1:9/odata/PreflightChecks",
         "https://127.0.0.1@evil.example/odata/PreflightChecks",
     ])
     func aNextLinkOutsideTheServiceGetsNoRequest(link: String) async throws {
         let server = try await LiveServer.start()
-        try await server.addUser("alice", displayName: "Alice Adler", password: "blue-harbour-1234")
         defer { Task { await server.shutDown() } }
         let transport = Tampering(link: link)
-        let client = BatonClient(serverURL: server.url, transport: transport, appVersion: "1.0")
-        let (configuration, metadata) = try await client.discover()
-        let oauth = OAuthClient(metadata: metadata, clientID: configuration.clientID, transport: transport)
-        let session = AuthorizedSession(
-            client: client, configuration: configuration, oauth: oauth,
-            tokens: try await oauth.signIn(username: "alice", password: "blue-harbour-1234"))
+        let session = try await Self.signIn(server, through: transport)
         let refused = await #expect(throws: BatonClientError.self) {
             try await session.entities(PreflightCheck.self)
         }
@@ -55,15 +60,8 @@ import Testing
 
     @Test func aNextLinkThatLoopsEndsWithAnError() async throws {
         let server = try await LiveServer.start()
-        try await server.addUser("alice", displayName: "Alice Adler", password: "blue-harbour-1234")
         defer { Task { await server.shutDown() } }
-        let transport = Tampering(link: "PreflightChecks")
-        let client = BatonClient(serverURL: server.url, transport: transport, appVersion: "1.0")
-        let (configuration, metadata) = try await client.discover()
-        let oauth = OAuthClient(metadata: metadata, clientID: configuration.clientID, transport: transport)
-        let session = AuthorizedSession(
-            client: client, configuration: configuration, oauth: oauth,
-            tokens: try await oauth.signIn(username: "alice", password: "blue-harbour-1234"))
+        let session = try await Self.signIn(server, through: Tampering(link: "PreflightChecks"))
         let refused = await #expect(throws: BatonClientError.self) {
             try await session.entities(PreflightCheck.self)
         }

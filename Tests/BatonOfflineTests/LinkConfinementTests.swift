@@ -42,18 +42,10 @@ import Testing
         defer { Task { await server.shutDown() } }
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-links-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
-        var configuration = FlowsConfiguration(mode: .multiUser)
-        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
-        let store = try OfflineStore(
-            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
-            deviceID: try DeviceStorage(directory: directory).deviceID(),
-            definingQueries: [DefiningQuery(name: "aircraft", url: "Aircraft")])
         let transport = Tampering()
-        let sessions = try OnboardingSessionManager(
-            serverURL: server.url, directory: directory, configuration: configuration,
-            presenter: ScriptedPresenter([
-                .credentials("alice", "blue-harbour-1234"), .newPasscode("alice-pass-1", confirmation: "alice-pass-1"),
-            ]), flowProvider: StandardFlowProvider(appSteps: [OfflineStoreStep(store: store)]), transport: transport)
+        let (sessions, _) = try TypedEntityTests.tablet(
+            server, in: directory, signingIn: ("alice", "blue-harbour-1234"), passcode: "alice-pass-1",
+            transport: transport)
         let refused = await #expect(throws: FlowsError.self) { try await sessions.open() }
         #expect(refused?.message.contains("outside its OData service") == true)
         #expect(transport.requested.withLock { $0.allSatisfy { $0.hasPrefix(server.url.absoluteString) } })

@@ -58,23 +58,32 @@ import Testing
         }
     }
 
-    @Test func everyEntityTypeRoundTripsThroughTheTabletAndTheServer() async throws {
-        let server = try await LiveServer.start()
-        try await server.addUser("sam", displayName: "Sam", role: .supervisor, password: "correct-horse-battery")
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-typed-\(UUID())")
-        defer { try? FileManager.default.removeItem(at: directory) }
+    /// A multi-user tablet in `directory` for `server`, keeping the aircraft, whose first person is `user`.
+    static func tablet(
+        _ server: LiveServer, in directory: URL, signingIn user: (name: String, password: String), passcode: String,
+        transport: any HTTPTransport = AsyncHTTPClientTransport()
+    ) throws -> (OnboardingSessionManager, OfflineStore) {
         var configuration = FlowsConfiguration(mode: .multiUser)
         configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
         let store = try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
             deviceID: try DeviceStorage(directory: directory).deviceID(),
             definingQueries: [DefiningQuery(name: "aircraft", url: "Aircraft")])
-        let step = OfflineStoreStep(store: store)
         let sessions = try OnboardingSessionManager(
             serverURL: server.url, directory: directory, configuration: configuration,
             presenter: ScriptedPresenter([
-                .credentials("sam", "correct-horse-battery"), .newPasscode("sam-pass-12", confirmation: "sam-pass-12"),
-            ]), flowProvider: StandardFlowProvider(appSteps: [step]))
+                .credentials(user.name, user.password), .newPasscode(passcode, confirmation: passcode),
+            ]), flowProvider: StandardFlowProvider(appSteps: [OfflineStoreStep(store: store)]), transport: transport)
+        return (sessions, store)
+    }
+
+    @Test func everyEntityTypeRoundTripsThroughTheTabletAndTheServer() async throws {
+        let server = try await LiveServer.start()
+        try await server.addUser("sam", displayName: "Sam", role: .supervisor, password: "correct-horse-battery")
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-typed-\(UUID())")
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let (sessions, store) = try Self.tablet(
+            server, in: directory, signingIn: ("sam", "correct-horse-battery"), passcode: "sam-pass-12")
         let session = try await sessions.open()
 
         var created: [(aircraft: Aircraft, flight: Flight, check: PreflightCheck)] = []
