@@ -91,6 +91,8 @@ public struct BatonServer: Sendable {
     /// This server's metrics (requests, sign-ins, uploads, refusals, delta pages, batch sizes, database time).
     public let metrics = ServerMetrics()
     let tokens: TokenService
+    /// PostgreSQL: the connection that listens for status changes of other instances (``TokenStatusCache``).
+    let statusListener: Task<Void, Never>?
     let data: DataService
     let issuer: IssuerBox
     /// The admin cockpit's sessions and the key that seals its sign-in cookie (derived from the master key, so
@@ -180,12 +182,26 @@ public struct BatonServer: Sendable {
         data = DataService(
             store: store, configuration: configuration.dataService, clock: clock, auditLogWithTheData: postgres != nil,
             databaseConnections: configuration.databaseConnections)
+        // The token-status cache: on SQLite it hears this process's commits and sees the epoch file other processes
+        // replace; on PostgreSQL it is used only while the listener hears the other instances' changes.
+        let statusCache = TokenStatusCache(
+            live: postgres == nil, epochURL: postgres == nil ? directory.statusEpochURL : nil)
+        database.statusChanges.subscribe { statusCache.invalidate() }
+        if let postgres {
+            statusListener = Task.detached {
+                await postgres.listen(
+                    "baton_status", onState: { statusCache.setLive($0) },
+                    onNotification: { statusCache.invalidate() })
+            }
+        } else {
+            statusListener = nil
+        }
         tokens = TokenService(
             configuration: configuration.oauth, issuer: issuer, database: database, clock: clock,
             signingKeys: signingKeys, users: users,
             throttle: LoginThrottle(
                 limits: configuration.oauth.throttle, clock: clock, database: database, masterKey: masterKey),
-            audit: audit)
+            audit: audit, statusCache: statusCache)
     }
 
     /// The HTTP application. `onListening` is called with the bound host and port once the server accepts
@@ -292,6 +308,7 @@ extension BatonServer {
     /// Closes the server's databases (every connection, so their files are no longer open in this process).
     /// Call it once the application has stopped: later requests fail.
     public func close() {
+        statusListener?.cancel()
         data.store.close()
         database.close()
     }

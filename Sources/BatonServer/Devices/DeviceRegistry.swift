@@ -760,6 +760,7 @@ extension DeviceRegistry {
             try Self.endUsers(of: device, at: now, in: db)
             return true
         }
+        database.statusChanged()
         guard let outcome else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
         return outcome
     }
@@ -849,6 +850,7 @@ extension DeviceRegistry {
             try Self.endUsers(of: device, at: now, in: db)
             return true
         }
+        database.statusChanged()
         guard let outcome else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
         return outcome
     }

@@ -55,6 +55,8 @@ extension UserDirectory {
         provider: IdentityProvider, claims: IDTokenClaims, role: User.Role, claimed: String?, displayName: String?
     ) async throws -> FederatedSignIn {
         let now = clock.now()
+        // A role a sign-in changed applies to the person's other tokens at once.
+        defer { database.statusChanged() }
         return try await database.storage.write { db -> FederatedSignIn in
             var found = try db.fetchOne(
                 "SELECT \(User.columns) FROM users WHERE idp = ? AND idpIssuer = ? AND subject = ?", provider.name,

@@ -66,6 +66,7 @@ public struct UserDirectory: Sendable {
             try db.execute(#"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
             return changed
         }
+        database.statusChanged()
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
     }
 
@@ -93,6 +94,7 @@ public struct UserDirectory: Sendable {
             try db.execute(#"UPDATE deviceRegistrations SET active = 0 WHERE "user" = ?"#, name)
             return changed
         }
+        database.statusChanged()
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
     }
 
@@ -103,6 +105,7 @@ public struct UserDirectory: Sendable {
         let found = try await database.storage.write { db -> Bool in
             try db.execute("UPDATE users SET disabled = 0, disabledBy = NULL WHERE name = ?", name) > 0
         }
+        database.statusChanged()
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
     }
 
@@ -117,6 +120,7 @@ public struct UserDirectory: Sendable {
             }
             return try db.execute("UPDATE users SET role = ? WHERE name = ?", role.rawValue, name) > 0
         }
+        database.statusChanged()
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
     }
 
@@ -136,6 +140,7 @@ public struct UserDirectory: Sendable {
             try db.execute(#"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
             return changed
         }
+        database.statusChanged()
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
     }
 

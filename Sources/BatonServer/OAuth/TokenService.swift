@@ -19,6 +19,8 @@ struct TokenService: Sendable {
     let users: UserDirectory
     let throttle: LoginThrottle
     let audit: AuditLog
+    /// What each token's status read returned, until a status changes (``TokenStatusCache``).
+    let statusCache: TokenStatusCache
     /// Tokens whose signature was already checked (their claims are still checked every time).
     let verified = VerifiedTokens()
 
@@ -182,6 +184,8 @@ struct TokenService: Sendable {
         switch outcome {
         case .invalid(let reason): throw OAuthError.invalidGrant(reason)
         case .reused(_, let user):
+            // The family's revocation applies to its access tokens at once, in this instance too.
+            database.statusChanged()
             try await audit.record(
                 AuditEntry(
                     at: clock.now(), actor: nil, action: "refresh-token-reuse", subject: user, address: caller.address,
@@ -226,7 +230,7 @@ struct TokenService: Sendable {
     ) {
         let now = clock.now().timeIntervalSince1970
         let hash = secretHash(code)
-        enum Outcome { case ok(user: String, scope: String, family: String), invalid(String) }
+        enum Outcome { case ok(user: String, scope: String, family: String), invalid(String), reused(String) }
         let outcome = try await database.storage.write { db -> Outcome in
             guard
                 let row = try db.fetchOne(
@@ -243,7 +247,7 @@ struct TokenService: Sendable {
                     try db.execute(
                         "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL", now, family)
                 }
-                return .invalid("The authorization code was already used; tokens issued from it are revoked.")
+                return .reused("The authorization code was already used; tokens issued from it are revoked.")
             }
             try db.execute("UPDATE authorizationCodes SET usedAt = ? WHERE hash = ?", now, hash)
             if (row["expiresAt"].real ?? 0) <= now { return .invalid("The authorization code has expired.") }
@@ -263,6 +267,10 @@ struct TokenService: Sendable {
         }
         switch outcome {
         case .invalid(let reason): throw OAuthError.invalidGrant(reason)
+        case .reused(let reason):
+            // The revocation applies to the tokens issued from the code at once, in this instance too.
+            database.statusChanged()
+            throw OAuthError.invalidGrant(reason)
         case .ok(let user, let scope, let family): return (user, scope, family)
         }
     }
@@ -353,26 +361,39 @@ struct TokenService: Sendable {
         }
         let jti = claims.jti.value
         let user = claims.sub.value
-        // Revocation and the user's current status are read on every request (one query), so a revocation or a
-        // disabled user takes effect at once — also when an admin command changed them from another process.
-        let status: (disabled: Bool, role: String?, revoked: Bool, deviceRevoked: Bool)?
-        do {
-            let family = claims.family ?? ""
-            status = try await database.storage.readStatement { db in
-                try db.fetchOne(
-                    """
-                    SELECT disabled, role,
-                        EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?)
-                        OR EXISTS (SELECT 1 FROM refreshTokens WHERE family = ? AND revokedAt IS NOT NULL) AS revoked,
-                        EXISTS (
-                            SELECT 1 FROM deviceTokenFamilies f JOIN devices d ON d.id = f.device
-                            WHERE f.family = ? AND d.revokedAt IS NOT NULL) AS deviceRevoked
-                    FROM users WHERE name = ?
-                    """, jti, family, family, user
-                ).map { row in (row[0].bool ?? true, row[1].text, row[2].bool ?? true, row[3].bool ?? false) }
+        // Revocation and the user's current status: from the token-status cache while nothing changed since they were
+        // read, otherwise from the database (one query). Every change of a status empties the cache first — at once
+        // in this process, through the epoch file from an admin command on SQLite, through NOTIFY from another
+        // instance on PostgreSQL (while that is not heard, the cache is not used).
+        let family = claims.family ?? ""
+        let key = user + "\u{0}" + jti + "\u{0}" + family
+        let generation = statusCache.generation()
+        let status: TokenStatusCache.Status?
+        if let generation, let cached = statusCache.status(key, at: generation) {
+            status = cached
+        } else {
+            do {
+                status = try await database.storage.readStatement { db in
+                    try db.fetchOne(
+                        """
+                        SELECT disabled, role,
+                            EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?)
+                            OR EXISTS (SELECT 1 FROM refreshTokens WHERE family = ? AND revokedAt IS NOT NULL) AS revoked,
+                            EXISTS (
+                                SELECT 1 FROM deviceTokenFamilies f JOIN devices d ON d.id = f.device
+                                WHERE f.family = ? AND d.revokedAt IS NOT NULL) AS deviceRevoked
+                        FROM users WHERE name = ?
+                        """, jti, family, family, user
+                    ).map { row in
+                        TokenStatusCache.Status(
+                            disabled: row[0].bool ?? true, role: row[1].text, revoked: row[2].bool ?? true,
+                            deviceRevoked: row[3].bool ?? false)
+                    }
+                }
+            } catch {
+                throw .databaseUnavailable("The server cannot check the token right now; try again.")
             }
-        } catch {
-            throw .databaseUnavailable("The server cannot check the token right now; try again.")
+            if let generation { statusCache.remember(key, status, readAt: generation) }
         }
         if let status, !status.disabled, status.role.flatMap(User.Role.init(rawValue:)) == nil {
             throw .unauthorized("The user's role cannot be read; try again or ask an administrator.")
@@ -449,6 +470,8 @@ struct TokenService: Sendable {
     /// Revokes a refresh token (its whole family) or an access token (RFC 7009). Unknown tokens are ignored,
     /// as the RFC requires.
     func revoke(_ token: String, clientID: String, caller: Caller) async throws {
+        // A revocation here applies to every token of the sign-in at once, in this instance too.
+        defer { database.statusChanged() }
         let now = clock.now()
         let hash = secretHash(token)
         let refreshOwner = try await database.storage.write { db -> String? in

@@ -24,6 +24,18 @@ public final class ServerMetrics: Sendable {
     let enabled = Atomic<Bool>(true)
     let tracing = Atomic<Bool>(true)
 
+    /// The request series' handlers, made once per (route, method, status) and kept: a request looks its two up in
+    /// one small dictionary instead of asking the registry, under its lock, to find them by their labels.
+    let requestHandlers = Mutex<[RequestSeries: (count: CoreMetrics.Counter, duration: CoreMetrics.Timer)]>([:])
+    /// The database timers, one per operation, made once and kept.
+    let databaseTimers = Mutex<[String: CoreMetrics.Timer]>([:])
+
+    struct RequestSeries: Hashable {
+        var route: String
+        var method: String
+        var status: Int
+    }
+
     let uploadedChanges: (own: CoreMetrics.Counter, onBehalf: CoreMetrics.Counter)
     let deltaPages: CoreMetrics.Counter
     let batchSizes: Recorder
@@ -83,14 +95,24 @@ public final class ServerMetrics: Sendable {
     /// Counts one answered HTTP request and its duration.
     func request(route: String, method: String, status: Int, duration: Duration) {
         guard isEnabled else { return }
-        Counter(
-            label: "baton_http_requests_total",
-            dimensions: [("route", route), ("method", method), ("status", String(status))], factory: factory
-        ).increment()
-        Timer(
-            label: "baton_http_request_duration_seconds", dimensions: [("route", route), ("method", method)],
-            factory: factory
-        ).recordNanoseconds(Self.nanoseconds(duration))
+        let series = RequestSeries(route: route, method: method, status: status)
+        let handlers =
+            requestHandlers.withLock { $0[series] }
+            ?? {
+                let made = (
+                    count: Counter(
+                        label: "baton_http_requests_total",
+                        dimensions: [("route", route), ("method", method), ("status", String(status))],
+                        factory: factory),
+                    duration: Timer(
+                        label: "baton_http_request_duration_seconds",
+                        dimensions: [("route", route), ("method", method)], factory: factory)
+                )
+                requestHandlers.withLock { $0[series] = made }
+                return made
+            }()
+        handlers.count.increment()
+        handlers.duration.recordNanoseconds(Self.nanoseconds(duration))
     }
 
     /// Counts one password checked: `method` is `password_grant` (the token endpoint) or `sign_in_page` (the
@@ -126,8 +148,15 @@ public final class ServerMetrics: Sendable {
     /// Records how long the data service's database work for one request took.
     func database(_ operation: String, _ duration: Duration) {
         guard isEnabled else { return }
-        Timer(label: "baton_database_duration_seconds", dimensions: [("operation", operation)], factory: factory)
-            .recordNanoseconds(Self.nanoseconds(duration))
+        let timer =
+            databaseTimers.withLock { $0[operation] }
+            ?? {
+                let made = Timer(
+                    label: "baton_database_duration_seconds", dimensions: [("operation", operation)], factory: factory)
+                databaseTimers.withLock { $0[operation] = made }
+                return made
+            }()
+        timer.recordNanoseconds(Self.nanoseconds(duration))
     }
 
     static func nanoseconds(_ duration: Duration) -> Int64 {

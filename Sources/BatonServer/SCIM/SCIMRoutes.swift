@@ -523,6 +523,7 @@ struct SCIMRoutes {
         } catch let error as ServerError {
             throw SCIMError(error.status, error.status == .conflict ? nil : "invalidValue", error.message)
         }
+        database.statusChanged()
         var entries: [AuditEntry] = []
         func entry(_ action: String, _ detail: String) {
             entries.append(

@@ -113,19 +113,47 @@ public final class PostgresStorage: ServerStorage {
             // The pool retries a refused connection until the request's deadline; one direct connection tells
             // at once what is wrong.
             let probe = try await PostgresConnection.connect(
-                configuration: .init(
-                    host: location.host, port: location.port, username: location.user, password: location.password,
-                    database: location.database,
-                    tls: location.tls == .disable
-                        ? .disable
-                        : .require(
-                            try NIOSSLContext(
-                                configuration: TLSConfiguration.makeClientConfiguration()))),
-                id: 0, logger: logger)
+                configuration: try Self.directConfiguration(location), id: 0, logger: logger)
             try? await probe.close()
         } catch {
             close()
             throw ServerSetupError(Self.connectionProblem(error, location: location))
+        }
+    }
+
+    /// The configuration of a connection of its own (not one of the pools').
+    static func directConfiguration(_ location: PostgresLocation) throws -> PostgresConnection.Configuration {
+        .init(
+            host: location.host, port: location.port, username: location.user, password: location.password,
+            database: location.database,
+            tls: location.tls == .disable
+                ? .disable
+                : .require(try NIOSSLContext(configuration: TLSConfiguration.makeClientConfiguration())))
+    }
+
+    /// Listens on `channel` with a connection of its own until the task is cancelled: `onState(true)` once the
+    /// `LISTEN` took effect, `onNotification` for each notification, `onState(false)` when the connection is lost —
+    /// then it connects again after `retry`.
+    func listen(
+        _ channel: String, retry: Duration = .milliseconds(250), onState: @escaping @Sendable (Bool) -> Void,
+        onNotification: @escaping @Sendable () -> Void
+    ) async {
+        while !Task.isCancelled {
+            do {
+                let connection = try await PostgresConnection.connect(
+                    configuration: try Self.directConfiguration(location), id: 9_000, logger: logger)
+                do {
+                    try await connection.listen(on: channel) { notifications in
+                        onState(true)
+                        for try await _ in notifications { onNotification() }
+                    }
+                } catch {}
+                onState(false)
+                try? await connection.close()
+            } catch {
+                onState(false)
+            }
+            try? await Task.sleep(for: retry)
         }
     }
 

@@ -11,6 +11,10 @@ import GRDB
 public struct ServerDatabase: Sendable {
     /// Where the tables are.
     let storage: StorageEngine
+    /// Tells the token-status caches that a user, token or device status changed (``TokenStatusCache``).
+    let statusChanges: StatusChangeSignal
+    /// SQLite: hears the commits that change a status (kept for the database's lifetime).
+    let statusObserver: StatusTablesObserver?
 
     /// Opens `server.sqlite` in a data directory and runs pending migrations.
     ///
@@ -35,6 +39,11 @@ public struct ServerDatabase: Sendable {
         }
         try? FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: directory.databaseURL.path)
         self.storage = .sqlite(storage)
+        let signal = StatusChangeSignal(epochURL: directory.statusEpochURL)
+        let observer = StatusTablesObserver(signal: signal)
+        storage.pool.add(transactionObserver: observer, extent: .databaseLifetime)
+        statusChanges = signal
+        statusObserver = observer
     }
 
     /// Uses a PostgreSQL database, running pending migrations.
@@ -49,6 +58,14 @@ public struct ServerDatabase: Sendable {
             throw ServerSetupError("Cannot migrate the database \(storage.location.database): \(error)")
         }
         self.storage = .postgres(storage)
+        statusChanges = StatusChangeSignal(epochURL: nil)
+        statusObserver = nil
+    }
+
+    /// This process committed a change to a user's, token's or device's status: its token-status cache forgets
+    /// what it knew at once. (SQLite's observer and PostgreSQL's `NOTIFY` tell the other processes.)
+    func statusChanged() {
+        statusChanges.notifyListeners()
     }
 
     /// The SQLite pool (the data directory's admin paths and tests).
@@ -138,6 +155,41 @@ public struct ServerDatabase: Sendable {
         ("storageBounds", storageBoundsStatements),
         ("auditAggregates", auditAggregatesStatements),
         ("identityProviders", identityProvidersStatements(real: "double precision", blob: "bytea")),
+        (
+            // Every instance's token-status cache hears, at the commit, a change to what a token's status read
+            // returns — whoever made it (another instance, an admin command, psql).
+            "statusNotify",
+            [
+                """
+                CREATE OR REPLACE FUNCTION baton_status_changed() RETURNS trigger AS $$
+                BEGIN
+                    PERFORM pg_notify('baton_status', '');
+                    RETURN NULL;
+                END
+                $$ LANGUAGE plpgsql
+                """,
+                """
+                CREATE TRIGGER baton_status_users AFTER UPDATE OF disabled, role, name OR DELETE ON users
+                FOR EACH STATEMENT EXECUTE FUNCTION baton_status_changed()
+                """,
+                """
+                CREATE TRIGGER baton_status_refresh_tokens AFTER UPDATE OF revokedAt, family ON refreshTokens
+                FOR EACH STATEMENT EXECUTE FUNCTION baton_status_changed()
+                """,
+                """
+                CREATE TRIGGER baton_status_revoked_access AFTER INSERT ON revokedAccessTokens
+                FOR EACH STATEMENT EXECUTE FUNCTION baton_status_changed()
+                """,
+                """
+                CREATE TRIGGER baton_status_devices AFTER UPDATE OF revokedAt, id OR DELETE ON devices
+                FOR EACH STATEMENT EXECUTE FUNCTION baton_status_changed()
+                """,
+                """
+                CREATE TRIGGER baton_status_device_families AFTER INSERT OR UPDATE OR DELETE ON deviceTokenFamilies
+                FOR EACH STATEMENT EXECUTE FUNCTION baton_status_changed()
+                """,
+            ]
+        ),
     ]
 
     /// The identity providers people sign in through (OpenID Connect) and that provision them (SCIM): a provider's

@@ -1,0 +1,184 @@
+import BatonSecureStore
+import Foundation
+import GRDB
+import Logging
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// What an access token's request needs to know beyond its signature — its user disabled or demoted, the token
+/// or its sign-in revoked, its device taken out of service — kept in memory per token, so that a busy device's
+/// requests do not ask the database each time.
+///
+/// An entry holds while nothing that could change it has changed. Every change to those facts (in `users`,
+/// `refreshTokens.revokedAt`, `revokedAccessTokens`, `devices.revokedAt`, `deviceTokenFamilies`) moves the cache to
+/// a new generation, which drops every entry:
+/// - in this process, at once, after the change commits (SQLite: a GRDB transaction observer; PostgreSQL: the
+///   same instance hears its own `NOTIFY`, and its revocation paths also invalidate directly);
+/// - from another process on the same SQLite file (an admin command): it replaces the data directory's
+///   `status.epoch` file after its commit, and every request compares that file's identity (one `stat`);
+/// - from another instance on PostgreSQL: triggers `NOTIFY baton_status` in the changing transaction, delivered at
+///   its commit, and each instance `LISTEN`s. While the listening connection is down the cache is not used at all
+///   — every request asks the database — and when it is back the cache starts empty.
+final class TokenStatusCache: Sendable {
+    /// The status of one token.
+    struct Status: Sendable, Hashable {
+        var disabled: Bool
+        var role: String?
+        var revoked: Bool
+        var deviceRevoked: Bool
+    }
+
+    struct State {
+        var generation: UInt64 = 0
+        /// Whether changes are heard (PostgreSQL: the listener is connected).
+        var live: Bool
+        /// Status by token (`nil`: no such user), with the generation it was read under.
+        var entries: [String: (status: Status?, generation: UInt64)] = [:]
+        /// The identity of the epoch file when last looked at.
+        var epoch: [Int] = []
+    }
+
+    let state: Mutex<State>
+    /// SQLite: the data directory's `status.epoch`, which admin commands in other processes replace.
+    let epochURL: URL?
+    static let capacity = 10_000
+
+    init(live: Bool, epochURL: URL?) {
+        state = Mutex(State(live: live, epoch: epochURL.map(Self.identity) ?? []))
+        self.epochURL = epochURL
+    }
+
+    /// The generation a status read now belongs to, or `nil` when the cache must not be used (changes are not
+    /// being heard). Looks at the epoch file first.
+    func generation() -> UInt64? {
+        let epoch = epochURL.map(Self.identity)
+        return state.withLock { state in
+            if let epoch, epoch != state.epoch {
+                state.epoch = epoch
+                state.generation &+= 1
+                state.entries.removeAll(keepingCapacity: true)
+            }
+            return state.live ? state.generation : nil
+        }
+    }
+
+    /// The remembered status of `key` if it was read under `generation` (the current one).
+    func status(_ key: String, at generation: UInt64) -> Status?? {
+        state.withLock { state in
+            guard state.live, state.generation == generation, let entry = state.entries[key],
+                entry.generation == generation
+            else { return nil }
+            return .some(entry.status)
+        }
+    }
+
+    /// Remembers `status` of `key`, read under `generation`: kept only if nothing changed since that read began.
+    func remember(_ key: String, _ status: Status?, readAt generation: UInt64) {
+        state.withLock { state in
+            guard state.live, state.generation == generation else { return }
+            if state.entries.count >= Self.capacity { state.entries.removeAll(keepingCapacity: true) }
+            state.entries[key] = (status, generation)
+        }
+    }
+
+    /// Something that could change a status committed: every entry goes.
+    func invalidate() {
+        state.withLock { state in
+            state.generation &+= 1
+            state.entries.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// Whether changes are heard. Either way every entry goes: what was remembered before may have missed one.
+    func setLive(_ live: Bool) {
+        state.withLock { state in
+            state.live = live
+            state.generation &+= 1
+            state.entries.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// The file's device, inode, size and modification time (nanoseconds); empty when it does not exist.
+    static func identity(_ url: URL) -> [Int] {
+        var status = stat()
+        guard stat(url.path, &status) == 0 else { return [] }
+        #if canImport(Darwin)
+            let modified = [Int(status.st_mtimespec.tv_sec), Int(status.st_mtimespec.tv_nsec)]
+        #else
+            let modified = [Int(status.st_mtim.tv_sec), Int(status.st_mtim.tv_nsec)]
+        #endif
+        return [Int(status.st_dev), Int(status.st_ino), Int(status.st_size)] + modified
+    }
+}
+
+/// Tells the token-status caches of every process on one SQLite file that a status changed: this process's at
+/// once, the others through the epoch file, which is replaced (a new inode) after each such commit.
+final class StatusChangeSignal: Sendable {
+    let epochURL: URL?
+    let listeners = Mutex<[@Sendable () -> Void]>([])
+
+    init(epochURL: URL?) { self.epochURL = epochURL }
+
+    func subscribe(_ listener: @escaping @Sendable () -> Void) { listeners.withLock { $0.append(listener) } }
+
+    /// A status change committed (SQLite's observer): this process's caches drop their entries, and the epoch file
+    /// is replaced for the other processes on the file.
+    func changed() {
+        notifyListeners()
+        guard let epochURL else { return }
+        try? AtomicFile.write(Data((0..<16).map { _ in UInt8.random(in: 0...255) }), to: epochURL)
+    }
+
+    /// This process committed a status change through one of its own paths: its caches drop their entries at once
+    /// (on PostgreSQL, before the instance's own `NOTIFY` arrives).
+    func notifyListeners() {
+        for listener in listeners.withLock({ $0 }) { listener() }
+    }
+}
+
+/// Hears, on a SQLite pool, the commits that change what a token's status read returns.
+final class StatusTablesObserver: TransactionObserver, Sendable {
+    let signal: StatusChangeSignal
+    let changedInTransaction = Mutex(false)
+
+    init(signal: StatusChangeSignal) { self.signal = signal }
+
+    static let columns: [String: Set<String>?] = [
+        "users": ["disabled", "role", "name"], "refreshtokens": ["revokedat", "family"],
+        "revokedaccesstokens": nil, "devices": ["revokedat", "id"], "devicetokenfamilies": nil,
+    ]
+
+    func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool {
+        switch eventKind {
+        case .insert(let table):
+            return ["revokedaccesstokens", "devicetokenfamilies"].contains(table.lowercased())
+        case .delete(let table):
+            return ["users", "devicetokenfamilies", "devices"].contains(table.lowercased())
+        case .update(let table, let columns):
+            guard let watched = Self.columns[table.lowercased()] else { return false }
+            guard let watched else { return true }
+            return columns.contains { watched.contains($0.lowercased()) }
+        }
+    }
+
+    func databaseDidChange(with event: DatabaseEvent) {
+        changedInTransaction.withLock { $0 = true }
+    }
+
+    func databaseDidCommit(_ db: Database) {
+        let changed = changedInTransaction.withLock { flag in
+            defer { flag = false }
+            return flag
+        }
+        if changed { signal.changed() }
+    }
+
+    func databaseDidRollback(_ db: Database) {
+        changedInTransaction.withLock { $0 = false }
+    }
+}

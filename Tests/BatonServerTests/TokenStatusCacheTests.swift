@@ -1,0 +1,113 @@
+import BatonTestSupport
+import BatonTesting
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import Testing
+
+@testable import BatonServer
+
+/// The token-status cache (``TokenStatusCache``): a request's status check comes from memory while nothing changed,
+/// and every change reaches it — from this process at once, from an admin command in another process on SQLite,
+/// from another instance on PostgreSQL through NOTIFY — and while changes cannot be heard it is not used.
+@Suite(.serverSlot, .serialized) struct TokenStatusCacheTests {
+    static func entries(_ server: TestServer) -> Int {
+        server.server.tokens.statusCache.state.withLock { $0.entries.count }
+    }
+    static func live(_ server: TestServer) -> Bool { server.server.tokens.statusCache.state.withLock { $0.live } }
+
+    /// Waits (at most 10 s) until `condition` holds.
+    static func eventually(_ condition: () -> Bool) async throws -> Bool {
+        for _ in 0..<1_000 {
+            if condition() { return true }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return condition()
+    }
+
+    @Test func anAdminCommandInAnotherProcessStopsACachedTokenAtOnce() async throws {
+        let server = try await TestServer(backend: .sqlite)
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.test { client in
+            let token = try await client.signIn("alice").access
+            #expect(try await client.get("/me", token: token).0 == .ok)
+            #expect(Self.entries(server) == 1)
+            #expect(try await client.get("/me", token: token).0 == .ok)
+            // `baton-server user disable` runs as a process of its own on the same data directory.
+            let admin = Process()
+            admin.executableURL = builtExecutable("baton-server")
+            admin.arguments = ["user", "disable", "alice", "--data-dir", server.directory.path]
+            admin.standardOutput = FileHandle.nullDevice
+            try admin.run()
+            admin.waitUntilExit()
+            #expect(admin.terminationStatus == 0)
+            let (status, body, _) = try await client.get("/me", token: token)
+            #expect(status == .unauthorized)
+            #expect((body["error"] as? [String: Any])?["code"] as? String == "UserWithdrawn")
+        }
+    }
+
+    @Test func aRevocationAtOneInstanceReachesTheOthersCache() async throws {
+        let a = try await TestServer(backend: .postgres)
+        defer { a.remove() }
+        let b = try await TwoInstanceStorageTests.second(of: a)
+        defer { b.remove() }
+        try await a.addUser("alice")
+        #expect(try await Self.eventually { Self.live(a) && Self.live(b) })
+        try await a.test { atA in
+            try await b.test { atB in
+                let tokens = try await atA.signIn("alice")
+                #expect(try await atB.get("/me", token: tokens.access).0 == .ok)
+                #expect(Self.entries(b) == 1)
+                #expect(try await atB.get("/me", token: tokens.access).0 == .ok)
+                // Revoked at A: B, which remembered the token as good, refuses it once A's NOTIFY arrives.
+                try await a.server.tokens.revoke(tokens.refresh, clientID: "baton-device", caller: .init(address: "t"))
+                let revoked = ContinuousClock.now
+                var refused = false
+                for _ in 0..<500 where !refused {
+                    refused = try await atB.get("/me", token: tokens.access).0 == .unauthorized
+                    if !refused { try await Task.sleep(for: .milliseconds(1)) }
+                }
+                #expect(refused)
+                print(
+                    "token-status cache: a revocation at one instance was refused at the other after \(ContinuousClock.now - revoked)"
+                )
+            }
+        }
+    }
+
+    @Test func whileTheListenerIsDownTheCacheIsNotUsedAndARevocationIsNeverMissed() async throws {
+        let a = try await TestServer(backend: .postgres)
+        defer { a.remove() }
+        let b = try await TwoInstanceStorageTests.second(of: a)
+        defer { b.remove() }
+        try await a.addUser("alice")
+        #expect(try await Self.eventually { Self.live(a) && Self.live(b) })
+        try await a.test { atA in
+            try await b.test { atB in
+                let tokens = try await atA.signIn("alice")
+                #expect(try await atB.get("/me", token: tokens.access).0 == .ok)
+                #expect(Self.entries(b) == 1)
+                // Every listening connection is cut; until they are back, NOTIFYs go unheard.
+                _ = try await a.server.database.storage.write { db in
+                    try db.fetchAll(
+                        """
+                        SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                        WHERE query ILIKE 'LISTEN%baton_status%' AND pid <> pg_backend_pid()
+                        """)
+                }
+                #expect(try await Self.eventually { !Self.live(b) })
+                #expect(Self.entries(b) == 0)
+                // Revoked at A while B hears nothing: B asks the database, so it refuses at once.
+                try await a.server.tokens.revoke(tokens.refresh, clientID: "baton-device", caller: .init(address: "t"))
+                #expect(try await atB.get("/me", token: tokens.access).0 == .unauthorized)
+                // The listener comes back by itself, and the cache is used again, starting empty.
+                #expect(try await Self.eventually { Self.live(b) })
+                let fresh = try await atA.signIn("alice")
+                #expect(try await atB.get("/me", token: fresh.access).0 == .ok)
+                #expect(Self.entries(b) == 1)
+            }
+        }
+    }
+}
