@@ -93,6 +93,8 @@ public struct BatonServer: Sendable {
     let tokens: TokenService
     /// PostgreSQL: the connection that listens for status changes of other instances (``TokenStatusCache``).
     let statusListener: Task<Void, Never>?
+    /// PostgreSQL: whether the listener hears the channel (its own heartbeat).
+    let statusHealth: StatusListenerHealth?
     let data: DataService
     let issuer: IssuerBox
     /// The admin cockpit's sessions and the key that seals its sign-in cookie (derived from the master key, so
@@ -188,13 +190,30 @@ public struct BatonServer: Sendable {
             live: postgres == nil, epochURL: postgres == nil ? directory.statusEpochURL : nil)
         database.statusChanges.subscribe { statusCache.invalidate() }
         if let postgres {
+            let health = StatusListenerHealth(cache: statusCache)
+            statusHealth = health
             statusListener = Task.detached {
-                await postgres.listen(
-                    "baton_status", onState: { statusCache.setLive($0) },
-                    onNotification: { statusCache.invalidate() })
+                await withDiscardingTaskGroup { group in
+                    group.addTask {
+                        await postgres.listen(
+                            "baton_status", onState: { health.connected($0) }, onNotification: { health.heard($0) })
+                    }
+                    // The heartbeat goes through the pool, as any instance's change would, and its absence turns
+                    // the cache off within the deadline.
+                    group.addTask {
+                        while !Task.isCancelled {
+                            _ = try? await postgres.write { db in
+                                try db.execute("SELECT pg_notify('baton_status', ?)", [.text(health.heartbeat)])
+                            }
+                            health.judge()
+                            try? await Task.sleep(for: StatusListenerHealth.period)
+                        }
+                    }
+                }
             }
         } else {
             statusListener = nil
+            statusHealth = nil
         }
         tokens = TokenService(
             configuration: configuration.oauth, issuer: issuer, database: database, clock: clock,

@@ -110,4 +110,51 @@ import Testing
             }
         }
     }
+
+    /// A listener that goes quiet without an error (a dropped connection a firewall never reset) is noticed by the
+    /// missing heartbeat: the cache stops being used within the deadline, so a revocation is not missed.
+    @Test func aListenerThatGoesQuietIsNoticedByItsHeartbeat() async throws {
+        let a = try await TestServer(backend: .postgres)
+        defer { a.remove() }
+        let b = try await TwoInstanceStorageTests.second(of: a)
+        defer { b.remove() }
+        try await a.addUser("alice")
+        #expect(try await Self.eventually { Self.live(a) && Self.live(b) })
+        try await a.test { atA in
+            try await b.test { atB in
+                let tokens = try await atA.signIn("alice")
+                #expect(try await atB.get("/me", token: tokens.access).0 == .ok)
+                // An update that changes no status (a role set to itself) notifies nobody: B keeps its entry.
+                _ = try await a.server.database.storage.write { db in
+                    try db.execute("UPDATE users SET role = role WHERE name = ?", "alice")
+                }
+                try await Task.sleep(for: .milliseconds(100))
+                #expect(Self.entries(b) == 1)
+                // B stops hearing: its connection stays open, nothing arrives.
+                b.server.statusHealth?.deaf.store(true, ordering: .relaxed)
+                #expect(try await Self.eventually { !Self.live(b) })
+                try await a.server.tokens.revoke(tokens.refresh, clientID: "baton-device", caller: .init(address: "t"))
+                #expect(try await atB.get("/me", token: tokens.access).0 == .unauthorized)
+                b.server.statusHealth?.deaf.store(false, ordering: .relaxed)
+                #expect(try await Self.eventually { Self.live(b) })
+            }
+        }
+    }
+
+    /// An admin command whose status change cannot be told to the other processes (the epoch file cannot be
+    /// replaced) fails, and changes nothing.
+    @Test func aStatusChangeThatCannotReplaceTheEpochFileFailsAndChangesNothing() async throws {
+        let server = try await TestServer(backend: .sqlite)
+        defer { server.remove() }
+        try await server.addUser("alice")
+        let epoch = server.directory.appendingPathComponent("status.epoch")
+        try? FileManager.default.removeItem(at: epoch)
+        try FileManager.default.createDirectory(
+            at: epoch.appendingPathComponent("blocked"), withIntermediateDirectories: true)
+        await #expect(throws: (any Error).self) { try await server.server.users.disable("alice") }
+        #expect(try await server.server.users.user(named: "alice")?.disabled == false)
+        try FileManager.default.removeItem(at: epoch)
+        try await server.server.users.disable("alice")
+        #expect(try await server.server.users.user(named: "alice")?.disabled == true)
+    }
 }

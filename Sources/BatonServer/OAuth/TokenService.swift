@@ -470,8 +470,6 @@ struct TokenService: Sendable {
     /// Revokes a refresh token (its whole family) or an access token (RFC 7009). Unknown tokens are ignored,
     /// as the RFC requires.
     func revoke(_ token: String, clientID: String, caller: Caller) async throws {
-        // A revocation here applies to every token of the sign-in at once, in this instance too.
-        defer { database.statusChanged() }
         let now = clock.now()
         let hash = secretHash(token)
         let refreshOwner = try await database.storage.write { db -> String? in
@@ -483,6 +481,9 @@ struct TokenService: Sendable {
             return row["user"].text
         }
         if let refreshOwner {
+            // The family's access tokens stop at once, in this instance too (an unknown token changes nothing, so
+            // it empties no cache).
+            database.statusChanged()
             try await audit.recordCounted(
                 AuditEntry(
                     at: clock.now(), actor: refreshOwner, action: "token-revoked", subject: refreshOwner,
@@ -499,6 +500,7 @@ struct TokenService: Sendable {
                 claims.jti.value, claims.exp.value)
             try db.execute("DELETE FROM revokedAccessTokens WHERE expiresAt < ?", now)
         }
+        database.statusChanged()
         try await audit.recordCounted(
             AuditEntry(
                 at: clock.now(), actor: claims.sub.value, action: "token-revoked", subject: claims.sub.value,

@@ -41,6 +41,9 @@ final class TokenStatusCache: Sendable {
         var entries: [String: (status: Status?, generation: UInt64)] = [:]
         /// The identity of the epoch file when last looked at.
         var epoch: [Int] = []
+        /// That file, held open: while it is, its inode cannot be given to the next one, so a replacement always
+        /// looks different.
+        var epochHandle: Int32 = -1
     }
 
     let state: Mutex<State>
@@ -49,8 +52,19 @@ final class TokenStatusCache: Sendable {
     static let capacity = 10_000
 
     init(live: Bool, epochURL: URL?) {
-        state = Mutex(State(live: live, epoch: epochURL.map(Self.identity) ?? []))
+        var initial = State(live: live)
+        if let epochURL {
+            initial.epochHandle = open(epochURL.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            initial.epoch = Self.identity(epochURL)
+        }
+        state = Mutex(initial)
         self.epochURL = epochURL
+    }
+
+    deinit {
+        state.withLock { state in
+            if state.epochHandle >= 0 { close(state.epochHandle) }
+        }
     }
 
     /// The generation a status read now belongs to, or `nil` when the cache must not be used (changes are not
@@ -58,10 +72,12 @@ final class TokenStatusCache: Sendable {
     func generation() -> UInt64? {
         let epoch = epochURL.map(Self.identity)
         return state.withLock { state in
-            if let epoch, epoch != state.epoch {
+            if let epoch, let epochURL, epoch != state.epoch {
                 state.epoch = epoch
                 state.generation &+= 1
                 state.entries.removeAll(keepingCapacity: true)
+                if state.epochHandle >= 0 { close(state.epochHandle) }
+                state.epochHandle = open(epochURL.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
             }
             return state.live ? state.generation : nil
         }
@@ -94,9 +110,11 @@ final class TokenStatusCache: Sendable {
         }
     }
 
-    /// Whether changes are heard. Either way every entry goes: what was remembered before may have missed one.
+    /// Whether changes are heard. When that changes, every entry goes: what was remembered before may have missed
+    /// a change.
     func setLive(_ live: Bool) {
         state.withLock { state in
+            guard state.live != live else { return }
             state.live = live
             state.generation &+= 1
             state.entries.removeAll(keepingCapacity: true)
@@ -130,8 +148,15 @@ final class StatusChangeSignal: Sendable {
     /// is replaced for the other processes on the file.
     func changed() {
         notifyListeners()
+        try? replaceEpoch()
+    }
+
+    /// Replaces the epoch file with a new one (new content, new inode).
+    ///
+    /// - Throws: when it cannot be written.
+    func replaceEpoch() throws {
         guard let epochURL else { return }
-        try? AtomicFile.write(Data((0..<16).map { _ in UInt8.random(in: 0...255) }), to: epochURL)
+        try AtomicFile.write(Data((0..<16).map { _ in UInt8.random(in: 0...255) }), to: epochURL)
     }
 
     /// This process committed a status change through one of its own paths: its caches drop their entries at once
@@ -148,9 +173,11 @@ final class StatusTablesObserver: TransactionObserver, Sendable {
 
     init(signal: StatusChangeSignal) { self.signal = signal }
 
+    /// The columns whose update can change a status (`nil`: any). Keys and names that never change (`devices.id`,
+    /// which a backup sets to itself) are not watched, so such an update empties no cache.
     static let columns: [String: Set<String>?] = [
-        "users": ["disabled", "role", "name"], "refreshtokens": ["revokedat", "family"],
-        "revokedaccesstokens": nil, "devices": ["revokedat", "id"], "devicetokenfamilies": nil,
+        "users": ["disabled", "role"], "refreshtokens": ["revokedat"], "revokedaccesstokens": nil,
+        "devices": ["revokedat"], "devicetokenfamilies": nil,
     ]
 
     func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool {
@@ -170,6 +197,15 @@ final class StatusTablesObserver: TransactionObserver, Sendable {
         changedInTransaction.withLock { $0 = true }
     }
 
+    /// Before the commit, the epoch file is replaced first: if it cannot be, the transaction is rolled back and the
+    /// change fails loudly, rather than commit a change the other processes would never hear of.
+    func databaseWillCommit() throws {
+        guard changedInTransaction.withLock({ $0 }) else { return }
+        try signal.replaceEpoch()
+    }
+
+    /// After the commit it is replaced again (a process that read the old status between the two replacements must
+    /// not keep it), and this process's caches empty.
     func databaseDidCommit(_ db: Database) {
         let changed = changedInTransaction.withLock { flag in
             defer { flag = false }
@@ -180,5 +216,54 @@ final class StatusTablesObserver: TransactionObserver, Sendable {
 
     func databaseDidRollback(_ db: Database) {
         changedInTransaction.withLock { $0 = false }
+    }
+}
+
+/// Whether an instance on PostgreSQL hears the status channel: its listening connection is up *and* it heard its
+/// own heartbeat — a notification it sends through its pool every ``period`` — within ``deadline``. A connection
+/// that went quiet without an error (a firewall that dropped it, a half-open socket after a failover, a pooler
+/// that does not pass notifications on) is so noticed within the deadline, and the cache stops being used.
+final class StatusListenerHealth: Sendable {
+    static let period: Duration = .milliseconds(50)
+    static let deadline: Duration = .milliseconds(150)
+    /// The heartbeat's payload prefix; a change's notification has an empty payload.
+    static let prefix = "heartbeat:"
+
+    let instance = UUID().uuidString.lowercased()
+    let cache: TokenStatusCache
+    let state = Mutex<(connected: Bool, lastHeard: ContinuousClock.Instant?)>((false, nil))
+    /// Tests: stop hearing the heartbeat, as a quiet connection would.
+    let deaf = Atomic<Bool>(false)
+
+    init(cache: TokenStatusCache) { self.cache = cache }
+
+    var heartbeat: String { Self.prefix + instance }
+
+    /// The listening connection is up (after its `LISTEN` took effect) or down.
+    func connected(_ up: Bool) {
+        state.withLock { state in
+            state.connected = up
+            if !up { state.lastHeard = nil }
+        }
+        judge()
+    }
+
+    /// A notification arrived: a heartbeat (this instance's counts; the others' are ignored) or a change.
+    func heard(_ payload: String) {
+        if payload.hasPrefix(Self.prefix) {
+            guard payload == heartbeat, !deaf.load(ordering: .relaxed) else { return }
+            state.withLock { $0.lastHeard = .now }
+            judge()
+        } else {
+            cache.invalidate()
+        }
+    }
+
+    /// Live while connected and the last heartbeat is recent.
+    func judge() {
+        let live = state.withLock { state in
+            state.connected && state.lastHeard.map { ContinuousClock.now - $0 < Self.deadline } ?? false
+        }
+        cache.setLive(live)
     }
 }

@@ -136,7 +136,7 @@ public final class PostgresStorage: ServerStorage {
     /// then it connects again after `retry`.
     func listen(
         _ channel: String, retry: Duration = .milliseconds(250), onState: @escaping @Sendable (Bool) -> Void,
-        onNotification: @escaping @Sendable () -> Void
+        onNotification: @escaping @Sendable (String) -> Void
     ) async {
         while !Task.isCancelled {
             do {
@@ -145,7 +145,7 @@ public final class PostgresStorage: ServerStorage {
                 do {
                     try await connection.listen(on: channel) { notifications in
                         onState(true)
-                        for try await _ in notifications { onNotification() }
+                        for try await notification in notifications { onNotification(notification.payload) }
                     }
                 } catch {}
                 onState(false)

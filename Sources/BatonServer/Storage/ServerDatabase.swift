@@ -168,25 +168,36 @@ public struct ServerDatabase: Sendable {
                 END
                 $$ LANGUAGE plpgsql
                 """,
+                // Row triggers with WHEN: an update that changes nothing of a status (a device's contact, a backup's
+                // `SET id = id`) notifies nobody, and identical notifications of one transaction are sent once.
                 """
-                CREATE TRIGGER baton_status_users AFTER UPDATE OF disabled, role, name OR DELETE ON users
-                FOR EACH STATEMENT EXECUTE FUNCTION baton_status_changed()
+                CREATE TRIGGER baton_status_users AFTER UPDATE ON users FOR EACH ROW
+                WHEN (OLD.disabled IS DISTINCT FROM NEW.disabled OR OLD.role IS DISTINCT FROM NEW.role)
+                EXECUTE FUNCTION baton_status_changed()
                 """,
                 """
-                CREATE TRIGGER baton_status_refresh_tokens AFTER UPDATE OF revokedAt, family ON refreshTokens
-                FOR EACH STATEMENT EXECUTE FUNCTION baton_status_changed()
+                CREATE TRIGGER baton_status_users_deleted AFTER DELETE ON users FOR EACH ROW
+                EXECUTE FUNCTION baton_status_changed()
                 """,
                 """
-                CREATE TRIGGER baton_status_revoked_access AFTER INSERT ON revokedAccessTokens
-                FOR EACH STATEMENT EXECUTE FUNCTION baton_status_changed()
+                CREATE TRIGGER baton_status_refresh_tokens AFTER UPDATE ON refreshTokens FOR EACH ROW
+                WHEN (OLD.revokedAt IS DISTINCT FROM NEW.revokedAt) EXECUTE FUNCTION baton_status_changed()
                 """,
                 """
-                CREATE TRIGGER baton_status_devices AFTER UPDATE OF revokedAt, id OR DELETE ON devices
-                FOR EACH STATEMENT EXECUTE FUNCTION baton_status_changed()
+                CREATE TRIGGER baton_status_revoked_access AFTER INSERT ON revokedAccessTokens FOR EACH ROW
+                EXECUTE FUNCTION baton_status_changed()
+                """,
+                """
+                CREATE TRIGGER baton_status_devices AFTER UPDATE ON devices FOR EACH ROW
+                WHEN (OLD.revokedAt IS DISTINCT FROM NEW.revokedAt) EXECUTE FUNCTION baton_status_changed()
+                """,
+                """
+                CREATE TRIGGER baton_status_devices_deleted AFTER DELETE ON devices FOR EACH ROW
+                EXECUTE FUNCTION baton_status_changed()
                 """,
                 """
                 CREATE TRIGGER baton_status_device_families AFTER INSERT OR UPDATE OR DELETE ON deviceTokenFamilies
-                FOR EACH STATEMENT EXECUTE FUNCTION baton_status_changed()
+                FOR EACH ROW EXECUTE FUNCTION baton_status_changed()
                 """,
             ]
         ),
