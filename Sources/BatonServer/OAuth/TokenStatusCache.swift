@@ -44,6 +44,8 @@ final class TokenStatusCache: Sendable {
         /// That file, held open: while it is, its inode cannot be given to the next one, so a replacement always
         /// looks different.
         var epochHandle: Int32 = -1
+        /// How many times a change emptied the cache (not counting the listener's ups and downs).
+        var invalidations = 0
     }
 
     let state: Mutex<State>
@@ -106,6 +108,7 @@ final class TokenStatusCache: Sendable {
     func invalidate() {
         state.withLock { state in
             state.generation &+= 1
+            state.invalidations += 1
             state.entries.removeAll(keepingCapacity: true)
         }
     }
@@ -224,8 +227,8 @@ final class StatusTablesObserver: TransactionObserver, Sendable {
 /// that went quiet without an error (a firewall that dropped it, a half-open socket after a failover, a pooler
 /// that does not pass notifications on) is so noticed within the deadline, and the cache stops being used.
 final class StatusListenerHealth: Sendable {
-    static let period: Duration = .milliseconds(50)
-    static let deadline: Duration = .milliseconds(150)
+    static let period: Duration = .milliseconds(100)
+    static let deadline: Duration = .milliseconds(500)
     /// The heartbeat's payload prefix; a change's notification has an empty payload.
     static let prefix = "heartbeat:"
 
