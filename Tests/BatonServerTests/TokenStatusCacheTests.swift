@@ -33,6 +33,30 @@ import Testing
         return false
     }
 
+    /// Two instances on one PostgreSQL database, both hearing the channel, alice signed in at A and her token in
+    /// B's cache.
+    static func twoInstances(
+        _ body:
+            @Sendable (
+                TestServer, TestServer, any TestClientProtocol, any TestClientProtocol,
+                (access: String, refresh: String)
+            ) async throws -> Void
+    ) async throws {
+        let a = try await TestServer(backend: .postgres)
+        defer { a.remove() }
+        let b = try await TwoInstanceStorageTests.second(of: a)
+        defer { b.remove() }
+        try await a.addUser("alice")
+        #expect(try await Self.eventually { Self.live(a) && Self.live(b) })
+        try await a.test { atA in
+            try await b.test { atB in
+                let tokens = try await atA.signIn("alice")
+                #expect(try await Self.cached(tokens.access, at: atB, of: b))
+                try await body(a, b, atA, atB, tokens)
+            }
+        }
+    }
+
     /// Waits (at most 10 s) until `condition` holds.
     static func eventually(_ condition: () -> Bool) async throws -> Bool {
         for _ in 0..<1_000 {
@@ -66,92 +90,62 @@ import Testing
     }
 
     @Test func aRevocationAtOneInstanceReachesTheOthersCache() async throws {
-        let a = try await TestServer(backend: .postgres)
-        defer { a.remove() }
-        let b = try await TwoInstanceStorageTests.second(of: a)
-        defer { b.remove() }
-        try await a.addUser("alice")
-        #expect(try await Self.eventually { Self.live(a) && Self.live(b) })
-        try await a.test { atA in
-            try await b.test { atB in
-                let tokens = try await atA.signIn("alice")
-                #expect(try await Self.cached(tokens.access, at: atB, of: b))
-                // Revoked at A: B, which remembered the token as good, refuses it once A's NOTIFY arrives.
-                try await a.server.tokens.revoke(tokens.refresh, clientID: "baton-device", caller: .init(address: "t"))
-                let revoked = ContinuousClock.now
-                var refused = false
-                for _ in 0..<500 where !refused {
-                    refused = try await atB.get("/me", token: tokens.access).0 == .unauthorized
-                    if !refused { try await Task.sleep(for: .milliseconds(1)) }
-                }
-                #expect(refused)
-                print(
-                    "token-status cache: a revocation at one instance was refused at the other after \(ContinuousClock.now - revoked)"
-                )
+        try await Self.twoInstances { a, b, atA, atB, tokens in
+            // Revoked at A: B, which remembered the token as good, refuses it once A's NOTIFY arrives.
+            try await a.server.tokens.revoke(tokens.refresh, clientID: "baton-device", caller: .init(address: "t"))
+            let revoked = ContinuousClock.now
+            var refused = false
+            for _ in 0..<500 where !refused {
+                refused = try await atB.get("/me", token: tokens.access).0 == .unauthorized
+                if !refused { try await Task.sleep(for: .milliseconds(1)) }
             }
+            #expect(refused)
+            print(
+                "token-status cache: a revocation at one instance was refused at the other after \(ContinuousClock.now - revoked)"
+            )
         }
     }
 
     @Test func whileTheListenerIsDownTheCacheIsNotUsedAndARevocationIsNeverMissed() async throws {
-        let a = try await TestServer(backend: .postgres)
-        defer { a.remove() }
-        let b = try await TwoInstanceStorageTests.second(of: a)
-        defer { b.remove() }
-        try await a.addUser("alice")
-        #expect(try await Self.eventually { Self.live(a) && Self.live(b) })
-        try await a.test { atA in
-            try await b.test { atB in
-                let tokens = try await atA.signIn("alice")
-                #expect(try await Self.cached(tokens.access, at: atB, of: b))
-                // Every listening connection is cut; until they are back, NOTIFYs go unheard.
-                _ = try await a.server.database.storage.write { db in
-                    try db.fetchAll(
-                        """
-                        SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                        WHERE query ILIKE 'LISTEN%baton_status%' AND pid <> pg_backend_pid()
-                        """)
-                }
-                #expect(try await Self.eventually { !Self.live(b) })
-                #expect(Self.entries(b) == 0)
-                // Revoked at A while B hears nothing: B asks the database, so it refuses at once.
-                try await a.server.tokens.revoke(tokens.refresh, clientID: "baton-device", caller: .init(address: "t"))
-                #expect(try await atB.get("/me", token: tokens.access).0 == .unauthorized)
-                // The listener comes back by itself, and the cache is used again, starting empty.
-                #expect(try await Self.eventually { Self.live(b) })
-                let fresh = try await atA.signIn("alice")
-                #expect(try await Self.cached(fresh.access, at: atB, of: b))
+        try await Self.twoInstances { a, b, atA, atB, tokens in
+            // Every listening connection is cut; until they are back, NOTIFYs go unheard.
+            _ = try await a.server.database.storage.write { db in
+                try db.fetchAll(
+                    """
+                    SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                    WHERE query ILIKE 'LISTEN%baton_status%' AND pid <> pg_backend_pid()
+                    """)
             }
+            #expect(try await Self.eventually { !Self.live(b) })
+            #expect(Self.entries(b) == 0)
+            // Revoked at A while B hears nothing: B asks the database, so it refuses at once.
+            try await a.server.tokens.revoke(tokens.refresh, clientID: "baton-device", caller: .init(address: "t"))
+            #expect(try await atB.get("/me", token: tokens.access).0 == .unauthorized)
+            // The listener comes back by itself, and the cache is used again, starting empty.
+            #expect(try await Self.eventually { Self.live(b) })
+            let fresh = try await atA.signIn("alice")
+            #expect(try await Self.cached(fresh.access, at: atB, of: b))
         }
     }
 
     /// A listener that goes quiet without an error (a dropped connection a firewall never reset) is noticed by the
     /// missing heartbeat: the cache stops being used within the deadline, so a revocation is not missed.
     @Test func aListenerThatGoesQuietIsNoticedByItsHeartbeat() async throws {
-        let a = try await TestServer(backend: .postgres)
-        defer { a.remove() }
-        let b = try await TwoInstanceStorageTests.second(of: a)
-        defer { b.remove() }
-        try await a.addUser("alice")
-        #expect(try await Self.eventually { Self.live(a) && Self.live(b) })
-        try await a.test { atA in
-            try await b.test { atB in
-                let tokens = try await atA.signIn("alice")
-                #expect(try await Self.cached(tokens.access, at: atB, of: b))
-                // An update that changes no status (a role set to itself) notifies nobody: B empties nothing.
-                let before = Self.invalidations(b)
-                _ = try await a.server.database.storage.write { db in
-                    try db.execute("UPDATE users SET role = role WHERE name = ?", "alice")
-                }
-                try await Task.sleep(for: .milliseconds(200))
-                #expect(Self.invalidations(b) == before)
-                // B stops hearing: its connection stays open, nothing arrives.
-                b.server.statusHealth?.deaf.store(true, ordering: .relaxed)
-                #expect(try await Self.eventually { !Self.live(b) })
-                try await a.server.tokens.revoke(tokens.refresh, clientID: "baton-device", caller: .init(address: "t"))
-                #expect(try await atB.get("/me", token: tokens.access).0 == .unauthorized)
-                b.server.statusHealth?.deaf.store(false, ordering: .relaxed)
-                #expect(try await Self.eventually { Self.live(b) })
+        try await Self.twoInstances { a, b, atA, atB, tokens in
+            // An update that changes no status (a role set to itself) notifies nobody: B empties nothing.
+            let before = Self.invalidations(b)
+            _ = try await a.server.database.storage.write { db in
+                try db.execute("UPDATE users SET role = role WHERE name = ?", "alice")
             }
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(Self.invalidations(b) == before)
+            // B stops hearing: its connection stays open, nothing arrives.
+            b.server.statusHealth?.deaf.store(true, ordering: .relaxed)
+            #expect(try await Self.eventually { !Self.live(b) })
+            try await a.server.tokens.revoke(tokens.refresh, clientID: "baton-device", caller: .init(address: "t"))
+            #expect(try await atB.get("/me", token: tokens.access).0 == .unauthorized)
+            b.server.statusHealth?.deaf.store(false, ordering: .relaxed)
+            #expect(try await Self.eventually { Self.live(b) })
         }
     }
 
