@@ -1,6 +1,7 @@
 // Examples/QuickStart/Shift.swift
 import AircraftChecks
 import BatonFlows
+import BatonOData
 import BatonOffline
 import Foundation
 
@@ -23,8 +24,9 @@ extension Tablet {
 
     /// The checks of one aircraft on the tablet, newest first: the tablet's own unsynced ones included.
     public func checks(of tail: String) async throws -> [PreflightCheck] {
-        let literal = tail.replacingOccurrences(of: "'", with: "''")  // a quote inside an OData string doubles
-        return try await store.read(PreflightCheck.self, "$filter=TailNumber eq '\(literal)'&$orderby=ChangedAt desc")
+        // The tail as an OData literal ('D-AIBL', a quote doubled), percent-encoded so no character ends the option.
+        let tail = ODataURL.queryValue(PrimitiveValue.string(tail).urlLiteral)
+        return try await store.read(PreflightCheck.self, "$filter=TailNumber eq \(tail)&$orderby=ChangedAt desc")
     }
 
     /// Shift change: the tablet locks, and someone new joins it (a person already on it would

@@ -5,7 +5,8 @@ import Foundation
 /// online. A tablet works through the offline store instead, which takes the same types.
 extension AuthorizedSession {
     /// The entities of `type` on the server for a query (`$filter=TailNumber eq 'D-AIBL'&$top=20`), every page
-    /// of a paged answer followed.
+    /// of a paged answer followed. A literal that may hold `&`, `#`, `%` or `+` goes through
+    /// `ODataURL.queryValue` first, as for the offline store.
     ///
     /// - Throws: ``BatonClientError`` with the server's message (`ServerError` and its status for a query the
     ///   server refuses), `InvalidResponse` for a body that is not entities of `type`.
@@ -119,10 +120,12 @@ extension AuthorizedSession {
         return url
     }
 
-    /// A query's characters that a URL cannot carry, percent-encoded; `&` and `=` stay separators, `+` is encoded
-    /// so that no server reads it as a space.
+    /// A query as the offline store's `read(_:_:)` takes it — literals already percent-encoded with
+    /// `ODataURL.queryValue` — made a URL's: spaces and other characters a URL cannot carry are encoded, `%` escapes
+    /// are kept as they are (never encoded twice), `&` and `=` stay separators, `+` and `#` are encoded.
     func encode(_ query: String) -> String {
-        let allowed = CharacterSet.urlQueryAllowed.subtracting(CharacterSet(charactersIn: "+#"))
+        let allowed = CharacterSet.urlQueryAllowed.union(CharacterSet(charactersIn: "%"))
+            .subtracting(CharacterSet(charactersIn: "+#"))
         return query.addingPercentEncoding(withAllowedCharacters: allowed) ?? query
     }
 

@@ -72,7 +72,7 @@ public struct OfflineStoreStep: OnboardingStep {
     /// closes, each author's count of changes the server does not have goes into the user registry, so that
     /// ``guardRemoval(of:)`` can answer while the device is locked.
     public func background(_ context: inout OnboardingContext) async throws {
-        await notePendingChanges(context.users)
+        await notePendingChanges(context.users, atClose: true)
         await store.close()
     }
 
@@ -93,7 +93,7 @@ public struct OfflineStoreStep: OnboardingStep {
             try await store.requireNoPendingChanges(of: name)
             return
         }
-        guard let count = user.pendingChanges else {
+        guard user.pendingChangesCountedAtClose == true, let count = user.pendingChanges else {
             throw OfflineError(
                 .pendingChanges,
                 "\(user.displayName)'s changes on this device are not counted while it is locked (the app did not close the offline store last time); unlock, then remove."
@@ -126,9 +126,7 @@ public struct OfflineStoreStep: OnboardingStep {
         }
         let counts: [String: Int]
         do {
-            var all = try await store.pendingCounts()
-            for entry in try await store.archivedEntries() { all[entry.entry.author, default: 0] += 1 }
-            counts = all
+            counts = try await store.unsentCounts()
         } catch {
             throw FlowsError(.storage, "Cannot read the pending changes: \(error.message)")
         }

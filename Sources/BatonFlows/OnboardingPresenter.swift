@@ -49,7 +49,8 @@ public enum UserChoice: Sendable, Hashable {
 /// ``showDeviceCode(_:)``, ``consent(_:user:)`` and ``approver(for:among:problem:)``.
 ///
 /// Names of people: every `user` or `newUser` string a method gets is a **display name** (the server's
-/// `displayName`, "Alice Example"), for showing. The user name that signs in (`alice`) is what
+/// `displayName`, "Alice Example"), for showing; a newcomer to approve is shown with their account beside it
+/// ("Mallory Example (mallory)"), since a display name alone could be anyone's. The user name that signs in (`alice`) is what
 /// ``credentials(server:username:problem:)`` returns and pre-fills; ``UserManager/User`` carries both
 /// (``UserManager/User/displayName``, ``UserManager/User/serverUserID``).
 public protocol OnboardingPresenter: Sendable {

@@ -555,7 +555,11 @@ public struct DeviceRegistrationStep: OnboardingStep {
         do {
             try await register(deviceKey)
         } catch  where error.serverCode == "DeviceProofRequired" && deviceKey == nil && !others.isEmpty {
-            let newcomer = context.info[.serverUser]?.displayName ?? user
+            // The display name alone could be anyone's (an identity provider's `name` claim is not unique): the
+            // person approving sees the account too.
+            let newcomer =
+                context.info[.serverUser].map { $0.displayName == $0.name ? $0.name : "\($0.displayName) (\($0.name))" }
+                ?? user
             let approved = try await Self.approvedDeviceKey(&context, others: others, newUser: newcomer)
             do { try await register(approved) } catch { throw flowsError(error, doing: "register this device") }
             deviceKey = approved

@@ -174,12 +174,8 @@ extension OfflineStoreStep {
 
     /// Writes each author's count of changes the server does not have (queued or archived) into the user registry,
     /// readable while the store is closed (``guardRemoval(of:)``).
-    func notePendingChanges(_ users: UserManager) async {
-        guard let counts = try? await store.pendingCounts(), let archived = try? await store.archivedEntries() else {
-            return
-        }
-        var all = counts
-        for entry in archived { all[entry.entry.author, default: 0] += 1 }
-        try? await users.setPendingChanges(all)
+    func notePendingChanges(_ users: UserManager, atClose: Bool = false) async {
+        guard let counts = try? await store.unsentCounts() else { return }
+        try? await users.setPendingChanges(counts, countedAtClose: atClose)
     }
 }

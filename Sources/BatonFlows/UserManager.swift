@@ -24,6 +24,9 @@ public actor UserManager {
         /// This user's changes waiting on the device for upload, as the app last counted them (the offline
         /// store is encrypted, so the user list before sign-in shows this copy).
         public var pendingChanges: Int?
+        /// Whether ``pendingChanges`` was counted as the offline store closed, so nothing can have changed it since;
+        /// a count written while the store was open (and the app may have ended without closing it) is not.
+        public var pendingChangesCountedAtClose: Bool?
         /// What the user agreed to (``ConsentStep``), when the app asks.
         public var consent: Consent?
 
@@ -179,23 +182,26 @@ public actor UserManager {
 
     /// Records how many changes each user has waiting on the device, keyed by server user name (users not
     /// named have none).
-    public func setPendingChanges(_ counts: [String: Int]) throws(FlowsError) {
+    public func setPendingChanges(_ counts: [String: Int], countedAtClose: Bool = false) throws(FlowsError) {
         var changed = false
         for index in registry.users.indices {
             let count = registry.users[index].serverUserID.flatMap { counts[$0] } ?? 0
-            if registry.users[index].pendingChanges != count {
+            if registry.users[index].pendingChanges != count
+                || registry.users[index].pendingChangesCountedAtClose != countedAtClose
+            {
                 registry.users[index].pendingChanges = count
+                registry.users[index].pendingChangesCountedAtClose = countedAtClose
                 changed = true
             }
         }
         if changed { try save() }
     }
 
-    /// Forgets every user's count of pending changes: the offline store is open and counts change with each change.
-    /// Until the counts are written again (``setPendingChanges(_:)``, when the store closes), they are unknown.
+    /// The offline store opened: from now on the counts change with each change, so none counts as taken at close
+    /// (the user list keeps showing them).
     public func forgetPendingChanges() throws(FlowsError) {
-        guard registry.users.contains(where: { $0.pendingChanges != nil }) else { return }
-        for index in registry.users.indices { registry.users[index].pendingChanges = nil }
+        guard registry.users.contains(where: { $0.pendingChangesCountedAtClose == true }) else { return }
+        for index in registry.users.indices { registry.users[index].pendingChangesCountedAtClose = false }
         try save()
     }
 

@@ -101,6 +101,20 @@ extension OfflineStore {
         }
     }
 
+    /// Each author's changes on this device that the server does not have: queued ones and those in the error
+    /// archive (what must not leave the device unseen).
+    public func unsentCounts() throws(OfflineError) -> [String: Int] {
+        try read { db in
+            var counts: [String: Int] = [:]
+            let sql = #"""
+                SELECT author, COUNT(*) AS n FROM (SELECT author FROM "$queue" UNION ALL SELECT author FROM "$archive")
+                GROUP BY author
+                """#
+            for row in try Row.fetchAll(db, sql: sql) { counts[row["author"]] = row["n"] }
+            return counts
+        }
+    }
+
     /// Changes the server refused, oldest first.
     public func archivedEntries() throws(OfflineError) -> [ArchiveEntry] {
         try read { db in
@@ -204,7 +218,7 @@ extension OfflineStore {
         var values = values
         for part in key {
             guard let given = values.removeValue(forKey: part.name) else { continue }
-            guard given.urlLiteral.unicodeScalars.elementsEqual(part.value.urlLiteral.unicodeScalars) else {
+            guard given.isIdentical(to: part.value) else {
                 throw OfflineError(
                     .badRequest, "Key property '\(part.name)' cannot change; create a new entity instead.",
                     target: part.name)

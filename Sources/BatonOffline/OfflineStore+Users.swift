@@ -11,9 +11,8 @@ extension OfflineStore {
     ///
     /// - Throws: ``OfflineError`` `PendingChanges` with a message that says how many.
     public func requireNoPendingChanges(of author: String) throws(OfflineError) {
-        let count = try pendingCounts()[author] ?? 0
-        let archived = try archivedEntries().filter { $0.entry.author == author }.count
-        guard count + archived == 0 else { throw Self.pendingChanges(of: author, count: count + archived) }
+        let count = try unsentCounts()[author] ?? 0
+        guard count == 0 else { throw Self.pendingChanges(of: author, count: count) }
     }
 
     /// The error for `author`'s `count` changes the server does not have.

@@ -187,7 +187,8 @@ public struct BatonServer: Sendable {
         // The token-status cache: on SQLite it hears this process's commits and sees the epoch file other processes
         // replace; on PostgreSQL it is used only while the listener hears the other instances' changes.
         let statusCache = TokenStatusCache(
-            live: postgres == nil, epochURL: postgres == nil ? directory.statusEpochURL : nil)
+            live: postgres == nil, epochURL: postgres == nil ? directory.statusEpochURL : nil,
+            heartbeatDeadline: postgres == nil ? nil : StatusListenerHealth.deadline)
         database.statusChanges.subscribe { statusCache.invalidate() }
         if let postgres {
             let health = StatusListenerHealth(cache: statusCache)
@@ -205,7 +206,6 @@ public struct BatonServer: Sendable {
                             _ = try? await postgres.write { db in
                                 try db.execute("SELECT pg_notify('baton_status', ?)", [.text(health.heartbeat)])
                             }
-                            health.judge()
                             try? await Task.sleep(for: StatusListenerHealth.period)
                         }
                     }

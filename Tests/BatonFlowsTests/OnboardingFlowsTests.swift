@@ -530,9 +530,11 @@ struct FlakyStep: OnboardingStep {
             let refused = await #expect(throws: FlowsError.self) { try await tablet.manager.open() }
             #expect(refused?.code == .cancelled)
             let transcript = await tablet.presenter.transcript
-            // The newcomer is named by display name, as every name a presenter gets.
+            // The newcomer is named by display name, with the account beside it: a display name alone (a provider's
+            // `name` claim) could be anyone's.
             #expect(
-                transcript.contains("message: Bob joins this device: one of its users approves with their passcode."))
+                transcript.contains(
+                    "message: Bob (bob) joins this device: one of its users approves with their passcode."))
             #expect(transcript.contains { $0.hasPrefix("passcode(Alice): The passcode is wrong") })
             await #expect(throws: (any Error).self) {
                 try await server.server.devices.storeKey(device: alice.deviceID, user: "bob")

@@ -41,6 +41,24 @@ import Testing
         #expect(encoded.target?.entitySet.name == "PreflightChecks")
     }
 
+    /// A quote with a combining mark after it is one Swift `Character`: a literal doubles it and `$search` reads it
+    /// all the same, by Unicode scalar, so the literal does not end there.
+    @Test func quotesBesideCombiningMarksStayQuotes() throws {
+        let model = try ServiceModel.aircraftChecks
+        let name = "O'\u{301}Neil'\u{301}) or true or ('"
+        let literal = PrimitiveValue.string(name).urlLiteral
+        #expect(literal.unicodeScalars.filter { $0 == "'" }.count == 2 + 2 * 3)
+        let url = try ODataURL(parsing: "Aircraft(" + ODataURL.queryValue(literal) + ")", model: model)
+        guard case .resource(let segments) = url.path, case .key(let key) = segments.last else {
+            Issue.record("no key in \(url.path)")
+            return
+        }
+        #expect(key.first.map { $0.value.isIdentical(to: .string(name)) } == true)
+        let search = try ODataURL(
+            parsing: "PreflightChecks?$search=" + ODataURL.queryValue("'a''\u{301}b'"), model: model)
+        #expect(search.query.search == .term("a'\u{301}b"))
+    }
+
     @Test func guidKeysNamedKeysAndKeyAsSegment() throws {
         let id = "0f8fad5b-d9cb-469f-a165-70867728950e"
         let expected = PathSegment.key([KeyValue(name: "ID", value: .guid(try #require(UUID(uuidString: id))))])

@@ -63,6 +63,12 @@ import Testing
         // Closed store, no count (the app ended without closing it): refused.
         let unknown = await #expect(throws: OfflineError.self) { try await step.guardRemoval(of: alice) }
         #expect(unknown?.code == .pendingChanges)
+        // A count written while the store was open (a sync, the app) is not trusted: the app may have changed
+        // more since, and ended without closing the store.
+        alice.pendingChanges = 0
+        alice.pendingChangesCountedAtClose = false
+        await #expect(throws: OfflineError.self) { try await step.guardRemoval(of: alice) }
+        alice.pendingChangesCountedAtClose = true
         alice.pendingChanges = 2
         let counted = await #expect(throws: OfflineError.self) { try await step.guardRemoval(of: alice) }
         #expect(counted?.message.hasPrefix("alice has 2 changes on this device") == true)

@@ -70,4 +70,25 @@ import Testing
         try await store.update(aircraft, values: ["TailNumber": .string("K-1"), "Status": .string("maintenance")])
         #expect(try await store.entity(Aircraft.self, id: aircraft)?.status == "maintenance")
     }
+
+    /// A literal percent-encoded with `ODataURL.queryValue` stays one literal whatever it holds: `&`, `#`, `%`, `+`,
+    /// a quote, CR and LF, each with a combining mark beside it, neither end the option nor change the filter.
+    @Test func aQueryValueKeepsEveryCharacterOfItsLiteral() async throws {
+        let directory = try LocalStoreTests.directory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let store = try await LocalStoreTests.openStore(in: directory)
+        let awkward = "a&\u{301}b#\u{301}c%2\u{301}+'\u{301}\r\u{301}\n<\u{301}\"&$top=0"
+        let plain = PreflightCheck(
+            id: UUID(), tailNumber: "D-AIBL", fuelKg: 1, tyrePressureMainPsi: 2, tyrePressureNosePsi: 3, oilQuarts: 4)
+        var marked = plain
+        marked.id = UUID()
+        marked.remarks = awkward
+        try await store.create(plain)
+        try await store.create(marked)
+        let literal = ODataURL.queryValue(PrimitiveValue.string(awkward).urlLiteral)
+        let found = try await store.read(PreflightCheck.self, "$filter=Remarks eq \(literal)")
+        #expect(found.map(\.id) == [marked.id])
+        #expect(found.first?.remarks.map { Array($0.unicodeScalars) } == Array(awkward.unicodeScalars))
+        #expect(!literal.unicodeScalars.contains { "&#+\r\n\"<".unicodeScalars.contains($0) })
+    }
 }

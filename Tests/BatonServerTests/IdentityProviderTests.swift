@@ -253,6 +253,16 @@ struct IdentityProviderEdgeTests {
         return provider
     }
 
+    /// A group maps to a role only when it is spelled with the same code points: the Ohm sign is not an Omega,
+    /// though Swift's `==` calls them equal.
+    @Test func groupsMapToRolesByTheirCodePoints() {
+        var provider = Self.provider()
+        provider.roleMap = ["\u{03A9}-admins": .admin, "staff": .groundStaff]
+        #expect(provider.role(forGroups: ["\u{03A9}-admins", "staff"]) == .admin)
+        #expect(provider.role(forGroups: ["\u{2126}-admins", "staff"]) == .groundStaff)
+        #expect(provider.role(forGroups: ["\u{2126}-admins"]) == nil)
+    }
+
     static func claims(_ sub: String, _ name: String, groups: [String] = ["staff"], more: [String: JSONValue] = [:])
         -> IDTokenClaims
     {
@@ -353,14 +363,20 @@ struct IdentityProviderEdgeTests {
         var byEmail = Self.provider("mail", issuer: "https://mail.example")
         byEmail.nameClaim = .email
         try await server.server.identityProviders.add(byEmail, clientSecret: "s")
-        for verified in [JSONValue.bool(false), .string("false")] {
-            let unverified = Self.claims(
-                "sub-x", "x", more: ["email": .string("ada@corp.example"), "email_verified": verified])
+        for verified in [JSONValue.bool(false), .string("false"), nil] {
+            var more: [String: JSONValue] = ["email": .string("ada@corp.example")]
+            more["email_verified"] = verified
+            let unverified = Self.claims("sub-x", "x", more: more)
             guard case .refused(let why) = try await server.server.users.signIn(through: byEmail, claims: unverified)
             else { throw TestFailure("an unverified address became a user name") }
             #expect(why.contains("not verified"))
         }
         #expect(try await server.server.users.user(named: "ada@corp.example") == nil)
+        let vouched = Self.claims(
+            "sub-y", "y", more: ["email": .string("ada@corp.example"), "email_verified": .bool(true)])
+        guard case .signedIn(let ada, true, _) = try await server.server.users.signIn(through: byEmail, claims: vouched)
+        else { throw TestFailure("a verified address did not become the user name") }
+        #expect(ada.name == "ada@corp.example")
     }
 
     @Test(arguments: StorageBackend.allCases) func scimTakesProvidersBodiesAndRefusesWhatItMustNot(

@@ -146,7 +146,7 @@ extension Double: ODataPrimitive {
 
 extension Float: ODataPrimitive {
     public init?(primitive value: PrimitiveValue) {
-        guard case .double(let number) = value else { return nil }
+        guard case .double(let number) = value, number.fitsSingle else { return nil }
         self = Float(number)
     }
     public var primitiveValue: PrimitiveValue { .double(Double(self)) }
@@ -164,8 +164,9 @@ extension Date: ODataPrimitive {
     public init?(primitive value: PrimitiveValue) {
         guard case .dateTimeOffset(let instant) = value else { return nil }
         // Whole milliseconds, as `ODataDateTimeOffset(_:)` keeps them, so a value read back compares equal.
-        let milliseconds = Int64(instant.utcSecondsSinceEpoch) * 1000 + instant.time.picoseconds / 1_000_000_000
-        self = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+        let (milliseconds, overflow) = Int64(instant.utcSecondsSinceEpoch).multipliedReportingOverflow(by: 1000)
+        guard !overflow else { return nil }
+        self = Date(timeIntervalSince1970: Double(milliseconds + instant.time.picoseconds / 1_000_000_000) / 1000)
     }
     public var primitiveValue: PrimitiveValue { .dateTimeOffset(ODataDateTimeOffset(self)) }
 }
@@ -250,6 +251,15 @@ public struct EntityValueReader: Sendable {
 }
 
 extension PrimitiveValue {
+    /// Whether two values are the same value written the same way: strings compare by Unicode scalar (a Kelvin sign
+    /// is not a K, though Swift's `==` says so), other values by `==`. What a key comparison must use.
+    public func isIdentical(to other: PrimitiveValue) -> Bool {
+        if case .string(let left) = self, case .string(let right) = other {
+            return left.unicodeScalars.elementsEqual(right.unicodeScalars)
+        }
+        return self == other
+    }
+
     /// The value of JSON text for a property of `type` (generated code writes CSDL defaults this way); `nil` when the
     /// text is not a value of that type.
     public init?(jsonText: String, as type: EdmPrimitiveType) {

@@ -326,3 +326,25 @@ public struct ODataURL: Sendable, Hashable {
         return [KeyValue(name: property.name, value: value)]
     }
 }
+
+extension ODataURL {
+    /// `text` made safe to stand as the value of a query option (`$filter=` + it): every UTF-8 byte but ASCII
+    /// letters, digits and `-._~'()` percent-encoded, so `&`, `#`, `%`, `+` or a line break in a literal cannot end
+    /// the option or change it — whatever combining mark stands beside them.
+    public static func queryValue(_ text: String) -> String {
+        var result = ""
+        result.reserveCapacity(text.utf8.count)
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+                UInt8(ascii: "~"), UInt8(ascii: "'"), UInt8(ascii: "("), UInt8(ascii: ")"):
+                result.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                result +=
+                    "%" + String(byte >> 4, radix: 16, uppercase: true) + String(byte & 15, radix: 16, uppercase: true)
+            }
+        }
+        return result
+    }
+}

@@ -26,12 +26,18 @@ struct SearchParser {
     }
 
     mutating func parse() throws(ODataError) -> SearchExpression {
-        let text = source.string
-        if text.count >= 2, text.hasPrefix("'"), text.hasSuffix("'") {
-            // 4.01: a single-quoted search value is one phrase, with '' for a quote.
-            let phrase = String(text.dropFirst().dropLast()).replacingOccurrences(of: "''", with: "'")
+        // 4.01: a single-quoted search value is one phrase, with '' for a quote. Read by Unicode scalar: a quote with
+        // a combining mark after it is one Swift `Character`, and must still count as a quote.
+        let scalars = source.scalars
+        if scalars.count >= 2, scalars.first == "'", scalars.last == "'" {
+            var phrase = String.UnicodeScalarView()
+            var index = 1
+            while index < scalars.count - 1 {
+                phrase.append(scalars[index])
+                index += index + 1 < scalars.count - 1 && scalars[index] == "'" && scalars[index + 1] == "'" ? 2 : 1
+            }
             guard !phrase.isEmpty else { throw error("Empty $search phrase") }
-            return .term(phrase)
+            return .term(String(phrase))
         }
         skipSpaces()
         let expression = try parseOr(depth: 0)

@@ -10,7 +10,7 @@ extension PrimitiveValue {
         case .integer(let value): String(value)
         case .decimal(let value): Self.decimalText(value)
         case .double(let value): Self.doubleText(value)
-        case .string(let value): "'" + value.replacingOccurrences(of: "'", with: "''") + "'"
+        case .string(let value): Self.quoted(value)
         case .guid(let value): value.uuidString.lowercased()
         case .date(let value): value.description
         case .dateTimeOffset(let value): value.description
@@ -19,6 +19,19 @@ extension PrimitiveValue {
         case .binary(let bytes):
             "binary'\(Data(bytes).base64EncodedString().replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_"))'"
         }
+    }
+
+    /// `'text'` with every quote doubled — by Unicode scalar: a quote with a combining mark after it is one Swift
+    /// `Character`, which a `String` replacement would not find, and the literal would end there.
+    static func quoted(_ text: String) -> String {
+        var scalars = String.UnicodeScalarView()
+        scalars.append("'")
+        for scalar in text.unicodeScalars {
+            scalars.append(scalar)
+            if scalar == "'" { scalars.append("'") }
+        }
+        scalars.append("'")
+        return String(scalars)
     }
 
     static func decimalText(_ value: Decimal) -> String {

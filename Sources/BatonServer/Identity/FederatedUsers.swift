@@ -27,9 +27,11 @@ extension UserDirectory {
             case .email: claims.string("email")
             case .preferredUsername: claims.string("preferred_username")
             }
-        // An address the provider says is not verified names nobody.
+        // An address names someone only when the provider vouches for it: `email_verified` true. Left out (Entra ID
+        // leaves it out) is not vouched for — anyone at the provider could claim the address of a person SCIM
+        // created who has not signed in yet.
         if provider.nameClaim == .email,
-            claims.claims["email_verified"] == .bool(false) || claims.claims["email_verified"] == .string("false")
+            claims.claims["email_verified"] != .bool(true) && claims.claims["email_verified"] != .string("true")
         {
             return .refused(
                 "\(provider.displayName) has not verified your e-mail address, which would be your Baton user name.")
@@ -55,9 +57,7 @@ extension UserDirectory {
         provider: IdentityProvider, claims: IDTokenClaims, role: User.Role, claimed: String?, displayName: String?
     ) async throws -> FederatedSignIn {
         let now = clock.now()
-        // A role a sign-in changed applies to the person's other tokens at once.
-        defer { database.statusChanged() }
-        return try await database.storage.write { db -> FederatedSignIn in
+        let outcome = try await database.storage.write { db -> FederatedSignIn in
             var found = try db.fetchOne(
                 "SELECT \(User.columns) FROM users WHERE idp = ? AND idpIssuer = ? AND subject = ?", provider.name,
                 provider.issuer, claims.subject
@@ -112,6 +112,10 @@ extension UserDirectory {
             }
             return .signedIn(user, created: created, roleChanged: created ? nil : changed)
         }
+        // A role a sign-in changed applies to the person's other tokens at once; a sign-in that changed none empties
+        // no cache.
+        if case .signedIn(_, _, .some) = outcome { database.statusChanged() }
+        return outcome
     }
 
     /// Binds a user to a provider's subject (`baton-server user link`): from then on they sign in only through

@@ -70,7 +70,11 @@ public struct IdentityProvider: Sendable, Hashable {
     /// The highest role the groups give, or `nil` when none is mapped.
     func role(forGroups groups: [String]) -> User.Role? {
         let order: [User.Role] = [.admin, .supervisor, .groundStaff]
-        let given = Set(groups.compactMap { roleMap[$0] })
+        // By Unicode scalar: a group spelled with other code points that Swift's `==` calls equal is another group.
+        let given = Set(
+            groups.flatMap { group in
+                roleMap.filter { $0.key.unicodeScalars.elementsEqual(group.unicodeScalars) }.map(\.value)
+            })
         return order.first(where: given.contains)
     }
 

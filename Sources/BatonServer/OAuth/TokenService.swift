@@ -243,11 +243,16 @@ struct TokenService: Sendable {
                 return .invalid("The authorization code is unknown.")
             }
             if row["usedAt"] != .null {
-                if let family = row["family"].text {
+                let reason = "The authorization code was already used; tokens issued from it are revoked."
+                if let family = row["family"].text,
                     try db.execute(
                         "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL", now, family)
+                        > 0
+                {
+                    return .reused(reason)
                 }
-                return .reused("The authorization code was already used; tokens issued from it are revoked.")
+                // Replayed again: nothing more is revoked, so no cache has anything to forget.
+                return .invalid(reason)
             }
             try db.execute("UPDATE authorizationCodes SET usedAt = ? WHERE hash = ?", now, hash)
             if (row["expiresAt"].real ?? 0) <= now { return .invalid("The authorization code has expired.") }
@@ -472,18 +477,19 @@ struct TokenService: Sendable {
     func revoke(_ token: String, clientID: String, caller: Caller) async throws {
         let now = clock.now()
         let hash = secretHash(token)
-        let refreshOwner = try await database.storage.write { db -> String? in
+        let refresh = try await database.storage.write { db -> (owner: String?, revoked: Bool)? in
             guard
                 let row = try db.fetchOne(#"SELECT family, "user", clientID FROM refreshTokens WHERE hash = ?"#, hash),
                 row["clientID"].text == clientID, let family = row["family"].text
             else { return nil }
-            try db.execute("UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL", now, family)
-            return row["user"].text
+            let revoked = try db.execute(
+                "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL", now, family)
+            return (row["user"].text, revoked > 0)
         }
-        if let refreshOwner {
-            // The family's access tokens stop at once, in this instance too (an unknown token changes nothing, so
-            // it empties no cache).
-            database.statusChanged()
+        if let refresh, let refreshOwner = refresh.owner {
+            // The family's access tokens stop at once, in this instance too; a token revoked before (or unknown)
+            // changes nothing, so it empties no cache.
+            if refresh.revoked { database.statusChanged() }
             try await audit.recordCounted(
                 AuditEntry(
                     at: clock.now(), actor: refreshOwner, action: "token-revoked", subject: refreshOwner,
@@ -494,13 +500,14 @@ struct TokenService: Sendable {
             let claims = try? await keys.collection.verify(token, as: AccessTokenClaims.self),
             claims.clientID == clientID
         else { return }
-        try await database.storage.write { db in
-            try db.execute(
+        let inserted = try await database.storage.write { db -> Bool in
+            let inserted = try db.execute(
                 "INSERT INTO revokedAccessTokens (jti, expiresAt) VALUES (?, ?) ON CONFLICT(jti) DO NOTHING",
                 claims.jti.value, claims.exp.value)
             try db.execute("DELETE FROM revokedAccessTokens WHERE expiresAt < ?", now)
+            return inserted > 0
         }
-        database.statusChanged()
+        if inserted { database.statusChanged() }
         try await audit.recordCounted(
             AuditEntry(
                 at: clock.now(), actor: claims.sub.value, action: "token-revoked", subject: claims.sub.value,

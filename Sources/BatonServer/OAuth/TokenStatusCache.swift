@@ -46,17 +46,26 @@ final class TokenStatusCache: Sendable {
         var epochHandle: Int32 = -1
         /// How many times a change emptied the cache (not counting the listener's ups and downs).
         var invalidations = 0
+        /// PostgreSQL: whether the listening connection is up, and when it last heard this instance's heartbeat.
+        var connected = false
+        var heardAt: ContinuousClock.Instant?
     }
+
+    /// PostgreSQL: changes count as heard only while the listener is connected and this instance's heartbeat came
+    /// back within this — judged on every request, so a listener that went quiet turns the cache off within it
+    /// even when nothing else runs. `nil` on SQLite, whose cache hears every change of the file.
+    let heartbeatDeadline: Duration?
 
     let state: Mutex<State>
     /// SQLite: the data directory's `status.epoch`, which admin commands in other processes replace.
     let epochURL: URL?
     static let capacity = 10_000
 
-    init(live: Bool, epochURL: URL?) {
+    init(live: Bool, epochURL: URL?, heartbeatDeadline: Duration? = nil) {
+        self.heartbeatDeadline = heartbeatDeadline
         var initial = State(live: live)
         if let epochURL {
-            initial.epochHandle = open(epochURL.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            initial.epochHandle = open(epochURL.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
             initial.epoch = Self.identity(epochURL)
         }
         state = Mutex(initial)
@@ -79,8 +88,9 @@ final class TokenStatusCache: Sendable {
                 state.generation &+= 1
                 state.entries.removeAll(keepingCapacity: true)
                 if state.epochHandle >= 0 { close(state.epochHandle) }
-                state.epochHandle = open(epochURL.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+                state.epochHandle = open(epochURL.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
             }
+            if let heartbeatDeadline { Self.judge(&state, deadline: heartbeatDeadline) }
             return state.live ? state.generation : nil
         }
     }
@@ -113,15 +123,31 @@ final class TokenStatusCache: Sendable {
         }
     }
 
-    /// Whether changes are heard. When that changes, every entry goes: what was remembered before may have missed
-    /// a change.
-    func setLive(_ live: Bool) {
+    /// The listening connection is up (after its `LISTEN` took effect) or down.
+    func listenerConnected(_ up: Bool) {
         state.withLock { state in
-            guard state.live != live else { return }
-            state.live = live
-            state.generation &+= 1
-            state.entries.removeAll(keepingCapacity: true)
+            state.connected = up
+            if !up { state.heardAt = nil }
+            if let heartbeatDeadline { Self.judge(&state, deadline: heartbeatDeadline) }
         }
+    }
+
+    /// This instance's heartbeat came back through the channel.
+    func heartbeatHeard() {
+        state.withLock { state in
+            state.heardAt = .now
+            if let heartbeatDeadline { Self.judge(&state, deadline: heartbeatDeadline) }
+        }
+    }
+
+    /// Live while connected and the last heartbeat is recent. When that changes, every entry goes: what was
+    /// remembered before may have missed a change.
+    static func judge(_ state: inout State, deadline: Duration) {
+        let live = state.connected && state.heardAt.map { ContinuousClock.now - $0 < deadline } ?? false
+        guard state.live != live else { return }
+        state.live = live
+        state.generation &+= 1
+        state.entries.removeAll(keepingCapacity: true)
     }
 
     /// The file's device, inode, size and modification time (nanoseconds); empty when it does not exist.
@@ -234,7 +260,6 @@ final class StatusListenerHealth: Sendable {
 
     let instance = UUID().uuidString.lowercased()
     let cache: TokenStatusCache
-    let state = Mutex<(connected: Bool, lastHeard: ContinuousClock.Instant?)>((false, nil))
     /// Tests: stop hearing the heartbeat, as a quiet connection would.
     let deaf = Atomic<Bool>(false)
 
@@ -243,30 +268,15 @@ final class StatusListenerHealth: Sendable {
     var heartbeat: String { Self.prefix + instance }
 
     /// The listening connection is up (after its `LISTEN` took effect) or down.
-    func connected(_ up: Bool) {
-        state.withLock { state in
-            state.connected = up
-            if !up { state.lastHeard = nil }
-        }
-        judge()
-    }
+    func connected(_ up: Bool) { cache.listenerConnected(up) }
 
     /// A notification arrived: a heartbeat (this instance's counts; the others' are ignored) or a change.
     func heard(_ payload: String) {
         if payload.hasPrefix(Self.prefix) {
             guard payload == heartbeat, !deaf.load(ordering: .relaxed) else { return }
-            state.withLock { $0.lastHeard = .now }
-            judge()
+            cache.heartbeatHeard()
         } else {
             cache.invalidate()
         }
-    }
-
-    /// Live while connected and the last heartbeat is recent.
-    func judge() {
-        let live = state.withLock { state in
-            state.connected && state.lastHeard.map { ContinuousClock.now - $0 < Self.deadline } ?? false
-        }
-        cache.setLive(live)
     }
 }

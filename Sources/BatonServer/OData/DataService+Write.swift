@@ -199,7 +199,8 @@ extension DataService {
         let current = try precondition(target, request: request, in: db)
         try checkOwnership(target, current: current, attribution: attribution)
         let payload = try decode(request, as: target.type, mode: replace ? .replace : .merge)
-        for name in target.type.key where payload.values[name] != nil && payload.values[name] != current.values[name] {
+        for name in target.type.key
+        where payload.values[name].map({ !$0.isIdentical(to: current.values[name] ?? .null) }) ?? false {
             throw ServerError.badRequest(
                 "Key property '\(name)' cannot change; create a new entity instead.", target: name)
         }

@@ -96,21 +96,16 @@ public final class ServerMetrics: Sendable {
     func request(route: String, method: String, status: Int, duration: Duration) {
         guard isEnabled else { return }
         let series = RequestSeries(route: route, method: method, status: status)
-        let handlers =
-            requestHandlers.withLock { $0[series] }
-            ?? {
-                let made = (
-                    count: Counter(
-                        label: "baton_http_requests_total",
-                        dimensions: [("route", route), ("method", method), ("status", String(status))],
-                        factory: factory),
-                    duration: Timer(
-                        label: "baton_http_request_duration_seconds",
-                        dimensions: [("route", route), ("method", method)], factory: factory)
-                )
-                requestHandlers.withLock { $0[series] = made }
-                return made
-            }()
+        let handlers = Self.kept(series, in: requestHandlers) {
+            (
+                count: Counter(
+                    label: "baton_http_requests_total",
+                    dimensions: [("route", route), ("method", method), ("status", String(status))], factory: factory),
+                duration: Timer(
+                    label: "baton_http_request_duration_seconds", dimensions: [("route", route), ("method", method)],
+                    factory: factory)
+            )
+        }
         handlers.count.increment()
         handlers.duration.recordNanoseconds(Self.nanoseconds(duration))
     }
@@ -148,15 +143,24 @@ public final class ServerMetrics: Sendable {
     /// Records how long the data service's database work for one request took.
     func database(_ operation: String, _ duration: Duration) {
         guard isEnabled else { return }
-        let timer =
-            databaseTimers.withLock { $0[operation] }
-            ?? {
-                let made = Timer(
-                    label: "baton_database_duration_seconds", dimensions: [("operation", operation)], factory: factory)
-                databaseTimers.withLock { $0[operation] = made }
-                return made
-            }()
+        let timer = Self.kept(operation, in: databaseTimers) {
+            Timer(label: "baton_database_duration_seconds", dimensions: [("operation", operation)], factory: factory)
+        }
         timer.recordNanoseconds(Self.nanoseconds(duration))
+    }
+
+    /// The handler kept under `key`, made by `make` the first time; when two requests make one at once, both use
+    /// the one kept first.
+    static func kept<Key: Hashable & Sendable, Value: Sendable>(
+        _ key: Key, in cache: borrowing Mutex<[Key: Value]>, make: () -> Value
+    ) -> Value {
+        if let kept = cache.withLock({ $0[key] }) { return kept }
+        let made = make()
+        return cache.withLock { handlers in
+            if let kept = handlers[key] { return kept }
+            handlers[key] = made
+            return made
+        }
     }
 
     static func nanoseconds(_ duration: Duration) -> Int64 {

@@ -523,7 +523,8 @@ struct SCIMRoutes {
         } catch let error as ServerError {
             throw SCIMError(error.status, error.status == .conflict ? nil : "invalidValue", error.message)
         }
-        database.statusChanged()
+        // A deactivation or reactivation applies to the person's tokens at once; a rename empties no cache.
+        if old.active != user.active { database.statusChanged() }
         var entries: [AuditEntry] = []
         func entry(_ action: String, _ detail: String) {
             entries.append(

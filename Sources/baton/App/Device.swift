@@ -145,12 +145,8 @@ struct Device: Sendable {
 
     /// Copies the pending counts per author into the user registry, for the user list before sign-in.
     func notePendingChanges() async {
-        guard let counts = try? await store.pendingCounts(), let archived = try? await store.archivedEntries() else {
-            return
-        }
-        var all = counts
-        for entry in archived { all[entry.entry.author, default: 0] += 1 }
-        try? await sessions.users.setPendingChanges(all)
+        guard let counts = try? await store.unsentCounts() else { return }
+        try? await sessions.users.setPendingChanges(counts)
     }
 
     // MARK: Aircraft and checks
@@ -413,10 +409,7 @@ struct Device: Sendable {
         return sent
     }
 
-    func encode(_ text: String) -> String {
-        text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~'()")))
-            ?? text
-    }
+    func encode(_ text: String) -> String { ODataURL.queryValue(text) }
 }
 
 /// The transport of `--offline`: refuses every request, as a device with no network would.
