@@ -153,4 +153,15 @@ import Testing
             try EntityCodeGenerator.swiftSource(for: parsed, source: "evil.json")
         }
     }
+
+    /// A value a server could send that a Swift type cannot hold is refused, never a trap: an instant past what
+    /// Int64 milliseconds reach, a double beyond Single's range.
+    @Test func valuesBeyondTheSwiftTypesRangeAreRefusedNotTrapped() throws {
+        let far = try #require(ODataDateTimeOffset(parsing: "999999999-01-01T00:00:00Z"))
+        #expect(Date(primitive: .dateTimeOffset(far)) == nil)
+        let near = try #require(ODataDateTimeOffset(parsing: "2026-11-26T08:00:00.125Z"))
+        #expect(Date(primitive: .dateTimeOffset(near)) == Date(timeIntervalSince1970: 1_795_680_000.125))
+        #expect(Float(primitive: .double(1e300)) == nil)
+        #expect(Float(primitive: .double(1.5)) == 1.5)
+    }
 }

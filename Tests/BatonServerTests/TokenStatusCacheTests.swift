@@ -81,6 +81,28 @@ import Testing
         }
     }
 
+    /// Only a change empties the cache: revoking a token already revoked, or replaying a used code, changes nothing
+    /// and so costs nobody their cached status (anyone may send them).
+    @Test func aRevocationThatChangesNothingEmptiesNoCache() async throws {
+        let server = try await TestServer(backend: .sqlite)
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.addUser("bob")
+        try await server.test { client in
+            let alice = try await client.signIn("alice")
+            let bob = try await client.signIn("bob")
+            try await server.server.tokens.revoke(alice.refresh, clientID: "baton-device", caller: .init(address: "t"))
+            #expect(try await client.get("/me", token: bob.access).0 == .ok)
+            #expect(Self.entries(server) == 1)
+            let before = Self.invalidations(server)
+            try await server.server.tokens.revoke(alice.refresh, clientID: "baton-device", caller: .init(address: "t"))
+            try await server.server.tokens.revoke("not-a-token", clientID: "baton-device", caller: .init(address: "t"))
+            #expect(Self.invalidations(server) == before)
+            #expect(Self.entries(server) == 1)
+            #expect(try await client.get("/me", token: alice.access).0 == .unauthorized)
+        }
+    }
+
     @Test func aRevocationAtOneInstanceReachesTheOthersCache() async throws {
         try await Self.twoInstances { a, b, atA, atB, tokens in
             // Revoked at A: B, which remembered the token as good, refuses it once A's NOTIFY arrives.
