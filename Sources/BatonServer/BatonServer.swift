@@ -204,7 +204,7 @@ public struct BatonServer: Sendable {
                     group.addTask {
                         while !Task.isCancelled {
                             _ = try? await postgres.write { db in
-                                try db.execute("SELECT pg_notify('baton_status', ?)", [.text(health.heartbeat)])
+                                try await db.execute("SELECT pg_notify('baton_status', ?)", [.text(health.heartbeat)])
                             }
                             try? await Task.sleep(for: StatusListenerHealth.period)
                         }
@@ -243,14 +243,14 @@ public struct BatonServer: Sendable {
             issuerBox: issuer,
             databasesAnswer: {
                 let select = "SELECT 1"
-                let server = try? await database.storage.readStatement { try $0.fetchOne(select)?[0].integer }
+                let server = try? await database.storage.readStatement { try await $0.fetchOne(select)?[0].integer }
                 // On PostgreSQL both are one database.
                 if case .postgres(let first) = database.storage, case .postgres(let second) = store.storage,
                     first === second
                 {
                     return server == 1
                 }
-                let data = try? await store.storage.readStatement { try $0.fetchOne(select)?[0].integer }
+                let data = try? await store.storage.readStatement { try await $0.fetchOne(select)?[0].integer }
                 return server == 1 && data == 1
             })
         routes.addPublic(to: router)
@@ -407,7 +407,7 @@ extension BatonServer {
     /// cluster's settings are the operator's; the server only says what they cost.
     static func warnOfUnflushedCommits(_ storage: PostgresStorage, logger: Logger) async {
         let settings = try? await storage.read { db in
-            try db.fetchOne(
+            try await db.fetchOne(
                 """
                 SELECT current_setting('fsync') AS f, current_setting('synchronous_commit') AS s,
                     current_setting('full_page_writes') AS p

@@ -20,6 +20,13 @@ public final class Gate: Sendable {
         while !opened.load(ordering: .relaxed) { try pause() }
     }
 
+    /// Waits in the gate until ``open()``, with `pause` between looks, from an asynchronous body (a PostgreSQL
+    /// transaction whose `pg_sleep` keeps the session busy in the database).
+    public func hold(pausing pause: () async throws -> Void) async rethrows {
+        entered.store(true, ordering: .relaxed)
+        while !opened.load(ordering: .relaxed) { try await pause() }
+    }
+
     /// Returns once a body waits in the gate (at most `timeout`).
     public func entered(within timeout: Duration = .seconds(30)) async throws {
         try await eventually(within: timeout) { self.entered.load(ordering: .relaxed) }

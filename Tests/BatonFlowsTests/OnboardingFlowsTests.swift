@@ -457,7 +457,7 @@ import Testing
             // The new sign-in is known to be on this device (the server ends it with the device, and counts it as
             // alice's presence there).
             let linked = try await server.server.database.storage.read { db in
-                try db.fetchOne(
+                try await db.fetchOne(
                     "SELECT COUNT(*) FROM deviceTokenFamilies WHERE device = ?", again.deviceID)?[0].integer ?? 0
             }
             #expect(linked == 2)

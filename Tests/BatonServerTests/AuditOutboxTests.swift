@@ -37,8 +37,10 @@ import Testing
         // A change committed with its entries, and the process gone before they reached the log.
         let outbox = first.server.data.outbox
         try await #require(first.server.data.store.pool).write { db in
-            var entries = [Self.entry("crash-window-1"), Self.entry("crash-window-2")]
-            try outbox.stage(&entries, in: GRDBConnection(db: db))
+            try GRDBConnection.run(db) { connection in
+                var entries = [Self.entry("crash-window-1"), Self.entry("crash-window-2")]
+                try await outbox.stage(&entries, in: connection)
+            }
         }
         #expect(try await outboxCount(first.server) == 2)
         let restarted = try await reopen(first.directory)
@@ -56,8 +58,10 @@ import Testing
         let pool = try #require(test.server.data.store.pool)
         let outbox = test.server.data.outbox
         try await pool.write { db in
-            var entries = [Self.entry("moved-once")]
-            try outbox.stage(&entries, in: GRDBConnection(db: db))
+            try GRDBConnection.run(db) { connection in
+                var entries = [Self.entry("moved-once")]
+                try await outbox.stage(&entries, in: connection)
+            }
         }
         try await pool.write { db in
             try db.execute(sql: #"CREATE TABLE kept AS SELECT * FROM "\#(DataStore.auditOutbox)""#)
@@ -86,10 +90,10 @@ import Testing
             let outbox = server.server.data.outbox
             try await server.server.data.store.write { db in
                 var entries = [Self.entry("committed-with-the-change")]
-                try outbox.stage(&entries, in: db)
+                try await outbox.stage(&entries, in: db)
             }
             let left = try await storage.read { db in
-                try db.fetchOne(#"SELECT count(*) FROM "\#(DataStore.auditOutbox)""#)?[0].integer
+                try await db.fetchOne(#"SELECT count(*) FROM "\#(DataStore.auditOutbox)""#)?[0].integer
             }
             #expect(left == 0)
             let entries = try await server.server.audit.entries(limit: 100)
@@ -110,14 +114,14 @@ import Testing
         await #expect(throws: Refused.self) {
             try await store.write { db in
                 var entries = [Self.entry("rolled-back")]
-                try outbox.stage(&entries, in: db)
+                try await outbox.stage(&entries, in: db)
                 throw Refused()
             }
         }
         let attempts = Mutex(0)
         try await store.write { db in
             var entries = [Self.entry("ran-again")]
-            try outbox.stage(&entries, in: db)
+            try await outbox.stage(&entries, in: db)
             let attempt = attempts.withLock { count in
                 count += 1
                 return count
@@ -136,17 +140,21 @@ import Testing
         let pool = try #require(test.server.data.store.pool)
         let outbox = test.server.data.outbox
         let staged = try await pool.write { db in
-            var entries = [Self.entry("change-1"), Self.entry("change-1b")]
-            try outbox.stage(&entries, in: GRDBConnection(db: db))
-            return entries
+            try GRDBConnection.run(db) { connection in
+                var entries = [Self.entry("change-1"), Self.entry("change-1b")]
+                try await outbox.stage(&entries, in: connection)
+                return entries
+            }
         }
         #expect(staged.allSatisfy { $0.outboxKey != nil })
         try await test.server.audit.record(staged: staged, outbox: outbox)
         // Recorded, and still in the outbox until the next change's transaction…
         #expect(try await outboxCount(test.server) == 2)
         try await pool.write { db in
-            var entries = [Self.entry("change-2")]
-            try outbox.stage(&entries, in: GRDBConnection(db: db))
+            try GRDBConnection.run(db) { connection in
+                var entries = [Self.entry("change-2")]
+                try await outbox.stage(&entries, in: connection)
+            }
         }
         // …which deletes them and stages its own.
         #expect(try await outboxCount(test.server) == 1)

@@ -450,7 +450,8 @@ enum Fixtures {
         try await Fixtures.world(backend: backend) { server, client, _, sam in
             let long = "A-1234567890AB"
             try await server.server.data.store.storage.write { db in
-                _ = try db.execute(#"UPDATE "Aircraft" SET "TailNumber" = ? WHERE "TailNumber" = ?"#, long, "D-AIBL")
+                _ = try await db.execute(
+                    #"UPDATE "Aircraft" SET "TailNumber" = ? WHERE "TailNumber" = ?"#, long, "D-AIBL")
             }
             let second = try await client.odata(
                 .post, "Aircraft", token: sam,
@@ -472,7 +473,7 @@ enum Fixtures {
             // A key too long to carry in a token continues at the offset; a token that long is refused unread.
             let huge = "A-" + String(repeating: "7", count: 20_000)
             try await server.server.data.store.storage.write { db in
-                _ = try db.execute(#"UPDATE "Aircraft" SET "TailNumber" = ? WHERE "TailNumber" = ?"#, huge, long)
+                _ = try await db.execute(#"UPDATE "Aircraft" SET "TailNumber" = ? WHERE "TailNumber" = ?"#, huge, long)
             }
             let first = try await client.odata(
                 .get, "Aircraft", token: sam, headers: [("Prefer", "odata.maxpagesize=1")])

@@ -145,15 +145,15 @@ import Testing
         let server = try await Self.server(on: cluster)
         defer { server.remove() }
         let store = server.server.data.store
-        try await store.write { db in try db.execute("SELECT 1") }
+        try await store.write { db in try await db.execute("SELECT 1") }
         try await offThePool { try cluster.pause() }
         let started = ContinuousClock.now
         await #expect {
-            try await store.write { db in try db.execute("SELECT 1") }
+            try await store.write { db in try await db.execute("SELECT 1") }
         } throws: { ($0 as? StorageError)?.kind == .unavailable }
         let waited = ContinuousClock.now - started
         #expect(waited < .seconds(PostgresStorage.lockTimeoutSeconds - 3), "waited \(waited)")
         try await offThePool { try cluster.resume() }
-        try await eventually { (try? await store.write { db in try db.execute("SELECT 1") }) != nil }
+        try await eventually { (try? await store.write { db in try await db.execute("SELECT 1") }) != nil }
     }
 }

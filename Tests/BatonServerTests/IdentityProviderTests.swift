@@ -435,7 +435,7 @@ struct IdentityProviderEdgeTests {
             #expect(try await server.server.users.user(named: "dana") != nil)
             // A user disabled before Baton recorded who did it counts as an admin's withdrawal.
             try await server.server.database.storage.write { db in
-                try db.execute("UPDATE users SET disabledBy = NULL WHERE name = ?", "dana")
+                try await db.execute("UPDATE users SET disabledBy = NULL WHERE name = ?", "dana")
             }
             let unknown = try await Self.scim(client, .patch, "/scim/v2/Users/dana", token: token, body: activate)
             #expect(unknown.status == .conflict, "\(unknown)")

@@ -690,7 +690,7 @@ import Testing
             defer { gate.open() }
             let holder = Task {
                 try await data.store.write { db in
-                    try db.execute(#"LOCK TABLE "PreflightChecks" IN ACCESS EXCLUSIVE MODE"#)
+                    try await db.execute(#"LOCK TABLE "PreflightChecks" IN ACCESS EXCLUSIVE MODE"#)
                     gate.hold()
                 }
             }
@@ -821,7 +821,7 @@ import Testing
             server.clock.advance(by: 601)
             #expect(try await start("198.51.100.1").status == .ok)
             let stored = try await server.server.database.storage.read { db in
-                try db.fetchAll("SELECT * FROM deviceAuthorizations", []).map { row in
+                try await db.fetchAll("SELECT * FROM deviceAuthorizations", []).map { row in
                     row.values.compactMap(\.text).joined(separator: " ")
                 }
             }
@@ -867,7 +867,7 @@ import Testing
             #expect(
                 outcomes.filter { $0 == (503, "temporarily_unavailable") }.count == 20, "\(outcomes)")
             let waiting = try await server.server.database.storage.read { db in
-                try db.fetchOne("SELECT count(*) FROM deviceAuthorizations WHERE status = 'pending'")?[0].integer
+                try await db.fetchOne("SELECT count(*) FROM deviceAuthorizations WHERE status = 'pending'")?[0].integer
             }
             #expect(waiting == 10)
         }

@@ -28,11 +28,11 @@ import Testing
             .blob([0, 255, 1, 128]),
         ]
         let back = try await storage.write { db -> SQLRow? in
-            try db.execute(
+            try await db.execute(
                 "CREATE TABLE roundTrip (a bigint, b bigint, c bigint, d double precision, e text, f bytea, g text)", []
             )
-            try db.execute("INSERT INTO roundTrip VALUES (?, ?, ?, ?, ?, ?, 'is ? a placeholder')", values)
-            return try db.fetchOne("SELECT a, b, c, d, e, f, g FROM roundTrip WHERE e = ?", values[4])
+            try await db.execute("INSERT INTO roundTrip VALUES (?, ?, ?, ?, ?, ?, 'is ? a placeholder')", values)
+            return try await db.fetchOne("SELECT a, b, c, d, e, f, g FROM roundTrip WHERE e = ?", values[4])
         }
         let row = try #require(back)
         #expect(Array(row.values.prefix(6)) == values)
@@ -48,14 +48,14 @@ import Testing
         defer { server.remove() }
         let storage = server.server.database.storage
         try await storage.write { db in
-            _ = try db.execute("CREATE TABLE replayed (n bigint PRIMARY KEY, t text)", [])
-            for n in 1...3 { _ = try db.execute("INSERT INTO replayed VALUES (?, ?)", n, "row \(n)") }
+            _ = try await db.execute("CREATE TABLE replayed (n bigint PRIMARY KEY, t text)", [])
+            for n in 1...3 { _ = try await db.execute("INSERT INTO replayed VALUES (?, ?)", n, "row \(n)") }
         }
         let read = try await storage.readStatement { db in
-            let first = try db.fetchOne("SELECT t FROM replayed WHERE n = ?", 1)?["t"].text
-            let count = try db.fetchOne("SELECT count(*) FROM replayed WHERE n > ?", 1)?[0].integer
+            let first = try await db.fetchOne("SELECT t FROM replayed WHERE n = ?", 1)?["t"].text
+            let count = try await db.fetchOne("SELECT count(*) FROM replayed WHERE n > ?", 1)?[0].integer
             var texts: [String] = []
-            try db.forEachRow("SELECT t FROM replayed ORDER BY n", []) { cursor in
+            try await db.forEachRow("SELECT t FROM replayed ORDER BY n", []) { cursor in
                 texts.append(cursor.value(at: 0).text ?? "")
                 return true
             }
@@ -65,7 +65,7 @@ import Testing
         // The statement's error reaches the body where it asked, and the body decides.
         let caught = try await storage.readStatement { db -> String in
             do {
-                _ = try db.fetchAll("SELECT nothing FROM nowhere", [])
+                _ = try await db.fetchAll("SELECT nothing FROM nowhere", [])
                 return "no error"
             } catch let error as StorageError {
                 return "caught \(error.kind)"
@@ -78,15 +78,16 @@ import Testing
         for _ in 0..<40 {
             await #expect(throws: Refused.self) {
                 try await storage.read { db -> Int in
-                    _ = try db.fetchAll("SELECT n FROM replayed", [])
+                    _ = try await db.fetchAll("SELECT n FROM replayed", [])
                     throw Refused()
                 }
             }
         }
         for n in 4...8 {
-            try await storage.write { db in _ = try db.execute("INSERT INTO replayed VALUES (?, 'later')", n) }
+            try await storage.write { db in _ = try await db.execute("INSERT INTO replayed VALUES (?, 'later')", n) }
         }
-        #expect(try await storage.read { db in try db.fetchOne("SELECT count(*) FROM replayed")?[0].integer } == 8)
+        #expect(
+            try await storage.read { db in try await db.fetchOne("SELECT count(*) FROM replayed")?[0].integer } == 8)
     }
 
     /// A single-statement read whose statement fails (on PostgreSQL, its preparation: postgres-nio keeps that
@@ -101,7 +102,7 @@ import Testing
         for _ in 0..<8 {
             let failed = try await storage.readStatement { db -> String in
                 do {
-                    return try db.fetchOne(statement, 1)?["t"].text ?? "no row"
+                    return try await db.fetchOne(statement, 1)?["t"].text ?? "no row"
                 } catch let error as StorageError {
                     return "\(error.kind)"
                 }
@@ -109,12 +110,12 @@ import Testing
             #expect(failed == "other")
         }
         try await storage.write { db in
-            _ = try db.execute("CREATE TABLE appears_later (n bigint PRIMARY KEY, t text)", [])
-            _ = try db.execute("INSERT INTO appears_later VALUES (?, ?)", 1, "here")
+            _ = try await db.execute("CREATE TABLE appears_later (n bigint PRIMARY KEY, t text)", [])
+            _ = try await db.execute("INSERT INTO appears_later VALUES (?, ?)", 1, "here")
         }
         // More reads than the pool has connections, so every connection that saw the failure answers again.
         for _ in 0..<12 {
-            let read = try await storage.readStatement { db in try db.fetchOne(statement, 1)?["t"].text }
+            let read = try await storage.readStatement { db in try await db.fetchOne(statement, 1)?["t"].text }
             #expect(read == "here")
         }
     }
@@ -128,7 +129,7 @@ import Testing
         for round in 0..<3 {
             for factor in 1...70 {
                 let product = try await storage.readStatement { db in
-                    try db.fetchOne("SELECT CAST(? AS bigint) * \(factor) AS product", round + 2)?[0].integer
+                    try await db.fetchOne("SELECT CAST(? AS bigint) * \(factor) AS product", round + 2)?[0].integer
                 }
                 #expect(product == Int64((round + 2) * factor))
             }
@@ -202,14 +203,16 @@ import Testing
         defer { server.remove() }
         let pool = try #require(server.server.data.store.pool)
         let handedOut = try await pool.write { db -> Int64 in
-            let connection = SequencedConnection(GRDBConnection(db: db))
-            try connection.inSavepoint {
-                _ = try connection.next()
-                return false
+            try GRDBConnection.run(db) { base in
+                let connection = SequencedConnection(base)
+                try await connection.inSavepoint {
+                    _ = try await connection.next()
+                    return false
+                }
+                let kept = try await connection.next()
+                try await connection.writeBack()
+                return kept
             }
-            let kept = try connection.next()
-            try connection.writeBack()
-            return kept
         }
         let row = try await pool.read { try Int64.fetchOne($0, sql: #"SELECT value FROM "$sequence""#) }
         #expect(row == handedOut)
@@ -227,7 +230,7 @@ import Testing
             return
         }
         let settings = try await storage.readStatement { db in
-            try db.fetchOne(
+            try await db.fetchOne(
                 "SELECT current_setting('lock_timeout'), current_setting('client_connection_check_interval')")
         }
         #expect(settings?[0].text == PostgresStorage.lockTimeout)
@@ -240,14 +243,14 @@ import Testing
         // instance's writers queue for their own connection first).
         let holder = Task {
             try await storage.write { db in
-                try db.execute(DataStore.writersTurn)
-                try db.execute("SELECT pg_sleep(1.5)")
+                try await db.execute(DataStore.writersTurn)
+                try await db.execute("SELECT pg_sleep(1.5)")
             }
         }
         try await Task.sleep(for: .milliseconds(500))
         await #expect {
             try await storage.write(lockingFirst: "SET LOCAL lock_timeout = '100ms'") { db in
-                try db.execute(DataStore.writersTurn)
+                try await db.execute(DataStore.writersTurn)
             }
         } throws: { ($0 as? StorageError)?.kind == .unavailable }
         try await holder.value
@@ -271,20 +274,22 @@ import Testing
         defer { gate.open() }
         let holderDone = Atomic<Bool>(false)
         let holder = Task {
-            try await store.write { db in try gate.hold(pausing: { try db.execute("SELECT pg_sleep(0.02)") }) }
+            try await store.write { db in
+                try await gate.hold(pausing: { try await db.execute("SELECT pg_sleep(0.02)") })
+            }
             holderDone.store(true, ordering: .relaxed)
         }
         try await gate.entered()
         // More writers than the test server's four connections, all queued behind it.
-        let queued = (0..<6).map { _ in Task { try await store.write { db in try db.execute("SELECT 1") } } }
+        let queued = (0..<6).map { _ in Task { try await store.write { db in try await db.execute("SELECT 1") } } }
         try await eventually { storage.writers.leases.load(ordering: .relaxed) == 7 }
-        let read = try await store.storage.read { db in try db.fetchOne("SELECT 1")?[0].integer }
+        let read = try await store.storage.read { db in try await db.fetchOne("SELECT 1")?[0].integer }
         let answeredFirst = !holderDone.load(ordering: .relaxed)
         #expect(read == 1)
         #expect(answeredFirst, "the read waited for the writers")
         try await Task.sleep(for: .seconds(PostgresStorage.leaseDeadline.nanoseconds / 1_000_000_000 + 2))
         gate.open()
-        for writer in queued { try await writer.value }
+        for writer in queued { _ = try await writer.value }
         try await holder.value
     }
 
@@ -298,7 +303,9 @@ import Testing
             defer { gate.open() }
             let holderDone = Atomic<Bool>(false)
             let holder = Task {
-                try await store.write { db in try gate.hold(pausing: { try db.execute("SELECT pg_sleep(0.02)") }) }
+                try await store.write { db in
+                    try await gate.hold(pausing: { try await db.execute("SELECT pg_sleep(0.02)") })
+                }
                 holderDone.store(true, ordering: .relaxed)
             }
             try await gate.entered()
@@ -326,8 +333,8 @@ import Testing
             defer { gate.open() }
             let holder = Task {
                 try await store.storage.write { db in
-                    try db.execute(#"LOCK TABLE "Flights" IN ACCESS EXCLUSIVE MODE"#)
-                    try gate.hold(pausing: { try db.execute("SELECT pg_sleep(0.02)") })
+                    try await db.execute(#"LOCK TABLE "Flights" IN ACCESS EXCLUSIVE MODE"#)
+                    try await gate.hold(pausing: { try await db.execute("SELECT pg_sleep(0.02)") })
                 }
             }
             let held = #"mode = 'AccessExclusiveLock' AND granted AND relation = '"Flights"'::regclass"#
@@ -343,7 +350,7 @@ import Testing
             // for the batch, and failed after the lock timeout).
             let waiting = #"NOT granted AND relation = '"Flights"'::regclass"#
             try await Self.waitFor(store, waiting)
-            try await store.write { db in try db.execute("SELECT 1") }
+            _ = try await store.write { db in try await db.execute("SELECT 1") }
             #expect(try await Self.locks(store, waiting) == 1, "the batch's read no longer waits")
             gate.open()
             let reply = try await batch.value
@@ -361,7 +368,7 @@ import Testing
     /// How many locks of `pg_locks` match `condition`.
     static func locks(_ store: DataStore, _ condition: String) async throws -> Int64 {
         try await store.storage.read { db in
-            try db.fetchOne("SELECT count(*) FROM pg_locks WHERE \(condition)")?[0].integer ?? 0
+            try await db.fetchOne("SELECT count(*) FROM pg_locks WHERE \(condition)")?[0].integer ?? 0
         }
     }
 
@@ -375,15 +382,15 @@ import Testing
         defer { server.remove() }
         let store = server.server.data.store
         let value = { @Sendable in
-            try await store.storage.read { db in try db.fetchOne(#"SELECT value FROM "$sequence""#)?[0].integer }
+            try await store.storage.read { db in try await db.fetchOne(#"SELECT value FROM "$sequence""#)?[0].integer }
         }
         let before = try await value()
         let outside = [
             await #expect(throws: StorageError.self) {
-                try await store.storage.write { db in try DataStore.nextSequence(db) }
+                try await store.storage.write { db in try await DataStore.nextSequence(db) }
             },
             await #expect(throws: StorageError.self) {
-                try await store.storage.write { db in try DataStore.reserveSequence(db, count: 5) }
+                try await store.storage.write { db in try await DataStore.reserveSequence(db, count: 5) }
             },
         ]
         for error in outside {
@@ -391,7 +398,7 @@ import Testing
             #expect(error?.description.contains("outside DataStore.write") == true)
         }
         #expect(try await value() == before)
-        let taken = try await store.write { db in try DataStore.nextSequence(db) }
+        let taken = try await store.write { db in try await DataStore.nextSequence(db) }
         #expect(taken == (before ?? 0) + 1)
     }
 
@@ -402,13 +409,17 @@ import Testing
         defer { server.remove() }
         let pool = try #require(server.server.data.store.pool)
         let handedOut = try await pool.write { db -> [Int64] in
-            let connection = SequencedConnection(GRDBConnection(db: db))
-            var values = [try DataStore.nextSequence(connection), try DataStore.nextSequence(connection)]
-            let first = try DataStore.reserveSequence(connection, count: 3)
-            values += (0..<3).map { first + $0 }
-            values.append(try DataStore.nextSequence(connection))
-            try connection.writeBack()
-            return values
+            try GRDBConnection.run(db) { base in
+                let connection = SequencedConnection(base)
+                var values = [
+                    try await DataStore.nextSequence(connection), try await DataStore.nextSequence(connection),
+                ]
+                let first = try await DataStore.reserveSequence(connection, count: 3)
+                values += (0..<3).map { first + $0 }
+                values.append(try await DataStore.nextSequence(connection))
+                try await connection.writeBack()
+                return values
+            }
         }
         #expect(Set(handedOut).count == handedOut.count && handedOut == handedOut.sorted(), "\(handedOut)")
         let row = try await pool.read { try Int64.fetchOne($0, sql: #"SELECT value FROM "$sequence""#) }
@@ -453,11 +464,11 @@ import Testing
                 """
             var open: Int64 = 0
             for _ in 0..<200 where open != Int64(connections) + 1 {
-                open = try await storage.readStatement { try $0.fetchOne(count)?[0].integer } ?? 0
+                open = try await storage.readStatement { try await $0.fetchOne(count)?[0].integer } ?? 0
                 try await Task.sleep(for: .milliseconds(50))
             }
             try await Task.sleep(for: .milliseconds(300))
-            open = try await storage.readStatement { try $0.fetchOne(count)?[0].integer } ?? 0
+            open = try await storage.readStatement { try await $0.fetchOne(count)?[0].integer } ?? 0
             #expect(open == Int64(connections) + 1, "connections: \(connections)")
         }
     }
@@ -470,14 +481,14 @@ import Testing
         defer { server.remove() }
         let storage = server.server.database.storage
         try await storage.write { db in
-            _ = try db.execute("CREATE TABLE odd (n bigint PRIMARY KEY, at timestamptz, day date)", [])
-            _ = try db.execute("INSERT INTO odd VALUES (1, 'infinity', '-infinity'), (2, now(), 'infinity')", [])
+            _ = try await db.execute("CREATE TABLE odd (n bigint PRIMARY KEY, at timestamptz, day date)", [])
+            _ = try await db.execute("INSERT INTO odd VALUES (1, 'infinity', '-infinity'), (2, now(), 'infinity')", [])
         }
         for n in [1, 2] {
             for statement in ["SELECT at FROM odd WHERE n = ?", "SELECT day FROM odd WHERE n = ?"]
             where !(n == 2 && statement.contains("at FROM")) {
                 do {
-                    let value = try await storage.readStatement { db in try db.fetchOne(statement, n)?[0] }
+                    let value = try await storage.readStatement { db in try await db.fetchOne(statement, n)?[0] }
                     Issue.record("\(statement) with n = \(n) read \(String(describing: value))")
                 } catch let error as StorageError {
                     #expect(error.kind == .other, "\(error)")
@@ -486,7 +497,7 @@ import Testing
         }
         // The instance still answers.
         #expect(
-            try await storage.readStatement { db in try db.fetchOne("SELECT n FROM odd WHERE n = ?", 2)?[0] }
+            try await storage.readStatement { db in try await db.fetchOne("SELECT n FROM odd WHERE n = ?", 2)?[0] }
                 == .integer(2))
     }
 
@@ -513,13 +524,15 @@ import Testing
         }
         let inserted = values
         try await storage.write { db in
-            _ = try db.execute("CREATE TABLE numerics (n bigint PRIMARY KEY, v numeric)", [])
+            _ = try await db.execute("CREATE TABLE numerics (n bigint PRIMARY KEY, v numeric)", [])
             for (n, value) in inserted.enumerated() {
-                _ = try db.execute(
+                _ = try await db.execute(
                     "INSERT INTO numerics VALUES (?, CAST(? AS numeric))", n, value.isEmpty ? "0" : value)
             }
         }
-        let rows = try await storage.read { db in try db.fetchAll("SELECT v, v::text FROM numerics ORDER BY n", []) }
+        let rows = try await storage.read { db in
+            try await db.fetchAll("SELECT v, v::text FROM numerics ORDER BY n", [])
+        }
         #expect(rows.count == values.count)
         for row in rows {
             var expected = row[1].text ?? ""
@@ -544,18 +557,18 @@ import Testing
         struct Stop: Error {}
         await #expect(throws: Stop.self) {
             try await storage.write { db in
-                try db.execute("INSERT INTO settings (id, document) VALUES (1, '{}')")
+                try await db.execute("INSERT INTO settings (id, document) VALUES (1, '{}')")
                 throw Stop()
             }
         }
-        #expect(try await storage.read { db in try db.fetchAll("SELECT id FROM settings").count } == 0)
+        #expect(try await storage.read { db in try await db.fetchAll("SELECT id FROM settings").count } == 0)
         try await server.addUser("alice")
         await #expect {
             try await server.addUser("alice")
         } throws: { ($0 as? ServerError)?.status == .conflict }
         let error = await #expect(throws: StorageError.self) {
             try await storage.write { db in
-                try db.execute(
+                try await db.execute(
                     "INSERT INTO users (name, displayName, role, passwordHash, createdAt) VALUES ('alice', 'A', 'admin', 'x', 0)"
                 )
             }
@@ -564,7 +577,7 @@ import Testing
         // An engine's message about a refused value never carries the value (user data) into an error.
         if backend == .postgres {
             let refused = await #expect(throws: StorageError.self) {
-                try await storage.read { db in try db.fetchAll("SELECT CAST(? AS integer)", "secret-value-42") }
+                try await storage.read { db in try await db.fetchAll("SELECT CAST(? AS integer)", "secret-value-42") }
             }
             #expect(refused?.description.hasPrefix("PostgreSQL error 22P02") == true, "\(String(describing: refused))")
             #expect(refused?.description.contains("secret-value-42") == false)
@@ -579,21 +592,23 @@ import Testing
         let server = try await TestServer(backend: backend)
         defer { server.remove() }
         let storage = server.server.database.storage
-        try await storage.write { db in try db.execute("INSERT INTO settings (id, document) VALUES (1, '0')") }
+        try await storage.write { db in try await db.execute("INSERT INTO settings (id, document) VALUES (1, '0')") }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<4 {
                 group.addTask {
                     for _ in 0..<15 {
                         try await storage.write { db in
-                            let value = Int(try db.fetchOne("SELECT document FROM settings")?[0].text ?? "") ?? -1000
-                            try db.execute("UPDATE settings SET document = ? WHERE id = 1", String(value + 1))
+                            let value =
+                                Int(try await db.fetchOne("SELECT document FROM settings")?[0].text ?? "") ?? -1000
+                            try await db.execute("UPDATE settings SET document = ? WHERE id = 1", String(value + 1))
                         }
                     }
                 }
             }
             try await group.waitForAll()
         }
-        #expect(try await storage.read { db in try db.fetchOne("SELECT document FROM settings")?[0].text } == "60")
+        #expect(
+            try await storage.read { db in try await db.fetchOne("SELECT document FROM settings")?[0].text } == "60")
     }
 
     /// A commit the server answered survives a power loss, not only a crash of the process: a device deletes a
@@ -710,7 +725,7 @@ import Testing
             #expect(status == .badRequest)
         }
         let keys = try await server.server.database.storage.read { db in
-            try db.fetchAll("SELECT key FROM signInFailures").compactMap { $0[0].text }
+            try await db.fetchAll("SELECT key FROM signInFailures").compactMap { $0[0].text }
         }
         #expect(keys.count == 3)
         #expect(keys.allSatisfy { !$0.lowercased().contains("hunter2") && !$0.contains("127.0.0.1") })
@@ -723,7 +738,7 @@ import Testing
         let server = try await TestServer(backend: backend)
         defer { server.remove() }
         let rows = try await server.server.database.storage.read { db in
-            try db.fetchAll("SELECT id, sealedKey FROM tokenSigningKeys")
+            try await db.fetchAll("SELECT id, sealedKey FROM tokenSigningKeys")
         }
         let row = try #require(rows.first)
         let sealed = try #require(row["sealedKey"].bytes)
@@ -1037,7 +1052,7 @@ import Testing
         // commit (now they go into the log in the change's transaction).
         try await a.server.data.store.storage.write { db in
             let entry = AuditOutboxTests.entry("left-by-a-crash")
-            try db.execute(
+            try await db.execute(
                 #"INSERT INTO "$auditOutbox" (key, at, actor, action, subject, address, detail) VALUES (?, ?, ?, ?, ?, ?, ?)"#,
                 "earlier:1", entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail)
         }
@@ -1048,7 +1063,7 @@ import Testing
         let moved = try await a.server.audit.entries(limit: 1_000).filter { $0.action == "left-by-a-crash" }
         #expect(moved.count == 1)
         let left = try await a.server.data.store.storage.read { db in
-            try db.fetchAll(#"SELECT key FROM "$auditOutbox""#).count
+            try await db.fetchAll(#"SELECT key FROM "$auditOutbox""#).count
         }
         #expect(left == 0)
     }

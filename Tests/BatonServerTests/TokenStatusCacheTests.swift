@@ -124,7 +124,7 @@ import Testing
         try await Self.twoInstances { a, b, atA, atB, tokens in
             // Every listening connection is cut; until they are back, NOTIFYs go unheard.
             _ = try await a.server.database.storage.write { db in
-                try db.fetchAll(
+                try await db.fetchAll(
                     """
                     SELECT pg_terminate_backend(pid) FROM pg_stat_activity
                     WHERE query ILIKE 'LISTEN%baton_status%' AND pid <> pg_backend_pid()
@@ -149,7 +149,7 @@ import Testing
             // An update that changes no status (a role set to itself) notifies nobody: B empties nothing.
             let before = Self.invalidations(b)
             _ = try await a.server.database.storage.write { db in
-                try db.execute("UPDATE users SET role = role WHERE name = ?", "alice")
+                try await db.execute("UPDATE users SET role = role WHERE name = ?", "alice")
             }
             try await Task.sleep(for: .milliseconds(200))
             #expect(Self.invalidations(b) == before)

@@ -41,7 +41,7 @@ public struct AuditLog: Sendable {
     ///
     /// - Throws: the database error, if the write fails.
     public func record(_ entry: AuditEntry) async throws {
-        try await database.storage.write { db in try Self.insert([entry], in: db) }
+        try await database.storage.write { db in try await Self.insert([entry], in: db) }
     }
 
     /// Records several entries in one transaction (imports, and the benchmark's seeding).
@@ -49,7 +49,7 @@ public struct AuditLog: Sendable {
     /// - Throws: the database error, if the write fails (then none is recorded).
     public func record(contentsOf entries: [AuditEntry]) async throws {
         guard !entries.isEmpty else { return }
-        try await database.storage.write { db in try Self.insert(entries, in: db) }
+        try await database.storage.write { db in try await Self.insert(entries, in: db) }
     }
 
     /// Records the entries of a committed data change, already in the data database's `outbox`, in one
@@ -61,7 +61,7 @@ public struct AuditLog: Sendable {
     func record(staged entries: [AuditEntry], outbox: AuditOutbox) async throws {
         // Written with the change already when the log is in the data's database.
         guard !entries.isEmpty, !outbox.writesTheLog else { return }
-        try await database.storage.write { db in try Self.insert(entries, in: db) }
+        try await database.storage.write { db in try await Self.insert(entries, in: db) }
         outbox.recorded(entries.compactMap(\.outboxKey))
     }
 
@@ -74,7 +74,7 @@ public struct AuditLog: Sendable {
         guard !entries.isEmpty else { return }
         try await database.storage.write { db in
             for (entry, key) in entries {
-                try db.execute(
+                try await db.execute(
                     """
                     INSERT INTO audit (at, actor, action, subject, address, detail, aggregateKey) VALUES (?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT (aggregateKey) WHERE aggregateKey IS NOT NULL DO UPDATE SET repeats = audit.repeats + 1
@@ -117,7 +117,7 @@ public struct AuditLog: Sendable {
         var deleted = 0
         while true {
             let removed = try await database.storage.write { db in
-                try db.execute(
+                try await db.execute(
                     "DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE at < ? ORDER BY id LIMIT ?)", cutoff,
                     batch)
             }
@@ -140,9 +140,9 @@ public struct AuditLog: Sendable {
         return try await prune(before: now.addingTimeInterval(-Double(days) * 86_400), actor: actor, at: now)
     }
 
-    static func insert(_ entries: [AuditEntry], in db: any SQLConnection) throws {
+    static func insert(_ entries: [AuditEntry], in db: any SQLConnection) async throws {
         for entry in entries {
-            try db.execute(
+            try await db.execute(
                 """
                 INSERT INTO audit (at, actor, action, subject, address, detail, outboxKey) VALUES (?, ?, ?, ?, ?, ?, ?)
                 ON CONFLICT DO NOTHING
@@ -159,11 +159,11 @@ public struct AuditLog: Sendable {
     /// - Throws: the database error, if a read or write fails (the entries stay in the outbox).
     @discardableResult
     func collect(from data: any ServerStorage) async throws -> Int {
-        let pending = try await data.read { db in try AuditOutbox.pending(in: db) }
+        let pending = try await data.read { db in try await AuditOutbox.pending(in: db) }
         guard !pending.isEmpty else { return 0 }
-        try await database.storage.write { db in try Self.insert(pending, in: db) }
+        try await database.storage.write { db in try await Self.insert(pending, in: db) }
         let keys = pending.compactMap(\.outboxKey)
-        try await data.write { db in try AuditOutbox.delete(keys, in: db) }
+        try await data.write { db in try await AuditOutbox.delete(keys, in: db) }
         return pending.count
     }
 
@@ -172,7 +172,7 @@ public struct AuditLog: Sendable {
     /// - Throws: the database error, if the read fails.
     public func entries(limit: Int = 100) async throws -> [AuditEntry] {
         try await database.storage.read { db in
-            try db.fetchAll(
+            try await db.fetchAll(
                 """
                 SELECT at, actor, action, subject, address, detail, outboxKey, repeats FROM audit
                 ORDER BY id DESC LIMIT ?

@@ -30,20 +30,20 @@ final class AuditOutbox: Sendable {
 
     /// Gives each entry its outbox key and writes it, inside the change's transaction; first deletes the
     /// entries the log has recorded since the last change. With ``writesTheLog``, writes them to the log instead.
-    func stage(_ entries: inout [AuditEntry], in db: any SQLConnection) throws {
+    func stage(_ entries: inout [AuditEntry], in db: any SQLConnection) async throws {
         // One database: the log takes them in this transaction; there is nothing to move afterwards.
-        if writesTheLog { return try AuditLog.insert(entries, in: db) }
+        if writesTheLog { return try await AuditLog.insert(entries, in: db) }
         let recorded = recordedKeys.withLock { keys in
             defer { keys.removeAll(keepingCapacity: true) }
             return keys
         }
-        try Self.delete(recorded, in: db)
+        try await Self.delete(recorded, in: db)
         guard !entries.isEmpty else { return }
         for index in entries.indices {
             let key = prefix + ":" + String(counter.add(1, ordering: .relaxed).newValue)
             entries[index].outboxKey = key
             let entry = entries[index]
-            try db.execute(
+            try await db.execute(
                 "INSERT INTO \(Self.table) (key, at, actor, action, subject, address, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 key, entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail)
         }
@@ -67,8 +67,8 @@ final class AuditOutbox: Sendable {
     }
 
     /// Every entry in the outbox, oldest first, with its key.
-    static func pending(in db: any SQLConnection) throws -> [AuditEntry] {
-        try db.fetchAll(
+    static func pending(in db: any SQLConnection) async throws -> [AuditEntry] {
+        try await db.fetchAll(
             "SELECT key, at, actor, action, subject, address, detail FROM \(table) ORDER BY \(db.dialect == .sqlite ? "rowid" : "ordinal")"
         ).map {
             row in
@@ -81,7 +81,7 @@ final class AuditOutbox: Sendable {
     }
 
     /// Deletes entries by key.
-    static func delete(_ keys: [String], in db: any SQLConnection) throws {
-        for key in keys { try db.execute("DELETE FROM \(table) WHERE key = ?", key) }
+    static func delete(_ keys: [String], in db: any SQLConnection) async throws {
+        for key in keys { try await db.execute("DELETE FROM \(table) WHERE key = ?", key) }
     }
 }

@@ -503,23 +503,24 @@ struct CockpitRoutes: Sendable {
         let now = clock.now().timeIntervalSince1970
         let midnight = (now / 86_400).rounded(.down) * 86_400
         let counts = try await database.storage.read { db in
-            let users = try db.fetchOne("SELECT count(*), coalesce(sum(disabled), 0) FROM users")
-            let devices = try db.fetchOne("SELECT count(*) FROM devices")?[0].integer ?? 0
+            let users = try await db.fetchOne("SELECT count(*), coalesce(sum(disabled), 0) FROM users")
+            let devices = try await db.fetchOne("SELECT count(*) FROM devices")?[0].integer ?? 0
             let seen =
-                try db.fetchOne("SELECT count(*) FROM devices WHERE lastSeenAt >= ?", now - 86_400)?[0].integer ?? 0
-            let changes = try db.fetchOne(
+                try await db.fetchOne("SELECT count(*) FROM devices WHERE lastSeenAt >= ?", now - 86_400)?[0].integer
+                ?? 0
+            let changes = try await db.fetchOne(
                 """
                 SELECT count(*), coalesce(sum(CASE WHEN detail <> 'uploaded by ' || actor THEN 1 ELSE 0 END), 0)
                 FROM audit WHERE at >= ? AND action IN ('entity-created', 'entity-updated', 'entity-deleted')
                 """, midnight)
             // An entry may stand for several events (``AuditEntry/repeats``).
-            func today(_ action: String) throws -> Int64 {
-                try db.fetchOne(
+            func today(_ action: String) async throws -> Int64 {
+                try await db.fetchOne(
                     "SELECT CAST(coalesce(sum(repeats), 0) AS bigint) FROM audit WHERE at >= ? AND action = ?",
                     midnight, action)?[0]
                     .integer ?? 0
             }
-            return (
+            return await (
                 users: users?[0].integer ?? 0, disabled: users?[1].integer ?? 0, devices: devices, seen: seen,
                 changes: changes?[0].integer ?? 0, onBehalf: changes?[1].integer ?? 0,
                 refusals: try today("change-refused"), discarded: try today("changes-discarded")
@@ -641,7 +642,7 @@ struct CockpitRoutes: Sendable {
     {
         let list = try await providers.list()
         let counts = try await database.storage.read { db in
-            try db.fetchAll(
+            try await db.fetchAll(
                 """
                 SELECT u.idp, count(*) AS people FROM users u
                 JOIN identityProviders p ON p.name = u.idp AND p.issuer = u.idpIssuer GROUP BY u.idp
@@ -674,7 +675,7 @@ struct CockpitRoutes: Sendable {
     func auditRows(_ filter: AuditFilter, limit: Int) async throws -> [AuditRow] {
         let (sql, arguments) = filter.query(limit: limit)
         return try await database.storage.read { db in
-            try db.fetchAll(sql, arguments).map(AuditRow.init(row:))
+            try await db.fetchAll(sql, arguments).map(AuditRow.init(row:))
         }
     }
 

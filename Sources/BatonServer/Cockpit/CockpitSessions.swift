@@ -30,10 +30,10 @@ struct CockpitSessions: Sendable {
         let now = clock.now().timeIntervalSince1970
         try await database.storage.write { db in
             // Sessions that ended are removed as new ones start.
-            try db.execute(
+            try await db.execute(
                 "DELETE FROM cockpitSessions WHERE lastSeenAt < ? OR createdAt < ?", now - Self.idleTimeout,
                 now - Self.lifetime)
-            try db.execute(
+            try await db.execute(
                 #"INSERT INTO cockpitSessions (hash, "user", csrf, createdAt, lastSeenAt) VALUES (?, ?, ?, ?, ?)"#,
                 secretHash(secret), user, csrf, now, now)
         }
@@ -48,7 +48,7 @@ struct CockpitSessions: Sendable {
         let now = clock.now().timeIntervalSince1970
         return try await database.storage.write { db -> Session? in
             guard
-                let row = try db.fetchOne(
+                let row = try await db.fetchOne(
                     """
                     SELECT s."user", s.csrf, s.createdAt, s.lastSeenAt, u.displayName, u.role, u.disabled
                     FROM cockpitSessions s JOIN users u ON u.name = s."user" WHERE s.hash = ?
@@ -59,11 +59,13 @@ struct CockpitSessions: Sendable {
             guard now - seen < Self.idleTimeout, now - created < Self.lifetime, row["role"].text == "admin",
                 row["disabled"].bool == false, let user = row["user"].text, let csrf = row["csrf"].text
             else {
-                try db.execute("DELETE FROM cockpitSessions WHERE hash = ?", hash)
+                try await db.execute("DELETE FROM cockpitSessions WHERE hash = ?", hash)
                 return nil
             }
             // Written at most once a minute: a page's requests do not each write.
-            if now - seen > 60 { try db.execute("UPDATE cockpitSessions SET lastSeenAt = ? WHERE hash = ?", now, hash) }
+            if now - seen > 60 {
+                try await db.execute("UPDATE cockpitSessions SET lastSeenAt = ? WHERE hash = ?", now, hash)
+            }
             return Session(user: user, displayName: row["displayName"].text ?? user, csrf: csrf)
         }
     }
@@ -71,7 +73,9 @@ struct CockpitSessions: Sendable {
     /// Ends the session of a cookie (sign-out).
     func close(cookie: String) async throws {
         let hash = secretHash(cookie)
-        try await database.storage.write { db in try db.execute("DELETE FROM cockpitSessions WHERE hash = ?", hash) }
+        try await database.storage.write { db in
+            try await db.execute("DELETE FROM cockpitSessions WHERE hash = ?", hash)
+        }
     }
 
     /// Whether `sent` is the session's CSRF token, compared in constant time.

@@ -177,26 +177,27 @@ public struct DeviceRegistry: Sendable {
         }
         let freshStoreKey = try sealStoreKey(SymmetricKey(size: .bits256), device: device)
         return try await database.storage.write { db in
-            let existing = try db.fetchOne("SELECT publicKey, revokedAt FROM devices WHERE id = ?", device)
+            let existing = try await db.fetchOne("SELECT publicKey, revokedAt FROM devices WHERE id = ?", device)
             if let existing, existing["revokedAt"] != .null { throw Self.revoked(device) }
             // A user's own departure means nothing while they register again (a wiped user onboarding anew): their
             // previous key retires as any replaced key does.
-            let ending = try Self.end(departures.filter { $0.user != user }, on: device, at: now, in: db)
+            let ending = try await Self.end(departures.filter { $0.user != user }, on: device, at: now, in: db)
             let departed = ending.ended
             let active =
-                try db.fetchOne("SELECT COUNT(*) FROM deviceRegistrations WHERE device = ? AND active = 1", device)?[0]
+                try await db.fetchOne(
+                    "SELECT COUNT(*) FROM deviceRegistrations WHERE device = ? AND active = 1", device)?[0]
                 .integer ?? 0
             let userActive =
-                try db.fetchOne(
+                try await db.fetchOne(
                     #"SELECT active FROM deviceRegistrations WHERE device = ? AND "user" = ?"#, device, user)?[
                     0
                 ].bool ?? false
             if !userActive {
-                let limit = try SettingsStore.current(in: db).devices.maxPerUser
+                let limit = try await SettingsStore.current(in: db).devices.maxPerUser
                 // Devices the user is on, or left within the last 30 days: joining and leaving in a loop must not
                 // multiply what each device may keep (logs, usage, backups).
                 let on =
-                    try db.fetchOne(
+                    try await db.fetchOne(
                         #"""
                         SELECT COUNT(DISTINCT device) FROM signingKeys
                         WHERE "user" = ? AND (replacedAt IS NULL OR replacedAt > ?) AND device <> ?
@@ -230,21 +231,22 @@ public struct DeviceRegistry: Sendable {
                     }
                     // Nobody is on the device (or it predates device keys and nobody is on it): a new device key,
                     // and a new store key so the old one reaches nobody new.
-                    try db.execute(
+                    try await db.execute(
                         "UPDATE devices SET publicKey = ?, sealedStoreKey = ? WHERE id = ?", offered.x963Representation,
                         freshStoreKey, device)
                 } else if !approved, stored == nil || active == 1, let offered = proof?.deviceKey, proves(offered) {
                     // A device from before device keys, or whose only user lost the key with their secure store
                     // (a passcode reset), takes the key that user offers.
-                    try db.execute("UPDATE devices SET publicKey = ? WHERE id = ?", offered.x963Representation, device)
+                    try await db.execute(
+                        "UPDATE devices SET publicKey = ? WHERE id = ?", offered.x963Representation, device)
                 }
             } else {
                 guard let offered = proof?.deviceKey, proves(offered) else { throw Self.proofRequired(device) }
-                try db.execute(
+                try await db.execute(
                     "INSERT INTO devices (id, sealedStoreKey, createdAt, publicKey) VALUES (?, ?, ?, ?)", device,
                     freshStoreKey, now, offered.x963Representation)
             }
-            let owner = try db.fetchOne(
+            let owner = try await db.fetchOne(
                 #"SELECT "user", device, registeredAt, replacedAt FROM signingKeys WHERE id = ?"#, keyID)
             var registeredAt = now
             if let owner {
@@ -259,7 +261,7 @@ public struct DeviceRegistry: Sendable {
                 // A new key is a row kept for ever (it verifies what it signed): registering fresh keys in a loop
                 // is bounded per device and user and day.
                 let today =
-                    try db.fetchOne(
+                    try await db.fetchOne(
                         #"SELECT COUNT(*) FROM signingKeys WHERE device = ? AND "user" = ? AND registeredAt > ?"#,
                         device, user, now.addingTimeInterval(-86_400))?[0].integer ?? 0
                 guard today < Self.keysPerDay else {
@@ -270,15 +272,15 @@ public struct DeviceRegistry: Sendable {
                     error.headers = [(.retryAfter, "3600")]
                     throw error
                 }
-                try db.execute(
+                try await db.execute(
                     #"UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND "user" = ? AND replacedAt IS NULL"#,
                     now,
                     device, user)
-                try db.execute(
+                try await db.execute(
                     #"INSERT INTO signingKeys (id, device, "user", publicKey, registeredAt) VALUES (?, ?, ?, ?, ?)"#,
                     keyID, device, user, publicKey.x963Representation, now)
             }
-            try db.execute(
+            try await db.execute(
                 """
                 INSERT INTO deviceRegistrations (device, "user", registeredAt, active) VALUES (?, ?, ?, 1)
                 ON CONFLICT(device, "user") DO UPDATE SET active = 1
@@ -299,37 +301,39 @@ public struct DeviceRegistry: Sendable {
     /// it. A user the server saw there lately has not left; their departure waits (``Ending/waiting``).
     ///
     /// - Returns: the users whose registration ended, and those whose departure must wait, in order.
-    static func end(_ departures: [Departure], on device: String, at now: Date, in db: any SQLConnection) throws
+    static func end(_ departures: [Departure], on device: String, at now: Date, in db: any SQLConnection) async throws
         -> Ending
     {
         guard !departures.isEmpty,
-            let stored = try db.fetchOne("SELECT publicKey FROM devices WHERE id = ?", device)?["publicKey"].bytes,
+            let stored = try await db.fetchOne("SELECT publicKey FROM devices WHERE id = ?", device)?["publicKey"]
+                .bytes,
             let key = try? P256.Signing.PublicKey(x963Representation: stored)
         else { return Ending() }
         var ending = Ending()
         for departure in departures.prefix(maxDepartures) {
             let message = DeviceDeparture.message(device: device, user: departure.user, keyID: departure.keyID)
             guard key.isValidSignature(departure.signature, for: message) else { continue }
-            let current = try db.fetchOne(
+            let current = try await db.fetchOne(
                 #"SELECT 1 FROM signingKeys WHERE id = ? AND device = ? AND "user" = ? AND replacedAt IS NULL"#,
                 departure.keyID, device, departure.user)
             guard current != nil else { continue }
-            let refreshed = try db.fetchOne(
+            let refreshed = try await db.fetchOne(
                 #"""
                 SELECT max(r.createdAt) FROM refreshTokens r JOIN deviceTokenFamilies f ON f.family = r.family
                 WHERE f.device = ? AND r."user" = ?
                 """#, device, departure.user)?[0].real
-            let registered = try db.fetchOne("SELECT registeredAt FROM signingKeys WHERE id = ?", departure.keyID)?[
-                0
-            ].date
+            let registered = try await db.fetchOne(
+                "SELECT registeredAt FROM signingKeys WHERE id = ?", departure.keyID)?[
+                    0
+                ].date
             let lastSeen = max(refreshed ?? 0, registered?.timeIntervalSince1970 ?? 0)
             guard now.timeIntervalSince1970 - lastSeen >= departureQuiet else {
                 ending.waiting.append(departure.user)
                 continue
             }
-            try db.execute(
+            try await db.execute(
                 #"UPDATE deviceRegistrations SET active = 0 WHERE device = ? AND "user" = ?"#, device, departure.user)
-            try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE id = ?", now, departure.keyID)
+            try await db.execute("UPDATE signingKeys SET replacedAt = ? WHERE id = ?", now, departure.keyID)
             ending.ended.append(departure.user)
         }
         return ending
@@ -363,7 +367,9 @@ public struct DeviceRegistry: Sendable {
         ended: [String], waiting: [String]
     ) {
         let now = clock.now()
-        let ending = try await database.storage.write { db in try Self.end(departures, on: device, at: now, in: db) }
+        let ending = try await database.storage.write { db in
+            try await Self.end(departures, on: device, at: now, in: db)
+        }
         return (ending.ended, ending.waiting)
     }
 
@@ -423,11 +429,11 @@ public struct DeviceRegistry: Sendable {
         let now = clock.now()
         let changed = try await database.storage.write { db -> Bool in
             let changed =
-                try db.execute(
+                try await db.execute(
                     #"UPDATE deviceRegistrations SET active = 0 WHERE device = ? AND "user" = ? AND active = 1"#,
                     device,
                     user) > 0
-            try db.execute(
+            try await db.execute(
                 #"UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND "user" = ? AND replacedAt IS NULL"#, now,
                 device, user)
             return changed
@@ -438,10 +444,11 @@ public struct DeviceRegistry: Sendable {
     /// Whether `user` is currently registered on `device`.
     public func isRegistered(device: String, user: String) async throws -> Bool {
         try await database.storage.read { db in
-            try db.fetchOne(#"SELECT active FROM deviceRegistrations WHERE device = ? AND "user" = ?"#, device, user)?[
-                0
-            ]
-            .bool ?? false
+            try await db.fetchOne(
+                #"SELECT active FROM deviceRegistrations WHERE device = ? AND "user" = ?"#, device, user)?[
+                    0
+                ]
+                .bool ?? false
         }
     }
 
@@ -451,7 +458,7 @@ public struct DeviceRegistry: Sendable {
     ///   device exists, so the answer does not reveal other devices.
     public func storeKey(device: String, user: String) async throws -> SymmetricKey {
         let row = try await database.storage.read { db -> SQLRow? in
-            try db.fetchOne(
+            try await db.fetchOne(
                 """
                 SELECT d.sealedStoreKey, d.revokedAt, r.active FROM devices d JOIN deviceRegistrations r
                 ON r.device = d.id WHERE d.id = ? AND r."user" = ?
@@ -470,7 +477,7 @@ public struct DeviceRegistry: Sendable {
     /// The device's store key, whatever its registrations or revocation (for the device's own, proven requests).
     func deviceStoreKey(_ device: String) async throws -> SymmetricKey {
         let sealed = try await database.storage.read { db in
-            try db.fetchOne("SELECT sealedStoreKey FROM devices WHERE id = ?", device)?["sealedStoreKey"].bytes
+            try await db.fetchOne("SELECT sealedStoreKey FROM devices WHERE id = ?", device)?["sealedStoreKey"].bytes
         }
         guard let sealed else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
         let box = try AES.GCM.SealedBox(combined: sealed)
@@ -482,7 +489,7 @@ public struct DeviceRegistry: Sendable {
     /// - Throws: ``ServerSetupError`` when it does not (the wrong master-key file).
     func checkMasterKey() async throws(ServerSetupError) {
         let row = try? await database.storage.read { db in
-            try db.fetchOne("SELECT id, sealedStoreKey FROM devices LIMIT 1")
+            try await db.fetchOne("SELECT id, sealedStoreKey FROM devices LIMIT 1")
         }
         guard let row, let device = row["id"].text, let sealed = row["sealedStoreKey"].bytes else { return }
         guard let box = try? AES.GCM.SealedBox(combined: sealed),
@@ -497,7 +504,7 @@ public struct DeviceRegistry: Sendable {
     /// Every signing key `user` had on `device`, oldest first.
     public func signingKeys(device: String, user: String) async throws -> [SigningKey] {
         try await database.storage.read { db in
-            try db.fetchAll(
+            try await db.fetchAll(
                 #"SELECT id, publicKey, registeredAt, replacedAt FROM signingKeys WHERE device = ? AND "user" = ? ORDER BY registeredAt"#,
                 device, user
             ).map { row in
@@ -564,11 +571,11 @@ extension DeviceRegistry {
         let now = clock.now()
         let id = try await database.storage.write { db -> Int64 in
             // The device's row is locked first (on PostgreSQL), so two backups at once cannot both pass the bounds.
-            try db.execute("UPDATE devices SET id = id WHERE id = ?", device)
-            let bounds = try SettingsStore.current(in: db).backups
+            try await db.execute("UPDATE devices SET id = id WHERE id = ?", device)
+            let bounds = try await SettingsStore.current(in: db).backups
             // The device's own handback before a wipe counts apart from its users' uploads, so that users
             // filling the bound cannot hold back an admin's wipe.
-            let kept = try db.fetchOne(
+            let kept = try await db.fetchOne(
                 """
                 SELECT COUNT(*), COALESCE(SUM(length(sealed)), 0) FROM discardedChanges
                 WHERE device = ? AND uploader \(byDevice ? "=" : "<>") ?
@@ -583,7 +590,7 @@ extension DeviceRegistry {
                     "The server keeps \(keptCount) backup(s), \(keptBytes >> 10) KiB, of device '\(device.prefix(128))': the most it keeps (settings backups.max-per-device, backups.max-mib-per-device). The device keeps this backup and sends it again; an administrator makes room."
                 )
             }
-            return try db.fetchOne(
+            return try await db.fetchOne(
                 """
                 INSERT INTO discardedChanges (device, author, uploader, count, receivedAt, sealed, sealedStoreKey)
                 VALUES (?, ?, ?, ?, ?, ?, (SELECT sealedStoreKey FROM devices WHERE id = ?)) RETURNING id
@@ -599,7 +606,7 @@ extension DeviceRegistry {
     /// - Throws: ``ServerError`` 404 for an unknown id.
     public func deleteDiscardedChanges(_ id: Int64) async throws {
         let deleted = try await database.storage.write { db in
-            try db.execute("DELETE FROM discardedChanges WHERE id = ?", id)
+            try await db.execute("DELETE FROM discardedChanges WHERE id = ?", id)
         }
         guard deleted > 0 else { throw ServerError.notFound("No kept backup \(id).") }
     }
@@ -613,7 +620,7 @@ extension DeviceRegistry {
     {
         try await database.storage.read { db in
             let pattern = Self.containing(search)
-            return try db.fetchAll(
+            return try await db.fetchAll(
                 """
                 SELECT id, device, author, uploader, count, receivedAt FROM discardedChanges
                 WHERE id < ? AND (device LIKE ? ESCAPE '\\' OR author LIKE ? ESCAPE '\\' OR uploader LIKE ? ESCAPE '\\')
@@ -633,7 +640,7 @@ extension DeviceRegistry {
     /// - Throws: ``ServerError`` 404 for an unknown id; the error of a damaged backup or device record.
     public func openDiscardedChanges(_ id: Int64) async throws -> Data {
         let row = try await database.storage.read { db in
-            try db.fetchOne(
+            try await db.fetchOne(
                 """
                 SELECT b.sealed, COALESCE(b.sealedStoreKey, d.sealedStoreKey) AS sealedStoreKey, d.id AS device
                 FROM discardedChanges b
@@ -687,7 +694,7 @@ extension DeviceRegistry {
     /// How many devices' ids contain `search` (all when empty).
     public func deviceCount(search: String = "") async throws -> Int {
         try await database.storage.read { db in
-            let count = try db.fetchOne(
+            let count = try await db.fetchOne(
                 #"SELECT COUNT(*) FROM devices WHERE id LIKE ? ESCAPE '\'"#, Self.containing(search))
             return Int(count?[0].integer ?? 0)
         }
@@ -706,13 +713,13 @@ extension DeviceRegistry {
             let arguments: [SQLValue] = [
                 .text(Self.containing(search)), .integer(Int64(limit)), .integer(Int64(offset)),
             ]
-            let devices = try db.fetchAll(
+            let devices = try await db.fetchAll(
                 """
                 SELECT d.id, d.createdAt, d.lastSeenAt, d.appVersion, d.revokedAt, d.wipeOrderedAt, d.wipedAt
                 FROM devices d JOIN (\(page)) p ON p.id = d.id ORDER BY coalesce(d.lastSeenAt, d.createdAt) DESC, d.id
                 """, arguments)
             var users: [String: [(name: String, active: Bool, registeredAt: Date)]] = [:]
-            for row in try db.fetchAll(
+            for row in try await db.fetchAll(
                 """
                 SELECT r.device, r."user", r.active, r.registeredAt FROM deviceRegistrations r
                 JOIN (\(page)) p ON p.id = r.device ORDER BY r.registeredAt
@@ -722,7 +729,7 @@ extension DeviceRegistry {
                     (row["user"].text ?? "", row["active"].bool ?? false, row["registeredAt"].date ?? .distantPast))
             }
             var keys: [String: [(id: String, user: String, registeredAt: Date, replacedAt: Date?)]] = [:]
-            for row in try db.fetchAll(
+            for row in try await db.fetchAll(
                 """
                 SELECT k.device, k.id, k."user", k.registeredAt, k.replacedAt FROM signingKeys k
                 JOIN (\(page)) p ON p.id = k.device ORDER BY k.registeredAt
@@ -755,9 +762,11 @@ extension DeviceRegistry {
     public func revoke(device: String) async throws -> Bool {
         let now = clock.now()
         let outcome = try await database.storage.write { db -> Bool? in
-            guard try db.execute("UPDATE devices SET revokedAt = ? WHERE id = ? AND revokedAt IS NULL", now, device) > 0
-            else { return try db.fetchOne("SELECT 1 FROM devices WHERE id = ?", device) != nil ? false : nil }
-            try Self.endUsers(of: device, at: now, in: db)
+            guard
+                try await db.execute("UPDATE devices SET revokedAt = ? WHERE id = ? AND revokedAt IS NULL", now, device)
+                    > 0
+            else { return try await db.fetchOne("SELECT 1 FROM devices WHERE id = ?", device) != nil ? false : nil }
+            try await Self.endUsers(of: device, at: now, in: db)
             return true
         }
         database.statusChanged()
@@ -767,10 +776,11 @@ extension DeviceRegistry {
 
     /// Ends everyone's use of a device, inside a write: registrations end, signing keys retire, and the sign-ins
     /// (token families) the device used stop at once (the family is checked with every token).
-    static func endUsers(of device: String, at now: Date, in db: any SQLConnection) throws {
-        try db.execute("UPDATE deviceRegistrations SET active = 0 WHERE device = ?", device)
-        try db.execute("UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND replacedAt IS NULL", now, device)
-        try db.execute(
+    static func endUsers(of device: String, at now: Date, in db: any SQLConnection) async throws {
+        try await db.execute("UPDATE deviceRegistrations SET active = 0 WHERE device = ?", device)
+        try await db.execute(
+            "UPDATE signingKeys SET replacedAt = ? WHERE device = ? AND replacedAt IS NULL", now, device)
+        try await db.execute(
             """
             UPDATE refreshTokens SET revokedAt = ? WHERE revokedAt IS NULL
             AND family IN (SELECT family FROM deviceTokenFamilies WHERE device = ?)
@@ -784,7 +794,7 @@ extension DeviceRegistry {
         let now = clock.now()
         let found = try await database.storage.write { db -> Bool in
             // A new order stands even after an earlier wipe was reported; an order still pending keeps its time.
-            try db.execute(
+            try await db.execute(
                 """
                 UPDATE devices SET wipeOrderedAt = CASE
                     WHEN wipeOrderedAt IS NULL OR (wipedAt IS NOT NULL AND wipedAt >= wipeOrderedAt) THEN ?
@@ -810,9 +820,10 @@ extension DeviceRegistry {
     public func status(device: String) async throws -> Status? {
         try await database.storage.read { db in
             guard
-                let row = try db.fetchOne("SELECT revokedAt, wipeOrderedAt, wipedAt FROM devices WHERE id = ?", device)
+                let row = try await db.fetchOne(
+                    "SELECT revokedAt, wipeOrderedAt, wipedAt FROM devices WHERE id = ?", device)
             else { return nil }
-            let withdrawn = try db.fetchAll(
+            let withdrawn = try await db.fetchAll(
                 """
                 SELECT r."user" FROM deviceRegistrations r LEFT JOIN users u ON u.name = r."user"
                 WHERE r.device = ? AND (u.name IS NULL OR u.disabled <> 0) ORDER BY r."user"
@@ -840,14 +851,15 @@ extension DeviceRegistry {
         let now = clock.now()
         let outcome = try await database.storage.write { db -> Bool? in
             guard
-                let row = try db.fetchOne("SELECT revokedAt, wipeOrderedAt, wipedAt FROM devices WHERE id = ?", device)
+                let row = try await db.fetchOne(
+                    "SELECT revokedAt, wipeOrderedAt, wipedAt FROM devices WHERE id = ?", device)
             else { return nil }
             let ordered = row["wipeOrderedAt"].real.map { $0 > (row["wipedAt"].real ?? -1) } ?? false
             guard row["revokedAt"] != .null || ordered else { return false }
             // Nobody is on the device any more: its sign-ins end, its device key is forgotten (no more proofs), and
             // the next user to join re-keys it (a new device key and store key).
-            try db.execute("UPDATE devices SET wipedAt = ?, publicKey = NULL WHERE id = ?", now, device)
-            try Self.endUsers(of: device, at: now, in: db)
+            try await db.execute("UPDATE devices SET wipedAt = ?, publicKey = NULL WHERE id = ?", now, device)
+            try await Self.endUsers(of: device, at: now, in: db)
             return true
         }
         database.statusChanged()
@@ -879,7 +891,7 @@ extension DeviceRegistry {
             let signature = try? P256.Signing.ECDSASignature(rawRepresentation: proof.signature)
         else { throw refused }
         let stored = try await database.storage.read { db in
-            try db.fetchOne("SELECT publicKey FROM devices WHERE id = ?", device)?["publicKey"].bytes
+            try await db.fetchOne("SELECT publicKey FROM devices WHERE id = ?", device)?["publicKey"].bytes
         }
         guard let stored, let key = try? P256.Signing.PublicKey(x963Representation: stored) else { throw refused }
         let message = DeviceRequestProof.message(
@@ -890,10 +902,10 @@ extension DeviceRegistry {
         // time until the window has passed it, so proofs of one device may arrive in any order (a log upload and a
         // status call at once), and one from ahead of the clock blocks nothing.
         let fresh = try await database.storage.write { db -> Bool in
-            try db.execute(
+            try await db.execute(
                 "DELETE FROM deviceProofs WHERE device = ? AND time < ?", device,
                 now - Int64(DeviceRequestProof.maximumAge * 1000))
-            return try db.execute(
+            return try await db.execute(
                 "INSERT INTO deviceProofs (device, time) VALUES (?, ?) ON CONFLICT DO NOTHING", device, proof.time) > 0
         }
         guard fresh else { throw refused }
@@ -902,7 +914,8 @@ extension DeviceRegistry {
     /// Whether `user` is or was registered on `device`.
     func wasRegistered(device: String, user: String) async throws -> Bool {
         try await database.storage.read { db in
-            try db.fetchOne(#"SELECT 1 FROM deviceRegistrations WHERE device = ? AND "user" = ?"#, device, user) != nil
+            try await db.fetchOne(#"SELECT 1 FROM deviceRegistrations WHERE device = ? AND "user" = ?"#, device, user)
+                != nil
         }
     }
 
@@ -910,11 +923,11 @@ extension DeviceRegistry {
     func noteContact(device: String, appVersion: String?, family: String?) async throws {
         let now = clock.now()
         try await database.storage.write { db in
-            try db.execute(
+            try await db.execute(
                 "UPDATE devices SET lastSeenAt = ?, appVersion = coalesce(?, appVersion) WHERE id = ?", now,
                 appVersion.map { String($0.prefix(32)) }, device)
             if let family {
-                try db.execute(
+                try await db.execute(
                     "INSERT INTO deviceTokenFamilies (family, device) VALUES (?, ?) ON CONFLICT DO NOTHING", family,
                     device)
             }

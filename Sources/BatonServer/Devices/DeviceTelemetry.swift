@@ -96,7 +96,7 @@ extension DeviceRegistry {
         return try await database.storage.write { db in
             var added = 0
             for event in checked {
-                added += try db.execute(
+                added += try await db.execute(
                     """
                     INSERT INTO usageEvents (id, device, at, name, count, durationMs, code, receivedAt)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING
@@ -104,7 +104,7 @@ extension DeviceRegistry {
                     event.durationMs.map(Int64.init), event.code, now)
             }
             // Bounded per device: the oldest go.
-            try db.execute(
+            try await db.execute(
                 """
                 DELETE FROM usageEvents WHERE device = ? AND id NOT IN (
                     SELECT id FROM usageEvents WHERE device = ? ORDER BY at DESC, id DESC LIMIT ?)
@@ -143,7 +143,7 @@ extension DeviceRegistry {
         let count = Int64(lines.count)
         let id = try await database.storage.write { db -> Int64 in
             let recent =
-                try db.fetchOne(
+                try await db.fetchOne(
                     "SELECT COUNT(*) FROM deviceLogs WHERE device = ? AND receivedAt > ?", device,
                     now.addingTimeInterval(-86_400))?[0].integer ?? 0
             guard recent < Self.dailyLogUploads else {
@@ -153,15 +153,15 @@ extension DeviceRegistry {
             }
             // Only the log an admin asked for settles the order.
             if reason == "requested" {
-                try db.execute("UPDATE devices SET logsRequestedAt = NULL WHERE id = ?", device)
+                try await db.execute("UPDATE devices SET logsRequestedAt = NULL WHERE id = ?", device)
             }
             let id =
-                try db.fetchOne(
+                try await db.fetchOne(
                     """
                     INSERT INTO deviceLogs (device, uploader, reason, receivedAt, lineCount, lines)
                     VALUES (?, ?, ?, ?, ?, ?) RETURNING id
                     """, device, uploader, reason, now, count, text)?[0].integer ?? 0
-            try db.execute(
+            try await db.execute(
                 """
                 DELETE FROM deviceLogs WHERE device = ? AND id NOT IN (
                     SELECT id FROM deviceLogs WHERE device = ? ORDER BY id DESC LIMIT ?)
@@ -179,7 +179,7 @@ extension DeviceRegistry {
     public func requestLogs(device: String) async throws {
         let now = clock.now()
         let changed = try await database.storage.write { db in
-            try db.execute("UPDATE devices SET logsRequestedAt = ? WHERE id = ?", now, device)
+            try await db.execute("UPDATE devices SET logsRequestedAt = ? WHERE id = ?", now, device)
         }
         guard changed > 0 else { throw ServerError.notFound("No device '\(device.prefix(128))'.") }
     }
@@ -187,14 +187,15 @@ extension DeviceRegistry {
     /// Whether an order for the device's log is pending.
     public func logsRequested(device: String) async throws -> Bool {
         try await database.storage.read { db in
-            try db.fetchOne("SELECT logsRequestedAt FROM devices WHERE id = ?", device)?["logsRequestedAt"] ?? .null
+            try await db.fetchOne("SELECT logsRequestedAt FROM devices WHERE id = ?", device)?["logsRequestedAt"]
+                ?? .null
         } != .null
     }
 
     /// Every device that sent something or has an order pending, by device id.
     public func telemetrySummaries() async throws -> [TelemetrySummary] {
         try await database.storage.read { db in
-            try db.fetchAll(
+            try await db.fetchAll(
                 """
                 SELECT d.id AS device,
                     (SELECT COUNT(*) FROM deviceLogs l WHERE l.device = d.id) AS uploads,
@@ -216,7 +217,7 @@ extension DeviceRegistry {
     /// A device's newest log uploads (at most `limit`), newest first, with their lines.
     public func logs(device: String, limit: Int = keptLogUploads) async throws -> [LogUpload] {
         try await database.storage.read { db in
-            try db.fetchAll(
+            try await db.fetchAll(
                 """
                 SELECT id, uploader, reason, receivedAt, lineCount, lines FROM deviceLogs WHERE device = ?
                 ORDER BY id DESC LIMIT ?
@@ -235,7 +236,7 @@ extension DeviceRegistry {
     /// A device's newest usage events (at most `limit`), oldest first.
     public func usage(device: String, limit: Int = keptUsageEvents) async throws -> [UsageEvent] {
         try await database.storage.read { db in
-            try db.fetchAll(
+            try await db.fetchAll(
                 """
                 SELECT * FROM (SELECT id, at, name, count, durationMs, code FROM usageEvents WHERE device = ?
                 ORDER BY at DESC, id DESC LIMIT ?) newest ORDER BY at, id

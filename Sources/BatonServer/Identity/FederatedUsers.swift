@@ -58,7 +58,7 @@ extension UserDirectory {
     ) async throws -> FederatedSignIn {
         let now = clock.now()
         let outcome = try await database.storage.write { db -> FederatedSignIn in
-            var found = try db.fetchOne(
+            var found = try await db.fetchOne(
                 "SELECT \(User.columns) FROM users WHERE idp = ? AND idpIssuer = ? AND subject = ?", provider.name,
                 provider.issuer, claims.subject
             ).map(User.init(row:))
@@ -69,7 +69,8 @@ extension UserDirectory {
                         "\(provider.displayName) did not send a usable \(provider.nameClaim.rawValue) (1 to 64 of letters, digits, '.', '_', '-', '@'); Baton cannot name your account."
                     )
                 }
-                if let row = try db.fetchOne("SELECT \(User.columns), idpIssuer FROM users WHERE name = ?", name) {
+                if let row = try await db.fetchOne("SELECT \(User.columns), idpIssuer FROM users WHERE name = ?", name)
+                {
                     let existing = try User(row: row)
                     guard existing.identityProvider == provider.name, row["idpIssuer"].text == provider.issuer,
                         existing.subject == nil
@@ -78,11 +79,11 @@ extension UserDirectory {
                             "Baton already has a user named '\(name)' who is not linked to \(provider.displayName). An administrator can link them: baton-server user link \(name) --idp \(provider.name) --subject …"
                         )
                     }
-                    try db.execute("UPDATE users SET subject = ? WHERE name = ?", claims.subject, name)
+                    try await db.execute("UPDATE users SET subject = ? WHERE name = ?", claims.subject, name)
                     found = existing
                 } else {
                     // No password: "!" is no bcrypt hash, and passwords are refused for provider users anyway.
-                    try db.execute(
+                    try await db.execute(
                         "INSERT INTO users (\(User.columns), idpIssuer) VALUES (?, ?, ?, '!', 0, ?, ?, ?, ?)", name,
                         displayName ?? name, role.rawValue, now, provider.name, claims.subject, provider.issuer)
                     created = true
@@ -98,16 +99,16 @@ extension UserDirectory {
             var changed: User.Role?
             if user.role != role {
                 if user.role == .admin {
-                    try Self.keepAnAdmin(besides: user.name, in: db, doing: "change the role of")
+                    try await Self.keepAnAdmin(besides: user.name, in: db, doing: "change the role of")
                     // A demoted admin's cockpit sessions end, as when an admin changes the role.
-                    try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, user.name)
+                    try await db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, user.name)
                 }
-                try db.execute("UPDATE users SET role = ? WHERE name = ?", role.rawValue, user.name)
+                try await db.execute("UPDATE users SET role = ? WHERE name = ?", role.rawValue, user.name)
                 user.role = role
                 changed = role
             }
             if let displayName, displayName != user.displayName {
-                try db.execute("UPDATE users SET displayName = ? WHERE name = ?", displayName, user.name)
+                try await db.execute("UPDATE users SET displayName = ? WHERE name = ?", displayName, user.name)
                 user.displayName = displayName
             }
             return .signedIn(user, created: created, roleChanged: created ? nil : changed)
@@ -130,11 +131,12 @@ extension UserDirectory {
         do {
             found = try await database.storage.write { db -> Bool in
                 guard
-                    let issuer = try db.fetchOne("SELECT issuer FROM identityProviders WHERE name = ?", provider)?[
-                        "issuer"
-                    ].text
+                    let issuer = try await db.fetchOne(
+                        "SELECT issuer FROM identityProviders WHERE name = ?", provider)?[
+                            "issuer"
+                        ].text
                 else { throw ServerError.notFound("There is no identity provider named '\(provider)'.") }
-                return try db.execute(
+                return try await db.execute(
                     "UPDATE users SET idp = ?, idpIssuer = ?, subject = ? WHERE name = ?", provider, issuer, subject,
                     name) > 0
             }

@@ -123,7 +123,7 @@ public struct IdentityProviders: Sendable {
         let map = String(decoding: try JSONEncoder().encode(provider.roleMap.mapValues(\.rawValue)), as: UTF8.self)
         do {
             try await database.storage.write { db in
-                try db.execute(
+                try await db.execute(
                     "INSERT INTO identityProviders (\(Self.columns), sealedSecret) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     provider.name, provider.displayName, provider.issuer, provider.clientID,
                     provider.nameClaim.rawValue, provider.roleClaim, map, clock.now(), sealed)
@@ -178,7 +178,8 @@ public struct IdentityProviders: Sendable {
     /// Every provider, by name.
     public func list() async throws -> [IdentityProvider] {
         try await database.storage.read { db in
-            try db.fetchAll("SELECT \(Self.columns) FROM identityProviders ORDER BY name").map(Self.provider(row:))
+            try await db.fetchAll("SELECT \(Self.columns) FROM identityProviders ORDER BY name").map(
+                Self.provider(row:))
         }
     }
 
@@ -186,7 +187,7 @@ public struct IdentityProviders: Sendable {
     public func provider(named name: String) async throws -> IdentityProvider? {
         guard IdentityProvider.isValidName(name) else { return nil }
         return try await database.storage.read { db in
-            try db.fetchOne("SELECT \(Self.columns) FROM identityProviders WHERE name = ?", name).map(
+            try await db.fetchOne("SELECT \(Self.columns) FROM identityProviders WHERE name = ?", name).map(
                 Self.provider(row:))
         }
     }
@@ -202,13 +203,16 @@ public struct IdentityProviders: Sendable {
         let now = clock.now()
         let bound = try await database.storage.write { db -> Int? in
             guard
-                let issuer = try db.fetchOne("SELECT issuer FROM identityProviders WHERE name = ?", name)?["issuer"]
-                    .text
+                let issuer = try await db.fetchOne("SELECT issuer FROM identityProviders WHERE name = ?", name)?[
+                    "issuer"
+                ]
+                .text
             else { return nil }
-            try db.execute("DELETE FROM identityProviders WHERE name = ?", name)
-            try db.execute("UPDATE scimTokens SET revokedAt = ? WHERE idp = ? AND revokedAt IS NULL", now, name)
+            try await db.execute("DELETE FROM identityProviders WHERE name = ?", name)
+            try await db.execute("UPDATE scimTokens SET revokedAt = ? WHERE idp = ? AND revokedAt IS NULL", now, name)
             return Int(
-                try db.fetchOne("SELECT count(*) FROM users WHERE idp = ? AND idpIssuer = ?", name, issuer)?[0].integer
+                try await db.fetchOne("SELECT count(*) FROM users WHERE idp = ? AND idpIssuer = ?", name, issuer)?[0]
+                    .integer
                     ?? 0)
         }
         guard let bound else { throw ServerError.notFound("There is no identity provider named '\(name)'.") }
@@ -218,7 +222,8 @@ public struct IdentityProviders: Sendable {
     /// The provider's client secret, unsealed.
     func clientSecret(of name: String) async throws -> String {
         let sealed = try await database.storage.read { db in
-            try db.fetchOne("SELECT sealedSecret FROM identityProviders WHERE name = ?", name)?["sealedSecret"].bytes
+            try await db.fetchOne("SELECT sealedSecret FROM identityProviders WHERE name = ?", name)?["sealedSecret"]
+                .bytes
         }
         guard let sealed, let box = try? AES.GCM.SealedBox(combined: sealed),
             let opened = try? AES.GCM.open(box, using: secretKey, authenticating: Data(name.utf8))
@@ -262,8 +267,10 @@ public struct IdentityProviders: Sendable {
         let token = "scim_" + randomSecret()
         let now = clock.now()
         let created = try await database.storage.write { db -> Bool in
-            guard try db.fetchOne("SELECT 1 FROM identityProviders WHERE name = ?", name) != nil else { return false }
-            try db.execute(
+            guard try await db.fetchOne("SELECT 1 FROM identityProviders WHERE name = ?", name) != nil else {
+                return false
+            }
+            try await db.execute(
                 "INSERT INTO scimTokens (hash, idp, createdAt) VALUES (?, ?, ?)", secretHash(token), name, now)
             return true
         }
@@ -275,7 +282,7 @@ public struct IdentityProviders: Sendable {
     public func revokeSCIMTokens(of name: String) async throws -> Int {
         let now = clock.now()
         return try await database.storage.write { db in
-            try db.execute("UPDATE scimTokens SET revokedAt = ? WHERE idp = ? AND revokedAt IS NULL", now, name)
+            try await db.execute("UPDATE scimTokens SET revokedAt = ? WHERE idp = ? AND revokedAt IS NULL", now, name)
         }
     }
 
@@ -284,7 +291,7 @@ public struct IdentityProviders: Sendable {
         guard token.hasPrefix("scim_"), (40...80).contains(token.utf8.count) else { return nil }
         let hash = secretHash(token)
         return try await database.storage.read { db in
-            try db.fetchOne(
+            try await db.fetchOne(
                 """
                 SELECT \(Self.columns) FROM identityProviders
                 WHERE name = (SELECT idp FROM scimTokens WHERE hash = ? AND revokedAt IS NULL)

@@ -30,7 +30,7 @@ public struct UserDirectory: Sendable {
             createdAt: clock.now())
         do {
             try await database.storage.write { db in
-                try db.execute(
+                try await db.execute(
                     "INSERT INTO users (\(User.columns)) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)", user.name,
                     user.displayName, user.role.rawValue, user.passwordHash, user.disabled, user.createdAt)
             }
@@ -43,14 +43,14 @@ public struct UserDirectory: Sendable {
     /// All users, by name.
     public func list() async throws -> [User] {
         try await database.storage.read { db in
-            try db.fetchAll("SELECT \(User.columns) FROM users ORDER BY name").map(User.init(row:))
+            try await db.fetchAll("SELECT \(User.columns) FROM users ORDER BY name").map(User.init(row:))
         }
     }
 
     /// The user named `name`, if any.
     public func user(named name: String) async throws -> User? {
         try await database.storage.read { db in
-            try db.fetchOne("SELECT \(User.columns) FROM users WHERE name = ?", name).map(User.init(row:))
+            try await db.fetchOne("SELECT \(User.columns) FROM users WHERE name = ?", name).map(User.init(row:))
         }
     }
 
@@ -60,10 +60,12 @@ public struct UserDirectory: Sendable {
     public func disable(_ name: String) async throws {
         let now = clock.now()
         let found = try await database.storage.write { db -> Bool in
-            try Self.keepAnAdmin(besides: name, in: db, doing: "disable")
-            let changed = try db.execute("UPDATE users SET disabled = 1, disabledBy = 'admin' WHERE name = ?", name) > 0
-            try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
-            try db.execute(#"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
+            try await Self.keepAnAdmin(besides: name, in: db, doing: "disable")
+            let changed =
+                try await db.execute("UPDATE users SET disabled = 1, disabledBy = 'admin' WHERE name = ?", name) > 0
+            try await db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
+            try await db.execute(
+                #"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
             return changed
         }
         database.statusChanged()
@@ -81,17 +83,20 @@ public struct UserDirectory: Sendable {
 
     /// ``delete(_:)`` after `check` ran in the same transaction (SCIM: the user is still the provider's, unchanged
     /// since its `If-Match`, and not withdrawn by an admin); what `check` throws deletes nothing.
-    func delete(_ name: String, checking check: @escaping @Sendable (any SQLConnection) throws -> Void) async throws {
+    func delete(_ name: String, checking check: @escaping @Sendable (any SQLConnection) async throws -> Void)
+        async throws
+    {
         let now = clock.now()
         let found = try await database.storage.write { db -> Bool in
-            try check(db)
-            try Self.keepAnAdmin(besides: name, in: db, doing: "delete")
-            try db.execute(#"UPDATE signingKeys SET replacedAt = ? WHERE "user" = ? AND replacedAt IS NULL"#, now, name)
-            let changed = try db.execute("DELETE FROM users WHERE name = ?", name) > 0
-            try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
-            try db.execute(#"DELETE FROM refreshTokens WHERE "user" = ?"#, name)
-            try db.execute(#"DELETE FROM authorizationCodes WHERE "user" = ?"#, name)
-            try db.execute(#"UPDATE deviceRegistrations SET active = 0 WHERE "user" = ?"#, name)
+            try await check(db)
+            try await Self.keepAnAdmin(besides: name, in: db, doing: "delete")
+            try await db.execute(
+                #"UPDATE signingKeys SET replacedAt = ? WHERE "user" = ? AND replacedAt IS NULL"#, now, name)
+            let changed = try await db.execute("DELETE FROM users WHERE name = ?", name) > 0
+            try await db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
+            try await db.execute(#"DELETE FROM refreshTokens WHERE "user" = ?"#, name)
+            try await db.execute(#"DELETE FROM authorizationCodes WHERE "user" = ?"#, name)
+            try await db.execute(#"UPDATE deviceRegistrations SET active = 0 WHERE "user" = ?"#, name)
             return changed
         }
         database.statusChanged()
@@ -103,7 +108,7 @@ public struct UserDirectory: Sendable {
     /// - Throws: ``ServerError`` (404) for an unknown user.
     public func enable(_ name: String) async throws {
         let found = try await database.storage.write { db -> Bool in
-            try db.execute("UPDATE users SET disabled = 0, disabledBy = NULL WHERE name = ?", name) > 0
+            try await db.execute("UPDATE users SET disabled = 0, disabledBy = NULL WHERE name = ?", name) > 0
         }
         database.statusChanged()
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
@@ -115,10 +120,10 @@ public struct UserDirectory: Sendable {
     public func setRole(_ name: String, to role: User.Role) async throws {
         let found = try await database.storage.write { db -> Bool in
             if role != .admin {
-                try Self.keepAnAdmin(besides: name, in: db, doing: "change the role of")
-                try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
+                try await Self.keepAnAdmin(besides: name, in: db, doing: "change the role of")
+                try await db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
             }
-            return try db.execute("UPDATE users SET role = ? WHERE name = ?", role.rawValue, name) > 0
+            return try await db.execute("UPDATE users SET role = ? WHERE name = ?", role.rawValue, name) > 0
         }
         database.statusChanged()
         guard found else { throw ServerError.notFound("There is no user named '\(name)'.") }
@@ -134,10 +139,11 @@ public struct UserDirectory: Sendable {
         let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
         let now = clock.now()
         let found = try await database.storage.write { db -> Bool in
-            let changed = try db.execute("UPDATE users SET passwordHash = ? WHERE name = ?", hash, name) > 0
+            let changed = try await db.execute("UPDATE users SET passwordHash = ? WHERE name = ?", hash, name) > 0
             // A password reset after a leak ends the cockpit sessions a thief may hold too.
-            try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
-            try db.execute(#"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
+            try await db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, name)
+            try await db.execute(
+                #"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now, name)
             return changed
         }
         database.statusChanged()
@@ -145,12 +151,13 @@ public struct UserDirectory: Sendable {
     }
 
     /// Refuses a change that would leave no enabled admin: nobody could then run the cockpit or add one.
-    static func keepAnAdmin(besides name: String, in db: any SQLConnection, doing action: String) throws {
+    static func keepAnAdmin(besides name: String, in db: any SQLConnection, doing action: String) async throws {
         let others =
-            try db.fetchOne(
+            try await db.fetchOne(
                 "SELECT count(*) FROM users WHERE role = 'admin' AND disabled = 0 AND name <> ?", name)?[0].integer ?? 0
         let isAdmin =
-            try db.fetchOne("SELECT count(*) FROM users WHERE name = ? AND role = 'admin' AND disabled = 0", name)?[0]
+            try await db.fetchOne(
+                "SELECT count(*) FROM users WHERE name = ? AND role = 'admin' AND disabled = 0", name)?[0]
             .integer ?? 0
         guard isAdmin == 0 || others > 0 else {
             throw ServerError.conflict(

@@ -50,23 +50,24 @@ struct DeviceAuthorizations: Sendable {
         for _ in 0..<5 {
             let userCode = String((0..<8).map { _ in Self.alphabet[Int.random(in: 0..<Self.alphabet.count)] })
             let outcome = try await database.storage.write { db -> Outcome in
-                try db.execute("DELETE FROM deviceAuthorizations WHERE expiresAt < ?", now - 3600)
+                try await db.execute("DELETE FROM deviceAuthorizations WHERE expiresAt < ?", now - 3600)
                 // A code holds its place until it expires, whatever its state: denying one's own codes (which
                 // needs no sign-in) must not make room for more.
-                let fromAddress = try db.fetchOne(
+                let fromAddress = try await db.fetchOne(
                     "SELECT count(*), min(expiresAt) FROM deviceAuthorizations WHERE addressKey = ? AND expiresAt > ?",
                     addressKey, now)
                 if fromAddress?[0].integer ?? 0 >= Int64(limits.perAddress) {
                     return .addressFull(wait: wait(fromAddress))
                 }
-                let all = try db.fetchOne(
+                let all = try await db.fetchOne(
                     "SELECT count(*), min(expiresAt) FROM deviceAuthorizations WHERE expiresAt > ?",
                     now)
                 if all?[0].integer ?? 0 >= Int64(limits.maximum) { return .allFull(wait: wait(all)) }
-                guard try db.fetchOne("SELECT 1 FROM deviceAuthorizations WHERE userCode = ?", userCode) == nil else {
+                guard try await db.fetchOne("SELECT 1 FROM deviceAuthorizations WHERE userCode = ?", userCode) == nil
+                else {
                     return .taken
                 }
-                try db.execute(
+                try await db.execute(
                     """
                     INSERT INTO deviceAuthorizations
                         (deviceCodeHash, userCode, clientID, scope, createdAt, expiresAt, pollInterval, status,
@@ -110,7 +111,7 @@ struct DeviceAuthorizations: Sendable {
     func isPending(userCode code: String) async throws -> Bool {
         let now = clock.now().timeIntervalSince1970
         return try await database.storage.read { db in
-            try db.fetchOne(
+            try await db.fetchOne(
                 "SELECT 1 FROM deviceAuthorizations WHERE userCode = ? AND status = 'pending' AND expiresAt > ?", code,
                 now) != nil
         }
@@ -123,7 +124,7 @@ struct DeviceAuthorizations: Sendable {
         guard let code = Self.normalized(typed) else { return false }
         let now = clock.now().timeIntervalSince1970
         return try await database.storage.write { db in
-            try db.execute(
+            try await db.execute(
                 """
                 UPDATE deviceAuthorizations SET status = ?, "user" = ?
                 WHERE userCode = ? AND status = 'pending' AND expiresAt > ?
@@ -138,7 +139,7 @@ struct DeviceAuthorizations: Sendable {
         enum Outcome { case approved(String, String), error(OAuthError) }
         let outcome = try await database.storage.write { db -> Outcome in
             guard
-                let row = try db.fetchOne(
+                let row = try await db.fetchOne(
                     """
                     SELECT clientID, scope, expiresAt, pollInterval, lastPolledAt, status, "user"
                     FROM deviceAuthorizations WHERE deviceCodeHash = ?
@@ -151,12 +152,12 @@ struct DeviceAuthorizations: Sendable {
             let interval = row["pollInterval"].integer ?? Int64(Self.interval)
             if let last = row["lastPolledAt"].real, now - last < Double(interval) {
                 let slower = min(interval + 5, 60)
-                try db.execute(
+                try await db.execute(
                     "UPDATE deviceAuthorizations SET pollInterval = ?, lastPolledAt = ? WHERE deviceCodeHash = ?",
                     slower, now, secretHash(deviceCode))
                 return .error(OAuthError("slow_down", "Polling too fast: wait \(slower) seconds between polls."))
             }
-            try db.execute(
+            try await db.execute(
                 "UPDATE deviceAuthorizations SET lastPolledAt = ? WHERE deviceCodeHash = ?", now, secretHash(deviceCode)
             )
             switch row["status"].text {
@@ -167,7 +168,7 @@ struct DeviceAuthorizations: Sendable {
             case "approved":
                 // Used once: only the poll that moves it from approved to used gets tokens.
                 guard
-                    try db.execute(
+                    try await db.execute(
                         "UPDATE deviceAuthorizations SET status = 'used' WHERE deviceCodeHash = ? AND status = 'approved'",
                         secretHash(deviceCode)) == 1
                 else { return .error(.invalidGrant("The device code was used already.")) }

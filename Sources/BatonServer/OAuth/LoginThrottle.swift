@@ -65,7 +65,7 @@ struct LoginThrottle: Sendable {
     func retryAfter(user: String, address: String) async throws -> Int? {
         let pair = pairKey(user, address)
         let knownSince = try await database.storage.read { db in
-            try db.fetchOne("SELECT since FROM signInKnown WHERE pair = ?", pair)?[0].date
+            try await db.fetchOne("SELECT since FROM signInKnown WHERE pair = ?", pair)?[0].date
         }
         let known = knownSince.map { clock.now().timeIntervalSince($0) < limits.knownFor } ?? false
         var counters = [Counter(key: pair, free: limits.perPair)]
@@ -108,7 +108,7 @@ struct LoginThrottle: Sendable {
         let keys = counters.map(\.key)
         let rows = try await database.storage.read { db in
             let marks = keys.map { _ in "?" }.joined(separator: ", ")
-            return try db.fetchAll(
+            return try await db.fetchAll(
                 "SELECT key, failures, last FROM signInFailures WHERE key IN (\(marks))", keys.map(SQLValue.text))
         }
         let free = Dictionary(counters.map { ($0.key, $0.free) }) { first, _ in first }
@@ -133,7 +133,7 @@ struct LoginThrottle: Sendable {
         let expired = now.addingTimeInterval(-limits.window)
         try await database.storage.write { db in
             for key in keys {
-                try db.execute(
+                try await db.execute(
                     """
                     INSERT INTO signInFailures (key, failures, last) VALUES (?, 1, ?)
                     ON CONFLICT(key) DO UPDATE SET
@@ -141,7 +141,7 @@ struct LoginThrottle: Sendable {
                         last = excluded.last
                     """, key, now, expired)
             }
-            try db.execute("DELETE FROM signInFailures WHERE last <= ?", expired)
+            try await db.execute("DELETE FROM signInFailures WHERE last <= ?", expired)
         }
     }
 
@@ -153,11 +153,11 @@ struct LoginThrottle: Sendable {
         let pair = pairKey(user, address)
         let forgotten = now.addingTimeInterval(-limits.knownFor)
         try await database.storage.write { db in
-            try db.execute("DELETE FROM signInFailures WHERE key = ?", pair)
-            try db.execute(
+            try await db.execute("DELETE FROM signInFailures WHERE key = ?", pair)
+            try await db.execute(
                 "INSERT INTO signInKnown (pair, since) VALUES (?, ?) ON CONFLICT(pair) DO UPDATE SET since = excluded.since",
                 pair, now)
-            try db.execute("DELETE FROM signInKnown WHERE since <= ?", forgotten)
+            try await db.execute("DELETE FROM signInKnown WHERE since <= ?", forgotten)
         }
     }
 }

@@ -268,8 +268,8 @@ extension OAuthRoutes {
         let now = tokens.clock.now().timeIntervalSince1970
         do {
             try await tokens.database.storage.write { db in
-                try db.execute("DELETE FROM openIDStates WHERE expiresAt < ?", now)
-                try db.execute(
+                try await db.execute("DELETE FROM openIDStates WHERE expiresAt < ?", now)
+                try await db.execute(
                     "INSERT INTO openIDStates (hash, expiresAt) VALUES (?, ?)", secretHash(state), expires)
             }
             return true

@@ -66,8 +66,8 @@ final class SigningKeys: Sendable {
             let sealed = try seal(first, masterKey: masterKey)
             let now = clock.now()
             let inserted = try await database.storage.write { db -> Bool in
-                guard try db.fetchOne("SELECT id FROM tokenSigningKeys LIMIT 1") == nil else { return false }
-                try db.execute(
+                guard try await db.fetchOne("SELECT id FROM tokenSigningKeys LIMIT 1") == nil else { return false }
+                try await db.execute(
                     "INSERT INTO tokenSigningKeys (id, sealedKey, createdAt) VALUES (?, ?, ?)", sealed.id,
                     sealed.box, now)
                 return true
@@ -112,7 +112,7 @@ final class SigningKeys: Sendable {
     /// Reads and opens the listed keys, newest first.
     static func load(database: ServerDatabase, masterKey: SymmetricKey, at now: Date) async throws -> Loaded {
         let rows = try await database.storage.read { db in
-            try db.fetchAll("SELECT id, sealedKey FROM tokenSigningKeys ORDER BY createdAt DESC, id LIMIT 2")
+            try await db.fetchAll("SELECT id, sealedKey FROM tokenSigningKeys ORDER BY createdAt DESC, id LIMIT 2")
         }
         let collection = JWTKeyCollection()
         var ids: [String] = []
@@ -150,13 +150,14 @@ final class SigningKeys: Sendable {
         let sealed = try seal(P256.Signing.PrivateKey(), masterKey: masterKey)
         let now = clock.now()
         try await database.storage.write { db in
-            let newest = try db.fetchAll("SELECT id FROM tokenSigningKeys ORDER BY createdAt DESC, id").compactMap {
+            let newest = try await db.fetchAll("SELECT id FROM tokenSigningKeys ORDER BY createdAt DESC, id").compactMap
+            {
                 $0["id"].text
             }
-            for old in newest.dropFirst() { try db.execute("DELETE FROM tokenSigningKeys WHERE id = ?", old) }
+            for old in newest.dropFirst() { try await db.execute("DELETE FROM tokenSigningKeys WHERE id = ?", old) }
             // Strictly later than the current one, whatever the clock says, so the order stays the rotation order.
-            let after = try db.fetchOne("SELECT max(createdAt) FROM tokenSigningKeys")?[0].real ?? 0
-            try db.execute(
+            let after = try await db.fetchOne("SELECT max(createdAt) FROM tokenSigningKeys")?[0].real ?? 0
+            try await db.execute(
                 "INSERT INTO tokenSigningKeys (id, sealedKey, createdAt) VALUES (?, ?, ?)", sealed.id, sealed.box,
                 max(now.timeIntervalSince1970, after + 0.001))
         }

@@ -160,7 +160,7 @@ struct TokenService: Sendable {
         }
         let outcome = try await database.storage.write { db -> Outcome in
             guard
-                let row = try db.fetchOne(
+                let row = try await db.fetchOne(
                     #"SELECT family, "user", revokedAt, usedAt, expiresAt, clientID, scope FROM refreshTokens WHERE hash = ?"#,
                     hash),
                 let family = row["family"].text, let user = row["user"].text
@@ -169,7 +169,7 @@ struct TokenService: Sendable {
             }
             if row["revokedAt"] != .null { return .invalid("The refresh token was revoked.") }
             if row["usedAt"] != .null {
-                try db.execute(
+                try await db.execute(
                     "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL", now, family)
                 return .reused(family: family, user: user)
             }
@@ -177,8 +177,10 @@ struct TokenService: Sendable {
             if row["clientID"].text != client.id {
                 return .invalid("The refresh token was issued to another client.")
             }
-            guard try Self.isActive(user, in: db) else { return .invalid("The user is disabled or no longer exists.") }
-            try db.execute("UPDATE refreshTokens SET usedAt = ? WHERE hash = ?", now, hash)
+            guard try await Self.isActive(user, in: db) else {
+                return .invalid("The user is disabled or no longer exists.")
+            }
+            try await db.execute("UPDATE refreshTokens SET usedAt = ? WHERE hash = ?", now, hash)
             return .ok(user: user, scope: row["scope"].text ?? "", family: family)
         }
         switch outcome {
@@ -233,7 +235,7 @@ struct TokenService: Sendable {
         enum Outcome { case ok(user: String, scope: String, family: String), invalid(String), reused(String) }
         let outcome = try await database.storage.write { db -> Outcome in
             guard
-                let row = try db.fetchOne(
+                let row = try await db.fetchOne(
                     """
                     SELECT "user", usedAt, family, expiresAt, clientID, redirectURI, codeChallenge, scope
                     FROM authorizationCodes WHERE hash = ?
@@ -245,7 +247,7 @@ struct TokenService: Sendable {
             if row["usedAt"] != .null {
                 let reason = "The authorization code was already used; tokens issued from it are revoked."
                 if let family = row["family"].text,
-                    try db.execute(
+                    try await db.execute(
                         "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL", now, family)
                         > 0
                 {
@@ -254,7 +256,7 @@ struct TokenService: Sendable {
                 // Replayed again: nothing more is revoked, so no cache has anything to forget.
                 return .invalid(reason)
             }
-            try db.execute("UPDATE authorizationCodes SET usedAt = ? WHERE hash = ?", now, hash)
+            try await db.execute("UPDATE authorizationCodes SET usedAt = ? WHERE hash = ?", now, hash)
             if (row["expiresAt"].real ?? 0) <= now { return .invalid("The authorization code has expired.") }
             if row["clientID"].text != client.id {
                 return .invalid("The authorization code was issued to another client.")
@@ -265,9 +267,11 @@ struct TokenService: Sendable {
             if PKCE.challenge(for: verifier) != row["codeChallenge"].text {
                 return .invalid("code_verifier does not match the code challenge.")
             }
-            guard try Self.isActive(user, in: db) else { return .invalid("The user is disabled or no longer exists.") }
+            guard try await Self.isActive(user, in: db) else {
+                return .invalid("The user is disabled or no longer exists.")
+            }
             let family = UUID().uuidString
-            try db.execute("UPDATE authorizationCodes SET family = ? WHERE hash = ?", family, hash)
+            try await db.execute("UPDATE authorizationCodes SET family = ? WHERE hash = ?", family, hash)
             return .ok(user: user, scope: row["scope"].text ?? "", family: family)
         }
         switch outcome {
@@ -281,8 +285,8 @@ struct TokenService: Sendable {
     }
 
     /// Whether `user` exists and is not disabled, inside a grant's transaction.
-    static func isActive(_ user: String, in db: any SQLConnection) throws -> Bool {
-        try db.fetchOne("SELECT disabled FROM users WHERE name = ?", user).map { $0[0].bool == false } ?? false
+    static func isActive(_ user: String, in db: any SQLConnection) async throws -> Bool {
+        try await db.fetchOne("SELECT disabled FROM users WHERE name = ?", user).map { $0[0].bool == false } ?? false
     }
 
     /// Stores a new authorization code for a signed-in user and returns it.
@@ -295,7 +299,7 @@ struct TokenService: Sendable {
         let expires = clock.now().addingTimeInterval(configuration.authorizationCodeLifetime).timeIntervalSince1970
         let hash = secretHash(code)
         try await database.storage.write { db in
-            try db.execute(
+            try await db.execute(
                 #"INSERT INTO authorizationCodes (hash, "user", clientID, redirectURI, codeChallenge, scope, expiresAt) VALUES (?, ?, ?, ?, ?, ?, ?)"#,
                 hash, user, client.id, redirectURI, challenge, scope, expires)
         }
@@ -320,7 +324,7 @@ struct TokenService: Sendable {
         let hash = secretHash(refreshToken)
         let expires = now.addingTimeInterval(configuration.refreshTokenLifetime)
         try await database.storage.write { db in
-            try db.execute(
+            try await db.execute(
                 #"INSERT INTO refreshTokens (hash, family, "user", clientID, scope, createdAt, expiresAt) VALUES (?, ?, ?, ?, ?, ?, ?)"#,
                 hash, family, user, client.id, scope, now, expires)
         }
@@ -379,7 +383,7 @@ struct TokenService: Sendable {
         } else {
             do {
                 status = try await database.storage.readStatement { db in
-                    try db.fetchOne(
+                    try await db.fetchOne(
                         """
                         SELECT disabled, role,
                             EXISTS (SELECT 1 FROM revokedAccessTokens WHERE jti = ?)
@@ -479,10 +483,11 @@ struct TokenService: Sendable {
         let hash = secretHash(token)
         let refresh = try await database.storage.write { db -> (owner: String?, revoked: Bool)? in
             guard
-                let row = try db.fetchOne(#"SELECT family, "user", clientID FROM refreshTokens WHERE hash = ?"#, hash),
+                let row = try await db.fetchOne(
+                    #"SELECT family, "user", clientID FROM refreshTokens WHERE hash = ?"#, hash),
                 row["clientID"].text == clientID, let family = row["family"].text
             else { return nil }
-            let revoked = try db.execute(
+            let revoked = try await db.execute(
                 "UPDATE refreshTokens SET revokedAt = ? WHERE family = ? AND revokedAt IS NULL", now, family)
             return (row["user"].text, revoked > 0)
         }
@@ -501,10 +506,10 @@ struct TokenService: Sendable {
             claims.clientID == clientID
         else { return }
         let inserted = try await database.storage.write { db -> Bool in
-            let inserted = try db.execute(
+            let inserted = try await db.execute(
                 "INSERT INTO revokedAccessTokens (jti, expiresAt) VALUES (?, ?) ON CONFLICT(jti) DO NOTHING",
                 claims.jti.value, claims.exp.value)
-            try db.execute("DELETE FROM revokedAccessTokens WHERE expiresAt < ?", now)
+            try await db.execute("DELETE FROM revokedAccessTokens WHERE expiresAt < ?", now)
             return inserted > 0
         }
         if inserted { database.statusChanged() }

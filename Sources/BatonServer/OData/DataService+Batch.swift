@@ -69,7 +69,7 @@ extension DataService {
                     var entries: [AuditEntry] = []
                     var unitLocations = known
                     for (position, request) in members.enumerated() {
-                        let response = try run(
+                        let response = try await run(
                             request, locations: unitLocations, in: db, context: context, audit: &entries)
                         if group != nil, response.status >= 400 {
                             throw GroupFailure(index: position, response: response)
@@ -79,7 +79,7 @@ extension DataService {
                         }
                         results.append((request, response))
                     }
-                    try outbox.stage(&entries, in: db)
+                    try await outbox.stage(&entries, in: db)
                     return (results, entries, unitLocations)
                 }
                 for (request, response) in outcome.0 {
@@ -144,13 +144,14 @@ extension DataService {
                     var response = DataResponse(status: 500, headers: [])
                     var entries: [AuditEntry] = []
                     if savepoints {
-                        try db.inSavepoint {
-                            response = try run(
+                        try await db.inSavepoint {
+                            response = try await run(
                                 request, locations: locations, in: db, context: context, audit: &entries)
                             return response.status < 400
                         }
                     } else {
-                        response = try run(request, locations: locations, in: db, context: context, audit: &entries)
+                        response = try await run(
+                            request, locations: locations, in: db, context: context, audit: &entries)
                         if response.status >= 400 { throw NeedsSavepoints() }
                     }
                     if response.status >= 400 {
@@ -163,20 +164,21 @@ extension DataService {
                     }
                     responses.append(Self.batchResponse(request, response))
                 }
-                if !reads { try outbox.stage(&audit, in: db) }
+                if !reads { try await outbox.stage(&audit, in: db) }
                 return (responses, audit, locations, failed)
             }
-            if reads { return try await store.storage.read { try body($0, true) } }
+            if reads { return try await store.storage.read { try await body($0, true) } }
             return try await store.write { db in
                 var outcome:
                     (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>)?
                 do {
-                    try db.inSavepoint {
-                        outcome = try body(db, false)
+                    try await db.inSavepoint {
+                        outcome = try await body(db, false)
                         return true
                     }
                 } catch is NeedsSavepoints {}
-                return try outcome ?? body(db, true)
+                if let outcome { return outcome }
+                return try await body(db, true)
             }
         } catch {
             // The connection may have gone after the commit: the batch's audit entries may wait in the outbox
@@ -201,7 +203,7 @@ extension DataService {
     func run(
         _ request: BatchRequest, locations: [String: String], in db: any SQLConnection, context: Context,
         audit: inout [AuditEntry]
-    ) throws -> DataResponse {
+    ) async throws -> DataResponse {
         do {
             var url = try request.resolvedURL(locations: locations)
             if url.hasPrefix(context.serviceRoot) { url = String(url.dropFirst(context.serviceRoot.count)) }
@@ -219,11 +221,11 @@ extension DataService {
                         "The answers of this $batch passed \(Self.describe(bytes: budget.limit)), so this read was not run; send it in another $batch."
                     )
                 }
-                let response = try read(parsed, request: data, in: db, context: context)
+                let response = try await read(parsed, request: data, in: db, context: context)
                 context.budget?.spend(response.size)
                 return response
             }
-            return try change(parsed, request: data, in: db, context: context, audit: &audit)
+            return try await change(parsed, request: data, in: db, context: context, audit: &audit)
         } catch let error as ServerError {
             return .error(error)
         } catch let error as ODataError {

@@ -135,11 +135,14 @@ extension DataService {
     /// its earlier changes created. A version made anywhere else is one the author never saw.
     ///
     /// - Throws: ``ServerError`` 403 `IfMatchNotSigned` otherwise.
-    func checkSignedPrecondition(_ request: DataRequest, attribution: Attribution, in db: any SQLConnection) throws {
+    func checkSignedPrecondition(_ request: DataRequest, attribution: Attribution, in db: any SQLConnection)
+        async throws
+    {
         guard let signed = attribution.signed, request.method != "POST" else { return }
         let sent = request.header("If-Match") ?? ""
         if sent == signed.ifMatch || signed.ifMatch == "*" { return }
-        if try db.fetchOne(#"SELECT 1 FROM "$repeatability" WHERE device = ? AND etag = ?"#, signed.device, sent) != nil
+        if try await db.fetchOne(#"SELECT 1 FROM "$repeatability" WHERE device = ? AND etag = ?"#, signed.device, sent)
+            != nil
         {
             return
         }

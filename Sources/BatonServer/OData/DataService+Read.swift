@@ -3,7 +3,8 @@ import BatonSQL
 import Foundation
 
 extension DataService {
-    func read(_ url: ODataURL, request: DataRequest, in db: any SQLConnection, context: Context) throws -> DataResponse
+    func read(_ url: ODataURL, request: DataRequest, in db: any SQLConnection, context: Context) async throws
+        -> DataResponse
     {
         switch url.path {
         case .serviceDocument: return serviceDocument(context)
@@ -12,14 +13,14 @@ extension DataService {
         case .resource: break
         }
         let preferences = try preferences(request)
-        let target = try resolve(url, in: db)
+        let target = try await resolve(url, in: db)
         if url.query.deltaToken != nil {
-            var page = try delta(url, request: request, target: target, in: db, context: context)
+            var page = try await delta(url, request: request, target: target, in: db, context: context)
             page.isDeltaPage = page.status == 200
             return page
         }
         if target.count {
-            return DataResponse(
+            return await DataResponse(
                 status: 200, headers: [("Content-Type", "text/plain")],
                 body: .text(String(try count(target, options: url.query, in: db)), contentType: "text/plain"))
         }
@@ -33,7 +34,8 @@ extension DataService {
                     "\(context.serviceRoot)$metadata#\(contextPath(target.set.name, select: url.query.select))/$entity",
                     to: &body)
                 let start = body.count
-                let written = try writeEntities(target, options: url.query.withoutPaging, limit: 1, in: db, to: &body)
+                let written = try await writeEntities(
+                    target, options: url.query.withoutPaging, limit: 1, in: db, to: &body)
                 guard let sequence = written.sequence else {
                     throw ServerError.notFound("No entity at '\(url.pathText(of: request.url))'.")
                 }
@@ -42,13 +44,14 @@ extension DataService {
                 return DataResponse(
                     status: 200, headers: [("ETag", ETag(String(sequence)).headerValue)], body: .rawJSON(body))
             }
-            let rows = try fetchRows(target, options: url.query.withoutPaging, in: db)
+            let rows = try await fetchRows(target, options: url.query.withoutPaging, in: db)
             guard let entity = try Self.entities(from: rows, type: target.type, dialect: db.dialect).first else {
                 throw ServerError.notFound("No entity at '\(url.pathText(of: request.url))'.")
             }
-            return try single(entity, target: target, url: url, in: db, context: context)
+            return try await single(entity, target: target, url: url, in: db, context: context)
         }
-        return try collection(target, url: url, request: request, preferences: preferences, in: db, context: context)
+        return try await collection(
+            target, url: url, request: request, preferences: preferences, in: db, context: context)
     }
 
     func preferences(_ request: DataRequest) throws -> Preferences {
@@ -77,6 +80,7 @@ extension DataService {
     }
 
     func single(_ entity: StoredEntity, target: Target, url: ODataURL, in db: any SQLConnection, context: Context)
+        async
         throws
         -> DataResponse
     {
@@ -101,7 +105,8 @@ extension DataService {
                     ])))
         }
         var expanded = 0
-        var json = try entityJSON(entity, target: target, options: url.query, depth: 0, expanded: &expanded, in: db)
+        var json = try await entityJSON(
+            entity, target: target, options: url.query, depth: 0, expanded: &expanded, in: db)
         if case .object(var members) = json {
             members.insert(
                 (
@@ -128,7 +133,7 @@ extension DataService {
     func entityJSON(
         _ entity: StoredEntity, target: Target, options: QueryOptions, depth: Int, expanded: inout Int,
         in db: any SQLConnection
-    ) throws -> JSONValue {
+    ) async throws -> JSONValue {
         // Key properties are always written, so clients can identify entities whatever they select.
         let select = options.select.map { selected in selected + target.type.key.filter { !selected.contains($0) } }
         var json = EntityPayload(values: entity.values).json(as: target.type, select: select, etag: entity.etag)
@@ -149,7 +154,7 @@ extension DataService {
             let allowed = configuration.maximumExpandedEntities - expanded
             // One row more than is allowed tells that the limit was passed, without reading all of them.
             limited.top = min(item.options.top ?? Int.max, allowed + 1)
-            let related = try fetch(next, options: limited, in: db)
+            let related = try await fetch(next, options: limited, in: db)
             expanded += related.count
             guard expanded <= configuration.maximumExpandedEntities else {
                 throw ServerError(
@@ -160,7 +165,7 @@ extension DataService {
             var jsons: [JSONValue] = []
             jsons.reserveCapacity(related.count)
             for entity in related {
-                jsons.append(
+                await jsons.append(
                     try entityJSON(
                         entity, target: next, options: item.options, depth: depth + 1, expanded: &expanded, in: db))
             }
@@ -177,7 +182,7 @@ extension DataService {
     func collection(
         _ target: Target, url: ODataURL, request: DataRequest, preferences: Preferences, in db: any SQLConnection,
         context: Context
-    ) throws -> DataResponse {
+    ) async throws -> DataResponse {
         let size = pageSize(preferences)
         let token = try url.query.skipToken.map { try Self.decodeSkipToken($0, type: target.type) }
         let offset = token?.offset ?? 0
@@ -187,7 +192,8 @@ extension DataService {
         if token?.after != nil, !keyed { throw Self.invalidSkipToken }
         // Change tracking: the delta link of the last page starts where the first page's snapshot stood, so a
         // change to an entity already paged past reaches the next delta.
-        let tracked = try token?.through ?? (preferences.trackChanges ? DataStore.sequenceState(db).value : nil)
+        var tracked = token?.through
+        if tracked == nil, preferences.trackChanges { tracked = try await DataStore.sequenceState(db).value }
         var options = url.query
         let requestedTop = url.query.top
         let remaining = requestedTop.map { max(0, $0 - offset) }
@@ -211,12 +217,12 @@ extension DataService {
         if url.query.expand.isEmpty {
             var bytes: [UInt8] = []
             bytes.reserveCapacity(pageLimit * 400)
-            let written = try writeEntities(
+            let written = try await writeEntities(
                 target, options: options, limit: pageLimit, after: token?.after, positioned: keyed, in: db, to: &bytes)
             (followed, consumed, lastKey) = (written.more, offset + written.count, written.lastKey)
             raw = bytes
         } else {
-            var rows = try fetchRows(target, options: options, after: token?.after, in: db)
+            var rows = try await fetchRows(target, options: options, after: token?.after, in: db)
             followed = rows.count > pageLimit
             if followed { rows.removeLast() }
             consumed = offset + rows.count
@@ -224,7 +230,7 @@ extension DataService {
             let entities = try Self.entities(from: rows, type: target.type, dialect: db.dialect)
             if keyed, let last = entities.last { lastKey = target.type.key.map { last.values[$0] ?? .null } }
             for entity in entities {
-                values.append(
+                await values.append(
                     try entityJSON(entity, target: target, options: url.query, depth: 0, expanded: &expanded, in: db))
             }
         }
@@ -247,7 +253,7 @@ extension DataService {
         if let through = tracked, nextLink == nil {
             // Pages after the first are read live: they may bring entities created after `through`, which the
             // client then holds (the token says so, for the entities that later leave its filter).
-            let held = token == nil ? through : try DataStore.sequenceState(db).value
+            let held = await token == nil ? through : try DataStore.sequenceState(db).value
             deltaLink =
                 context.serviceRoot
                 + Self.replacingQueryOption(
@@ -258,7 +264,7 @@ extension DataService {
             applied.append(Preference(name: "odata.track-changes"))
         }
         if !applied.isEmpty { headers.append(("Preference-Applied", Preferences.applied(applied))) }
-        let payload = ODataPayload.collection(
+        let payload = await ODataPayload.collection(
             context: context.serviceRoot + "$metadata#" + contextPath(target.set.name, select: url.query.select),
             entities: raw == nil ? values : [Self.marker],
             count: url.query.count ? try count(target, options: url.query, in: db) : nil, nextLink: nextLink,
@@ -269,14 +275,15 @@ extension DataService {
 
     // MARK: Delta
 
-    func delta(_ url: ODataURL, request: DataRequest, target: Target, in db: any SQLConnection, context: Context) throws
+    func delta(_ url: ODataURL, request: DataRequest, target: Target, in db: any SQLConnection, context: Context)
+        async throws
         -> DataResponse
     {
         guard !target.single, let tokenText = url.query.deltaToken, let token = Self.decodeDeltaToken(tokenText) else {
             throw ServerError.badRequest("The $deltatoken is not one this server issued.", target: "$deltatoken")
         }
         let (from, heldThrough) = token
-        let state = try DataStore.sequenceState(db)
+        let state = try await DataStore.sequenceState(db)
         guard from >= state.horizon else {
             throw ServerError(
                 .gone, "Gone",
@@ -306,15 +313,16 @@ extension DataService {
             options.top = size + 1
             var bytes: [UInt8] = []
             bytes.reserveCapacity(size * 400)
-            let written = try writeEntities(target, options: options, limit: size, range: range, in: db, to: &bytes)
+            let written = try await writeEntities(
+                target, options: options, limit: size, range: range, in: db, to: &bytes)
             last = written.sequence.map { ($0, written.more) }
             raw = bytes
         } else {
             options.top = size
-            let changed = try fetchRange(target, options: options, range: range, in: db)
+            let changed = try await fetchRange(target, options: options, range: range, in: db)
             var expanded = 0
             for entity in changed {
-                values.append(
+                await values.append(
                     try entityJSON(entity, target: target, options: url.query, depth: 0, expanded: &expanded, in: db))
             }
             last = changed.last.map { ($0.sequence, changed.count == size) }
@@ -328,7 +336,7 @@ extension DataService {
             let tooMuch = ServerError(
                 .gone, "Gone", "So much changed since this delta link that the collection is read again, in pages.")
             var removals: [JSONValue] = []
-            let tombstones = try db.fetchAll(
+            let tombstones = try await db.fetchAll(
                 #"SELECT keyJSON FROM "$removed" WHERE entitySet = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?"#,
                 target.set.name, from, through, Int64(bound + 1))
             guard tombstones.count <= bound else { throw tooMuch }
@@ -352,14 +360,14 @@ extension DataService {
                 var unfiltered = QueryOptions()
                 unfiltered.select = target.type.key
                 unfiltered.top = bound + 1
-                let all = try fetchRange(target, options: unfiltered, range: held, in: db)
+                let all = try await fetchRange(target, options: unfiltered, range: held, in: db)
                 guard all.count <= bound else { throw tooMuch }
                 if !all.isEmpty {
                     var matching = options
                     matching.top = nil
                     matching.skip = nil
                     matching.select = target.type.key
-                    let kept = Set(
+                    let kept = await Set(
                         try fetchRange(target, options: matching, range: held, in: db).map {
                             keyURL($0, target: target)
                         })
@@ -415,14 +423,14 @@ extension DataService {
         return DataResponse(status: 200, headers: headers, body: .rawJSON(body))
     }
 
-    func fetchRange(_ target: Target, options: QueryOptions, range: ColumnRange, in db: any SQLConnection) throws
+    func fetchRange(_ target: Target, options: QueryOptions, range: ColumnRange, in db: any SQLConnection) async throws
         -> [StoredEntity]
     {
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range)
-        return try Self.entities(
+        return try await Self.entities(
             from: db.fetchAll(query.sql, query.arguments), type: target.type, dialect: db.dialect)
     }
 

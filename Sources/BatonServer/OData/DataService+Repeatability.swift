@@ -21,10 +21,12 @@ extension DataService {
     func changeRepeatably(
         _ url: ODataURL, request: DataRequest, in db: any SQLConnection, context: Context, audit: inout [AuditEntry]
     )
+        async
         throws -> DataResponse
     {
         let attribution = try attribution(for: request, context: context)
-        let target = try authorizedTarget(url, request: request, attribution: attribution, context: context, in: db)
+        let target = try await authorizedTarget(
+            url, request: request, attribution: attribution, context: context, in: db)
         let repeatability: Repeatability?
         do {
             repeatability = try Repeatability(
@@ -34,7 +36,7 @@ extension DataService {
             throw ServerError(error)
         }
         guard let repeatability else {
-            return try apply(
+            return try await apply(
                 target, request: request, attribution: attribution, in: db, context: context, audit: &audit)
         }
         let now = clock.now()
@@ -48,7 +50,7 @@ extension DataService {
         }
         let scope = attribution.device.map { "\(attribution.author)\n\($0)" } ?? context.user
         let fingerprint = Self.fingerprint(request)
-        if let row = try db.fetchOne(
+        if let row = try await db.fetchOne(
             #"SELECT fingerprint, status, etag, headers, body FROM "$repeatability" WHERE scope = ? AND requestID = ?"#,
             scope, repeatability.requestID)
         {
@@ -62,7 +64,7 @@ extension DataService {
             }
             return Self.storedResponse(row)
         }
-        var response = try apply(
+        var response = try await apply(
             target, request: request, attribution: attribution, in: db, context: context, audit: &audit)
         response.headers.append(("Repeatability-Result", Repeatability.Result.accepted.rawValue))
         let headers = JSONValue.array(response.headers.map { .array([.string($0.0), .string($0.1)]) }).serialized
@@ -74,14 +76,14 @@ extension DataService {
             case .text(let text, _): text
             }
         let etag = response.headers.first { $0.0 == "ETag" }?.1
-        try db.execute(
+        try await db.execute(
             #"""
             INSERT INTO "$repeatability" (scope, requestID, device, fingerprint, status, etag, headers, body, createdAt)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             """#, scope, repeatability.requestID, attribution.device, fingerprint, response.status, etag, headers,
             body, now)
         // Past the retention window only the answer goes; the record that the request was applied stays.
-        try db.execute(
+        try await db.execute(
             #"UPDATE "$repeatability" SET headers = NULL, body = NULL WHERE createdAt < ? AND headers IS NOT NULL"#,
             now.addingTimeInterval(-configuration.repeatabilityRetention))
         return response

@@ -27,9 +27,10 @@ extension DataService {
     func change(
         _ url: ODataURL, request: DataRequest, in db: any SQLConnection, context: Context, audit: inout [AuditEntry]
     )
+        async
         throws -> DataResponse
     {
-        try changeRepeatably(url, request: request, in: db, context: context, audit: &audit)
+        try await changeRepeatably(url, request: request, in: db, context: context, audit: &audit)
     }
 
     /// The entity set a change addresses, once its author may change it: ground staff change only
@@ -37,12 +38,12 @@ extension DataService {
     /// author's role that counts, not the uploader's.
     func authorizedTarget(
         _ url: ODataURL, request: DataRequest, attribution: Attribution, context: Context, in db: any SQLConnection
-    ) throws -> Target {
+    ) async throws -> Target {
         guard case .resource = url.path else {
             throw ServerError(
                 .methodNotAllowed, "MethodNotAllowed", "\(request.method) is not allowed on this resource.")
         }
-        let target = try resolve(url, in: db)
+        let target = try await resolve(url, in: db)
         guard target.property == nil, !target.count else {
             throw ServerError(
                 .notImplemented, "NotImplemented",
@@ -59,7 +60,7 @@ extension DataService {
     func apply(
         _ target: Target, request: DataRequest, attribution: Attribution, in db: any SQLConnection, context: Context,
         audit: inout [AuditEntry]
-    ) throws -> DataResponse {
+    ) async throws -> DataResponse {
         let preferences = try preferences(request)
         switch request.method {
         case "POST":
@@ -67,7 +68,7 @@ extension DataService {
                 throw ServerError(
                     .notImplemented, "NotImplemented", "Create entities by POSTing to the entity set itself.")
             }
-            return try create(
+            return try await create(
                 target, request: request, attribution: attribution, preferences: preferences, in: db, context: context,
                 audit: &audit)
         case "PATCH", "PUT":
@@ -75,14 +76,14 @@ extension DataService {
                 throw ServerError(
                     .methodNotAllowed, "MethodNotAllowed", "\(request.method) needs one entity: add its key.")
             }
-            return try update(
+            return try await update(
                 target, request: request, replace: request.method == "PUT", attribution: attribution,
                 preferences: preferences, in: db, context: context, audit: &audit)
         case "DELETE":
             guard target.single else {
                 throw ServerError(.methodNotAllowed, "MethodNotAllowed", "DELETE needs one entity: add its key.")
             }
-            return try delete(
+            return try await delete(
                 target, request: request, attribution: attribution, in: db, context: context, audit: &audit)
         default:
             throw ServerError(
@@ -128,7 +129,7 @@ extension DataService {
         in db: any SQLConnection,
         context: Context,
         audit: inout [AuditEntry]
-    ) throws -> DataResponse {
+    ) async throws -> DataResponse {
         var values = try decode(request, as: target.type, mode: .create).values
         applyServerKept(&values, type: target.type, attribution: attribution)
         // A key travels in every URL and skip token: one longer than a token carries could only be paged by offset.
@@ -138,12 +139,12 @@ extension DataService {
                 "The key of an entity of \(target.set.name) may take at most \(Self.maximumKeyBytes) bytes as JSON; this one takes \(keyJSON.utf8.count).",
                 target: target.type.key.first)
         }
-        let sequence = try DataStore.nextSequence(db)
+        let sequence = try await DataStore.nextSequence(db)
         let insert = try translator.insert(
             into: target.set.name, values: values,
             systemValues: DataStore.created(at: sequence, on: attribution.device))
         do {
-            try db.execute(insert.sql, insert.arguments)
+            try await db.execute(insert.sql, insert.arguments)
         } catch let error as StorageError where error.kind == .uniqueViolation {
             throw ServerError.conflict("An entity of \(target.set.name) with this key already exists.")
         }
@@ -159,7 +160,7 @@ extension DataService {
         }
         created.single = true
         created.canonical = canonical
-        guard let entity = try fetch(created, options: QueryOptions(), in: db).first else {
+        guard let entity = try await fetch(created, options: QueryOptions(), in: db).first else {
             throw ServerError(.internalServerError, "InternalError", "The created entity could not be read back.")
         }
         audit.append(auditEntry("entity-created", canonical, attribution: attribution, context: context))
@@ -170,7 +171,7 @@ extension DataService {
 
     /// Checks `If-Match` against the stored entity: 428 without it, 412 when it does not match, 404 when the
     /// entity does not exist.
-    func precondition(_ target: Target, request: DataRequest, in db: any SQLConnection) throws -> StoredEntity {
+    func precondition(_ target: Target, request: DataRequest, in db: any SQLConnection) async throws -> StoredEntity {
         guard let header = request.header("If-Match") else {
             throw ServerError(
                 .preconditionRequired, "PreconditionRequired",
@@ -178,7 +179,7 @@ extension DataService {
         }
         let condition: ETagCondition
         do { condition = try ETagCondition(parsing: header) } catch { throw ServerError(error) }
-        guard let current = try fetch(target, options: QueryOptions(), in: db).first else {
+        guard let current = try await fetch(target, options: QueryOptions(), in: db).first else {
             throw ServerError.notFound("No entity at \(target.canonical ?? target.set.name).")
         }
         guard condition.matches(current.etag) else {
@@ -194,9 +195,9 @@ extension DataService {
         _ target: Target, request: DataRequest, replace: Bool, attribution: Attribution, preferences: Preferences,
         in db: any SQLConnection,
         context: Context, audit: inout [AuditEntry]
-    ) throws -> DataResponse {
-        try checkSignedPrecondition(request, attribution: attribution, in: db)
-        let current = try precondition(target, request: request, in: db)
+    ) async throws -> DataResponse {
+        try await checkSignedPrecondition(request, attribution: attribution, in: db)
+        let current = try await precondition(target, request: request, in: db)
         try checkOwnership(target, current: current, attribution: attribution)
         let payload = try decode(request, as: target.type, mode: replace ? .replace : .merge)
         for name in target.type.key
@@ -214,18 +215,18 @@ extension DataService {
         }
         applyServerKept(&values, type: target.type, attribution: attribution)
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
-        let sequence = try DataStore.nextSequence(db)
+        let sequence = try await DataStore.nextSequence(db)
         let update = try translator.update(
             target.set.name, key: key, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
         do {
-            try db.execute(update.sql, update.arguments)
+            try await db.execute(update.sql, update.arguments)
         } catch let error as StorageError where error.kind == .constraintViolation || error.kind == .uniqueViolation {
             throw ServerError.badRequest("The change leaves a required property empty.")
         }
         // The representation is read back (as stored); a minimal answer needs only the new ETag (the sequence).
         let entity: StoredEntity
         if preferences.returnPreference == "representation" {
-            guard let stored = try fetch(target, options: QueryOptions(), in: db).first else {
+            guard let stored = try await fetch(target, options: QueryOptions(), in: db).first else {
                 throw ServerError(.internalServerError, "InternalError", "The changed entity could not be read back.")
             }
             entity = stored
@@ -242,19 +243,19 @@ extension DataService {
     func delete(
         _ target: Target, request: DataRequest, attribution: Attribution, in db: any SQLConnection, context: Context,
         audit: inout [AuditEntry]
-    ) throws -> DataResponse {
-        try checkSignedPrecondition(request, attribution: attribution, in: db)
-        let current = try precondition(target, request: request, in: db)
+    ) async throws -> DataResponse {
+        try await checkSignedPrecondition(request, attribution: attribution, in: db)
+        let current = try await precondition(target, request: request, in: db)
         try checkOwnership(target, current: current, attribution: attribution)
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
         let delete = try translator.delete(from: target.set.name, key: key)
-        try db.execute(delete.sql, delete.arguments)
-        let sequence = try DataStore.nextSequence(db)
+        try await db.execute(delete.sql, delete.arguments)
+        let sequence = try await DataStore.nextSequence(db)
         let canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: key)
-        try db.execute(
+        try await db.execute(
             #"INSERT INTO "$removed" (seq, entitySet, keyJSON, removedAt) VALUES (?, ?, ?, ?)"#, sequence,
             target.set.name, canonical, clock.now())
-        try DataStore.purgeTombstones(db, before: clock.now().addingTimeInterval(-configuration.deltaRetention))
+        try await DataStore.purgeTombstones(db, before: clock.now().addingTimeInterval(-configuration.deltaRetention))
         audit.append(auditEntry("entity-deleted", canonical, attribution: attribution, context: context))
         return DataResponse(status: 204)
     }

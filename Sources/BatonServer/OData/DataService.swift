@@ -105,7 +105,7 @@ struct DataService: Sendable {
                 case .batch, .resource: break
                 }
                 let body = { @Sendable (db: any SQLConnection) in
-                    try read(url, request: request, in: db, context: context)
+                    try await read(url, request: request, in: db, context: context)
                 }
                 // An entity by key or a plain page is one SELECT: atomic on its own, without a transaction.
                 let response =
@@ -116,8 +116,8 @@ struct DataService: Sendable {
             }
             return try await store.write { db in
                 var audit: [AuditEntry] = []
-                let response = try change(url, request: request, in: db, context: context, audit: &audit)
-                try outbox.stage(&audit, in: db)
+                let response = try await change(url, request: request, in: db, context: context, audit: &audit)
+                try await outbox.stage(&audit, in: db)
                 return (response, audit)
             }
         } catch let error as ServerError {
@@ -171,7 +171,7 @@ struct DataService: Sendable {
         var canonical: String?
     }
 
-    func resolve(_ url: ODataURL, in db: any SQLConnection) throws -> Target {
+    func resolve(_ url: ODataURL, in db: any SQLConnection) async throws -> Target {
         guard case .resource(let segments) = url.path, case .entitySet(let name)? = segments.first,
             let set = model.entitySet(named: name), let type = model.entityType(of: set)
         else { throw ServerError.notFound("No resource at that path.") }
@@ -187,14 +187,14 @@ struct DataService: Sendable {
                     let nextSet = model.targetSet(of: navigation, from: target.set),
                     let nextType = model.entityType(of: nextSet)
                 else { throw ServerError.notFound("No navigation '\(name)'.") }
-                let parents = try fetch(target, options: QueryOptions(), in: db)
+                let parents = try await fetch(target, options: QueryOptions(), in: db)
                 guard let parent = parents.first, target.single else {
                     throw ServerError.notFound("The entity that '\(name)' starts from does not exist.")
                 }
                 let conditions = try navigationConditions(
                     navigation, from: target.type, to: nextType, parent: parent.values)
                 target = Target(set: nextSet, type: nextType, conditions: conditions, single: !navigation.isCollection)
-                if target.single, let found = try fetch(target, options: QueryOptions(), in: db).first {
+                if target.single, let found = try await fetch(target, options: QueryOptions(), in: db).first {
                     target.canonical = ResourcePath.canonicalURL(
                         entitySet: nextSet.name,
                         key: nextType.key.map { KeyValue(name: $0, value: found.values[$0] ?? .null) })
@@ -241,19 +241,21 @@ struct DataService: Sendable {
         var etag: ETag { ETag(String(sequence)) }
     }
 
-    func fetch(_ target: Target, options: QueryOptions, in db: any SQLConnection) throws -> [StoredEntity] {
-        try Self.entities(from: fetchRows(target, options: options, in: db), type: target.type, dialect: db.dialect)
+    func fetch(_ target: Target, options: QueryOptions, in db: any SQLConnection) async throws -> [StoredEntity] {
+        try await Self.entities(
+            from: fetchRows(target, options: options, in: db), type: target.type, dialect: db.dialect)
     }
 
     /// The rows a read selects (model properties, then `$seq`), with the target's conditions applied.
     func fetchRows(_ target: Target, options: QueryOptions, after: [PrimitiveValue]? = nil, in db: any SQLConnection)
+        async
         throws -> [SQLRow]
     {
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
             from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], after: after)
-        return try db.fetchAll(query.sql, query.arguments)
+        return try await db.fetchAll(query.sql, query.arguments)
     }
 
     /// Runs a read's `select` and writes up to `limit` entities, comma-separated, straight from SQLite's buffers
@@ -264,7 +266,7 @@ struct DataService: Sendable {
     func writeEntities(
         _ target: Target, options: QueryOptions, limit: Int, range: ColumnRange? = nil,
         after: [PrimitiveValue]? = nil, positioned: Bool = false, in db: any SQLConnection, to out: inout [UInt8]
-    ) throws -> (count: Int, more: Bool, sequence: Int64?, lastKey: [PrimitiveValue]?) {
+    ) async throws -> (count: Int, more: Bool, sequence: Int64?, lastKey: [PrimitiveValue]?) {
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         let query = try translator.select(
@@ -275,7 +277,7 @@ struct DataService: Sendable {
         var more = false
         var sequence: Int64?
         var lastKey: [PrimitiveValue]?
-        try db.forEachRow(query.sql, query.arguments) { row in
+        try await db.forEachRow(query.sql, query.arguments) { row in
             guard count < limit else {
                 more = true
                 return false
@@ -325,12 +327,12 @@ struct DataService: Sendable {
         }
     }
 
-    func count(_ target: Target, options: QueryOptions, in db: any SQLConnection) throws -> Int {
+    func count(_ target: Target, options: QueryOptions, in db: any SQLConnection) async throws -> Int {
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
         options.top = nil
         options.skip = nil
         let query = try translator.count(from: target.set.name, options: options)
-        return Int(try db.fetchAll(query.sql, query.arguments).first?[0].integer ?? 0)
+        return Int(try await db.fetchAll(query.sql, query.arguments).first?[0].integer ?? 0)
     }
 }

@@ -63,7 +63,7 @@ struct DataStore: Sendable {
         self.model = model
         self.storage = .postgres(storage)
         do {
-            try await storage.migrate { db in try Self.migratePostgres(db, model: model) }
+            try await storage.migrate { db in try await Self.migratePostgres(db, model: model) }
         } catch let error as ServerSetupError {
             throw error
         } catch {
@@ -72,21 +72,21 @@ struct DataStore: Sendable {
         }
     }
 
-    static func migratePostgres(_ db: any SQLConnection, model: ServiceModel) throws {
+    static func migratePostgres(_ db: any SQLConnection, model: ServiceModel) async throws {
         let dialect = SQLDialect.postgres
-        try db.execute("SELECT pg_advisory_xact_lock(7243019)")
+        try await db.execute("SELECT pg_advisory_xact_lock(7243019)")
         let schema = SQLSchema(model: model, dialect: dialect, systemColumns: systemColumns(dialect))
-        for statement in schema.createStatements() { try db.execute(statement, []) }
+        for statement in schema.createStatements() { try await db.execute(statement, []) }
         for set in model.entitySets {
             guard let type = model.entityType(of: set) else { continue }
             let existing = Set(
-                try db.fetchAll(
+                try await db.fetchAll(
                     "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ?",
                     set.name
                 ).compactMap { $0[0].text })
             // Tables from before a system column get it, with its default (created at 0, origin unknown).
             for (column, definition) in systemColumns(dialect) where !existing.contains(column) {
-                try db.execute(
+                try await db.execute(
                     "ALTER TABLE \(dialect.quote(set.name)) ADD COLUMN \(dialect.quote(column)) \(definition)", [])
             }
             for property in type.properties where !existing.contains(property.name) {
@@ -95,19 +95,19 @@ struct DataStore: Sendable {
                         "The model adds non-nullable property '\(set.name)/\(property.name)' to existing data; make it nullable or migrate the data first."
                     )
                 }
-                try db.execute(
+                try await db.execute(
                     "ALTER TABLE \(dialect.quote(set.name)) ADD COLUMN \(dialect.quote(property.name)) \(dialect.columnType(for: property.type))",
                     [])
             }
             // Only when missing: CREATE INDEX IF NOT EXISTS locks the table even when the index is there, and
             // an instance starting beside a serving one would wait for its writers (or deadlock with them).
             let indexed =
-                try db.fetchOne(
+                try await db.fetchOne(
                     "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ?",
                     changesIndex(set.name)) != nil
             if !indexed {
-                try db.execute(changesIndexStatement(set.name, dialect: dialect), [])
-                try db.execute("DROP INDEX IF EXISTS \(dialect.quote("\(set.name)$seq"))", [])
+                try await db.execute(changesIndexStatement(set.name, dialect: dialect), [])
+                try await db.execute("DROP INDEX IF EXISTS \(dialect.quote("\(set.name)$seq"))", [])
             }
         }
         for statement in [
@@ -134,13 +134,13 @@ struct DataStore: Sendable {
             let prefix = #"CREATE INDEX IF NOT EXISTS ""#
             if statement.hasPrefix(prefix) {
                 let name = String(statement.dropFirst(prefix.count).prefix { $0 != "\"" })
-                let exists = try db.fetchOne(
+                let exists = try await db.fetchOne(
                     "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ?", name)
                 if exists != nil { continue }
             } else if statement.hasPrefix(#"INSERT INTO "$sequence""#) {
-                if try db.fetchOne(#"SELECT 1 FROM "$sequence" WHERE id = 1"#) != nil { continue }
+                if try await db.fetchOne(#"SELECT 1 FROM "$sequence" WHERE id = 1"#) != nil { continue }
             }
-            try db.execute(statement, [])
+            try await db.execute(statement, [])
         }
     }
 
@@ -259,11 +259,11 @@ struct DataStore: Sendable {
     /// The body's connection takes values of the sequence from its row once and counts on in memory
     /// (``SequencedConnection``): the write holds its turn, or SQLite's one writer, so no other transaction takes
     /// values meanwhile.
-    func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        let sequenced: @Sendable (any SQLConnection) throws -> T = { db in
+    func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T {
+        let sequenced: @Sendable (any SQLConnection) async throws -> T = { db in
             let connection = SequencedConnection(db)
-            let result = try body(connection)
-            try connection.writeBack()
+            let result = try await body(connection)
+            try await connection.writeBack()
             return result
         }
         return switch storage {
@@ -280,40 +280,43 @@ struct DataStore: Sendable {
     ///
     /// - Throws: ``StorageError`` when `db` is not the connection of a ``write(_:)``: a write of entities elsewhere
     ///   would skip the writers' turn, and its values could commit out of order (a delta reader would miss them).
-    static func nextSequence(_ db: any SQLConnection) throws -> Int64 {
-        try sequenced(db).next()
+    static func nextSequence(_ db: any SQLConnection) async throws -> Int64 {
+        try await sequenced(db).next()
     }
 
     /// `db` as the connection of a ``write(_:)``, which holds the writers' turn.
-    static func sequenced(_ db: any SQLConnection) throws -> SequencedConnection {
+    static func sequenced(_ db: any SQLConnection) async throws -> SequencedConnection {
         guard let sequenced = db as? SequencedConnection else {
             throw StorageError(.other, "A write of entities ran outside DataStore.write, without the writers' turn.")
         }
         return sequenced
     }
 
-    fileprivate static func takeSequence(_ db: any SQLConnection) throws -> Int64 {
-        try db.fetchOne(#"UPDATE "$sequence" SET value = value + 1 WHERE id = 1 RETURNING value"#)?[0].integer ?? 0
+    fileprivate static func takeSequence(_ db: any SQLConnection) async throws -> Int64 {
+        try await db.fetchOne(#"UPDATE "$sequence" SET value = value + 1 WHERE id = 1 RETURNING value"#)?[0].integer
+            ?? 0
     }
 
     /// Takes `count` values of the sequence at once and returns the first: one update of the sequence row for a
     /// bulk insert (updating one row many times in one PostgreSQL transaction costs more with each update).
-    static func reserveSequence(_ db: any SQLConnection, count: Int) throws -> Int64 {
-        try sequenced(db).reserve(count)
+    static func reserveSequence(_ db: any SQLConnection, count: Int) async throws -> Int64 {
+        try await sequenced(db).reserve(count)
     }
 
     /// The current sequence value and the oldest delta token still answerable.
-    static func sequenceState(_ db: any SQLConnection) throws -> (value: Int64, horizon: Int64) {
-        let row = try db.fetchOne(#"SELECT value, horizon FROM "$sequence" WHERE id = 1"#)
+    static func sequenceState(_ db: any SQLConnection) async throws -> (value: Int64, horizon: Int64) {
+        let row = try await db.fetchOne(#"SELECT value, horizon FROM "$sequence" WHERE id = 1"#)
         return (row?["value"].integer ?? 0, row?["horizon"].integer ?? 0)
     }
 
     /// Forgets tombstones older than `cutoff`; delta tokens from before them become unanswerable (410).
-    static func purgeTombstones(_ db: any SQLConnection, before cutoff: Date) throws {
-        guard let newest = try db.fetchOne(#"SELECT max(seq) FROM "$removed" WHERE removedAt < ?"#, cutoff)?[0].integer
+    static func purgeTombstones(_ db: any SQLConnection, before cutoff: Date) async throws {
+        guard
+            let newest = try await db.fetchOne(#"SELECT max(seq) FROM "$removed" WHERE removedAt < ?"#, cutoff)?[0]
+                .integer
         else { return }
-        try db.execute(#"DELETE FROM "$removed" WHERE seq <= ?"#, newest)
-        try db.execute(
+        try await db.execute(#"DELETE FROM "$removed" WHERE seq <= ?"#, newest)
+        try await db.execute(
             #"UPDATE "$sequence" SET horizon = CASE WHEN horizon > ? THEN horizon ELSE ? END WHERE id = 1"#, newest,
             newest)
     }
@@ -334,21 +337,27 @@ final class SequencedConnection: SQLConnection {
     var dialect: SQLDialect { base.dialect }
 
     @discardableResult
-    func execute(_ sql: String, _ arguments: [SQLValue]) throws -> Int { try base.execute(sql, arguments) }
+    func execute(_ sql: String, _ arguments: [SQLValue]) async throws -> Int {
+        try await base.execute(sql, arguments)
+    }
 
-    func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow] { try base.fetchAll(sql, arguments) }
+    func fetchAll(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow] {
+        try await base.fetchAll(sql, arguments)
+    }
 
-    func forEachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws {
-        try base.forEachRow(sql, arguments, body)
+    func forEachRow(
+        _ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool
+    ) async throws {
+        try await base.forEachRow(sql, arguments, body)
     }
 
     /// A write-back inside a savepoint that rolls back is undone with it: the value is then written again.
-    func inSavepoint(_ body: () throws -> Bool) throws {
+    func inSavepoint(_ body: () async throws -> Bool) async throws {
         let storedBefore = stored
         var kept = false
         do {
-            try base.inSavepoint {
-                kept = try body()
+            try await base.inSavepoint {
+                kept = try await body()
                 return kept
             }
         } catch {
@@ -359,27 +368,27 @@ final class SequencedConnection: SQLConnection {
     }
 
     /// The first of `count` values of the sequence, taken at once.
-    func reserve(_ count: Int) throws -> Int64 {
-        let first = try next()
+    func reserve(_ count: Int) async throws -> Int64 {
+        let first = try await next()
         last = first + Int64(count) - 1
         return first
     }
 
     /// The next value of the sequence.
-    func next() throws -> Int64 {
+    func next() async throws -> Int64 {
         if let last {
             self.last = last + 1
             return last + 1
         }
-        let taken = try DataStore.takeSequence(base)
+        let taken = try await DataStore.takeSequence(base)
         (last, stored) = (taken, taken)
         return taken
     }
 
     /// Writes the last value handed out to the row, when it is ahead of it.
-    func writeBack() throws {
+    func writeBack() async throws {
         guard let last, last != stored else { return }
-        try base.execute(#"UPDATE "$sequence" SET value = ? WHERE id = 1"#, [.integer(last)])
+        try await base.execute(#"UPDATE "$sequence" SET value = ? WHERE id = 1"#, [.integer(last)])
         stored = last
     }
 }

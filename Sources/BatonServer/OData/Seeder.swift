@@ -51,7 +51,7 @@ struct Seeder {
         try await store.write { db in
             var random = start
             let planes = chosen
-            var sequence = try DataStore.reserveSequence(
+            var sequence = try await DataStore.reserveSequence(
                 db, count: planes.count * 2 + (planes.isEmpty ? 0 : checks))
             func nextSequence() -> Int64 {
                 defer { sequence += 1 }
@@ -66,7 +66,7 @@ struct Seeder {
                         "Station": .string(station),
                         "Status": .string(index % 17 == 0 ? "maintenance" : "ready"), "ChangedAt": changedAt,
                     ], systemValues: DataStore.created(at: nextSequence(), on: nil))
-                try db.execute(insert.sql, insert.arguments)
+                try await db.execute(insert.sql, insert.arguments)
                 let departure = ODataDateTimeOffset(
                     now.addingTimeInterval(Double(Int.random(in: 1...48, using: &random)) * 1800).roundedToMinute)
                 let flight = try translator.insert(
@@ -77,7 +77,7 @@ struct Seeder {
                         "Gate": .string("\(["A", "B", "C", "G", "H"][index % 5])\(index % 60 + 1)"),
                         "ChangedAt": changedAt,
                     ], systemValues: DataStore.created(at: nextSequence(), on: nil))
-                try db.execute(flight.sql, flight.arguments)
+                try await db.execute(flight.sql, flight.arguments)
             }
             guard !planes.isEmpty else { return }
             for n in 0..<checks {
@@ -116,7 +116,7 @@ struct Seeder {
                         "Status": .string(n % 9 == 0 ? "draft" : "final"),
                         "CheckedBy": .string("seed"), "UploadedBy": .string("seed"), "ChangedAt": changedAt,
                     ], systemValues: DataStore.created(at: nextSequence(), on: nil))
-                try db.execute(insert.sql, insert.arguments)
+                try await db.execute(insert.sql, insert.arguments)
             }
         }
         if case .postgres(let postgres) = store.storage {

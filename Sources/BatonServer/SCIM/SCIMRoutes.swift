@@ -164,7 +164,7 @@ struct SCIMRoutes {
                     try await users.delete(user.name) { db in
                         // Deleting would let the person come back (a new user at their next sign-in): a provider
                         // never undoes an admin's withdrawal this way either.
-                        let disabledBy = try Self.requireOwned(user, unchanged: checked, by: provider, in: db)
+                        let disabledBy = try await Self.requireOwned(user, unchanged: checked, by: provider, in: db)
                         if let disabledBy, disabledBy != "scim:\(provider.name)" {
                             throw Self.adminWithdrawal(user.name)
                         }
@@ -223,7 +223,7 @@ struct SCIMRoutes {
     func owned(_ id: String, by provider: IdentityProvider) async throws -> SCIMUser {
         guard User.isValidName(id),
             let user = try await database.storage.read({ db in
-                try db.fetchOne(
+                try await db.fetchOne(
                     "SELECT \(SCIMUser.columns) FROM users WHERE name = ? AND idp = ? AND idpIssuer = ?", id,
                     provider.name, provider.issuer
                 ).map(SCIMUser.init(row:))
@@ -272,8 +272,8 @@ struct SCIMRoutes {
         }
         let (total, page) = try await database.storage.read { [condition, arguments] db in
             let total =
-                try db.fetchAll("SELECT count(*) FROM users WHERE \(condition)", arguments).first?[0].integer ?? 0
-            let rows = try db.fetchAll(
+                try await db.fetchAll("SELECT count(*) FROM users WHERE \(condition)", arguments).first?[0].integer ?? 0
+            let rows = try await db.fetchAll(
                 "SELECT \(SCIMUser.columns) FROM users WHERE \(condition) ORDER BY name LIMIT ? OFFSET ?",
                 arguments + [.integer(Int64(count)), .integer(Int64(start - 1))])
             return (total, try rows.map(SCIMUser.init(row:)))
@@ -313,7 +313,7 @@ struct SCIMRoutes {
         do {
             try await database.storage.write { db in
                 // Another user of that name (local, or any provider's) makes it a conflict: never a takeover.
-                try db.execute(
+                try await db.execute(
                     """
                     INSERT INTO users (name, displayName, role, passwordHash, disabled, disabledBy, createdAt, idp,
                         idpIssuer, subject, externalId)
@@ -474,10 +474,11 @@ struct SCIMRoutes {
     ///   counts as an admin's withdrawal.
     @discardableResult
     static func requireOwned(_ user: SCIMUser, unchanged: Bool, by provider: IdentityProvider, in db: any SQLConnection)
+        async
         throws -> String?
     {
         guard
-            let row = try db.fetchOne(
+            let row = try await db.fetchOne(
                 "SELECT \(SCIMUser.columns), disabledBy FROM users WHERE name = ? AND idp = ? AND idpIssuer = ?",
                 user.name, provider.name, provider.issuer)
         else { throw SCIMError(.notFound, nil, "There is no user '\(user.name)' provisioned by \(provider.name).") }
@@ -504,18 +505,18 @@ struct SCIMRoutes {
             try await database.storage.write { db in
                 // If-Match was checked against `old`: a change since (another request of the provider) makes this
                 // one stale, so it is refused rather than written over it.
-                let disabledBy = try Self.requireOwned(old, unchanged: checked, by: provider, in: db)
+                let disabledBy = try await Self.requireOwned(old, unchanged: checked, by: provider, in: db)
                 if !old.active, user.active, disabledBy != "scim:\(provider.name)" {
                     throw Self.adminWithdrawal(user.name)
                 }
                 if old.active, !user.active {
-                    try UserDirectory.keepAnAdmin(besides: user.name, in: db, doing: "deactivate")
-                    try db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, user.name)
-                    try db.execute(
+                    try await UserDirectory.keepAnAdmin(besides: user.name, in: db, doing: "deactivate")
+                    try await db.execute(#"DELETE FROM cockpitSessions WHERE "user" = ?"#, user.name)
+                    try await db.execute(
                         #"UPDATE refreshTokens SET revokedAt = ? WHERE "user" = ? AND revokedAt IS NULL"#, now,
                         user.name)
                 }
-                try db.execute(
+                try await db.execute(
                     "UPDATE users SET displayName = ?, disabled = ?, disabledBy = ?, externalId = ? WHERE name = ?",
                     user.displayName, !user.active,
                     user.active ? nil : old.active ? "scim:\(provider.name)" : disabledBy, user.externalId, user.name)

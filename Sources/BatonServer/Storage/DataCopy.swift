@@ -74,36 +74,35 @@ public enum DataCopy {
             + model.entitySets.map { Table.entity($0.name) }
         let report: Report
         do {
-            // One transaction on PostgreSQL, one snapshot of each SQLite database; every table read back and
-            // compared before the commit, so a copy that does not match leaves nothing behind.
+            // One transaction on PostgreSQL, one snapshot of each SQLite database (read a page at a time, as the
+            // inserts are sent asynchronously); every table read back and compared before the commit, so a copy
+            // that does not match leaves nothing behind.
+            let sources = (server: try serverPool.makeSnapshot(), data: try dataPool.makeSnapshot())
             report = try await storage.bulkWrite { pg in
-                try serverPool.read { serverDB in
-                    try dataPool.read { dataDB in
-                        let sources = (server: GRDBConnection(db: serverDB), data: GRDBConnection(db: dataDB))
-                        try refuseNonEmpty(pg, tables: tables)
-                        var copied: [(name: String, rows: Int)] = []
-                        for table in tables {
-                            let source = table.isServer ? sources.server : sources.data
-                            copied.append((table.name, try copyRows(of: table, from: source, to: pg, model: model)))
-                        }
-                        for name in identityTables {
-                            try pg.execute(
-                                "SELECT setval(pg_get_serial_sequence('\(name.lowercased())', 'id'), coalesce(max(id), 0) + 1, false) FROM \(name)"
-                            )
-                        }
-                        for table in tables {
-                            let source = table.isServer ? sources.server : sources.data
-                            let expected = try digest(of: table, in: source, model: model)
-                            let found = try digest(of: table, in: pg, model: model)
-                            guard expected == found else {
-                                throw ServerSetupError(
-                                    "Nothing was copied: table \(table.name) reads back differently from PostgreSQL (\(found.rows) rows, expected \(expected.rows)); a value PostgreSQL stores with less precision (instants and times beyond microseconds, Edm.Single) does not copy exactly."
-                                )
-                            }
-                        }
-                        return Report(tables: copied)
+                try await refuseNonEmpty(pg, tables: tables)
+                var copied: [(name: String, rows: Int)] = []
+                for table in tables {
+                    let source = table.isServer ? sources.server : sources.data
+                    copied.append((table.name, try await copyRows(of: table, from: source, to: pg, model: model)))
+                }
+                for name in identityTables {
+                    try await pg.execute(
+                        "SELECT setval(pg_get_serial_sequence('\(name.lowercased())', 'id'), coalesce(max(id), 0) + 1, false) FROM \(name)"
+                    )
+                }
+                for table in tables {
+                    let source = table.isServer ? sources.server : sources.data
+                    let expected = try await source.read { db in
+                        try GRDBConnection.run(db) { sqlite in try await digest(of: table, in: sqlite, model: model) }
+                    }
+                    let found = try await digest(of: table, in: pg, model: model)
+                    guard expected == found else {
+                        throw ServerSetupError(
+                            "Nothing was copied: table \(table.name) reads back differently from PostgreSQL (\(found.rows) rows, expected \(expected.rows)); a value PostgreSQL stores with less precision (instants and times beyond microseconds, Edm.Single) does not copy exactly."
+                        )
                     }
                 }
+                return Report(tables: copied)
             }
         } catch let error as ServerSetupError {
             throw error
@@ -179,14 +178,14 @@ public enum DataCopy {
     }
 
     /// Throws unless every table of the target is empty (and its sequence unused).
-    static func refuseNonEmpty(_ pg: any SQLConnection, tables: [Table]) throws {
+    static func refuseNonEmpty(_ pg: any SQLConnection, tables: [Table]) async throws {
         var holding: [String] = []
         for table in tables {
             let sql =
                 table.name == "$sequence"
                 ? #"SELECT count(*) FROM "$sequence" WHERE value <> 0 OR horizon <> 0"#
                 : "SELECT count(*) FROM \(table.quoted(.postgres))"
-            let count = try pg.fetchOne(sql)?[0].integer ?? 0
+            let count = try await pg.fetchOne(sql)?[0].integer ?? 0
             if count > 0 { holding.append("\(table.name) (\(count))") }
         }
         guard holding.isEmpty else {
@@ -196,34 +195,51 @@ public enum DataCopy {
         }
     }
 
-    /// Inserts every row of `table` from SQLite into PostgreSQL; returns how many.
-    static func copyRows(of table: Table, from sqlite: any SQLConnection, to pg: any SQLConnection, model: ServiceModel)
-        throws -> Int
-    {
+    /// Inserts every row of `table` from a snapshot of SQLite into PostgreSQL; returns how many.
+    static func copyRows(
+        of table: Table, from source: DatabaseSnapshot, to pg: any SQLConnection, model: ServiceModel
+    ) async throws -> Int {
         if table.name == "$sequence" {
-            guard let row = try sqlite.fetchOne(#"SELECT value, horizon FROM "$sequence" WHERE id = 1"#) else {
-                return 0
+            let row = try await source.read { db in
+                try GRDBConnection.run(db) { sqlite in
+                    try await sqlite.fetchOne(#"SELECT value, horizon FROM "$sequence" WHERE id = 1"#)
+                }
             }
-            try pg.execute(#"UPDATE "$sequence" SET value = ?, horizon = ? WHERE id = 1"#, row["value"], row["horizon"])
+            guard let row else { return 0 }
+            try await pg.execute(
+                #"UPDATE "$sequence" SET value = ?, horizon = ? WHERE id = 1"#, row["value"], row["horizon"])
             return 1
         }
         var statement: String?
         var count = 0
-        // The outbox keeps its order (PostgreSQL numbers the entries as they come).
+        // The outbox keeps its order (PostgreSQL numbers the entries as they come). Other tables are read in the
+        // order of their scan, which the snapshot keeps from page to page (entity tables: key order).
         let order = table.name == DataStore.auditOutbox ? " ORDER BY rowid" : ""
-        try sqlite.forEachRow("SELECT * FROM \(table.quoted(.sqlite))\(order)", []) { cursor in
-            let (columns, values) = try pgValues(of: table, cursor: cursor, model: model)
-            if statement == nil {
-                let names = columns.map { table.column($0.name, .postgres) }.joined(separator: ", ")
-                let placeholders = columns.map { $0.cast.isEmpty ? "?" : "?::\($0.cast)" }.joined(separator: ", ")
-                statement = "INSERT INTO \(table.quoted(.postgres)) (\(names)) VALUES (\(placeholders))"
+        let sql = "SELECT * FROM \(table.quoted(.sqlite))\(order) LIMIT ? OFFSET ?"
+        while true {
+            let offset = count
+            let page = try await source.read { db in
+                try GRDBConnection.run(db) { sqlite in
+                    try await sqlite.fetchAll(sql, [.integer(Int64(pageSize)), .integer(Int64(offset))])
+                }
             }
-            try pg.execute(statement ?? "", values)
-            count += 1
-            return true
+            for row in page {
+                let (columns, values) = try pgValues(
+                    of: table, cursor: PostgresSQLConnection.ValuesCursor(row: row), model: model)
+                if statement == nil {
+                    let names = columns.map { table.column($0.name, .postgres) }.joined(separator: ", ")
+                    let placeholders = columns.map { $0.cast.isEmpty ? "?" : "?::\($0.cast)" }.joined(separator: ", ")
+                    statement = "INSERT INTO \(table.quoted(.postgres)) (\(names)) VALUES (\(placeholders))"
+                }
+                try await pg.execute(statement ?? "", values)
+                count += 1
+            }
+            if page.count < pageSize { return count }
         }
-        return count
     }
+
+    /// How many rows of a table are read from SQLite at a time.
+    static let pageSize = 1_000
 
     /// A SQLite row's columns (name, PostgreSQL cast) and values as PostgreSQL takes them: entity values go
     /// through the model's types (a SQLite 0/1 becomes a boolean, a text a uuid or an instant).
@@ -259,7 +275,7 @@ public enum DataCopy {
         var hash: Data
     }
 
-    static func digest(of table: Table, in db: any SQLConnection, model: ServiceModel) throws -> Digest {
+    static func digest(of table: Table, in db: any SQLConnection, model: ServiceModel) async throws -> Digest {
         let dialect = db.dialect
         let type: EntityType? =
             if case .entity(let name) = table {
@@ -276,7 +292,7 @@ public enum DataCopy {
         } else {
             columns = "*"
         }
-        try db.forEachRow("SELECT \(columns) FROM \(table.quoted(dialect))", []) { cursor in
+        try await db.forEachRow("SELECT \(columns) FROM \(table.quoted(dialect))", []) { cursor in
             var text = ""
             // By column name: the engines may order a table's columns differently.
             for (index, name) in cursor.columnNames.enumerated().sorted(by: { $0.1.lowercased() < $1.1.lowercased() }) {

@@ -10,9 +10,10 @@ import Synchronization
 /// ``ServerStorage`` on a PostgreSQL database through postgres-nio, for any number of `baton-server`
 /// instances on one database.
 ///
-/// The logic's closures are synchronous (one body for both engines); here each access leases a connection from
-/// the postgres-nio pool of the event loop it runs on and runs its closure on a thread of its own pool, where each
-/// statement waits for its answer. Reads run at `REPEATABLE READ` (one snapshot), writes at `SERIALIZABLE`, retried when PostgreSQL
+/// Each access leases a connection from the postgres-nio pool of the event loop it runs on and runs the logic's
+/// closure right there, on the request's task: each statement is sent and its answer awaited, with no thread pool
+/// and no thread blocked on a future (before, a closure ran on a thread of its own pool that waited on each
+/// statement: a thread hop and a wake-up per statement). Reads run at `REPEATABLE READ` (one snapshot), writes at `SERIALIZABLE`, retried when PostgreSQL
 /// refuses a commit that conflicts with another transaction (SQLSTATE 40001) or breaks a deadlock (40P01).
 public final class PostgresStorage: ServerStorage {
     /// Where the database is (its password redacted in ``PostgresLocation/description``).
@@ -30,7 +31,6 @@ public final class PostgresStorage: ServerStorage {
     /// one writer of entities can run across all instances anyway; with the writers on the shared pools, a few
     /// queued writes (one account holder's) took every connection, and reads, sign-ins and refreshes answered 503.
     let writers: LoopPool
-    let threads: NIOThreadPool
     let logger: Logger
     private let runner: Mutex<Task<Void, Never>?>
     private let retried = Atomic<Int>(0)
@@ -41,7 +41,7 @@ public final class PostgresStorage: ServerStorage {
 
     public var dialect: SQLDialect { .postgres }
 
-    /// How many connections the loops' pools keep open between them (and threads wait on them), unless told
+    /// How many connections the loops' pools keep open between them, unless told
     /// otherwise: 16. The writers' pool (`writers`) has one more.
     public static let defaultConnections = 16
 
@@ -100,8 +100,6 @@ public final class PostgresStorage: ServerStorage {
             loop: loops[0], share: 1,
             client: PostgresClient(
                 configuration: writersConfiguration, eventLoopGroup: loops[0], backgroundLogger: logger))
-        threads = NIOThreadPool(numberOfThreads: connections + 1)
-        threads.start()
         let clients = pools.map(\.client) + [writers.client]
         runner = Mutex(
             Task {
@@ -157,14 +155,13 @@ public final class PostgresStorage: ServerStorage {
         }
     }
 
-    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
-        // Replaying a read of several statements runs its body again for each; measured, it did not pay (a
-        // delta page cost more): reads of a transaction run the blocking way.
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T {
         try await transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
     }
 
     @discardableResult
-    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
+    {
         try await write(lockingFirst: nil, body)
     }
 
@@ -173,7 +170,7 @@ public final class PostgresStorage: ServerStorage {
     /// before. Writers that take the lock therefore run in turn instead of failing one another's commits.
     @discardableResult
     public func write<T: Sendable>(
-        lockingFirst lock: String?, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+        lockingFirst lock: String?, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
     ) async throws -> T {
         var attempt = 0
         while true {
@@ -192,7 +189,7 @@ public final class PostgresStorage: ServerStorage {
     /// Runs a migration: one transaction at `READ COMMITTED`, so that after waiting for the migration lock its
     /// statements see what the instance that held the lock committed (at `SERIALIZABLE` the snapshot would date
     /// from before the wait, and the second instance would create the tables again).
-    func migrate<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+    func migrate<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T {
         var attempt = 0
         while true {
             do {
@@ -213,59 +210,22 @@ public final class PostgresStorage: ServerStorage {
     /// them all, 40 times slower).
     func analyze(_ tables: [String]) async throws {
         try await transaction("BEGIN", deadline: nil) { db in
-            for table in tables { try db.execute("ANALYZE \(table)") }
+            for table in tables { try await db.execute("ANALYZE \(table)") }
         }
     }
 
     /// Runs a long write (``DataCopy``): one `SERIALIZABLE` transaction, not retried, with no statement deadline.
-    func bulkWrite<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+    func bulkWrite<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T {
         try await transaction(
             "BEGIN ISOLATION LEVEL SERIALIZABLE", first: "SET LOCAL lock_timeout = 0", deadline: nil, body)
     }
 
-    /// Runs a read of one statement without a thread of the pool: `body` runs on the calling task and stops at
-    /// its statement, which is sent asynchronously; then `body` runs again with the answer (a
-    /// `ReplayingConnection`), as often as it has statements (each outside a transaction, as the contract
-    /// allows). A body that needs more than a few, or a change or a savepoint, runs the blocking way. Read
-    /// bodies change nothing, so running one again is safe; a statement's error is answered where the body
-    /// asked. Its statements are prepared (`PreparedStatements`) only when `prepared`.
+    /// Runs a read of one statement (or a few, each atomic on its own) outside a transaction, on a leased
+    /// connection; its statements are prepared (`PreparedStatements`) only when `prepared`.
     public func readStatement<T: Sendable>(
-        prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+        prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
     ) async throws -> T {
-        if case .done(let value) = try await replayed(prepared: prepared, body) { return value }
-        return try await transaction(nil, body)
-    }
-
-    private func replayed<T: Sendable>(
-        prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) throws -> T
-    ) async throws -> Replayed<T> {
-        let logger = self.logger
-        do {
-            return try await leased { connection in
-                let sql = PostgresSQLConnection(
-                    connection: connection, logger: logger, deadline: PostgresSQLConnection.statementDeadline)
-                var answers: [ReplayingConnection.Answer] = []
-                while answers.count < 4 {
-                    let replaying = ReplayingConnection(answers: answers)
-                    let result = Result { try body(replaying) }
-                    guard let needed = replaying.needed else {
-                        return replaying.unsupported ? .fallBack : .done(try result.get())
-                    }
-                    let rows: Result<[SQLRow], any Error>
-                    do {
-                        rows = .success(try await sql.rows(needed.sql, needed.arguments, prepared: prepared))
-                    } catch let error as PSQLError {
-                        rows = .failure(StorageError(postgres: error))
-                    } catch {
-                        rows = .failure(error)
-                    }
-                    answers.append(.init(sql: needed.sql, arguments: needed.arguments, rows: rows))
-                }
-                return .fallBack
-            }
-        } catch {
-            throw noted(error)
-        }
+        try await transaction(nil, prepared: prepared, body)
     }
 
     /// A storage error for what an access threw.
@@ -273,8 +233,6 @@ public final class PostgresStorage: ServerStorage {
         let mapped: any Error =
             switch error {
             case let error as PSQLError: StorageError(postgres: error)
-            case is NIOThreadPoolError.ThreadPoolInactive:
-                StorageError(.unavailable, "The database connections are closed.")
             case is CancellationError:
                 StorageError(.unavailable, "The wait for a database connection was cancelled.")
             default: error
@@ -290,37 +248,34 @@ public final class PostgresStorage: ServerStorage {
         // Once: cancelling the client's run closes its connections.
         guard let task else { return }
         task.cancel()
-        threads.shutdownGracefully { _ in }
     }
 
     /// Runs `body` on a leased connection, in a transaction begun by `begin` (none when `nil`) that first runs
-    /// `first` when given (a lock, a setting).
+    /// `first` when given (a lock, a setting); its statements prepared only when `prepared`.
     private func transaction<T: Sendable>(
         _ begin: String?, first: String? = nil, on pool: LoopPool? = nil,
-        deadline: TimeAmount? = PostgresSQLConnection.statementDeadline,
-        _ body: @escaping @Sendable (any SQLConnection) throws -> T
+        deadline: TimeAmount? = PostgresSQLConnection.statementDeadline, prepared: Bool = false,
+        _ body: @escaping @Sendable (any SQLConnection) async throws -> T
     ) async throws -> T {
         let logger = self.logger
-        let threads = self.threads
         do {
             return try await leased(from: pool) { connection in
-                try await threads.runIfActive {
-                    let sql = PostgresSQLConnection(connection: connection, logger: logger, deadline: deadline)
-                    guard let begin else { return try body(sql) }
-                    try sql.execute(begin, [])
-                    do {
-                        if let first { try sql.execute(first, []) }
-                        let result = try body(sql)
-                        try sql.execute("COMMIT", [])
-                        return result
-                    } catch {
-                        // A connection that closed or stopped answering rolls back on the server's side; asking
-                        // it would only wait for the deadline again.
-                        if (error as? StorageError)?.kind != .unavailable, !connection.isClosed {
-                            _ = try? sql.execute("ROLLBACK", [])
-                        }
-                        throw error
+                let sql = PostgresSQLConnection(
+                    connection: connection, logger: logger, deadline: deadline, prepared: prepared)
+                guard let begin else { return try await body(sql) }
+                try await sql.execute(begin, [])
+                do {
+                    if let first { try await sql.execute(first, []) }
+                    let result = try await body(sql)
+                    try await sql.execute("COMMIT", [])
+                    return result
+                } catch {
+                    // A connection that closed or stopped answering rolls back on the server's side; asking
+                    // it would only wait for the deadline again.
+                    if (error as? StorageError)?.kind != .unavailable, !connection.isClosed {
+                        _ = try? await sql.execute("ROLLBACK", [])
                     }
+                    throw error
                 }
             }
         } catch {
@@ -440,22 +395,29 @@ public final class PostgresStorage: ServerStorage {
 }
 
 /// A leased PostgreSQL connection as an ``SQLConnection``: `?` placeholders become `$1, $2, …`; each statement
-/// blocks its thread (one of ``PostgresStorage``'s) until PostgreSQL answers.
+/// is sent on the connection's event loop and its answer awaited.
 struct PostgresSQLConnection: SQLConnection {
     let connection: PostgresConnection
     let logger: Logger
     /// How long a statement may go unanswered; `nil` for no limit (migrations, copies).
     let deadline: TimeAmount?
+    /// Whether queries are prepared (`PreparedStatements`): only the server's own shapes of reads are.
+    var prepared = false
 
     var dialect: SQLDialect { .postgres }
 
     @discardableResult
-    func execute(_ sql: String, _ arguments: [SQLValue]) throws -> Int {
-        try run(sql, arguments).metadata.rows ?? 0
+    func execute(_ sql: String, _ arguments: [SQLValue]) async throws -> Int {
+        try await run(sql, arguments).metadata.rows ?? 0
     }
 
-    func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow] {
-        try Self.rows(of: try run(sql, arguments))
+    func fetchAll(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow] {
+        guard prepared else { return try Self.rows(of: try await run(sql, arguments)) }
+        do {
+            return try await rows(sql, arguments, prepared: true)
+        } catch let error as PSQLError {
+            throw StorageError(postgres: error)
+        }
     }
 
     /// A result's rows as Baton reads them.
@@ -470,22 +432,24 @@ struct PostgresSQLConnection: SQLConnection {
         return try rows.map { row in SQLRow(columns: columns, values: try row.map(Self.value)) }
     }
 
-    func forEachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws {
-        for row in try fetchAll(sql, arguments) {
+    func forEachRow(
+        _ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool
+    ) async throws {
+        for row in try await fetchAll(sql, arguments) {
             guard try body(ValuesCursor(row: row)) else { return }
         }
     }
 
-    func inSavepoint(_ body: () throws -> Bool) throws {
-        try execute("SAVEPOINT baton", [])
+    func inSavepoint(_ body: () async throws -> Bool) async throws {
+        try await execute("SAVEPOINT baton", [])
         let keep: Bool
         do {
-            keep = try body()
+            keep = try await body()
         } catch {
-            try execute("ROLLBACK TO SAVEPOINT baton", [])
+            try await execute("ROLLBACK TO SAVEPOINT baton", [])
             throw error
         }
-        try execute(keep ? "RELEASE SAVEPOINT baton" : "ROLLBACK TO SAVEPOINT baton", [])
+        try await execute(keep ? "RELEASE SAVEPOINT baton" : "ROLLBACK TO SAVEPOINT baton", [])
     }
 
     /// A row already read, as a cursor.
@@ -495,9 +459,9 @@ struct PostgresSQLConnection: SQLConnection {
         func value(at index: Int) -> SQLValue { row.values[index] }
     }
 
-    private func run(_ sql: String, _ arguments: [SQLValue]) throws -> PostgresQueryResult {
+    private func run(_ sql: String, _ arguments: [SQLValue]) async throws -> PostgresQueryResult {
         do {
-            return try answer(sql, arguments).wait()
+            return try await answer(sql, arguments).get()
         } catch let error as PSQLError {
             throw StorageError(postgres: error)
         }
@@ -762,68 +726,6 @@ final class Claim: Sendable {
             return !taken
         }
     }
-}
-
-/// The connection a ``PostgresStorage/readStatement(_:)`` body sees: it answers the statements already sent,
-/// in order, and records the next one (ending the body with ``Pending``) for the storage to send.
-final class ReplayingConnection: SQLConnection {
-    struct Answer {
-        let sql: String
-        let arguments: [SQLValue]
-        let rows: Result<[SQLRow], any Error>
-    }
-
-    /// Ends a body at a statement not yet answered.
-    struct Pending: Error {}
-
-    private let answers: [Answer]
-    private var next = 0
-    /// The statement the body asked for and has no answer yet.
-    private(set) var needed: (sql: String, arguments: [SQLValue])?
-    /// The body did something a replay cannot answer (a change, a savepoint, another statement than before).
-    private(set) var unsupported = false
-
-    init(answers: [Answer]) { self.answers = answers }
-
-    var dialect: SQLDialect { .postgres }
-
-    func execute(_ sql: String, _ arguments: [SQLValue]) throws -> Int {
-        unsupported = true
-        throw Pending()
-    }
-
-    func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow] {
-        guard needed == nil, !unsupported else { throw Pending() }
-        guard next < answers.count else {
-            needed = (sql, arguments)
-            throw Pending()
-        }
-        let answer = answers[next]
-        guard answer.sql == sql, answer.arguments == arguments else {
-            unsupported = true
-            throw Pending()
-        }
-        next += 1
-        return try answer.rows.get()
-    }
-
-    func forEachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws {
-        for row in try fetchAll(sql, arguments) {
-            guard try body(PostgresSQLConnection.ValuesCursor(row: row)) else { return }
-        }
-    }
-
-    func inSavepoint(_ body: () throws -> Bool) throws {
-        unsupported = true
-        throw Pending()
-    }
-}
-
-/// How a replayed read (``PostgresStorage/readStatement(_:)``) ended: with the body's value, or to be run the
-/// blocking way. (The value may itself be optional: a fetched row or none.)
-enum Replayed<T: Sendable>: Sendable {
-    case done(T)
-    case fallBack
 }
 
 /// A postgres-nio pool whose connections live on one event loop, with its share of the connections and how many

@@ -29,19 +29,20 @@ public struct SQLiteStorage: ServerStorage {
         self.readsInPlace = readsInPlace
     }
 
-    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T {
         do {
-            if readsInPlace { return try readers.read { db in try body(GRDBConnection(db: db)) } }
-            return try await pool.read { db in try body(GRDBConnection(db: db)) }
+            if readsInPlace { return try readers.read { db in try GRDBConnection.run(db, body) } }
+            return try await pool.read { db in try GRDBConnection.run(db, body) }
         } catch let error as DatabaseError {
             throw StorageError(sqlite: error)
         }
     }
 
     @discardableResult
-    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
+    {
         do {
-            return try await pool.write { db in try body(GRDBConnection(db: db)) }
+            return try await pool.write { db in try GRDBConnection.run(db, body) }
         } catch let error as DatabaseError {
             throw StorageError(sqlite: error)
         }
@@ -49,10 +50,10 @@ public struct SQLiteStorage: ServerStorage {
 
     /// `prepared` makes no difference here: GRDB prepares every statement once per connection.
     public func readStatement<T: Sendable>(
-        prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+        prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
     ) async throws -> T {
         do {
-            return try readers.readStatement { db in try body(GRDBConnection(db: db)) }
+            return try readers.readStatement { db in try GRDBConnection.run(db, body) }
         } catch let error as DatabaseError {
             throw StorageError(sqlite: error)
         }
@@ -66,13 +67,24 @@ public struct SQLiteStorage: ServerStorage {
 
 /// A GRDB database access as an ``SQLConnection``. Statements are prepared once per connection and kept
 /// (GRDB's statement cache): the server's statements are constant text, the data service's few per query shape.
+///
+/// The statements are `async` (the seam's shape, for PostgreSQL) but run synchronously and never suspend:
+/// ``run(_:_:)`` starts the logic's body as an immediate task inside GRDB's access, on its thread, where it runs to
+/// its end before the access returns.
 struct GRDBConnection: SQLConnection {
     let db: Database
 
     var dialect: SQLDialect { .sqlite }
 
+    /// Runs an access's `body` to its end on the calling thread, inside GRDB's access to `db`.
+    static func run<T: Sendable>(_ db: Database, _ body: @escaping @Sendable (any SQLConnection) async throws -> T)
+        throws -> T
+    {
+        try synchronously { try await body(GRDBConnection(db: db)) }
+    }
+
     @discardableResult
-    func execute(_ sql: String, _ arguments: [SQLValue]) throws -> Int {
+    func execute(_ sql: String, _ arguments: [SQLValue]) async throws -> Int {
         do {
             try db.cachedStatement(sql: sql).execute(arguments: StatementArguments(arguments.map(\.databaseValue)))
         } catch let error as DatabaseError {
@@ -81,10 +93,10 @@ struct GRDBConnection: SQLConnection {
         return db.changesCount
     }
 
-    func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow] {
+    func fetchAll(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow] {
         var rows: [SQLRow] = []
         var columns: [String] = []
-        try forEachRow(sql, arguments) { cursor in
+        try eachRow(sql, arguments) { cursor in
             if columns.isEmpty { columns = cursor.columnNames }
             rows.append(SQLRow(columns: columns, values: (0..<columns.count).map(cursor.value(at:))))
             return true
@@ -92,7 +104,14 @@ struct GRDBConnection: SQLConnection {
         return rows
     }
 
-    func forEachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws {
+    func forEachRow(
+        _ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool
+    ) async throws {
+        try eachRow(sql, arguments, body)
+    }
+
+    /// ``forEachRow(_:_:_:)``, synchronously.
+    private func eachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws {
         do {
             let statement = try db.cachedStatement(sql: sql)
             let cursor = GRDBCursor(statement: statement.sqliteStatement, columnNames: statement.columnNames)
@@ -104,13 +123,51 @@ struct GRDBConnection: SQLConnection {
         }
     }
 
-    func inSavepoint(_ body: () throws -> Bool) throws {
+    func inSavepoint(_ body: () async throws -> Bool) async throws {
+        // GRDB's savepoint takes a synchronous closure; the body runs to its end inside it, as in ``run(_:_:)``.
         do {
-            try db.inSavepoint { try body() ? .commit : .rollback }
+            try db.inSavepoint { try synchronously(body) ? .commit : .rollback }
         } catch let error as DatabaseError {
             throw StorageError(sqlite: error)
         }
     }
+}
+
+/// Runs `body` to its end on the calling thread, from synchronous code (inside a GRDB access).
+///
+/// The logic's bodies are `async` (the seam's shape, for PostgreSQL), but on SQLite their only suspension points
+/// are ``GRDBConnection``'s statements, which never suspend: started as an immediate task (`Task.immediate`), the
+/// body finishes before this returns, on this thread, inside the access. A body that did suspend (awaited something
+/// else) would leave GRDB's access with its connection: that is a programming error, and it stops the process
+/// rather than let the database be touched from another thread.
+func synchronously<T>(_ body: () async throws -> T) throws -> T {
+    try withoutActuallyEscaping(body) { body in
+        let outcome = Outcome<T>()
+        let work = UnsafeTransfer(body)
+        Task.immediate {
+            do {
+                outcome.result = .success(try await work.value())
+            } catch {
+                outcome.result = .failure(error)
+            }
+        }
+        guard let result = outcome.result else {
+            fatalError("A SQLite access suspended: its body awaited more than its statements.")
+        }
+        return try result.get()
+    }
+}
+
+/// What an immediate task left, read on the thread that ran it (``synchronously(_:)``).
+private final class Outcome<T>: @unchecked Sendable {
+    var result: Result<T, any Error>?
+}
+
+/// A value handed to an immediate task that runs on the same thread before the caller goes on
+/// (``synchronously(_:)``): never shared between threads.
+private struct UnsafeTransfer<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
 }
 
 /// A SQLite statement on a row: the data service's JSON writer reads its columns straight from SQLite's

@@ -359,11 +359,11 @@ public struct ServerDatabase: Sendable {
     static func migrate(_ storage: PostgresStorage) async throws {
         try await storage.migrate { db in
             // One migrating instance at a time; the others wait, then find nothing to do.
-            try db.execute("SELECT pg_advisory_xact_lock(7243019)")
-            try db.execute(
+            try await db.execute("SELECT pg_advisory_xact_lock(7243019)")
+            try await db.execute(
                 "CREATE TABLE IF NOT EXISTS baton_migrations (name text PRIMARY KEY, appliedAt double precision NOT NULL)"
             )
-            let applied = Set(try db.fetchAll("SELECT name FROM baton_migrations").compactMap { $0[0].text })
+            let applied = Set(try await db.fetchAll("SELECT name FROM baton_migrations").compactMap { $0[0].text })
             let known = Set(postgresMigrations.map(\.name))
             if let unknown = applied.subtracting(known).sorted().first {
                 throw StorageError(
@@ -371,8 +371,8 @@ public struct ServerDatabase: Sendable {
                     "was migrated by a newer baton-server (migration '\(unknown.prefix(64))'); run that version.")
             }
             for migration in postgresMigrations where !applied.contains(migration.name) {
-                for statement in migration.statements { try db.execute(statement, []) }
-                try db.execute(
+                for statement in migration.statements { try await db.execute(statement, []) }
+                try await db.execute(
                     "INSERT INTO baton_migrations (name, appliedAt) VALUES (?, ?)", migration.name,
                     Date().timeIntervalSince1970)
             }

@@ -5,22 +5,26 @@ import Foundation
 ///
 /// Two implementations: ``SQLiteStorage`` (GRDB over files in the data directory, the default) and
 /// ``PostgresStorage`` (postgres-nio, for many instances on one database). The logic above is written once, as
-/// synchronous closures over an ``SQLConnection``, in the style of GRDB's `DatabaseWriter`: a ``read(_:)`` sees
+/// `async` closures over an ``SQLConnection``, in the style of GRDB's `DatabaseWriter`: a ``read(_:)`` sees
 /// one snapshot, a ``write(_:)`` is one transaction that commits or leaves nothing behind. Writes are
 /// *serializable* on both engines — SQLite has one writer; PostgreSQL runs them at `SERIALIZABLE` and runs the
 /// closure again when the engine refuses a commit that could not have happened in some serial order — so a
 /// check-then-change (a used refresh token, a repeated request id) means the same on one instance or many.
 /// A write closure may therefore run more than once: it must change nothing but the database.
+///
+/// A closure awaits only its connection's statements: on PostgreSQL they are sent on the connection's event loop
+/// and awaited there; on SQLite they run synchronously and never suspend, so the closure runs to its end inside
+/// GRDB's access on GRDB's thread (awaiting anything else there stops the process).
 public protocol ServerStorage: Sendable {
     /// The SQL dialect of the engine.
     var dialect: SQLDialect { get }
 
     /// Runs `body` in a read-only transaction: its statements see one snapshot.
-    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
+    func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
 
     /// Runs `body` in a write transaction: committed when it returns, rolled back when it throws.
     @discardableResult
-    func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T
+    func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
 
     /// Runs a read of one statement, which is atomic on its own, with no transaction around it; on SQLite in
     /// place, on the calling thread (the hot reads of every request: the token check).
@@ -29,7 +33,7 @@ public protocol ServerStorage: Sendable {
     /// order), which PostgreSQL keeps prepared on each connection for the life of the process. A statement a
     /// client's query options shape (`$filter`, `$search`, `$orderby`, `$select`) runs unprepared, so that no
     /// account can take the few prepared-statement slots from the server's own reads.
-    func readStatement<T: Sendable>(prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) throws -> T)
+    func readStatement<T: Sendable>(prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) async throws -> T)
         async throws -> T
 
     /// Closes every connection (PostgreSQL: in the background). Later calls fail.
@@ -43,17 +47,19 @@ public protocol SQLConnection {
 
     /// Runs a statement and returns how many rows it changed.
     @discardableResult
-    func execute(_ sql: String, _ arguments: [SQLValue]) throws -> Int
+    func execute(_ sql: String, _ arguments: [SQLValue]) async throws -> Int
 
     /// Runs a query and returns its rows.
-    func fetchAll(_ sql: String, _ arguments: [SQLValue]) throws -> [SQLRow]
+    func fetchAll(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow]
 
     /// Runs a query and calls `body` with each row, until it returns `false` or the rows end. The cursor is
     /// valid only inside `body` (the hot read paths write JSON straight from it).
-    func forEachRow(_ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool) throws
+    func forEachRow(
+        _ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool
+    ) async throws
 
     /// Runs `body` in a savepoint: kept when it returns `true`, rolled back when it returns `false` or throws.
-    func inSavepoint(_ body: () throws -> Bool) throws
+    func inSavepoint(_ body: () async throws -> Bool) async throws
 }
 
 /// The row a query is on, inside ``SQLConnection/forEachRow(_:_:_:)``.
@@ -72,7 +78,8 @@ extension SQLCursor {
 
 extension ServerStorage {
     /// Runs a read of one statement of the server's own shape, prepared (``readStatement(prepared:_:)``).
-    public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws
+    public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T)
+        async throws
         -> T
     {
         try await readStatement(prepared: true, body)
@@ -82,18 +89,22 @@ extension ServerStorage {
 extension SQLConnection {
     /// Runs a statement with its arguments.
     @discardableResult
-    public func execute(_ sql: String, _ arguments: any SQLArgument...) throws -> Int {
-        try execute(sql, arguments.map(\.sqlValue))
+    public func execute(_ sql: String, _ arguments: any SQLArgument...) async throws -> Int {
+        try await execute(sql, arguments.map(\.sqlValue))
     }
 
     /// The rows of a query with its arguments.
-    public func fetchAll(_ sql: String, _ arguments: any SQLArgument...) throws -> [SQLRow] {
-        try fetchAll(sql, arguments.map(\.sqlValue))
+    public func fetchAll(_ sql: String, _ arguments: any SQLArgument...) async throws
+        -> [SQLRow]
+    {
+        try await fetchAll(sql, arguments.map(\.sqlValue))
     }
 
     /// The first row of a query, if any.
-    public func fetchOne(_ sql: String, _ arguments: any SQLArgument...) throws -> SQLRow? {
-        try fetchAll(sql, arguments.map(\.sqlValue)).first
+    public func fetchOne(_ sql: String, _ arguments: any SQLArgument...) async throws
+        -> SQLRow?
+    {
+        try await fetchAll(sql, arguments.map(\.sqlValue)).first
     }
 }
 
@@ -260,7 +271,7 @@ public enum StorageEngine: ServerStorage {
         }
     }
 
-    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+    public func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T {
         switch self {
         case .sqlite(let storage): try await storage.read(body)
         case .postgres(let storage): try await storage.read(body)
@@ -268,7 +279,8 @@ public enum StorageEngine: ServerStorage {
     }
 
     @discardableResult
-    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) throws -> T) async throws -> T {
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
+    {
         switch self {
         case .sqlite(let storage): try await storage.write(body)
         case .postgres(let storage): try await storage.write(body)
@@ -276,7 +288,7 @@ public enum StorageEngine: ServerStorage {
     }
 
     public func readStatement<T: Sendable>(
-        prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) throws -> T
+        prepared: Bool, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
     ) async throws -> T {
         switch self {
         case .sqlite(let storage): try await storage.readStatement(prepared: prepared, body)
