@@ -116,14 +116,38 @@ public struct SQLTranslator: Sendable {
         var conditions: [String] = position.map { [$0] } ?? []
         if let range {
             let column = "t0.\(dialect.quote(range.column))"
-            conditions.append(
-                "(\(column) > \(builder.bind(.integer(range.after), cast: "bigint")) AND \(column) <= \(builder.bind(.integer(range.through), cast: "bigint")))"
-            )
+            if let window = range.snapshots {
+                let changed = "t0.\(dialect.quote(window.column))"
+                var parts: [String] = []
+                if let start = window.from {
+                    let from = builder.bind(.text(start), cast: "pg_snapshot")
+                    // Every id below the first snapshot's xmin is visible in it: the index on the column narrows
+                    // the rows to the window's start.
+                    parts += [
+                        "\(changed) >= pg_snapshot_xmin(\(from))", "NOT pg_visible_in_snapshot(\(changed), \(from))",
+                    ]
+                }
+                parts += [
+                    "pg_visible_in_snapshot(\(changed), \(builder.bind(.text(window.through), cast: "pg_snapshot")))",
+                    "\(column) > \(builder.bind(.integer(range.after), cast: "bigint"))",
+                ]
+                conditions.append("(" + parts.joined(separator: " AND ") + ")")
+            } else {
+                conditions.append(
+                    "(\(column) > \(builder.bind(.integer(range.after), cast: "bigint")) AND \(column) <= \(builder.bind(.integer(range.through), cast: "bigint")))"
+                )
+            }
             if let provenance = range.provenance {
                 let created = "t0.\(dialect.quote(provenance.createdColumn))"
                 let origin = "t0.\(dialect.quote(provenance.originColumn))"
+                let held =
+                    if let snapshot = provenance.snapshot {
+                        "pg_visible_in_snapshot(\(created), \(builder.bind(.text(snapshot), cast: "pg_snapshot")))"
+                    } else {
+                        "\(created) <= \(builder.bind(.integer(provenance.watermark), cast: "bigint"))"
+                    }
                 conditions.append(
-                    "(\(created) <= \(builder.bind(.integer(provenance.watermark), cast: "bigint")) OR \(origin) IS NULL OR \(origin) = \(builder.bind(.text(provenance.origin), cast: "text")))"
+                    "(\(held) OR \(origin) IS NULL OR \(origin) = \(builder.bind(.text(provenance.origin), cast: "text")))"
                 )
             }
         }
@@ -435,29 +459,57 @@ public struct ColumnRange: Sendable, Hashable {
     /// The inclusive upper bound.
     public var through: Int64
 
+    /// On PostgreSQL, the rows whose last change a transaction made that had not committed in one snapshot and
+    /// had in another (see ``Snapshots``); `column` then only orders the rows and pages them (`after`).
+    public var snapshots: Snapshots?
+
     /// Narrows the range to rows one client may hold (see ``Provenance``).
     public var provenance: Provenance?
 
     /// Creates a range condition.
-    public init(column: String, after: Int64, through: Int64, provenance: Provenance? = nil) {
+    public init(
+        column: String, after: Int64, through: Int64, snapshots: Snapshots? = nil, provenance: Provenance? = nil
+    ) {
         self.column = column
         self.after = after
         self.through = through
+        self.snapshots = snapshots
         self.provenance = provenance
     }
 
+    /// A window between two PostgreSQL snapshots (`pg_snapshot` text): rows whose transaction id in `column`
+    /// (an `xid8`) is not visible in `from` and is visible in `through`. Without `from`, the range's own bounds
+    /// start the window (`column` > `after`), and `through` ends it.
+    public struct Snapshots: Sendable, Hashable {
+        public var column: String
+        public var from: String?
+        public var through: String
+
+        /// Creates a window.
+        public init(column: String, from: String?, through: String) {
+            self.column = column
+            self.from = from
+            self.through = through
+        }
+    }
+
     /// Where rows came from: a row qualifies when it was created no later than `watermark` (its integer
-    /// `createdColumn`), or its text `originColumn` is null (unknown) or `origin`.
+    /// `createdColumn`) — on PostgreSQL, when its creating transaction (`createdColumn`, an `xid8`) is visible in
+    /// the `snapshot` — or its text `originColumn` is null (unknown) or `origin`.
     public struct Provenance: Sendable, Hashable {
         public var createdColumn: String
         public var watermark: Int64
+        public var snapshot: String?
         public var originColumn: String
         public var origin: String
 
         /// Creates a provenance condition.
-        public init(createdColumn: String, watermark: Int64, originColumn: String, origin: String) {
+        public init(
+            createdColumn: String, watermark: Int64, snapshot: String? = nil, originColumn: String, origin: String
+        ) {
             self.createdColumn = createdColumn
             self.watermark = watermark
+            self.snapshot = snapshot
             self.originColumn = originColumn
             self.origin = origin
         }

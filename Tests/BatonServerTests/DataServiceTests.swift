@@ -771,7 +771,14 @@ enum Fixtures {
             #expect(removed(try await client.odata(.get, held, token: sam, headers: two)) == [key(6)])
 
             // Tokens this server did not issue.
-            for bad in ["1.1", "2.1", "1.", ".1", "1.2.3", "1.x", "1.99999"] {
+            // On PostgreSQL a token carries a snapshot (`x<xmin>-<xmax>-<in progress>`): one that is not a snapshot
+            // PostgreSQL could have taken, or one from the future, is refused as well, before it reaches SQL.
+            let snapshots = [
+                "x5-3", "x1-9-9_3", "x3-9-1", "x3-9-4_4", "x-1-2", "x1-2-3-4", "x99999999999999999999-1", "x1-2-",
+                "x1-99999999999999", "x1-2.x1-99999999999999",
+                "x1-2-\(Array(repeating: "1", count: 1_001).joined(separator: "_"))",
+            ]
+            for bad in ["1.1", "2.1", "1.", ".1", "1.2.3", "1.x", "1.99999"] + snapshots {
                 let reply = try await client.odata(.get, "PreflightChecks?$deltatoken=\(bad)", token: alice)
                 #expect(reply.status == .badRequest, "\(bad)")
             }

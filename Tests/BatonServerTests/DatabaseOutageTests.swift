@@ -145,7 +145,7 @@ import Testing
         let server = try await Self.server(on: cluster)
         defer { server.remove() }
         let store = server.server.data.store
-        try await store.write { db in try await db.execute("SELECT 1") }
+        _ = try await store.write { db in try await db.execute("SELECT 1") }
         try await offThePool { try cluster.pause() }
         let started = ContinuousClock.now
         await #expect {

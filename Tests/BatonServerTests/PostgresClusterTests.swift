@@ -13,7 +13,7 @@ import Testing
         defer { cluster.stop() }
         let version = try await offThePool { try cluster.psql("SHOW server_version_num") }
         #expect(Int(version.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0 >= 150_000)
-        try await offThePool { try cluster.psql("CREATE DATABASE baton") }
+        _ = try await offThePool { try cluster.psql("CREATE DATABASE baton") }
         #expect(try await offThePool { try cluster.psql("SELECT current_database()", database: "baton") } == "baton\n")
         // Over TCP a password is needed: SCRAM, so the wrong one is refused.
         let wrong = try await offThePool { () -> String in

@@ -193,7 +193,11 @@ extension DataService {
         // Change tracking: the delta link of the last page starts where the first page's snapshot stood, so a
         // change to an entity already paged past reaches the next delta.
         var tracked = token?.through
-        if tracked == nil, preferences.trackChanges { tracked = try await DataStore.sequenceState(db).value }
+        switch (tracked, db.dialect) {
+        case (.sequence?, .postgres), (.snapshot?, .sqlite): throw Self.invalidSkipToken
+        default: break
+        }
+        if tracked == nil, preferences.trackChanges { tracked = try await Watermark.current(db) }
         var options = url.query
         let requestedTop = url.query.top
         let remaining = requestedTop.map { max(0, $0 - offset) }
@@ -253,7 +257,7 @@ extension DataService {
         if let through = tracked, nextLink == nil {
             // Pages after the first are read live: they may bring entities created after `through`, which the
             // client then holds (the token says so, for the entities that later leave its filter).
-            let held = await token == nil ? through : try DataStore.sequenceState(db).value
+            let held = token == nil ? through : try await Watermark.current(db)
             deltaLink =
                 context.serviceRoot
                 + Self.replacingQueryOption(
@@ -283,23 +287,34 @@ extension DataService {
             throw ServerError.badRequest("The $deltatoken is not one this server issued.", target: "$deltatoken")
         }
         let (from, heldThrough) = token
-        let state = try await DataStore.sequenceState(db)
-        guard from >= state.horizon else {
-            throw ServerError(
-                .gone, "Gone",
-                "The delta token is older than the \(Int(configuration.deltaRetention / 86_400))-day retention window; read the collection again."
-            )
-        }
-        guard heldThrough <= state.value else {
-            throw ServerError.badRequest("The $deltatoken is not one this server issued.", target: "$deltatoken")
+        let now = try await Watermark.current(db)
+        let gone = ServerError(
+            .gone, "Gone",
+            "The delta token is older than the \(Int(configuration.deltaRetention / 86_400))-day retention window; read the collection again."
+        )
+        let notIssued = ServerError.badRequest("The $deltatoken is not one this server issued.", target: "$deltatoken")
+        let horizons = try await DataStore.horizons(db)
+        switch (from, heldThrough, now) {
+        case (.sequence(let from), .sequence(let held), .sequence(let value)):
+            guard from >= horizons.sequence else { throw gone }
+            guard held <= value else { throw notIssued }
+        case (.sequence(let from), .sequence(let held), .snapshot):
+            // A token from before PostgreSQL's writers took blocks of the sequence (see ``Watermark/window``).
+            guard from >= horizons.sequence else { throw gone }
+            guard held <= (try await DataStore.highestIssued(db)) else { throw notIssued }
+        case (.snapshot(let from), .snapshot(let held), .snapshot(let current)):
+            // The horizon is the newest forgotten tombstone's transaction: one the token's snapshot may not have
+            // seen.
+            guard Int64(from.xmin) > horizons.transaction else { throw gone }
+            guard held.xmax <= current.xmax, from.xmax <= current.xmax else { throw notIssued }
+        default: throw notIssued
         }
         // Pages walk the changes in sequence order from the last one served, not by position: a change served
         // on one page and changed again before the next moves past `through` (to the next delta) without
         // shifting what is left of this one.
         let skip = try url.query.skipToken.map(Self.decodeDeltaSkipToken)
-        let through = skip?.through ?? state.value
-        let after = max(from, skip?.after ?? from)
-        let range = ColumnRange(column: DataStore.sequenceColumn, after: after, through: through)
+        let through = skip?.through ?? now
+        let range = try from.window(through: through, after: skip?.after)
         let size = pageSize(try preferences(request))
         var options = url.query
         options.deltaToken = nil
@@ -336,9 +351,20 @@ extension DataService {
             let tooMuch = ServerError(
                 .gone, "Gone", "So much changed since this delta link that the collection is read again, in pages.")
             var removals: [JSONValue] = []
-            let tombstones = try await db.fetchAll(
-                #"SELECT keyJSON FROM "$removed" WHERE entitySet = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?"#,
-                target.set.name, from, through, Int64(bound + 1))
+            let tombstones: [SQLRow]
+            if let window = range.snapshots, let start = window.from {
+                tombstones = try await db.fetchAll(
+                    #"SELECT keyJSON FROM "$removed" WHERE entitySet = ? AND "$xid" >= pg_snapshot_xmin(?::pg_snapshot) AND NOT pg_visible_in_snapshot("$xid", ?::pg_snapshot) AND pg_visible_in_snapshot("$xid", ?::pg_snapshot) ORDER BY seq LIMIT ?"#,
+                    target.set.name, start, start, window.through, Int64(bound + 1))
+            } else if let window = range.snapshots {
+                tombstones = try await db.fetchAll(
+                    #"SELECT keyJSON FROM "$removed" WHERE entitySet = ? AND seq > ? AND pg_visible_in_snapshot("$xid", ?::pg_snapshot) ORDER BY seq LIMIT ?"#,
+                    target.set.name, range.after, window.through, Int64(bound + 1))
+            } else {
+                tombstones = try await db.fetchAll(
+                    #"SELECT keyJSON FROM "$removed" WHERE entitySet = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?"#,
+                    target.set.name, range.after, range.through, Int64(bound + 1))
+            }
             guard tombstones.count <= bound else { throw tooMuch }
             for row in tombstones {
                 removals.append(
@@ -353,9 +379,18 @@ extension DataService {
             if options.filter != nil || options.search != nil {
                 var held = range
                 if let device = request.header("Baton-Device"), context.onBehalf.uploaderDevices.contains(device) {
-                    held.provenance = .init(
-                        createdColumn: DataStore.createdColumn, watermark: heldThrough,
-                        originColumn: DataStore.originColumn, origin: device)
+                    held.provenance =
+                        switch heldThrough {
+                        case .sequence(let watermark):
+                            .init(
+                                createdColumn: DataStore.createdColumn, watermark: watermark,
+                                originColumn: DataStore.originColumn, origin: device)
+                        case .snapshot(let snapshot):
+                            .init(
+                                createdColumn: DataStore.createdTransactionColumn, watermark: 0,
+                                snapshot: snapshot.text,
+                                originColumn: DataStore.originColumn, origin: device)
+                        }
                 }
                 var unfiltered = QueryOptions()
                 unfiltered.select = target.type.key
@@ -393,7 +428,7 @@ extension DataService {
             deltaLink =
                 context.serviceRoot
                 + Self.replacingQueryOption(
-                    in: request.url, names: ["skiptoken", "deltatoken"], with: ("$deltatoken", String(through)))
+                    in: request.url, names: ["skiptoken", "deltatoken"], with: ("$deltatoken", through.token))
         }
         let payload = ODataPayload.collection(
             context: contextBase + "#\(target.set.name)/$delta", entities: values + (raw == nil ? [] : [Self.marker]),
@@ -446,17 +481,19 @@ extension DataService {
     /// at, and the key of the last entity served (for reads in key order).
     struct SkipToken {
         var offset: Int
-        var through: Int64?
+        var through: Watermark?
         var after: [PrimitiveValue]?
     }
 
     /// An opaque skip token: base64url of `k<offset>:<through or ->:<the last key, as a JSON array>`, or of
     /// `offset[:through]` for reads that continue at an offset.
-    static func encodeSkipToken(offset: Int, through: Int64?, after: [PrimitiveValue]? = nil, type: EntityType)
+    static func encodeSkipToken(offset: Int, through: Watermark?, after: [PrimitiveValue]? = nil, type: EntityType)
         -> String
     {
-        guard let after else { return base64URL(Data((through.map { "\(offset):\($0)" } ?? String(offset)).utf8)) }
-        let text = "k\(offset):\(through.map(String.init) ?? "-"):\(keyJSON(after, type: type))"
+        guard let after else {
+            return base64URL(Data((through.map { "\(offset):\($0.token)" } ?? String(offset)).utf8))
+        }
+        let text = "k\(offset):\(through?.token ?? "-"):\(keyJSON(after, type: type))"
         // A key too long for a token (a string key of kilobytes) continues at the offset instead.
         guard text.utf8.count <= maximumKeyPosition else {
             return encodeSkipToken(offset: offset, through: through, after: nil, type: type)
@@ -481,38 +518,43 @@ extension DataService {
     /// only keys stored some other way (written into the database directly) are ever paged by offset.
     static let maximumKeyBytes = 4 * 1024
 
-    /// A delta token: the sequence value the client's copy stands at, and (when later) the last one any entity it
-    /// holds was created at (`through.held`).
-    static func encodeDeltaToken(through: Int64, held: Int64) -> String {
-        held > through ? "\(through).\(held)" : String(through)
+    /// A delta token: where the client's copy stands (``Watermark``), and (when later) where it stood when it read
+    /// the last entity it holds (`through.held`).
+    static func encodeDeltaToken(through: Watermark, held: Watermark) -> String {
+        held == through ? through.token : "\(through.token).\(held.token)"
     }
 
-    /// The two values of a delta token, or nil for one this server did not issue.
-    static func decodeDeltaToken(_ token: String) -> (through: Int64, held: Int64)? {
+    /// The two watermarks of a delta token, or nil for one this server did not issue.
+    static func decodeDeltaToken(_ token: String) -> (through: Watermark, held: Watermark)? {
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count <= 2, let through = Int64(parts[0]), through >= 0 else { return nil }
+        guard parts.count <= 2, let through = Watermark(token: parts[0]) else { return nil }
         guard parts.count == 2 else { return (through, through) }
-        guard let held = Int64(parts[1]), held > through else { return nil }
+        guard let held = Watermark(token: parts[1]) else { return nil }
+        switch (through, held) {
+        case (.sequence(let through), .sequence(let held)) where held > through: break
+        case (.snapshot(let through), .snapshot(let held)) where held != through && held.xmax >= through.xmax: break
+        default: return nil
+        }
         return (through, held)
     }
 
     /// A delta page's skip token: the last sequence served and the page set's `through`.
-    static func encodeDeltaSkipToken(after: Int64, through: Int64) -> String {
-        base64URL(Data("s\(after):\(through)".utf8))
+    static func encodeDeltaSkipToken(after: Int64, through: Watermark) -> String {
+        base64URL(Data("s\(after):\(through.token)".utf8))
     }
 
     /// The last sequence served and `through`; a token from before sequence-order paging (a position) starts the
     /// delta over from its token (changes are sent again, none is skipped).
-    static func decodeDeltaSkipToken(_ token: String) throws -> (after: Int64?, through: Int64?) {
+    static func decodeDeltaSkipToken(_ token: String) throws -> (after: Int64?, through: Watermark?) {
         guard token.utf8.count <= maximumSkipToken, let data = Data(base64URLEncoded: token) else {
             throw invalidSkipToken
         }
         let text = String(decoding: data, as: UTF8.self)
         guard text.hasPrefix("s") else { return (nil, try decodeSkipToken(token, type: nil).through) }
         let parts = text.dropFirst().split(separator: ":")
-        guard parts.count == 2, let after = Int64(parts[0]), let through = Int64(parts[1]), after >= 0,
-            after <= through
+        guard parts.count == 2, let after = Int64(parts[0]), let through = Watermark(token: parts[1]), after >= 0
         else { throw invalidSkipToken }
+        if case .sequence(let through) = through, after > through { throw invalidSkipToken }
         return (after, through)
     }
 
@@ -527,9 +569,9 @@ extension DataService {
             guard let type, parts.count == 3, let offset = Int(parts[0]), (0...maximumOffset).contains(offset),
                 let members = (try? JSONValue(parsing: parts[2]))?.arrayValue, members.count == type.key.count
             else { throw invalidSkipToken }
-            var through: Int64?
+            var through: Watermark?
             if parts[1] != "-" {
-                guard let value = Int64(parts[1]), value >= 0 else { throw invalidSkipToken }
+                guard let value = Watermark(token: parts[1]) else { throw invalidSkipToken }
                 through = value
             }
             var after: [PrimitiveValue] = []
@@ -551,7 +593,7 @@ extension DataService {
             throw invalidSkipToken
         }
         if parts.count == 2 {
-            guard let through = Int64(parts[1]) else { throw invalidSkipToken }
+            guard let through = Watermark(token: parts[1]) else { throw invalidSkipToken }
             return SkipToken(offset: offset, through: through)
         }
         return SkipToken(offset: offset)

@@ -7,8 +7,9 @@ import GRDB
 /// and migrated from the model.
 ///
 /// Every row carries a hidden `$seq` column: the value of a service-wide sequence at its last change. It is
-/// the entity's ETag and what delta links compare against. Deleted entities leave a tombstone in `$removed`
-/// with the sequence value of the deletion. `$created` and `$origin` tell which clients can hold a row (the
+/// the entity's ETag and, on SQLite, what delta links compare against (on PostgreSQL they compare the `$xid`
+/// of the change's transaction with snapshots: ``Watermark``). Deleted entities leave a tombstone in `$removed`
+/// with the sequence value (and, on PostgreSQL, the transaction) of the deletion. `$created` and `$origin` tell which clients can hold a row (the
 /// sequence value and device of its creation): a filtered delta sends "left the set" only to them.
 struct DataStore: Sendable {
     /// The data database: `data.sqlite` in the data directory (reads in place: short, bounded by the page
@@ -30,14 +31,36 @@ struct DataStore: Sendable {
     /// uploader): that device holds it whatever its delta token says.
     static let originColumn = "$origin"
 
+    /// On PostgreSQL, the transaction that made the row's last change (`xid8`, set on insert by default and on
+    /// update by the `$stamp` trigger): what delta links compare against there (``Watermark``).
+    static let changeColumn = "$xid"
+    /// On PostgreSQL, the transaction that created the row: which clients can hold it (``createdColumn``'s part
+    /// there).
+    static let createdTransactionColumn = "$createdXid"
+    /// The columns PostgreSQL has and SQLite does not (a copy between the engines leaves them to PostgreSQL).
+    static let postgresOnlyColumns: Set<String> = [changeColumn, createdTransactionColumn]
+
     /// The system columns after the model's properties, with their types in `dialect`.
     static func systemColumns(_ dialect: SQLDialect) -> [(String, String)] {
         let integer = dialect == .postgres ? "bigint" : "INTEGER"
-        return [
+        var columns = [
             (sequenceColumn, "\(integer) NOT NULL DEFAULT 0"), (createdColumn, "\(integer) NOT NULL DEFAULT 0"),
             (originColumn, dialect == .postgres ? "text" : "TEXT"),
         ]
+        if dialect == .postgres {
+            columns += [
+                (changeColumn, "xid8 NOT NULL DEFAULT pg_current_xact_id()"),
+                (createdTransactionColumn, "xid8 NOT NULL DEFAULT pg_current_xact_id()"),
+            ]
+        }
+        return columns
     }
+
+    /// The sequence object PostgreSQL's writers take values from, a block at a time (``sequenceBlock``).
+    static let sequenceObject = "$seqblocks"
+    /// How many values of the sequence a PostgreSQL transaction takes at once: one `nextval` for up to this many
+    /// changes, counted on in memory (the values are ETags; the gaps between blocks mean nothing).
+    static let sequenceBlock: Int64 = 1_024
     /// Audit entries of committed changes not yet in the audit log (server.sqlite): written in the change's own
     /// transaction, so a crash between the two databases loses none.
     static let auditOutbox = "$auditOutbox"
@@ -109,6 +132,7 @@ struct DataStore: Sendable {
                 try await db.execute(changesIndexStatement(set.name, dialect: dialect), [])
                 try await db.execute("DROP INDEX IF EXISTS \(dialect.quote("\(set.name)$seq"))", [])
             }
+            try await migrateChangeTracking(db, table: set.name)
         }
         for statement in [
             """
@@ -142,6 +166,66 @@ struct DataStore: Sendable {
             }
             try await db.execute(statement, [])
         }
+        try await migrateChangeTracking(db, table: "$removed")
+        try await migrateSequenceObject(db)
+    }
+
+    /// On PostgreSQL, what orders a table's changes for delta links: the `$xid` column's index and, on entity
+    /// tables, the `$stamp` trigger that sets it (and keeps `$createdXid`) on every update. Each is made only when
+    /// missing: instances start beside serving ones.
+    static func migrateChangeTracking(_ db: any SQLConnection, table: String) async throws {
+        let dialect = SQLDialect.postgres
+        if table == "$removed",
+            try await db.fetchOne(
+                "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? AND column_name = ?",
+                table, changeColumn) == nil
+        {
+            try await db.execute(
+                #"ALTER TABLE "$removed" ADD COLUMN "$xid" xid8 NOT NULL DEFAULT pg_current_xact_id()"#)
+        }
+        let index = "\(table)$xid"
+        if try await db.fetchOne(
+            "SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ?", index) == nil
+        {
+            try await db.execute(
+                "CREATE INDEX \(dialect.quote(index)) ON \(dialect.quote(table)) (\(dialect.quote(changeColumn)))")
+        }
+        guard table != "$removed" else { return }
+        try await db.execute(
+            """
+            CREATE OR REPLACE FUNCTION "$stamp"() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                NEW."$xid" := pg_current_xact_id();
+                NEW."$createdXid" := OLD."$createdXid";
+                RETURN NEW;
+            END $$
+            """)
+        let trigger = "\(table)$stamp"
+        if try await db.fetchOne(
+            "SELECT 1 FROM pg_trigger WHERE tgname = ? AND tgrelid = ?::regclass", trigger, dialect.quote(table)) == nil
+        {
+            try await db.execute(
+                "CREATE TRIGGER \(dialect.quote(trigger)) BEFORE UPDATE ON \(dialect.quote(table)) FOR EACH ROW EXECUTE FUNCTION \"$stamp\"()"
+            )
+        }
+    }
+
+    /// On PostgreSQL, the sequence object writers take their values from, created once from the sequence row's
+    /// value (the writers' turn it replaces), and the horizon of the tombstones forgotten since, as a transaction
+    /// id (`xidHorizon`): delta tokens from before are sequence values, still answered (``Watermark/window``).
+    static func migrateSequenceObject(_ db: any SQLConnection) async throws {
+        let exists =
+            try await db.fetchOne(
+                "SELECT 1 FROM pg_class WHERE relkind = 'S' AND relname = ? AND relnamespace = current_schema()::regnamespace",
+                sequenceObject) != nil
+        guard !exists else { return }
+        try await db.execute(
+            "CREATE SEQUENCE \(SQLDialect.postgres.quote(sequenceObject)) AS bigint INCREMENT BY \(sequenceBlock) MINVALUE 1"
+        )
+        try await db.execute(
+            #"SELECT setval(?::regclass, greatest(value, 1)) FROM "$sequence" WHERE id = 1"#,
+            SQLDialect.postgres.quote(sequenceObject))
+        try await db.execute(#"ALTER TABLE "$sequence" ADD COLUMN xidHorizon bigint NOT NULL DEFAULT 0"#)
     }
 
     /// Closes every connection to the data database.
@@ -249,37 +333,27 @@ struct DataStore: Sendable {
 
     /// Runs a write that may take values of the service-wide sequence (every write of entities goes through here).
     ///
-    /// On PostgreSQL the transaction first waits for its turn, `LOCK TABLE "$sequence" IN EXCLUSIVE MODE`, before
-    /// its first query, so its snapshot is taken once its turn came. Writers took the sequence row after their
-    /// snapshot, so each failed the commit of every writer that held the row meanwhile, backed off a random while
-    /// and ran again (with 16 clients sending 100-change batches, 8 transactions began for each one that
-    /// committed), up to 100 times before the request failed. Plain reads of the table (a delta's watermark) go on
-    /// beside the lock. The order of commits is the one the sequence row gave already; SQLite has one writer.
-    ///
-    /// The body's connection takes values of the sequence from its row once and counts on in memory
-    /// (``SequencedConnection``): the write holds its turn, or SQLite's one writer, so no other transaction takes
-    /// values meanwhile.
+    /// On SQLite the one writer takes the values from the sequence row once and counts on in memory
+    /// (``SequencedConnection``), writing the last back before the commit: values are taken in commit order,
+    /// which delta links count on. On PostgreSQL writers do not wait for one another: each takes a block of values
+    /// from the sequence object (one `nextval`, ``sequenceBlock`` values), and delta links compare the
+    /// transactions that made the changes with snapshots (``Watermark``) instead of the values' order. (Before,
+    /// every writer of every instance took the sequence row in turn, `LOCK TABLE "$sequence"`, so the fleet
+    /// wrote in a single line: two instances did 0.88 times the batches of one.)
     func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T {
-        let sequenced: @Sendable (any SQLConnection) async throws -> T = { db in
+        try await storage.write { db in
             let connection = SequencedConnection(db)
             let result = try await body(connection)
             try await connection.writeBack()
             return result
         }
-        return switch storage {
-        case .sqlite(let storage): try await storage.write(sequenced)
-        case .postgres(let storage): try await storage.write(lockingFirst: Self.writersTurn, sequenced)
-        }
     }
-
-    /// What a write of entities takes first on PostgreSQL (``write(_:)``).
-    static let writersTurn = #"LOCK TABLE "$sequence" IN EXCLUSIVE MODE"#
 
     /// Takes the next value of the service-wide sequence, inside the caller's ``write(_:)`` (from memory after the
     /// first).
     ///
-    /// - Throws: ``StorageError`` when `db` is not the connection of a ``write(_:)``: a write of entities elsewhere
-    ///   would skip the writers' turn, and its values could commit out of order (a delta reader would miss them).
+    /// - Throws: ``StorageError`` when `db` is not the connection of a ``write(_:)``: on SQLite a write of entities
+    ///   elsewhere could take values out of commit order (a delta reader would miss them).
     static func nextSequence(_ db: any SQLConnection) async throws -> Int64 {
         try await sequenced(db).next()
     }
@@ -293,14 +367,33 @@ struct DataStore: Sendable {
     }
 
     fileprivate static func takeSequence(_ db: any SQLConnection) async throws -> Int64 {
-        try await db.fetchOne(#"UPDATE "$sequence" SET value = value + 1 WHERE id = 1 RETURNING value"#)?[0].integer
-            ?? 0
+        switch db.dialect {
+        case .sqlite:
+            return try await db.fetchOne(#"UPDATE "$sequence" SET value = value + 1 WHERE id = 1 RETURNING value"#)?[0]
+                .integer ?? 0
+        case .postgres:
+            guard
+                let first = try await db.fetchOne(
+                    "SELECT nextval(?::regclass)", SQLDialect.postgres.quote(sequenceObject))?[0]
+                    .integer
+            else { throw StorageError(.other, "PostgreSQL answered no sequence value.") }
+            return first
+        }
     }
 
-    /// Takes `count` values of the sequence at once and returns the first: one update of the sequence row for a
-    /// bulk insert (updating one row many times in one PostgreSQL transaction costs more with each update).
-    static func reserveSequence(_ db: any SQLConnection, count: Int) async throws -> Int64 {
-        try await sequenced(db).reserve(count)
+    /// The oldest delta tokens still answerable: a sequence value (every token on SQLite; on PostgreSQL those from
+    /// before its writers took blocks), and on PostgreSQL the newest forgotten tombstone's transaction.
+    static func horizons(_ db: any SQLConnection) async throws -> (sequence: Int64, transaction: Int64) {
+        guard db.dialect == .postgres else { return (try await sequenceState(db).horizon, 0) }
+        let row = try await db.fetchOne(#"SELECT horizon, xidHorizon FROM "$sequence" WHERE id = 1"#)
+        return (row?["horizon"].integer ?? 0, row?["xidHorizon"].integer ?? 0)
+    }
+
+    /// On PostgreSQL, the highest value of the sequence any writer may have taken (the last block's end).
+    static func highestIssued(_ db: any SQLConnection) async throws -> Int64 {
+        let row = try await db.fetchOne(
+            "SELECT last_value FROM \(SQLDialect.postgres.quote(sequenceObject))")
+        return (row?[0].integer ?? 0) + sequenceBlock - 1
     }
 
     /// The current sequence value and the oldest delta token still answerable.
@@ -309,13 +402,30 @@ struct DataStore: Sendable {
         return (row?["value"].integer ?? 0, row?["horizon"].integer ?? 0)
     }
 
-    /// Forgets tombstones older than `cutoff`; delta tokens from before them become unanswerable (410).
+    /// Forgets tombstones older than `cutoff`; delta tokens from before them become unanswerable (410). The horizon
+    /// is the newest forgotten tombstone's sequence value on SQLite, its transaction id on PostgreSQL.
     static func purgeTombstones(_ db: any SQLConnection, before cutoff: Date) async throws {
-        guard
-            let newest = try await db.fetchOne(#"SELECT max(seq) FROM "$removed" WHERE removedAt < ?"#, cutoff)?[0]
-                .integer
-        else { return }
-        try await db.execute(#"DELETE FROM "$removed" WHERE seq <= ?"#, newest)
+        let newest: Int64
+        switch db.dialect {
+        case .sqlite:
+            guard
+                let found = try await db.fetchOne(#"SELECT max(seq) FROM "$removed" WHERE removedAt < ?"#, cutoff)?[0]
+                    .integer
+            else { return }
+            try await db.execute(#"DELETE FROM "$removed" WHERE seq <= ?"#, found)
+            newest = found
+        case .postgres:
+            // Sequence values are not in commit order there: the old tombstones go by age, and tokens that may have
+            // needed one go by either horizon.
+            let purged = try await db.fetchAll(
+                #"DELETE FROM "$removed" WHERE removedAt < ? RETURNING seq, "$xid"::text::bigint"#, cutoff)
+            guard let found = purged.compactMap({ $0[0].integer }).max(),
+                let transaction = purged.compactMap({ $0[1].integer }).max()
+            else { return }
+            newest = found
+            try await db.execute(
+                #"UPDATE "$sequence" SET xidHorizon = greatest(xidHorizon, ?) WHERE id = 1"#, transaction)
+        }
         try await db.execute(
             #"UPDATE "$sequence" SET horizon = CASE WHEN horizon > ? THEN horizon ELSE ? END WHERE id = 1"#, newest,
             newest)
@@ -325,12 +435,16 @@ struct DataStore: Sendable {
 /// The connection of a write of entities (``DataStore/write(_:)``): the first value of the sequence is taken
 /// from its row, the next ones are counted on in memory, and the last is written back to the row before the
 /// commit. A 100-change batch updated the row 100 times; now twice. Values taken in a savepoint that rolled
-/// back are skipped (a gap, as a rolled-back row update never left one), never handed out twice.
+/// back are skipped (a gap, as a rolled-back row update never left one), never handed out twice. On PostgreSQL
+/// the values come from a block of the sequence object instead (``DataStore/sequenceBlock``), with no row and no
+/// write-back.
 final class SequencedConnection: SQLConnection {
     let base: any SQLConnection
     /// The last value handed out, and the value the row holds as this transaction sees it.
     private var last: Int64?
     private var stored: Int64?
+    /// On PostgreSQL, the last value of the block taken.
+    private var blockEnd: Int64 = 0
 
     init(_ base: any SQLConnection) { self.base = base }
 
@@ -367,27 +481,23 @@ final class SequencedConnection: SQLConnection {
         if !kept { stored = storedBefore }
     }
 
-    /// The first of `count` values of the sequence, taken at once.
-    func reserve(_ count: Int) async throws -> Int64 {
-        let first = try await next()
-        last = first + Int64(count) - 1
-        return first
-    }
-
-    /// The next value of the sequence.
+    /// The next value of the sequence: on SQLite from the row once, then in memory; on PostgreSQL from the block
+    /// this transaction took, and a new block when it is spent.
     func next() async throws -> Int64 {
-        if let last {
+        if let last, base.dialect == .sqlite || last < blockEnd {
             self.last = last + 1
             return last + 1
         }
         let taken = try await DataStore.takeSequence(base)
         (last, stored) = (taken, taken)
+        blockEnd = taken + DataStore.sequenceBlock - 1
         return taken
     }
 
-    /// Writes the last value handed out to the row, when it is ahead of it.
+    /// On SQLite, writes the last value handed out to the row, when it is ahead of it (PostgreSQL's sequence
+    /// object keeps its own).
     func writeBack() async throws {
-        guard let last, last != stored else { return }
+        guard base.dialect == .sqlite, let last, last != stored else { return }
         try await base.execute(#"UPDATE "$sequence" SET value = ? WHERE id = 1"#, [.integer(last)])
         stored = last
     }

@@ -51,12 +51,6 @@ struct Seeder {
         try await store.write { db in
             var random = start
             let planes = chosen
-            var sequence = try await DataStore.reserveSequence(
-                db, count: planes.count * 2 + (planes.isEmpty ? 0 : checks))
-            func nextSequence() -> Int64 {
-                defer { sequence += 1 }
-                return sequence
-            }
             for (index, plane) in planes.enumerated() {
                 let station = Self.stations[Int.random(in: 0..<Self.stations.count, using: &random)]
                 let insert = try translator.insert(
@@ -65,7 +59,7 @@ struct Seeder {
                         "TailNumber": .string(plane.tail), "Type": .string(Self.types[plane.type].name),
                         "Station": .string(station),
                         "Status": .string(index % 17 == 0 ? "maintenance" : "ready"), "ChangedAt": changedAt,
-                    ], systemValues: DataStore.created(at: nextSequence(), on: nil))
+                    ], systemValues: DataStore.created(at: try await DataStore.nextSequence(db), on: nil))
                 try await db.execute(insert.sql, insert.arguments)
                 let departure = ODataDateTimeOffset(
                     now.addingTimeInterval(Double(Int.random(in: 1...48, using: &random)) * 1800).roundedToMinute)
@@ -76,7 +70,7 @@ struct Seeder {
                         "ScheduledDeparture": .dateTimeOffset(departure),
                         "Gate": .string("\(["A", "B", "C", "G", "H"][index % 5])\(index % 60 + 1)"),
                         "ChangedAt": changedAt,
-                    ], systemValues: DataStore.created(at: nextSequence(), on: nil))
+                    ], systemValues: DataStore.created(at: try await DataStore.nextSequence(db), on: nil))
                 try await db.execute(flight.sql, flight.arguments)
             }
             guard !planes.isEmpty else { return }
@@ -115,7 +109,7 @@ struct Seeder {
                         "Remarks": remark.isEmpty ? .null : .string(remark),
                         "Status": .string(n % 9 == 0 ? "draft" : "final"),
                         "CheckedBy": .string("seed"), "UploadedBy": .string("seed"), "ChangedAt": changedAt,
-                    ], systemValues: DataStore.created(at: nextSequence(), on: nil))
+                    ], systemValues: DataStore.created(at: try await DataStore.nextSequence(db), on: nil))
                 try await db.execute(insert.sql, insert.arguments)
             }
         }

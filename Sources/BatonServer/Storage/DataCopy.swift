@@ -102,6 +102,11 @@ public enum DataCopy {
                         )
                     }
                 }
+                // PostgreSQL's writers take blocks of the sequence object above every value copied (delta tokens of
+                // the SQLite server go on: ``Watermark/window``).
+                try await pg.execute(
+                    #"SELECT setval(?::regclass, greatest(value, 1)) FROM "$sequence" WHERE id = 1"#,
+                    SQLDialect.postgres.quote(DataStore.sequenceObject))
                 return Report(tables: copied)
             }
         } catch let error as ServerSetupError {
@@ -296,6 +301,8 @@ public enum DataCopy {
             var text = ""
             // By column name: the engines may order a table's columns differently.
             for (index, name) in cursor.columnNames.enumerated().sorted(by: { $0.1.lowercased() < $1.1.lowercased() }) {
+                // PostgreSQL's own change tracking (the transactions of the copy) has no SQLite counterpart.
+                if dialect == .postgres, DataStore.postgresOnlyColumns.contains(name) { continue }
                 let value = cursor.value(at: index)
                 text += name.lowercased() + "="
                 if let property = type?.property(named: name) {

@@ -24,13 +24,6 @@ public final class PostgresStorage: ServerStorage {
     /// resumed the request there, and the response woke the request's loop again: a `SELECT 1` cost 130 µs of the
     /// server's CPU (perf). A request whose own pool is busy leases from the one with the most free connections.
     let pools: [LoopPool]
-    /// The connection writers of entities take their turn on (``write(lockingFirst:_:)`` with a lock): one, so that
-    /// writers of this instance queue here, in postgres-nio's pool, for as long as a lock may be waited for (while a
-    /// writer holds the connection; see ``leased(from:_:)``), instead
-    /// of each holding a connection of ``pools`` (and a thread) while PostgreSQL makes it wait for the turn. Only
-    /// one writer of entities can run across all instances anyway; with the writers on the shared pools, a few
-    /// queued writes (one account holder's) took every connection, and reads, sign-ins and refreshes answered 503.
-    let writers: LoopPool
     let logger: Logger
     private let runner: Mutex<Task<Void, Never>?>
     private let retried = Atomic<Int>(0)
@@ -42,7 +35,7 @@ public final class PostgresStorage: ServerStorage {
     public var dialect: SQLDialect { .postgres }
 
     /// How many connections the loops' pools keep open between them, unless told
-    /// otherwise: 16. The writers' pool (`writers`) has one more.
+    /// otherwise: 16.
     public static let defaultConnections = 16
 
     /// How long a statement waits for a lock before it fails as `unavailable` (503): below the statement deadline.
@@ -75,7 +68,7 @@ public final class PostgresStorage: ServerStorage {
         // is noticed at once.
         configuration.options.keepAliveBehavior = nil
         configuration.options.connectTimeout = .seconds(5)
-        // A statement waits for a lock at most `lock_timeout` (a writer behind another's turn, below the statement
+        // A statement waits for a lock at most `lock_timeout` (a writer behind another holding its row, below the statement
         // deadline, so it fails as busy rather than leaving a session waiting after its client gave up), and a
         // session whose client went away is noticed while it runs.
         configuration.options.additionalStartupParameters = [
@@ -93,14 +86,7 @@ public final class PostgresStorage: ServerStorage {
                 loop: loop, share: share,
                 client: PostgresClient(configuration: configuration, eventLoopGroup: loop, backgroundLogger: logger))
         }
-        var writersConfiguration = configuration
-        writersConfiguration.options.minimumConnections = 1
-        writersConfiguration.options.maximumConnections = 1
-        writers = LoopPool(
-            loop: loops[0], share: 1,
-            client: PostgresClient(
-                configuration: writersConfiguration, eventLoopGroup: loops[0], backgroundLogger: logger))
-        let clients = pools.map(\.client) + [writers.client]
+        let clients = pools.map(\.client)
         runner = Mutex(
             Task {
                 await withDiscardingTaskGroup { group in
@@ -162,21 +148,10 @@ public final class PostgresStorage: ServerStorage {
     @discardableResult
     public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
     {
-        try await write(lockingFirst: nil, body)
-    }
-
-    /// A write whose transaction first runs `lock` (a `LOCK TABLE`) when given: a lock taken before the first
-    /// query, so the transaction's snapshot is taken once the lock is held and sees every write that held it
-    /// before. Writers that take the lock therefore run in turn instead of failing one another's commits.
-    @discardableResult
-    public func write<T: Sendable>(
-        lockingFirst lock: String?, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
-    ) async throws -> T {
         var attempt = 0
         while true {
             do {
-                return try await transaction(
-                    "BEGIN ISOLATION LEVEL SERIALIZABLE", first: lock, on: lock == nil ? nil : writers, body)
+                return try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", body)
             } catch let error as StorageError where error.kind == .conflict && attempt < 100 {
                 attempt += 1
                 retried.add(1, ordering: .relaxed)
@@ -288,31 +263,18 @@ public final class PostgresStorage: ServerStorage {
     /// `unavailable` instead of waiting, so that requests answer 503 soon and the balancer moves on. A lease
     /// that comes in time runs to its end. (Racing only after a failure saved context switches, but an idle
     /// instance then hung on its first request after the database stopped.)
-    ///
-    /// The writers' pool (`writers`) is waited for as long as a lock would be (``lockTimeout``) while another
-    /// writer holds its connection: its queue is the writers' turn, taken in this process first. When nobody holds
-    /// it and nobody took it during the first ``leaseDeadline``, its connection is gone (the database closed it) and
-    /// the wait ends then, as for the other pools: a writer queued through an outage had waited 15 s before answering
-    /// 503. (A database that vanishes silently leaves the writer in flight holding it until the statement deadline.)
     private func leased<T: Sendable>(
         from chosen: LoopPool? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         let pool = chosen ?? pool()
-        let turn: TimeAmount? =
-            chosen == nil ? nil : max(.zero, .seconds(Self.lockTimeoutSeconds) - Self.leaseDeadline)
         let client = pool.client
         pool.leases.add(1, ordering: .relaxed)
         defer { pool.leases.subtract(1, ordering: .relaxed) }
-        let turnsBefore = pool.turns.load(ordering: .relaxed)
         let first = Claim()
         return try await withThrowingTaskGroup(of: T?.self) { group in
             group.addTask {
                 try await client.withConnection { connection in
                     guard first.claim() else { throw CancellationError() }
-                    guard turn != nil else { return try await body(connection) }
-                    pool.turns.add(1, ordering: .relaxed)
-                    pool.held.add(1, ordering: .relaxed)
-                    defer { pool.held.subtract(1, ordering: .relaxed) }
                     return try await body(connection)
                 }
             }
@@ -320,20 +282,10 @@ public final class PostgresStorage: ServerStorage {
                 // Cancelled (the lease came, or the caller went away): the lease decides the outcome. The wait is
                 // a timer of an event loop, not `Task.sleep`: on Linux that is a Dispatch timer, whose manager
                 // thread and worker wake-ups cost a fifth of a key read's CPU (perf).
-                guard await Self.waited(Self.leaseDeadline) else { return nil }
-                var waited = Self.leaseDeadline
-                // The queue moves (a writer holds the connection, or one took it meanwhile: a hand-over between two
-                // writers leaves it held by nobody for a moment): waited for as long as the lock.
-                if let turn,
-                    pool.held.load(ordering: .relaxed) > 0 || pool.turns.load(ordering: .relaxed) != turnsBefore
-                {
-                    guard await Self.waited(turn) else { return nil }
-                    waited = waited + turn
-                }
-                guard first.claim() else { return nil }
+                guard await Self.waited(Self.leaseDeadline), first.claim() else { return nil }
                 throw StorageError(
                     .unavailable,
-                    "No connection to PostgreSQL within \(waited.nanoseconds / 1_000_000_000) s: the database is away or busy."
+                    "No connection to PostgreSQL within \(Self.leaseDeadline.nanoseconds / 1_000_000_000) s: the database is away or busy."
                 )
             }
             while let result = try await group.next() {
@@ -704,7 +656,7 @@ extension StorageError {
             case "23502", "23514": .constraintViolation
             case "40001", "40P01": .conflict
             case _ where state.hasPrefix("22"): .dataException(sqlState: state)
-            // 55P03: a lock not granted within `lock_timeout` (another writer's turn took too long).
+            // 55P03: a lock not granted within `lock_timeout` (another writer held a row too long).
             case _ where state.hasPrefix("08") || state.hasPrefix("57P") || state == "53300" || state == "55P03":
                 .unavailable
             default: .other
@@ -735,12 +687,6 @@ final class LoopPool: Sendable {
     let share: Int
     let client: PostgresClient
     let leases = Atomic<Int>(0)
-    /// For the writers' pool: how many of its connections are leased now (``leases`` counts the waiting ones too).
-    let held = Atomic<Int>(0)
-    /// For the writers' pool: how many leases it has given since the start, so that a waiter tells a queue that
-    /// moved (a hand-over leaves ``held`` at zero for a moment) from a connection that is gone.
-    let turns = Atomic<Int>(0)
-
     init(loop: any EventLoop, share: Int, client: PostgresClient) {
         (self.loop, self.share, self.client) = (loop, share, client)
     }
