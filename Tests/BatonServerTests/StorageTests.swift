@@ -9,6 +9,7 @@ import HTTPTypes
 import HummingbirdTesting
 import Logging
 import NIOPosix
+import PostgresNIO
 import Synchronization
 import Testing
 
@@ -291,6 +292,25 @@ import Testing
         }
     }
 
+    /// An instance not yet upgraded, still taking the sequence row in turn, is refused once the database has the
+    /// sequence object: its values would also be handed out by the new blocks (the same ETag twice, a tombstone's
+    /// key taken, a delta link missing changes). The error names what to do.
+    @Test func anOlderInstancesWriterIsRefusedOnceWritersTakeBlocks() async throws {
+        let server = try await TestServer(backend: .postgres)
+        defer { server.remove() }
+        let storage = server.server.data.store.storage
+        let error = await #expect(throws: StorageError.self) {
+            try await storage.write { db in
+                try await db.execute(#"LOCK TABLE "$sequence" IN EXCLUSIVE MODE"#)
+                try await db.execute(#"UPDATE "$sequence" SET value = value + 1 WHERE id = 1"#)
+            }
+        }
+        #expect(error?.description.contains("upgrade every older instance") == true, "\(String(describing: error))")
+        // The horizon (not the value) still moves: the newer writers' tombstone purge.
+        try await storage.write { db in try await db.execute(#"UPDATE "$sequence" SET horizon = horizon WHERE id = 1"#)
+        }
+    }
+
     /// Writers of entities do not wait for one another on PostgreSQL: with one write of entities held open (one
     /// account holder's slow batch, or a writer of another instance), more writers than the pool's connections
     /// each take their values of the sequence and commit meanwhile, and a read answers. (Before, every writer of
@@ -433,19 +453,33 @@ import Testing
                 #expect(ObjectIdentifier(storage.pool()) != ObjectIdentifier(busy))
                 busy.leases.subtract(busy.share, ordering: .relaxed)
             }
-            // The server holds exactly `connections` open once its pools have filled: counted by PostgreSQL.
-            let count = """
-                SELECT count(*) FROM pg_stat_activity
-                WHERE application_name = 'baton-server' AND datname = current_database()
-                """
-            var open: Int64 = 0
-            for _ in 0..<200 where open != Int64(connections) {
-                open = try await storage.readStatement { try await $0.fetchOne(count)?[0].integer } ?? 0
+            // Each pool keeps one connection open from the start and opens more on demand, never more than
+            // `connections` in all: counted by PostgreSQL, through a connection of the test's own.
+            let probe = try await PostgresConnection.connect(
+                configuration: try PostgresStorage.directConfiguration(location), id: 1, logger: quiet)
+            func open() async throws -> Int64 {
+                let rows = try await probe.query(
+                    """
+                    SELECT count(*) FROM pg_stat_activity
+                    WHERE application_name = 'baton-server' AND datname = current_database()
+                    """, logger: quiet
+                ).collect()
+                return try rows.first?.decode(Int64.self) ?? -1
+            }
+            try await eventually { try await open() == Int64(storage.pools.count) }
+            let load = (0..<(connections * 2)).map { _ in
+                Task { try await storage.read { db in try await db.execute("SELECT pg_sleep(0.3)") } }
+            }
+            var most: Int64 = 0
+            for _ in 0..<8 {
+                most = max(most, try await open())
                 try await Task.sleep(for: .milliseconds(50))
             }
-            try await Task.sleep(for: .milliseconds(300))
-            open = try await storage.readStatement { try await $0.fetchOne(count)?[0].integer } ?? 0
-            #expect(open == Int64(connections), "connections: \(connections)")
+            for task in load { _ = try await task.value }
+            try await probe.close()
+            #expect(most <= Int64(connections), "connections: \(connections)")
+            #expect(
+                most > Int64(storage.pools.count) || connections == storage.pools.count, "connections: \(connections)")
         }
     }
 

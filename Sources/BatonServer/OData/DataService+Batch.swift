@@ -25,8 +25,8 @@ extension DataService {
                 // Consecutive changes outside atomicity groups share one transaction, each applied or rolled back
                 // alone, as if it ran by itself (``runIndependently``), and the changes cost one commit (one
                 // fsync) instead of one each. Answers go out only after the commit. Consecutive reads share
-                // a read transaction: reads never run in a writing one, where they would hold the writers' turn
-                // (on PostgreSQL one writer of entities runs at a time, across instances) for as long as they take.
+                // a read transaction: reads never run in a writing one, where they would hold SQLite's one writer
+                // (on PostgreSQL, the rows the changes took) for as long as they take.
                 var independent: [BatchRequest] = []
                 let reads = requests[index].method == "GET"
                 while index < requests.count, requests[index].atomicityGroup == nil,
@@ -120,10 +120,10 @@ extension DataService {
 
     /// Runs requests that belong to no atomicity group, all reads or all changes, in one transaction, each as if
     /// it ran alone: a failed one is rolled back by itself. Reads run in a read transaction, so that they never
-    /// hold the writers' turn, each in a savepoint. Changes run first in one savepoint for them all, since on
-    /// PostgreSQL each `SAVEPOINT` and `RELEASE` is a round trip (two of the five or so statements of a change,
-    /// which the whole batch waits for while it holds the writers' turn); when one fails, the run rolls back to
-    /// that savepoint and goes again, in the same transaction and turn, with a savepoint each.
+    /// hold a writing one, each in a savepoint. Changes run first in one savepoint for them all, since on
+    /// PostgreSQL each `SAVEPOINT` and `RELEASE` is a round trip (two of the five or so statements of a change);
+    /// when one fails, the run rolls back to that savepoint and goes again, in the same transaction, with a
+    /// savepoint each.
     func runIndependently(
         _ requests: [BatchRequest], reads: Bool, locations: [String: String], failed: Set<String>, context: Context
     ) async -> (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>) {

@@ -314,6 +314,16 @@ extension DataService {
         // shifting what is left of this one.
         let skip = try url.query.skipToken.map(Self.decodeDeltaSkipToken)
         let through = skip?.through ?? now
+        // A page's `through` is the first page's watermark: of this engine, not before `from`, not from the future.
+        switch (from, through, now) {
+        case (.sequence(let from), .sequence(let through), .sequence(let now)) where from <= through && through <= now:
+            break
+        case (.sequence, .snapshot(let through), .snapshot(let now)) where through.xmax <= now.xmax: break
+        case (.snapshot(let from), .snapshot(let through), .snapshot(let now))
+        where from.xmax <= through.xmax && through.xmax <= now.xmax:
+            break
+        default: throw Self.invalidSkipToken
+        }
         let range = try from.window(through: through, after: skip?.after)
         let size = pageSize(try preferences(request))
         var options = url.query

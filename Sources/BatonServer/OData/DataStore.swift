@@ -100,6 +100,7 @@ struct DataStore: Sendable {
         try await db.execute("SELECT pg_advisory_xact_lock(7243019)")
         let schema = SQLSchema(model: model, dialect: dialect, systemColumns: systemColumns(dialect))
         for statement in schema.createStatements() { try await db.execute(statement, []) }
+        try await migrateChangeFunctions(db)
         for set in model.entitySets {
             guard let type = model.entityType(of: set) else { continue }
             let existing = Set(
@@ -191,15 +192,6 @@ struct DataStore: Sendable {
                 "CREATE INDEX \(dialect.quote(index)) ON \(dialect.quote(table)) (\(dialect.quote(changeColumn)))")
         }
         guard table != "$removed" else { return }
-        try await db.execute(
-            """
-            CREATE OR REPLACE FUNCTION "$stamp"() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                NEW."$xid" := pg_current_xact_id();
-                NEW."$createdXid" := OLD."$createdXid";
-                RETURN NEW;
-            END $$
-            """)
         let trigger = "\(table)$stamp"
         if try await db.fetchOne(
             "SELECT 1 FROM pg_trigger WHERE tgname = ? AND tgrelid = ?::regclass", trigger, dialect.quote(table)) == nil
@@ -207,6 +199,34 @@ struct DataStore: Sendable {
             try await db.execute(
                 "CREATE TRIGGER \(dialect.quote(trigger)) BEFORE UPDATE ON \(dialect.quote(table)) FOR EACH ROW EXECUTE FUNCTION \"$stamp\"()"
             )
+        }
+    }
+
+    /// On PostgreSQL, the functions of the change-tracking triggers, made once: `$stamp` (a row's last change and
+    /// creating transaction) and `$sequenceFrozen`, which refuses the sequence row's value to writers of a
+    /// `baton-server` from before the sequence object (an instance not yet upgraded would hand out values the
+    /// new blocks also hand out: the same ETag twice, a tombstone's key taken, a delta link missing changes).
+    static func migrateChangeFunctions(_ db: any SQLConnection) async throws {
+        if try await db.fetchOne("SELECT 1 FROM pg_proc WHERE proname = '$stamp'") == nil {
+            try await db.execute(
+                """
+                CREATE FUNCTION "$stamp"() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    NEW."$xid" := pg_current_xact_id();
+                    NEW."$createdXid" := OLD."$createdXid";
+                    RETURN NEW;
+                END $$
+                """)
+        }
+        if try await db.fetchOne("SELECT 1 FROM pg_proc WHERE proname = '$sequenceFrozen'") == nil {
+            try await db.execute(
+                """
+                CREATE FUNCTION "$sequenceFrozen"() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    RAISE EXCEPTION 'baton-server was upgraded: writers take blocks of the sequence object "$seqblocks". Stop and upgrade every older instance.'
+                        USING ERRCODE = '55000';
+                END $$
+                """)
         }
     }
 
@@ -226,6 +246,9 @@ struct DataStore: Sendable {
             #"SELECT setval(?::regclass, greatest(value, 1)) FROM "$sequence" WHERE id = 1"#,
             SQLDialect.postgres.quote(sequenceObject))
         try await db.execute(#"ALTER TABLE "$sequence" ADD COLUMN xidHorizon bigint NOT NULL DEFAULT 0"#)
+        try await db.execute(
+            #"CREATE TRIGGER "$sequenceFrozen" BEFORE UPDATE OF value ON "$sequence" FOR EACH ROW WHEN (NEW.value <> OLD.value) EXECUTE FUNCTION "$sequenceFrozen"()"#
+        )
     }
 
     /// Closes every connection to the data database.
@@ -358,10 +381,11 @@ struct DataStore: Sendable {
         try await sequenced(db).next()
     }
 
-    /// `db` as the connection of a ``write(_:)``, which holds the writers' turn.
+    /// `db` as the connection of a ``write(_:)``, which takes the sequence's values.
     static func sequenced(_ db: any SQLConnection) async throws -> SequencedConnection {
         guard let sequenced = db as? SequencedConnection else {
-            throw StorageError(.other, "A write of entities ran outside DataStore.write, without the writers' turn.")
+            throw StorageError(
+                .other, "A write of entities ran outside DataStore.write, where the sequence's values are taken.")
         }
         return sequenced
     }

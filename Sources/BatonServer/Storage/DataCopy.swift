@@ -80,6 +80,9 @@ public enum DataCopy {
             let sources = (server: try serverPool.makeSnapshot(), data: try dataPool.makeSnapshot())
             report = try await storage.bulkWrite { pg in
                 try await refuseNonEmpty(pg, tables: tables)
+                // The copy sets the sequence row's value (then the sequence object above it): the trigger that
+                // refuses it to older writers is off for this transaction's statements.
+                try await pg.execute(#"ALTER TABLE "$sequence" DISABLE TRIGGER "$sequenceFrozen""#)
                 var copied: [(name: String, rows: Int)] = []
                 for table in tables {
                     let source = table.isServer ? sources.server : sources.data
@@ -107,6 +110,7 @@ public enum DataCopy {
                 try await pg.execute(
                     #"SELECT setval(?::regclass, greatest(value, 1)) FROM "$sequence" WHERE id = 1"#,
                     SQLDialect.postgres.quote(DataStore.sequenceObject))
+                try await pg.execute(#"ALTER TABLE "$sequence" ENABLE TRIGGER "$sequenceFrozen""#)
                 return Report(tables: copied)
             }
         } catch let error as ServerSetupError {
