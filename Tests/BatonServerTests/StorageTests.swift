@@ -1019,6 +1019,61 @@ import Testing
         }
     }
 
+    /// Makes the commit of a check whose remark is `delay SECONDS` wait that long, in PostgreSQL itself: a deferred
+    /// constraint trigger sleeps at COMMIT, while its transaction is still open.
+    static func delayCommits(of server: TestServer) async throws {
+        try await server.server.data.store.storage.write { db in
+            try await db.execute(
+                """
+                CREATE FUNCTION test_delay_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF NEW."Remarks" LIKE 'delay %' THEN PERFORM pg_sleep(substr(NEW."Remarks", 7)::float8); END IF;
+                    RETURN NULL;
+                END $$
+                """)
+            try await db.execute(
+                #"CREATE CONSTRAINT TRIGGER test_delay_commit AFTER INSERT ON "PreflightChecks" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_delay_commit()"#
+            )
+        }
+    }
+
+    /// Returns once a session of `server`'s database sleeps in `pg_sleep` (a commit held by ``delayCommits(of:)``).
+    static func waitForASleepingCommit(_ server: TestServer) async throws {
+        try await eventually {
+            try await server.server.data.store.storage.read { db in
+                try await db.fetchOne("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'")?[0]
+                    .integer ?? 0
+            } > 0
+        }
+    }
+
+    /// A repeatable request retried at the other instance while its first attempt is still committing (writers of
+    /// entities no longer wait for one another): the retry's insert waits for the first's key, PostgreSQL refuses
+    /// it as a serialization failure (the first committed after the retry's snapshot), and the retry runs again and
+    /// answers the first's result — not a 409 for the key.
+    @Test func aRetryArrivingWhileTheFirstAttemptCommitsAnswersItsResult() async throws {
+        try await Self.twoInstances { a, _, atA, atB, alice in
+            try await Self.delayCommits(of: a)
+            let headers = [
+                ("Repeatability-Request-ID", "retry-while-committing"),
+                ("Repeatability-First-Sent", Repeatability.formatIMFFixdate(a.clock.current.withLock { $0 })),
+            ]
+            let body = Fixtures.check(Fixtures.id(8), extra: #","Remarks":"delay 1""#)
+            let first = Task {
+                try await atA.odata(.post, "PreflightChecks", token: alice, headers: headers, body: body)
+            }
+            try await Self.waitForASleepingCommit(a)
+            let retry = try await atB.odata(.post, "PreflightChecks", token: alice, headers: headers, body: body)
+            let answered = try await first.value
+            for answer in [answered, retry] {
+                #expect(answer.status == .created, "\(answer.text)")
+                #expect(answer.headers[.repeatabilityResultForTests] == "accepted")
+                #expect(answer.headers[.eTag] == answered.headers[.eTag])
+            }
+            #expect(try await atB.odata(.get, "PreflightChecks/$count", token: alice).text == "1")
+        }
+    }
+
     /// Eight writers on two instances with their commits delayed at will and so reordered (a deferred trigger
     /// sleeps at COMMIT for a check whose remark asks for it), while a reader follows delta links alternating
     /// instances: no writer waits for another's commit — a change that took its sequence values after a slow one
@@ -1026,19 +1081,7 @@ import Testing
     /// commits too. (With one turn for all writers, values committed in order and the fast writer waited.)
     @Test func lateCommitsOfEightWritersOnTwoInstancesReachTheDeltaReaderOnce() async throws {
         try await Self.twoInstances { a, _, atA, atB, alice in
-            try await a.server.data.store.storage.write { db in
-                try await db.execute(
-                    """
-                    CREATE FUNCTION test_delay_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-                    BEGIN
-                        IF NEW."Remarks" LIKE 'delay %' THEN PERFORM pg_sleep(substr(NEW."Remarks", 7)::float8); END IF;
-                        RETURN NULL;
-                    END $$
-                    """)
-                try await db.execute(
-                    #"CREATE CONSTRAINT TRIGGER test_delay_commit AFTER INSERT ON "PreflightChecks" DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_delay_commit()"#
-                )
-            }
+            try await Self.delayCommits(of: a)
             func check(_ id: String, delay: Double) -> String {
                 Fixtures.check(id, extra: delay > 0 ? #","Remarks":"delay \#(delay)""# : "")
             }
@@ -1061,12 +1104,7 @@ import Testing
                 slowDone.store(true, ordering: .relaxed)
                 return reply
             }
-            try await eventually {
-                try await a.server.data.store.storage.read { db in
-                    try await db.fetchOne("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'")?[0]
-                        .integer ?? 0
-                } > 0
-            }
+            try await Self.waitForASleepingCommit(a)
             let fast = try await atB.odata(.post, "PreflightChecks", token: alice, body: check(fastID, delay: 0))
             #expect(fast.status == .created, "\(fast.text)")
             let fastFirst = !slowDone.load(ordering: .relaxed)

@@ -50,13 +50,6 @@ extension DataService {
         }
         let scope = attribution.device.map { "\(attribution.author)\n\($0)" } ?? context.user
         let fingerprint = Self.fingerprint(request)
-        if db.dialect == .postgres {
-            // Writers do not wait for one another on PostgreSQL: the same request arriving twice at once (a retry
-            // that reached another instance) waits here for the first to commit or roll back, then finds its
-            // record, instead of both applying and the second failing on the key as a conflict.
-            try await db.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended(?, 7243021))", "\(scope)\n\(repeatability.requestID)")
-        }
         if let row = try await db.fetchOne(
             #"SELECT fingerprint, status, etag, headers, body FROM "$repeatability" WHERE scope = ? AND requestID = ?"#,
             scope, repeatability.requestID)
