@@ -54,7 +54,7 @@ struct Benchmark: AsyncParsableCommand {
     var instances = 2
 
     /// The servers' limit of one user's changing requests at once: one user stands for many tablets here, and the
-    /// batches wrk's warm-up left when it closed its connections still queue for the writers' turn (a request
+    /// batches wrk's warm-up left when it closed its connections still queue for the rows they change (a request
     /// runs to its end when its client goes away) as the measurement starts (with `--connections`, a run through
     /// nginx saw 252 of 315 batches refused).
     var changesPerUser: Int { min(10_000, connections.multipliedReportingOverflow(by: 4).partialValue) }
@@ -344,7 +344,7 @@ struct Benchmark: AsyncParsableCommand {
                         (after.1 - before.1) / requests * 1e6, (after.2 - before.2) / requests * 1e6))
         }
         print(
-            "\nTarget: two instances ≥ 1.6× one when the machine has the cores. Writers take the one sequence row in turn (it keeps delta links exact), and here two cores serve nginx, the instances, PostgreSQL and wrk."
+            "\nTarget: two instances ≥ 1.6× one when the machine has the cores. Writers of entities do not wait for one another, but these batches update the same 100 checks, and here two cores serve nginx, the instances, PostgreSQL and wrk."
         )
     }
 
