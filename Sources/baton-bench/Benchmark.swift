@@ -53,6 +53,12 @@ struct Benchmark: AsyncParsableCommand {
     )
     var instances = 2
 
+    @Flag(
+        help:
+            "In the measurement through nginx, give each batch in flight checks of its own (64 sets of 100, two wrk threads cycling through 32 each) instead of every batch updating the same 100."
+    )
+    var disjoint = false
+
     /// The servers' limit of one user's changing requests at once: one user stands for many tablets here, and the
     /// batches wrk's warm-up left when it closed its connections still queue for the rows they change (a request
     /// runs to its end when its client goes away) as the measurement starts (with `--connections`, a run through
@@ -306,7 +312,10 @@ struct Benchmark: AsyncParsableCommand {
         async throws
     {
         let masterKey = try Data(contentsOf: masterKeyFile)
-        print("\nThe 100-change JSON batch through nginx (deploy/nginx.conf), baton-server processes on PostgreSQL:\n")
+        print(
+            "\nThe 100-change JSON batch through nginx (deploy/nginx.conf), baton-server processes on PostgreSQL"
+                + (disjoint
+                    ? ", each batch in flight with checks of its own:\n" : ", every batch the same 100 checks:\n"))
         print(
             "instances".padding(toLength: 28, withPad: " ", startingAt: 0)
                 + "req/s    share   vs one   CPU/req: servers  nginx  PostgreSQL")
@@ -316,14 +325,37 @@ struct Benchmark: AsyncParsableCommand {
                 instances: count, database: database, masterKey: masterKey, changesPerUser: changesPerUser)
             defer { cluster.stop() }
             let auth = try await signIn(cluster.url.absoluteString)
-            var request = URLRequest(
-                url: try url(cluster.url.absoluteString + "/odata/PreflightChecks?$top=100&$select=ID"))
-            request.setValue(auth, forHTTPHeaderField: "Authorization")
-            let sample =
-                ((try JSONSerialization.jsonObject(with: try await URLSession.shared.data(for: request).0)
-                as? [String: Any])?["value"] as? [[String: Any]] ?? []).compactMap { $0["ID"] as? String }
+            func sample(skip: Int) async throws -> [String] {
+                var request = URLRequest(
+                    url: try url(
+                        cluster.url.absoluteString + "/odata/PreflightChecks?$top=100&$skip=\(skip)&$select=ID"))
+                request.setValue(auth, forHTTPHeaderField: "Authorization")
+                return
+                    ((try JSONSerialization.jsonObject(with: try await URLSession.shared.data(for: request).0)
+                    as? [String: Any])?["value"] as? [[String: Any]] ?? []).compactMap { $0["ID"] as? String }
+            }
             let file = directory.appendingPathComponent("nginx-\(count).lua")
-            let script = #"wrk.headers["Authorization"] = "\#(auth)"; "# + Self.batchScript(Self.batch(sample))
+            let script: String
+            if disjoint {
+                var bodies: [String] = []
+                for set in 0..<64 { bodies.append("[[" + Self.batch(try await sample(skip: set * 100)) + "]]") }
+                // Each wrk thread cycles through 32 sets of its own: its 8 connections' batches in flight are 8
+                // consecutive ones, so no two share a check.
+                script = """
+                    bodies = {\(bodies.joined(separator: ","))}
+                    threads = 0
+                    function setup(thread) thread:set("first", threads * 32); threads = threads + 1 end
+                    n = 0
+                    function request()
+                        n = n + 1
+                        return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Authorization"] = "\(auth)"}, bodies[first + (n % 32) + 1])
+                    end
+                    """
+            } else {
+                script =
+                    #"wrk.headers["Authorization"] = "\#(auth)"; "#
+                    + Self.batchScript(Self.batch(try await sample(skip: 0)))
+            }
             guard
                 FileManager.default.createFile(
                     atPath: file.path, contents: Data(script.utf8), attributes: [.posixPermissions: 0o600])

@@ -10,9 +10,9 @@ import Synchronization
 /// ``ServerStorage`` on a PostgreSQL database through postgres-nio, for any number of `baton-server`
 /// instances on one database.
 ///
-/// Each access leases a connection from the postgres-nio pool of the event loop it runs on and runs the logic's
-/// closure right there, on the request's task: each statement is sent and its answer awaited, with no thread pool
-/// and no thread blocked on a future (before, a closure ran on a thread of its own pool that waited on each
+/// Each access is handed a connection of the pool of the event loop it runs on (held by a task of ``LoopPool``)
+/// and runs the logic's closure with it: each statement is sent and its answer awaited, with no thread pool and no
+/// thread blocked on a future (before, a closure ran on a thread of its own pool that waited on each
 /// statement: a thread hop and a wake-up per statement). Reads run at `REPEATABLE READ` (one snapshot), writes at `SERIALIZABLE`, retried when PostgreSQL
 /// refuses a commit that conflicts with another transaction (SQLSTATE 40001) or breaks a deadlock (40P01).
 public final class PostgresStorage: ServerStorage {
@@ -80,23 +80,25 @@ public final class PostgresStorage: ServerStorage {
         pools = loops.enumerated().map { index, loop in
             var configuration = configuration
             let share = connections / loops.count + (index < connections % loops.count ? 1 : 0)
-            // One connection is kept open, the others on demand up to the share. With every connection kept
-            // (minimum = maximum), postgres-nio 1.33.2 stopped the process when the database came back after an
-            // outage: the connections it dropped while connecting failed left fewer than the minimum, and the next
-            // lease that found none idle failed its precondition (`createNewDemandConnectionIfPossible`).
-            // `DatabaseOutageTests/theDatabaseStoppingUnderLoadAnswers503AndServiceResumesByItself` crashed so in
-            // one run of two.
-            configuration.options.minimumConnections = 1
+            // Every connection of a pool is held by a task of its own for as long as it lives (``LoopPool``), so
+            // postgres-nio's pool sees them leased for good: it arms no idle timer on each release (three tasks and
+            // a Dispatch timer each, about 60 µs of a request's CPU), and its minimum stays 0 — with a minimum
+            // above 0, postgres-nio 1.33.2 failed a precondition and stopped the process when the database came
+            // back after an outage (`DatabaseOutageTests`, one run of two).
+            configuration.options.minimumConnections = 0
             configuration.options.maximumConnections = share
             return LoopPool(
                 loop: loop, share: share,
                 client: PostgresClient(configuration: configuration, eventLoopGroup: loop, backgroundLogger: logger))
         }
-        let clients = pools.map(\.client)
+        let pools = self.pools
         runner = Mutex(
             Task {
                 await withDiscardingTaskGroup { group in
-                    for client in clients { group.addTask { await client.run() } }
+                    for pool in pools {
+                        group.addTask { await pool.client.run() }
+                        for _ in 0..<pool.share { group.addTask { await pool.hold() } }
+                    }
                 }
             })
         do {
@@ -226,8 +228,9 @@ public final class PostgresStorage: ServerStorage {
             defer { runner = nil }
             return runner
         }
-        // Once: cancelling the client's run closes its connections.
+        // Once: the holders give their connections back, and cancelling the clients' run closes them.
         guard let task else { return }
+        for pool in pools { pool.close() }
         task.cancel()
     }
 
@@ -264,42 +267,40 @@ public final class PostgresStorage: ServerStorage {
         }
     }
 
-    /// Runs `body` with a connection of the pool; when none comes within ``leaseDeadline`` (the database is
-    /// away: the pool keeps trying to connect, and a pool that never connected waits for ever), fails as
-    /// `unavailable` instead of waiting, so that requests answer 503 soon and the balancer moves on. A lease
-    /// that comes in time runs to its end. (Racing only after a failure saved context switches, but an idle
-    /// instance then hung on its first request after the database stopped.)
+    /// Runs `body` with a connection of the pool (handed over by one of its holders); when none comes within
+    /// ``leaseDeadline`` (the database is away: the holders wait for postgres-nio to connect again, or every
+    /// connection is busy), fails as `unavailable` instead of waiting, so that requests answer 503 soon and the
+    /// balancer moves on. A lease that comes in time runs to its end.
     private func leased<T: Sendable>(
         from chosen: LoopPool? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         let pool = chosen ?? pool()
-        let client = pool.client
+        guard !pool.isClosed else { throw StorageError(.unavailable, "The database connections are closed.") }
         pool.leases.add(1, ordering: .relaxed)
         defer { pool.leases.subtract(1, ordering: .relaxed) }
-        let first = Claim()
-        return try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask {
-                try await client.withConnection { connection in
-                    guard first.claim() else { throw CancellationError() }
-                    return try await body(connection)
+        return try await withCheckedThrowingContinuation { (answer: CheckedContinuation<T, any Error>) in
+            let job = LoopPool.Job()
+            // The closures take the claim, not the job: the job keeps its `run`, which must not keep the job.
+            let claim = job.claim
+            // The deadline is a timer of the pool's event loop, not `Task.sleep` (on Linux a Dispatch timer).
+            let timer = pool.loop.scheduleTask(in: Self.leaseDeadline) {
+                guard claim.claim() else { return }
+                answer.resume(
+                    throwing: StorageError(
+                        .unavailable,
+                        "No connection to PostgreSQL within \(Self.leaseDeadline.nanoseconds / 1_000_000_000) s: the database is away or busy."
+                    ))
+            }
+            job.run = { connection in
+                guard claim.claim() else { return }
+                timer.cancel()
+                do {
+                    answer.resume(returning: try await body(connection))
+                } catch {
+                    answer.resume(throwing: error)
                 }
             }
-            group.addTask {
-                // Cancelled (the lease came, or the caller went away): the lease decides the outcome. The wait is
-                // a timer of an event loop, not `Task.sleep`: on Linux that is a Dispatch timer, whose manager
-                // thread and worker wake-ups cost a fifth of a key read's CPU (perf).
-                guard await Self.waited(Self.leaseDeadline), first.claim() else { return nil }
-                throw StorageError(
-                    .unavailable,
-                    "No connection to PostgreSQL within \(Self.leaseDeadline.nanoseconds / 1_000_000_000) s: the database is away or busy."
-                )
-            }
-            while let result = try await group.next() {
-                guard let result else { continue }
-                group.cancelAll()
-                return result
-            }
-            throw CancellationError()
+            pool.submit(job)
         }
     }
 
@@ -686,17 +687,95 @@ final class Claim: Sendable {
     }
 }
 
-/// A postgres-nio pool whose connections live on one event loop, with its share of the connections and how many
-/// leases it has (held or waited for).
+/// A postgres-nio pool whose connections live on one event loop, with its share of the connections, how many
+/// leases it has (held or waited for), and the tasks that hold its connections.
+///
+/// Each of `share` holder tasks (``hold()``) leases a connection from postgres-nio and keeps it, running the jobs
+/// requests hand it (``submit(_:)``) one after another, until the connection closes; then it leases another. So
+/// postgres-nio's pool never sees a connection go idle between requests (it would arm an idle timer each time),
+/// and it makes connections only when one is missing.
 final class LoopPool: Sendable {
     let loop: any EventLoop
     let share: Int
     let client: PostgresClient
     let leases = Atomic<Int>(0)
+    private let queue = Mutex(Queue())
+
     init(loop: any EventLoop, share: Int, client: PostgresClient) {
         (self.loop, self.share, self.client) = (loop, share, client)
     }
 
     /// Connections not leased (negative while leases wait).
     var free: Int { share - leases.load(ordering: .relaxed) }
+
+    /// Whether ``close()`` ended the holders.
+    var isClosed: Bool { queue.withLock { $0.closed } }
+
+    /// A request's use of a connection: run by the first holder free, unless its deadline claimed it first.
+    final class Job: @unchecked Sendable {
+        /// Set once, before the job is submitted.
+        var run: @Sendable (PostgresConnection) async -> Void = { _ in }
+        let claim = Claim()
+    }
+
+    private struct Queue: ~Copyable {
+        var jobs: [Job] = []
+        var idle: [CheckedContinuation<Job?, Never>] = []
+        var closed = false
+    }
+
+    /// Hands `job` to a holder waiting for work, or queues it for the next (`first`: before the others).
+    func submit(_ job: Job, first: Bool = false) {
+        let waiting = queue.withLock { queue -> CheckedContinuation<Job?, Never>? in
+            guard !queue.closed else { return nil }
+            if let holder = queue.idle.popLast() { return holder }
+            if first { queue.jobs.insert(job, at: 0) } else { queue.jobs.append(job) }
+            return nil
+        }
+        waiting?.resume(returning: job)
+    }
+
+    /// The next job, once there is one; `nil` once the pool is closed.
+    private func next() async -> Job? {
+        await withCheckedContinuation { (holder: CheckedContinuation<Job?, Never>) in
+            let job = queue.withLock { queue -> Job?? in
+                if !queue.jobs.isEmpty { return .some(queue.jobs.removeFirst()) }
+                if queue.closed { return .some(nil) }
+                queue.idle.append(holder)
+                return nil
+            }
+            if let job { holder.resume(returning: job) }
+        }
+    }
+
+    /// Holds a connection at a time and runs jobs on it until the pool closes.
+    func hold() async {
+        while !queue.withLock({ $0.closed }) {
+            do {
+                try await client.withConnection { connection in
+                    while let job = await self.next() {
+                        // A connection that closed while it waited (the database went away) takes no job: the job
+                        // goes to the next holder, this one leases a new connection.
+                        guard !connection.isClosed else { return self.submit(job, first: true) }
+                        await job.run(connection)
+                        if connection.isClosed { return }
+                    }
+                }
+            } catch {
+                // No connection (the database is away: postgres-nio keeps trying; or the pool shut down): the jobs
+                // waiting meanwhile fail at their deadline.
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+        }
+    }
+
+    /// Ends the holders: those waiting for work get none, the others stop after their job.
+    func close() {
+        let waiting = queue.withLock { queue in
+            queue.closed = true
+            defer { queue.idle = [] }
+            return queue.idle
+        }
+        for holder in waiting { holder.resume(returning: nil) }
+    }
 }
