@@ -311,6 +311,39 @@ import Testing
         }
     }
 
+    /// A request waiting for one of PostgreSQL's connections (all held busy) is answered at once when its caller
+    /// goes away — its access never runs — or when the storage closes, instead of at its 5 s deadline.
+    @Test func aWaitingAccessEndsWithItsCallerOrTheStorage() async throws {
+        let location = try #require(try await StorageBackend.postgres.freshDatabase())
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        let storage = try await PostgresStorage(location: location, connections: 1, logger: quiet)
+        defer { storage.close() }
+        let busy = Task { try await storage.read { db in try await db.execute("SELECT pg_sleep(1.5)") } }
+        try await eventually { storage.pools[0].leases.load(ordering: .relaxed) == 1 }
+        try await Task.sleep(for: .milliseconds(100))
+        // Cancelled while it waits: answered at once, and its access never runs.
+        let ran = Atomic<Bool>(false)
+        let cancelled = Task {
+            try await storage.read { _ in ran.store(true, ordering: .relaxed) }
+        }
+        try await eventually { storage.pools[0].queued == 1 }
+        cancelled.cancel()
+        let stopped = await #expect(throws: (any Error).self) { try await cancelled.value }
+        // Not the deadline's answer ("No connection to PostgreSQL within 5 s").
+        #expect(stopped.map { "\($0)" }?.contains("within") == false, "\(String(describing: stopped))")
+        // Closed while one waits: answered at once as unavailable.
+        let queued = Task { try await storage.read { db in try await db.execute("SELECT 1") } }
+        try await eventually { storage.pools[0].queued >= 1 }
+        storage.close()
+        let error = await #expect(throws: StorageError.self) { try await queued.value }
+        #expect(error?.kind == .unavailable)
+        #expect(error?.description.contains("closed") == true, "\(String(describing: error))")
+        _ = try? await busy.value
+        let bodyRan = ran.load(ordering: .relaxed)
+        #expect(!bodyRan)
+    }
+
     /// Writers of entities do not wait for one another on PostgreSQL: with one write of entities held open (one
     /// account holder's slow batch, or a writer of another instance), more writers than the pool's connections
     /// each take their values of the sequence and commit meanwhile, and a read answers. (Before, every writer of

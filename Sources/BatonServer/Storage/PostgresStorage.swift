@@ -275,34 +275,47 @@ public final class PostgresStorage: ServerStorage {
         from chosen: LoopPool? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
         let pool = chosen ?? pool()
-        guard !pool.isClosed else { throw StorageError(.unavailable, "The database connections are closed.") }
+        guard !pool.isClosed else { throw Self.closedError }
         pool.leases.add(1, ordering: .relaxed)
         defer { pool.leases.subtract(1, ordering: .relaxed) }
-        return try await withCheckedThrowingContinuation { (answer: CheckedContinuation<T, any Error>) in
-            let job = LoopPool.Job()
-            // The closures take the claim, not the job: the job keeps its `run`, which must not keep the job.
-            let claim = job.claim
-            // The deadline is a timer of the pool's event loop, not `Task.sleep` (on Linux a Dispatch timer).
-            let timer = pool.loop.scheduleTask(in: Self.leaseDeadline) {
-                guard claim.claim() else { return }
-                answer.resume(
-                    throwing: StorageError(
+        let waiter = Waiter<T>()
+        // The deadline is a timer of the pool's event loop, not `Task.sleep` (on Linux a Dispatch timer).
+        let timer = pool.loop.scheduleTask(in: Self.leaseDeadline) {
+            waiter.finish(
+                .failure(
+                    StorageError(
                         .unavailable,
                         "No connection to PostgreSQL within \(Self.leaseDeadline.nanoseconds / 1_000_000_000) s: the database is away or busy."
-                    ))
-            }
-            job.run = { connection in
-                guard claim.claim() else { return }
+                    )))
+        }
+        let job = LoopPool.Job(
+            isTaken: { waiter.isTaken },
+            run: { connection in
+                guard waiter.take() else { return }
                 timer.cancel()
                 do {
-                    answer.resume(returning: try await body(connection))
+                    waiter.deliver(.success(try await body(connection)))
                 } catch {
-                    answer.resume(throwing: error)
+                    waiter.deliver(.failure(error))
                 }
+            },
+            fail: { error in
+                timer.cancel()
+                waiter.finish(.failure(error))
+            })
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (answer: CheckedContinuation<T, any Error>) in
+                waiter.wait(answer)
+                pool.submit(job)
             }
-            pool.submit(job)
+        } onCancel: {
+            // A caller that went away before a connection came stops waiting, and its body never runs.
+            job.fail(CancellationError())
         }
     }
+
+    /// What an access of a closed storage fails with.
+    static let closedError = StorageError(.unavailable, "The database connections are closed.")
 
     /// The pool of the event loop the caller runs on while it has a free connection; elsewhere (a loop without a
     /// pool, a command, a test), or when that pool is busy, the pool with the most free connections.
@@ -313,17 +326,6 @@ public final class PostgresStorage: ServerStorage {
 
     /// How long a request waits for a database connection.
     static let leaseDeadline = TimeAmount.seconds(5)
-
-    /// Whether `delay` passed (`false` when the task was cancelled first), timed by an event loop of NIO's
-    /// singleton group — the loop the caller runs on when the server's concurrency runs on its loops.
-    static func waited(_ delay: TimeAmount) async -> Bool {
-        let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: delay) {}
-        return await withTaskCancellationHandler {
-            (try? await timer.futureResult.get()) != nil
-        } onCancel: {
-            timer.cancel()
-        }
-    }
 
     /// A one-line explanation of a failed connection.
     static func connectionProblem(_ error: any Error, location: PostgresLocation) -> String {
@@ -678,12 +680,58 @@ extension StorageError {
 final class Claim: Sendable {
     private let taken = Mutex(false)
 
+    /// Whether a caller claimed it.
+    var isTaken: Bool { taken.withLock { $0 } }
+
     /// `true` once: for the first caller.
     func claim() -> Bool {
         taken.withLock { taken in
             defer { taken = true }
             return !taken
         }
+    }
+}
+
+/// A request waiting for a connection of a ``LoopPool``: answered once, by whichever comes first — a holder that
+/// runs its access, its deadline, its cancellation, or the pool closing — even when that comes before the request
+/// began to wait.
+final class Waiter<T: Sendable>: Sendable {
+    private let claim = Claim()
+    private let state = Mutex<(waiting: CheckedContinuation<T, any Error>?, early: Result<T, any Error>?)>((nil, nil))
+
+    /// Whether the outcome is decided.
+    var isTaken: Bool { claim.isTaken }
+
+    /// Decides the outcome: `true` for the first caller only.
+    func take() -> Bool { claim.claim() }
+
+    /// Answers the request, after ``take()``.
+    func deliver(_ result: Result<T, any Error>) {
+        let waiting = state.withLock { state -> CheckedContinuation<T, any Error>? in
+            guard let waiting = state.waiting else {
+                state.early = result
+                return nil
+            }
+            state.waiting = nil
+            return waiting
+        }
+        waiting?.resume(with: result)
+    }
+
+    /// Takes the outcome and answers with `result`, unless another did first.
+    func finish(_ result: Result<T, any Error>) {
+        guard take() else { return }
+        deliver(result)
+    }
+
+    /// Waits with `continuation` (answered at once when the outcome came first).
+    func wait(_ continuation: CheckedContinuation<T, any Error>) {
+        let early = state.withLock { state -> Result<T, any Error>? in
+            if let early = state.early { return early }
+            state.waiting = continuation
+            return nil
+        }
+        if let early { continuation.resume(with: early) }
     }
 }
 
@@ -711,35 +759,74 @@ final class LoopPool: Sendable {
     /// Whether ``close()`` ended the holders.
     var isClosed: Bool { queue.withLock { $0.closed } }
 
-    /// A request's use of a connection: run by the first holder free, unless its deadline claimed it first.
-    final class Job: @unchecked Sendable {
-        /// Set once, before the job is submitted.
-        var run: @Sendable (PostgresConnection) async -> Void = { _ in }
-        let claim = Claim()
+    /// A request's use of a connection: run by the first holder free, unless its deadline, its cancellation or the
+    /// pool closing took it first (then `isTaken`, and a holder skips it).
+    struct Job: Sendable {
+        let isTaken: @Sendable () -> Bool
+        let run: @Sendable (PostgresConnection) async -> Void
+        let fail: @Sendable (any Error) -> Void
     }
 
+    /// The jobs waiting, first at `head` (taken from the front without moving the rest), and the holders waiting.
     private struct Queue: ~Copyable {
         var jobs: [Job] = []
+        var head = 0
         var idle: [CheckedContinuation<Job?, Never>] = []
         var closed = false
-    }
 
-    /// Hands `job` to a holder waiting for work, or queues it for the next (`first`: before the others).
-    func submit(_ job: Job, first: Bool = false) {
-        let waiting = queue.withLock { queue -> CheckedContinuation<Job?, Never>? in
-            guard !queue.closed else { return nil }
-            if let holder = queue.idle.popLast() { return holder }
-            if first { queue.jobs.insert(job, at: 0) } else { queue.jobs.append(job) }
+        var isEmpty: Bool { head == jobs.count }
+
+        mutating func popFirst() -> Job? {
+            while head < jobs.count {
+                let job = jobs[head]
+                head += 1
+                if head == jobs.count {
+                    jobs.removeAll(keepingCapacity: true)
+                    head = 0
+                }
+                if !job.isTaken() { return job }
+            }
             return nil
         }
-        waiting?.resume(returning: job)
+
+        mutating func append(_ job: Job, first: Bool) {
+            if first, head > 0 {
+                head -= 1
+                jobs[head] = job
+            } else if first {
+                jobs.insert(job, at: 0)
+            } else {
+                // Jobs whose deadline passed while no holder came (the database away) go when they are many.
+                if jobs.count - head >= 256 {
+                    jobs = jobs[head...].filter { !$0.isTaken() }
+                    head = 0
+                }
+                jobs.append(job)
+            }
+        }
+    }
+
+    /// How many jobs wait (their deadline may have passed).
+    var queued: Int { queue.withLock { $0.jobs.count - $0.head } }
+
+    /// Hands `job` to a holder waiting for work, or queues it for the next (`first`: before the others); fails it
+    /// at once when the pool is closed.
+    func submit(_ job: Job, first: Bool = false) {
+        let (holder, closed) = queue.withLock { queue -> (CheckedContinuation<Job?, Never>?, Bool) in
+            guard !queue.closed else { return (nil, true) }
+            if let holder = queue.idle.popLast() { return (holder, false) }
+            queue.append(job, first: first)
+            return (nil, false)
+        }
+        if closed { job.fail(PostgresStorage.closedError) }
+        holder?.resume(returning: job)
     }
 
     /// The next job, once there is one; `nil` once the pool is closed.
     private func next() async -> Job? {
         await withCheckedContinuation { (holder: CheckedContinuation<Job?, Never>) in
             let job = queue.withLock { queue -> Job?? in
-                if !queue.jobs.isEmpty { return .some(queue.jobs.removeFirst()) }
+                if let job = queue.popFirst() { return .some(job) }
                 if queue.closed { return .some(nil) }
                 queue.idle.append(holder)
                 return nil
@@ -769,13 +856,15 @@ final class LoopPool: Sendable {
         }
     }
 
-    /// Ends the holders: those waiting for work get none, the others stop after their job.
+    /// Ends the holders — those waiting for work get none, the others stop after their job — and fails the jobs
+    /// still waiting.
     func close() {
-        let waiting = queue.withLock { queue in
+        let (holders, jobs) = queue.withLock { queue in
             queue.closed = true
-            defer { queue.idle = [] }
-            return queue.idle
+            defer { (queue.idle, queue.jobs, queue.head) = ([], [], 0) }
+            return (queue.idle, Array(queue.jobs[queue.head...]))
         }
-        for holder in waiting { holder.resume(returning: nil) }
+        for holder in holders { holder.resume(returning: nil) }
+        for job in jobs { job.fail(PostgresStorage.closedError) }
     }
 }
