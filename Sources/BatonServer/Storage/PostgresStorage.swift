@@ -10,7 +10,7 @@ import Synchronization
 /// ``ServerStorage`` on a PostgreSQL database through postgres-nio, for any number of `baton-server`
 /// instances on one database.
 ///
-/// Each access is handed a connection of the pool of the event loop it runs on (held by a task of ``LoopPool``)
+/// Each access is handed a connection of the pool of the event loop it runs on (held by a task of `LoopPool`)
 /// and runs the logic's closure with it: each statement is sent and its answer awaited, with no thread pool and no
 /// thread blocked on a future (before, a closure ran on a thread of its own pool that waited on each
 /// statement: a thread hop and a wake-up per statement). Reads run at `REPEATABLE READ` (one snapshot), writes at `SERIALIZABLE`, retried when PostgreSQL
