@@ -785,6 +785,8 @@ enum Fixtures {
             let snapshots = [
                 "x5-3", "x1-9-9_3", "x3-9-1", "x3-9-4_4", "x-1-2", "x1-2-3-4", "x99999999999999999999-1", "x1-2-",
                 "x1-99999999999999", "x1-2.x1-99999999999999",
+                // A combining mark after the `x` or a digit (percent-encoded in the URL).
+                "x%CC%811-2", "1%CC%81", "x1-2%CC%81",
                 "x1-2-\(Array(repeating: "1", count: 1_001).joined(separator: "_"))",
             ]
             for bad in ["1.1", "2.1", "1.", ".1", "1.2.3", "1.x", "1.99999"] + snapshots {

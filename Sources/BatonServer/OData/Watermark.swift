@@ -48,8 +48,8 @@ enum Watermark: Hashable, Sendable {
             (self.xmin, self.xmax, self.inProgress) = (low, high, ids)
         }
 
-        /// A transaction id: ASCII digits only, at most 19 (a bigint).
-        private static func number(_ text: Substring) -> UInt64? {
+        /// A transaction id or sequence value: ASCII digits only, at most 19, within a bigint.
+        static func number(_ text: Substring) -> UInt64? {
             guard !text.isEmpty, text.utf8.count <= 19, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else {
                 return nil
             }
@@ -70,8 +70,9 @@ enum Watermark: Hashable, Sendable {
 
     /// Reads a token's watermark; `nil` when it is not one this server writes.
     init?(token: Substring) {
-        if token.first == "x" {
-            let parts = token.dropFirst().split(separator: "-", omittingEmptySubsequences: false)
+        // By byte: a combining mark after the `x` makes no snapshot (a Character would hide it).
+        if token.utf8.first == UInt8(ascii: "x") {
+            let parts = Substring(token.utf8.dropFirst()).split(separator: "-", omittingEmptySubsequences: false)
             guard parts.count == 2 || parts.count == 3,
                 let snapshot = Snapshot(
                     parts[0], parts[1],
@@ -79,9 +80,8 @@ enum Watermark: Hashable, Sendable {
             else { return nil }
             self = .snapshot(snapshot)
         } else {
-            guard !token.isEmpty, token.utf8.allSatisfy({ (0x30...0x39).contains($0) }), let value = Int64(token)
-            else { return nil }
-            self = .sequence(value)
+            guard let value = Snapshot.number(token) else { return nil }
+            self = .sequence(Int64(value))
         }
     }
 

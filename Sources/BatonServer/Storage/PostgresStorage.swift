@@ -19,10 +19,10 @@ public final class PostgresStorage: ServerStorage {
     /// Where the database is (its password redacted in ``PostgresLocation/description``).
     public let location: PostgresLocation
     /// One pool per event loop of NIO's singleton group (the loops Hummingbird serves on), as many as give each at
-    /// least ``connectionsPerPool`` connections, so that a request's statements go out and come back on the loop
-    /// the request runs on. With one pool for all loops, a statement woke the connection's loop, the answer
-    /// resumed the request there, and the response woke the request's loop again: a `SELECT 1` cost 130 µs of the
-    /// server's CPU (perf). A request whose own pool is busy leases from the one with the most free connections.
+    /// least ``connectionsPerPool`` connections, so that a request's statements go out on a connection of the loop
+    /// the request runs on (with one pool for all loops, a `SELECT 1` cost 130 µs of the server's CPU: perf). The
+    /// access itself runs on the task that holds the connection. A request whose own pool is busy is handed to the
+    /// pool with the most free connections.
     let pools: [LoopPool]
     let logger: Logger
     private let runner: Mutex<Task<Void, Never>?>
@@ -237,13 +237,13 @@ public final class PostgresStorage: ServerStorage {
     /// Runs `body` on a leased connection, in a transaction begun by `begin` (none when `nil`) that first runs
     /// `first` when given (a lock, a setting); its statements prepared only when `prepared`.
     private func transaction<T: Sendable>(
-        _ begin: String?, first: String? = nil, on pool: LoopPool? = nil,
+        _ begin: String?, first: String? = nil,
         deadline: TimeAmount? = PostgresSQLConnection.statementDeadline, prepared: Bool = false,
         _ body: @escaping @Sendable (any SQLConnection) async throws -> T
     ) async throws -> T {
         let logger = self.logger
         do {
-            return try await leased(from: pool) { connection in
+            return try await leased { connection in
                 let sql = PostgresSQLConnection(
                     connection: connection, logger: logger, deadline: deadline, prepared: prepared)
                 guard let begin else { return try await body(sql) }
@@ -272,9 +272,9 @@ public final class PostgresStorage: ServerStorage {
     /// connection is busy), fails as `unavailable` instead of waiting, so that requests answer 503 soon and the
     /// balancer moves on. A lease that comes in time runs to its end.
     private func leased<T: Sendable>(
-        from chosen: LoopPool? = nil, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+        _ body: @escaping @Sendable (PostgresConnection) async throws -> T
     ) async throws -> T {
-        let pool = chosen ?? pool()
+        let pool = pool()
         guard !pool.isClosed else { throw Self.closedError }
         pool.leases.add(1, ordering: .relaxed)
         defer { pool.leases.subtract(1, ordering: .relaxed) }
