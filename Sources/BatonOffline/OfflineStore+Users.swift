@@ -157,7 +157,8 @@ extension OfflineStore {
             let statement = try db.cachedStatement(sql: sql)
             for row in rows {
                 let arguments = try translator.insertArguments(into: entitySet, values: row, systemValues: [.null])
-                try statement.execute(arguments: StatementArguments(arguments.map { $0.databaseValue }))
+                try statement.execute(
+                    arguments: StatementArguments(arguments.map { $0.databaseValue } as [DatabaseValue]))
             }
         }
         return clock.now - start

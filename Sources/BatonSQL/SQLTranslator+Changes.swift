@@ -10,7 +10,8 @@ extension SQLTranslator {
     ) throws(BatonSQLError) -> SQLQuery {
         let (set, type) = try resolve(entitySet)
         var builder = SQLBuilder(dialect: dialect)
-        let columns = (type.properties.map(\.name) + systemValues.map(\.0)).map(dialect.quote).joined(separator: ", ")
+        let columns = (type.properties.map { $0.name } + systemValues.map { $0.0 }).map(dialect.quote).joined(
+            separator: ", ")
         let arguments = try insertArguments(into: entitySet, values: values, systemValues: systemValues.map(\.1))
         let casts = type.properties.map { dialect.columnType(for: $0.type) } + systemValues.map { _ in "" }
         let placeholders = zip(arguments, casts).map { builder.bind($0, cast: $1) }
@@ -73,7 +74,7 @@ extension SQLTranslator {
     }
 
     func keyCondition(_ key: [KeyValue], type: EntityType, builder: inout SQLBuilder) throws(BatonSQLError) -> String {
-        guard Set(key.map(\.name)) == Set(type.key), key.count == type.key.count else {
+        guard Set(key.map({ $0.name })) == Set(type.key), key.count == type.key.count else {
             throw BatonSQLError(
                 .unknownName, "A key of '\(type.name)' names exactly (\(type.key.joined(separator: ", ")))")
         }

@@ -63,9 +63,9 @@ public struct SQLTranslator: Sendable {
                 ? "\(columns[0]) > \(values[0])"
                 : "(\(columns.joined(separator: ", "))) > (\(values.joined(separator: ", ")))"
         }
-        var columns = type.properties.map(\.name)
+        var columns = type.properties.map { $0.name }
         if let select = options.select {
-            columns = type.properties.map(\.name).filter { select.contains($0) || type.key.contains($0) }
+            columns = type.properties.map { $0.name }.filter { select.contains($0) || type.key.contains($0) }
         }
         columns += extraColumns
         var sql = "SELECT " + columns.map { "t0.\(dialect.quote($0))" }.joined(separator: ", ")
@@ -300,7 +300,7 @@ public struct SQLTranslator: Sendable {
         case .function(let function, let arguments):
             var sqlArguments: [String] = []
             for argument in arguments { sqlArguments.append(try value(argument, set: set, builder: &builder)) }
-            return try call(function, sqlArguments, argumentTypes: arguments.map(\.type), builder: &builder)
+            return try call(function, sqlArguments, argumentTypes: arguments.map { $0.type }, builder: &builder)
         }
     }
 
@@ -444,7 +444,7 @@ public struct SQLTranslator: Sendable {
         var sql = "\(last.alias).\(dialect.quote(path.property))"
         // Nest from the innermost hop outwards: each subquery's FROM holds every hop up to it.
         let froms = hops.map { "\(dialect.quote($0.set.name)) AS \($0.alias)" }.joined(separator: ", ")
-        let conditions = hops.map(\.join).joined(separator: " AND ")
+        let conditions = hops.map { $0.join }.joined(separator: " AND ")
         sql = "(SELECT \(sql) FROM \(froms) WHERE \(conditions))"
         return sql
     }

@@ -34,25 +34,41 @@ struct OfflineBenchmark {
         let clock = ContinuousClock()
         print("Offline store, \(checks) checks, \(changes) changes, server on loopback in the same process:\n")
 
-        // Baselines: the rows the server has, inserted in one transaction, plain and encrypted.
+        // Baselines: the rows the server has, inserted in one transaction, plain and encrypted. The plain insert and
+        // the initial download (each into a new file) take turns three times, and the ratio is the median of the
+        // three rounds': this machine's speed drifts within a run, and one of each measured minutes apart told
+        // 0.69 and 1.08 on the same build.
         let rows = try await fetchAllRows(server: server, session: session, model: model)
-        let plainTime = try clock.measure {
-            try insert(rows, model: model, into: directory.appendingPathComponent("plain.sqlite"), key: nil)
-        }
         let encryptedTime = try await insertEncrypted(rows, model: model, directory: directory, key: key, user: user)
-        let plainRate = Double(rows.count) / seconds(plainTime)
+        var plainRates: [Double] = []
+        var downloadRates: [Double] = []
+        var store: OfflineStore?
+        for round in 0..<3 {
+            let plainTime = try clock.measure {
+                try insert(
+                    rows, model: model, into: directory.appendingPathComponent("plain-\(round).sqlite"), key: nil)
+            }
+            plainRates.append(Double(rows.count) / seconds(plainTime))
+            let roundStore = try OfflineStore(
+                url: directory.appendingPathComponent("offline-\(round).sqlite"), model: model,
+                deviceID: manager.deviceID, definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")])
+            try await roundStore.open(as: user, key: key)
+            let downloadTime = try await clock.measure { _ = try await roundStore.download(using: session.authorized) }
+            downloadRates.append(Double(checks) / seconds(downloadTime))
+            if round == 0 { store = roundStore } else { await roundStore.close() }
+        }
+        guard let store else { throw BenchmarkFailure("no store was downloaded") }
+        let ratios = zip(downloadRates, plainRates).map { $0 / $1 }.sorted()
+        let plainRate = plainRates.sorted()[1]
         let encryptedRate = Double(rows.count) / seconds(encryptedTime)
-        line("insert baseline, plain GRDB", rate: plainRate, unit: "rows/s")
+        let downloadRate = downloadRates.sorted()[1]
+        line("insert baseline, plain GRDB", rate: plainRate, unit: "rows/s (median of 3)")
         line("insert baseline, encrypted", rate: encryptedRate, unit: "rows/s")
-
-        // Initial download.
-        let store = try OfflineStore(
-            url: directory.appendingPathComponent("offline.sqlite"), model: model, deviceID: manager.deviceID,
-            definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")])
-        try await store.open(as: user, key: key)
-        let downloadTime = try await clock.measure { _ = try await store.download(using: session.authorized) }
-        let downloadRate = Double(checks) / seconds(downloadTime)
-        line("initial download", rate: downloadRate, unit: "entities/s")
+        line("initial download", rate: downloadRate, unit: "entities/s (median of 3)")
+        print(
+            pad("download / plain insert, by round")
+                + zip(downloadRates, plainRates).map { String(format: "%.2f", $0 / $1) }.joined(separator: "  ")
+                + String(format: "   median %.2f (target ≥ 1.0: %@)", ratios[1], ratios[1] >= 1 ? "met" : "NOT MET"))
 
         // Local queries.
         let ids = try await store.read("PreflightChecks?$select=ID&$top=1000").map(\.id)
@@ -119,8 +135,8 @@ struct OfflineBenchmark {
         print(pad("peak memory of that client") + String(format: "%10.0f MB", child.peakMB) + "   (target ≤ 150 MB)")
         print(
             String(
-                format: "\ndownload / plain insert %.2f (target ≥ 0.5); encryption overhead %.1f%% (target ≤ 15%%)",
-                downloadRate / plainRate, (plainRate / encryptedRate - 1) * 100))
+                format: "\nencryption overhead %.1f%% (target ≤ 15%%; against the median plain insert)",
+                (plainRate / encryptedRate - 1) * 100))
         print("Targets: download ≥ 50,000 entities/s; upload ≥ 5,000 changes/s; indexed local query p50 ≤ 2 ms.")
     }
 
@@ -268,7 +284,8 @@ struct OfflineBenchmark {
             let statement = try db.cachedStatement(sql: sql)
             for row in rows {
                 let arguments = try translator.insertArguments(into: "PreflightChecks", values: row, systemValues: [])
-                try statement.execute(arguments: StatementArguments(arguments.map { $0.databaseValue }))
+                try statement.execute(
+                    arguments: StatementArguments(arguments.map { $0.databaseValue } as [DatabaseValue]))
             }
         }
         try queue.close()

@@ -202,3 +202,31 @@ import Testing
         #expect(!PrimitiveValue.decimal(parts).urlLiteral.contains("e"))
     }
 }
+
+/// Temporal literals are read scalar by scalar: their forms are ASCII, so a combining mark anywhere is refused (it
+/// is a scalar of its own), and fractions of up to 12 digits keep every digit.
+@Suite struct TemporalTextTests {
+    @Test func dateTimesWithAFractionKeepEveryDigit() throws {
+        let value = try #require(ODataDateTimeOffset(parsing: "2026-11-21T08:30:05.123456789012+01:30"))
+        #expect(value.time.picoseconds == 123_456_789_012)
+        #expect(value.offsetMinutes == 90)
+        #expect(
+            try #require(ODataDateTimeOffset(parsing: "2026-11-21T08:30:05.5Z")).time.picoseconds == 500_000_000_000)
+        #expect(try #require(ODataDate(parsing: "12026-01-31")).year == 12_026)
+    }
+
+    @Test func combiningMarksAndMalformedFormsAreRefused() {
+        for text in [
+            "2026-11-21T08:30:00Z\u{301}", "2026-11-21T08:30:00\u{301}Z", "2026-11-2\u{301}1T08:30:00Z",
+            "2026-11-21T08:30:00.1234567890123Z", "02026-11-21T08:30:00Z", "2026-11-21T08:30:00",
+            "٢٠٢٦-11-21T08:30:00Z",
+            "2026-11-21T08:30:00.Z",
+        ] {
+            #expect(
+                ODataDateTimeOffset(parsing: text) == nil, "\(text.unicodeScalars.map { $0.escaped(asASCII: true) })")
+        }
+        #expect(ODataDate(parsing: "2026-11-21\u{301}") == nil)
+        #expect(ODataTimeOfDay(parsing: "08:30:00\u{301}") == nil)
+        #expect(ODataDuration(parsing: "PT1H\u{301}") == nil)
+    }
+}

@@ -1109,6 +1109,45 @@ import Testing
         }
     }
 
+    /// A request moves the connection's deadline rather than a timer of its own: a kept-alive connection that asks
+    /// more often than the timeout lives past it (the one timer fires, finds the deadline moved, and waits for it),
+    /// and one that then goes silent is closed a timeout after its last answer.
+    @Test func aBusyKeptAliveConnectionOutlivesTheTimeoutAndClosesOnceSilent() async throws {
+        try await Self.live(configure: { $0.connections.headTimeout = .seconds(1) }) { _, client in
+            let port = try #require(client.port)
+            let socket = try Self.connect(port: port)
+            defer { close(socket) }
+            var timeout = timeval(tv_sec: 20, tv_usec: 0)
+            setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            let started = ContinuousClock.now
+            var answered = 0
+            while ContinuousClock.now - started < .milliseconds(2_600) {
+                let ok = try await offThePool {
+                    _ = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".withCString {
+                        send(socket, $0, strlen($0), 0)
+                    }
+                    var buffer = [UInt8](repeating: 0, count: 4096)
+                    let count = recv(socket, &buffer, buffer.count, 0)
+                    return count > 0 && String(decoding: buffer.prefix(count), as: UTF8.self).hasPrefix("HTTP/1.1 200")
+                }
+                #expect(ok, "request \(answered + 1) on the kept-alive connection was not answered")
+                guard ok else { return }
+                answered += 1
+                try await Task.sleep(for: .milliseconds(300))
+            }
+            #expect(answered >= 5)
+            // Silent now: closed within the timeout (and the timer's lateness), a read sees end of file.
+            let silentSince = ContinuousClock.now
+            let read = try await offThePool {
+                var buffer = [UInt8](repeating: 0, count: 16)
+                return recv(socket, &buffer, buffer.count, 0)
+            }
+            #expect(read == 0)
+            #expect(ContinuousClock.now - silentSince < .seconds(10))
+            #expect(ContinuousClock.now - silentSince > .milliseconds(500))
+        }
+    }
+
     @Test func theMetricsPortHoldsFewConnectionsAndClosesSilentOnes() async throws {
         let server = try await TestServer {
             $0.metricsConnections.maximumConnectionsPerAddress = 4

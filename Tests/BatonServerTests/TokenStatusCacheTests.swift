@@ -3,6 +3,7 @@ import BatonTesting
 import Foundation
 import HTTPTypes
 import HummingbirdTesting
+import JWTKit
 import Testing
 
 @testable import BatonServer
@@ -178,5 +179,26 @@ import Testing
         try FileManager.default.removeItem(at: epoch)
         try await server.server.users.disable("alice")
         #expect(try await server.server.users.user(named: "alice")?.disabled == true)
+    }
+}
+
+/// A token's scopes are space-separated and compared byte for byte.
+@Suite struct ScopeTests {
+    func claims(scope: String) -> AccessTokenClaims {
+        AccessTokenClaims(
+            iss: "http://127.0.0.1", sub: "alice", aud: "baton", scope: scope, exp: .init(value: .distantFuture),
+            iat: .init(value: .now), jti: "j", clientID: "baton-device", family: nil)
+    }
+
+    @Test func eachSpaceSeparatedScopeIsGrantedAndNothingElse() {
+        let token = claims(scope: "openid data  admin")
+        #expect(token.grants("openid") && token.grants("data") && token.grants("admin"))
+        for wanted in ["", " ", "dat", "data ", "openid data", "ADMIN", "admin\u{301}"] {
+            #expect(!token.grants(wanted), "\(wanted.unicodeScalars.map { $0.escaped(asASCII: true) })")
+        }
+        // A combining mark after a space is a scalar of its own: the scope after it is not "admin".
+        let marked = claims(scope: "data \u{301}admin")
+        #expect(marked.grants("data") && !marked.grants("admin"))
+        #expect(!claims(scope: "").grants("data"))
     }
 }

@@ -24,7 +24,7 @@ public enum JSONBatch {
                 guard let array = value.arrayValue, array.allSatisfy({ $0.stringValue != nil }) else {
                     throw fail("\"dependsOn\" must be an array of request ids")
                 }
-                dependsOn = array.compactMap(\.stringValue)
+                dependsOn = array.compactMap { $0.stringValue }
             }
             var group: String?
             if let value = item["atomicityGroup"] {

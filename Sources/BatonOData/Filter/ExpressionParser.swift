@@ -668,7 +668,7 @@ struct ExpressionParser {
             if entityType.property(named: name) != nil {
                 throw error(.syntax, "'\(name)' is a property, not a function; remove the parentheses", target: name)
             }
-            let suggestion = suggest(lowered, FilterFunction.allCases.map(\.rawValue))
+            let suggestion = suggest(lowered, FilterFunction.allCases.map { $0.rawValue })
             throw error(.unknownName, "Unknown function '\(name)'.\(suggestion)", target: name)
         }
         index = wordEnd(from: index)

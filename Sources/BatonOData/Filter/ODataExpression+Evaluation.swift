@@ -119,8 +119,8 @@ extension ODataExpression {
             guard let a = lhs.decimalValue, let b = rhs.decimalValue else { return nil }
             return sign(a, b)
         case (.string(let a), .string(let b)):
-            let x = a.unicodeScalars.map(\.value)
-            let y = b.unicodeScalars.map(\.value)
+            let x = a.unicodeScalars.map { $0.value }
+            let y = b.unicodeScalars.map { $0.value }
             return x == y ? 0 : (x.lexicographicallyPrecedes(y) ? -1 : 1)
         case (.boolean(let a), .boolean(let b)): return sign(a ? 1 : 0, b ? 1 : 0)
         case (.guid(let a), .guid(let b)): return sign(a.uuidString.lowercased(), b.uuidString.lowercased())
@@ -192,7 +192,7 @@ extension ODataExpression {
         -> PrimitiveValue
     {
         if function == .now { return .dateTimeOffset(now) }
-        if arguments.contains(where: \.isNull) { return .null }
+        if arguments.contains(where: { $0.isNull }) { return .null }
         func string(_ index: Int) -> [Unicode.Scalar] {
             if case .string(let text) = arguments[index] { return Array(text.unicodeScalars) }
             return []

@@ -113,6 +113,6 @@ public struct Preferences: Sendable, Hashable {
 
     /// The `Preference-Applied` header value for the given applied preferences.
     public static func applied(_ preferences: [Preference]) -> String {
-        preferences.map(\.description).joined(separator: ", ")
+        preferences.map { $0.description }.joined(separator: ", ")
     }
 }

@@ -5,7 +5,11 @@ public struct EntityType: Sendable, Hashable {
     /// The names of the key properties, in key order.
     public var key: [String]
     /// The structural properties, in declaration order.
-    public var properties: [Property]
+    public var properties: [Property] {
+        didSet { propertyIndex = Self.index(properties) }
+    }
+    /// Where each structural property is in ``properties``, by name: looked up for every column of every row.
+    private var propertyIndex: [String: Int]
     /// The navigation properties, in declaration order.
     public var navigationProperties: [NavigationProperty]
 
@@ -17,11 +21,24 @@ public struct EntityType: Sendable, Hashable {
         self.key = key
         self.properties = properties
         self.navigationProperties = navigationProperties
+        propertyIndex = Self.index(properties)
     }
 
     /// The structural property named `name` (exact, case-sensitive match, as OData requires).
     public func property(named name: String) -> Property? {
-        properties.first { $0.name == name }
+        guard let index = propertyIndex[name], properties[index].name.utf8.elementsEqual(name.utf8) else {
+            return nil
+        }
+        return properties[index]
+    }
+
+    /// Each property's position by name; the first one wins where a (refused) model repeats a name.
+    static func index(_ properties: [Property]) -> [String: Int] {
+        var index: [String: Int] = [:]
+        for (position, property) in properties.enumerated() where index[property.name] == nil {
+            index[property.name] = position
+        }
+        return index
     }
 
     /// The navigation property named `name`.
@@ -36,6 +53,6 @@ public struct EntityType: Sendable, Hashable {
 
     /// Every member name, for "did you mean" suggestions.
     var memberNames: [String] {
-        properties.map(\.name) + navigationProperties.map(\.name)
+        properties.map { $0.name } + navigationProperties.map { $0.name }
     }
 }

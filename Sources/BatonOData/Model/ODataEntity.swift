@@ -240,7 +240,7 @@ public struct EntityValueReader: Sendable {
             return ODataError(
                 .invalidPayload,
                 "Property '\(name)' of '\(type.name)' expects a member of \(enumType.qualifiedName) ("
-                    + enumType.members.map(\.name).joined(separator: ", ") + ")", target: name)
+                    + enumType.members.map { $0.name }.joined(separator: ", ") + ")", target: name)
         }
         let expected = type.property(named: name)?.type.rawValue ?? "its declared type"
         let given = value.literalType?.rawValue ?? "null"

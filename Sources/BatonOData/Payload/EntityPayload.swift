@@ -57,7 +57,7 @@ public struct EntityPayload: Sendable, Hashable {
                 }
                 throw ODataError(
                     .invalidPayload,
-                    "'\(type.name)' has no property '\(name)'.\(suggest(name, type.properties.map(\.name)))",
+                    "'\(type.name)' has no property '\(name)'.\(suggest(name, type.properties.map { $0.name }))",
                     target: name)
             }
             if property.isComputed {

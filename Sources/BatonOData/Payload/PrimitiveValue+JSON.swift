@@ -86,7 +86,7 @@ extension PrimitiveValue {
             }
         case .string:
             if let enumType = property.enumType {
-                let names = enumType.members.map(\.name).joined(separator: ", ")
+                let names = enumType.members.map { $0.name }.joined(separator: ", ")
                 guard let value = json.stringValue, enumType.member(named: value) != nil else {
                     throw fail("a member of \(enumType.qualifiedName) (\(names)) by name")
                 }

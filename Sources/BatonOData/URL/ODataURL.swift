@@ -125,7 +125,8 @@ public struct ODataURL: Sendable, Hashable {
                     }
                     throw ODataError(
                         .unknownName,
-                        "Unknown entity set '\(name)'.\(suggest(name, model.entitySets.map(\.name)))", position: offset,
+                        "Unknown entity set '\(name)'.\(suggest(name, model.entitySets.map { $0.name }))",
+                        position: offset,
                         target: name)
                 }
                 set = entitySet

@@ -125,7 +125,7 @@ struct QueryOptionsParser {
             options.orderBy = try parseOrderBy(&parser, until: nil)
         case "top", "skip":
             let text = value.string
-            guard let number = Int(text), number >= 0, text.allSatisfy(\.isASCII), !text.hasPrefix("+") else {
+            guard let number = Int(text), number >= 0, text.allSatisfy({ $0.isASCII }), !text.hasPrefix("+") else {
                 throw ODataError(
                     .syntax, "$\(name) must be a non-negative integer, but is '\(text)'",
                     position: value.rawOffsets.first, target: "$\(name)")
@@ -274,7 +274,7 @@ struct QueryOptionsParser {
                 throw parser.error(
                     .unknownName,
                     "Unknown navigation property '\(name)' in $expand on '\(entityType.name)'."
-                        + suggest(name, entityType.navigationProperties.map(\.name)), at: start, target: name)
+                        + suggest(name, entityType.navigationProperties.map { $0.name }), at: start, target: name)
             }
             guard let target = model.entityType(named: navigation.targetType) else {
                 throw parser.error(.invalidModel, "Navigation target of '\(name)' is missing", target: name)

@@ -1,23 +1,26 @@
 import Foundation
 
-/// Scans the ISO 8601 / XML Schema forms of OData's temporal literals.
+/// Scans the ISO 8601 / XML Schema forms of OData's temporal literals, by Unicode scalar: the forms are ASCII, a
+/// combining mark after a digit or a `Z` is a scalar of its own that matches nothing, and positions count scalars
+/// as the filter parser's do. (Scanning `Character`s cost a download's decoding a fifth of its time in grapheme
+/// breaking.)
 struct TemporalScanner {
-    let characters: [Character]
+    let characters: [Unicode.Scalar]
     var index = 0 {
         didSet { furthest = max(furthest, index) }
     }
     /// The furthest position any attempt reached: where a malformed value stops making sense.
     var furthest = 0
 
-    init(_ text: some StringProtocol) { characters = Array(text) }
+    init(_ text: some StringProtocol) { characters = Array(text.unicodeScalars) }
 
     var isAtEnd: Bool { index == characters.count }
 
-    func peek(_ offset: Int = 0) -> Character? {
+    func peek(_ offset: Int = 0) -> Unicode.Scalar? {
         index + offset < characters.count ? characters[index + offset] : nil
     }
 
-    mutating func take(_ character: Character) -> Bool {
+    mutating func take(_ character: Unicode.Scalar) -> Bool {
         guard peek() == character else { return false }
         index += 1
         return true
@@ -37,18 +40,30 @@ struct TemporalScanner {
         return value
     }
 
+    /// One or more ASCII digits: where they are and their value (`nil` beyond 18 digits). Builds no text, for the
+    /// date-times every downloaded entity carries.
+    mutating func digitSpan() -> (count: Int, first: Unicode.Scalar, value: Int?)? {
+        let start = index
+        var value: Int? = 0
+        while let character = peek(), let digit = character.asciiDigit {
+            if let current = value { value = index - start < 18 ? current * 10 + digit : nil }
+            index += 1
+        }
+        return index > start ? (index - start, characters[start], value) : nil
+    }
+
     /// One or more ASCII digits, as text.
     mutating func digitRun() -> String? {
         let start = index
         while let character = peek(), character.asciiDigit != nil { index += 1 }
-        return index > start ? String(characters[start..<index]) : nil
+        return index > start ? String(String.UnicodeScalarView(characters[start..<index])) : nil
     }
 
     mutating func date() -> ODataDate? {
         let start = index
         let negative = take("-")
-        guard let yearText = digitRun(), yearText.count >= 4, yearText.count <= 9,
-            yearText.count == 4 || yearText.first != "0", let year = Int(yearText), take("-"),
+        guard let yearDigits = digitSpan(), yearDigits.count >= 4, yearDigits.count <= 9,
+            yearDigits.count == 4 || yearDigits.first != "0", let year = yearDigits.value, take("-"),
             let month = digits(2), take("-"), let day = digits(2),
             let date = ODataDate(year: negative ? -year : year, month: month, day: day)
         else {
@@ -73,11 +88,13 @@ struct TemporalScanner {
             }
             second = value
             if take(".") {
-                guard let fraction = digitRun(), fraction.count <= 12 else {
+                guard let fraction = digitSpan(), fraction.count <= 12, let value = fraction.value else {
                     index = start
                     return nil
                 }
-                picoseconds = Int64(fraction + String(repeating: "0", count: 12 - fraction.count)) ?? 0
+                var scaled = Int64(value)
+                for _ in fraction.count..<12 { scaled *= 10 }
+                picoseconds = scaled
             }
         }
         guard let time = ODataTimeOfDay(hour: hour, minute: minute, second: second, picoseconds: picoseconds) else {
@@ -130,11 +147,13 @@ struct TemporalScanner {
         }
         if take("T") || take("t") {
             var timeComponents = 0
-            for (unit, factor) in [("H", 3600), ("M", 60)] {
+            let units: [(upper: Unicode.Scalar, lower: Unicode.Scalar, factor: Int)] = [
+                ("H", "h", 3600), ("M", "m", 60),
+            ]
+            for (upper, lower, factor) in units {
                 let mark = index
                 if let number = digitRun() {
-                    if take(Character(unit)) || take(Character(unit.lowercased())), let value = Decimal(string: number)
-                    {
+                    if take(upper) || take(lower), let value = Decimal(string: number) {
                         total += value * Decimal(factor)
                         timeComponents += 1
                     } else {
@@ -174,10 +193,10 @@ struct TemporalScanner {
     }
 }
 
-extension Character {
+extension Unicode.Scalar {
     /// The value of an ASCII decimal digit, or `nil`.
     var asciiDigit: Int? {
-        guard let ascii = asciiValue, ascii >= 48, ascii <= 57 else { return nil }
-        return Int(ascii - 48)
+        guard value >= 48, value <= 57 else { return nil }
+        return Int(value - 48)
     }
 }

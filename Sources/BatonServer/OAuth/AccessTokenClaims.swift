@@ -19,8 +19,20 @@ struct AccessTokenClaims: JWTPayload, Equatable {
         case family = "fam"
     }
 
-    /// Whether the token grants `scope`.
-    func grants(_ scope: String) -> Bool { self.scope.split(separator: " ").contains { $0 == scope } }
+    /// Whether the token grants `wanted`: one of the space-separated scopes, compared byte for byte (a combining
+    /// mark after a space cannot join two scopes into one), without building the list on every request.
+    func grants(_ wanted: String) -> Bool {
+        guard !wanted.isEmpty else { return false }
+        let space = UInt8(ascii: " ")
+        let bytes = scope.utf8
+        var start = bytes.startIndex
+        while start < bytes.endIndex {
+            let end = bytes[start...].firstIndex(of: space) ?? bytes.endIndex
+            if bytes[start..<end].elementsEqual(wanted.utf8) { return true }
+            start = end < bytes.endIndex ? bytes.index(after: end) : end
+        }
+        return false
+    }
 
     /// Signature is checked by the key collection; time and audience are checked by ``TokenService`` with the
     /// injected clock.

@@ -105,7 +105,7 @@ struct LoginThrottle: Sendable {
     func retryAfter(_ counters: [Counter]) async throws -> Int? {
         let now = clock.now()
         let limits = self.limits
-        let keys = counters.map(\.key)
+        let keys = counters.map { $0.key }
         let rows = try await database.storage.read { db in
             let marks = keys.map { _ in "?" }.joined(separator: ", ")
             return try await db.fetchAll(

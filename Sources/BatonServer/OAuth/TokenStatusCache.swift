@@ -40,7 +40,7 @@ final class TokenStatusCache: Sendable {
         /// Status by token (`nil`: no such user), with the generation it was read under.
         var entries: [String: (status: Status?, generation: UInt64)] = [:]
         /// The identity of the epoch file when last looked at.
-        var epoch: [Int] = []
+        var epoch: FileIdentity?
         /// That file, held open: while it is, its inode cannot be given to the next one, so a replacement always
         /// looks different.
         var epochHandle: Int32 = -1
@@ -57,19 +57,21 @@ final class TokenStatusCache: Sendable {
     let heartbeatDeadline: Duration?
 
     let state: Mutex<State>
-    /// SQLite: the data directory's `status.epoch`, which admin commands in other processes replace.
-    let epochURL: URL?
+    /// SQLite: the data directory's `status.epoch`, which admin commands in other processes replace (its path, kept
+    /// as text: every request looks at the file, and `URL.path` costs more than the `stat`).
+    let epochPath: String?
     static let capacity = 10_000
 
     init(live: Bool, epochURL: URL?, heartbeatDeadline: Duration? = nil) {
         self.heartbeatDeadline = heartbeatDeadline
         var initial = State(live: live)
-        if let epochURL {
-            initial.epochHandle = open(epochURL.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-            initial.epoch = Self.identity(epochURL)
+        let epochPath = epochURL?.path
+        if let epochPath {
+            initial.epochHandle = open(epochPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+            initial.epoch = FileIdentity(path: epochPath)
         }
         state = Mutex(initial)
-        self.epochURL = epochURL
+        self.epochPath = epochPath
     }
 
     deinit {
@@ -81,14 +83,14 @@ final class TokenStatusCache: Sendable {
     /// The generation a status read now belongs to, or `nil` when the cache must not be used (changes are not
     /// being heard). Looks at the epoch file first.
     func generation() -> UInt64? {
-        let epoch = epochURL.map(Self.identity)
+        let epoch = epochPath.map(FileIdentity.init(path:))
         return state.withLock { state in
-            if let epoch, let epochURL, epoch != state.epoch {
+            if let epoch, let epochPath, epoch != state.epoch {
                 state.epoch = epoch
                 state.generation &+= 1
                 state.entries.removeAll(keepingCapacity: true)
                 if state.epochHandle >= 0 { close(state.epochHandle) }
-                state.epochHandle = open(epochURL.path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+                state.epochHandle = open(epochPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
             }
             if let heartbeatDeadline { Self.judge(&state, deadline: heartbeatDeadline) }
             return state.live ? state.generation : nil
@@ -149,17 +151,32 @@ final class TokenStatusCache: Sendable {
         state.generation &+= 1
         state.entries.removeAll(keepingCapacity: true)
     }
+}
 
-    /// The file's device, inode, size and modification time (nanoseconds); empty when it does not exist.
-    static func identity(_ url: URL) -> [Int] {
+/// A file's device, inode, size and modification time (nanoseconds), all zero when it does not exist: what tells a
+/// replaced file from the one looked at before.
+struct FileIdentity: Equatable {
+    var device = 0
+    var inode = 0
+    var size = 0
+    var modifiedSeconds = 0
+    var modifiedNanoseconds = 0
+    var exists = false
+
+    init(path: String) {
         var status = stat()
-        guard stat(url.path, &status) == 0 else { return [] }
+        guard stat(path, &status) == 0 else { return }
+        exists = true
+        device = Int(status.st_dev)
+        inode = Int(status.st_ino)
+        size = Int(status.st_size)
         #if canImport(Darwin)
-            let modified = [Int(status.st_mtimespec.tv_sec), Int(status.st_mtimespec.tv_nsec)]
+            modifiedSeconds = Int(status.st_mtimespec.tv_sec)
+            modifiedNanoseconds = Int(status.st_mtimespec.tv_nsec)
         #else
-            let modified = [Int(status.st_mtim.tv_sec), Int(status.st_mtim.tv_nsec)]
+            modifiedSeconds = Int(status.st_mtim.tv_sec)
+            modifiedNanoseconds = Int(status.st_mtim.tv_nsec)
         #endif
-        return [Int(status.st_dev), Int(status.st_ino), Int(status.st_size)] + modified
     }
 }
 

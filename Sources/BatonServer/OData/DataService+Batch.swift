@@ -50,8 +50,8 @@ extension DataService {
                 unit.append(requests[index])
                 index += 1
             }
-            let ids = Set(unit.map(\.id))
-            let dependencies = Set(unit.flatMap(\.dependsOn)).subtracting(ids)
+            let ids = Set(unit.map { $0.id })
+            let dependencies = Set(unit.flatMap { $0.dependsOn }).subtracting(ids)
             if let failedDependency = dependencies.first(where: failed.contains) {
                 for request in unit {
                     responses.append(
@@ -185,7 +185,7 @@ extension DataService {
             // (SQLite; on PostgreSQL they committed with it).
             if (error as? StorageError)?.kind == .unavailable { outbox.noteBacklog() }
             let responses = requests.map { request in Self.batchResponse(request, .error(Self.unapplied(error))) }
-            return (responses, [], locations, failed.union(requests.map(\.id)))
+            return (responses, [], locations, failed.union(requests.map { $0.id }))
         }
     }
 

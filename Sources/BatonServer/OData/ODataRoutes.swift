@@ -55,7 +55,7 @@ struct ODataRoutes {
         let dataContext = DataService.Context(
             user: name, role: role, address: context.clientAddress, serviceRoot: issuer.value + "/odata/",
             version: version)
-        if path == "$batch" || (path.contains("%") && path.removingPercentEncoding == "$batch") {
+        if path == "$batch" || (path.utf8.contains(UInt8(ascii: "%")) && path.removingPercentEncoding == "$batch") {
             guard request.method == .post else {
                 throw ServerError(.methodNotAllowed, "MethodNotAllowed", "Send $batch requests with POST.")
             }

@@ -130,7 +130,7 @@ public enum DataCopy {
         var configuration = Configuration()
         configuration.readonly = true
         let known =
-            Set(serverTables + dataTables + model.entitySets.map(\.name)).union([
+            Set(serverTables + dataTables + model.entitySets.map { $0.name }).union([
                 "sqlite_sequence", "grdb_migrations",
             ])
         for file in ["server.sqlite", "data.sqlite"] {

@@ -389,7 +389,7 @@ struct PostgresSQLConnection: SQLConnection {
     /// Rows as Baton reads them.
     static func rows(of rows: [PostgresRow]) throws -> [SQLRow] {
         guard let first = rows.first else { return [] }
-        let columns = first.map(\.columnName)
+        let columns = first.map { $0.columnName }
         return try rows.map { row in SQLRow(columns: columns, values: try row.map(Self.value)) }
     }
 

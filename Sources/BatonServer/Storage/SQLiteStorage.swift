@@ -86,7 +86,8 @@ struct GRDBConnection: SQLConnection {
     @discardableResult
     func execute(_ sql: String, _ arguments: [SQLValue]) async throws -> Int {
         do {
-            try db.cachedStatement(sql: sql).execute(arguments: StatementArguments(arguments.map(\.databaseValue)))
+            try db.cachedStatement(sql: sql).execute(
+                arguments: StatementArguments(arguments.map { $0.databaseValue } as [DatabaseValue]))
         } catch let error as DatabaseError {
             throw StorageError(sqlite: error)
         }
@@ -115,7 +116,9 @@ struct GRDBConnection: SQLConnection {
         do {
             let statement = try db.cachedStatement(sql: sql)
             let cursor = GRDBCursor(statement: statement.sqliteStatement, columnNames: statement.columnNames)
-            try statement.forEachRow(arguments: StatementArguments(arguments.map(\.databaseValue))) { _ in
+            try statement.forEachRow(
+                arguments: StatementArguments(arguments.map { $0.databaseValue } as [DatabaseValue])
+            ) { _ in
                 try body(cursor)
             }
         } catch let error as DatabaseError {

@@ -364,7 +364,7 @@ public struct ServerDatabase: Sendable {
                 "CREATE TABLE IF NOT EXISTS baton_migrations (name text PRIMARY KEY, appliedAt double precision NOT NULL)"
             )
             let applied = Set(try await db.fetchAll("SELECT name FROM baton_migrations").compactMap { $0[0].text })
-            let known = Set(postgresMigrations.map(\.name))
+            let known = Set(postgresMigrations.map { $0.name })
             if let unknown = applied.subtracting(known).sorted().first {
                 throw StorageError(
                     .newerSchema,

@@ -90,21 +90,21 @@ extension SQLConnection {
     /// Runs a statement with its arguments.
     @discardableResult
     public func execute(_ sql: String, _ arguments: any SQLArgument...) async throws -> Int {
-        try await execute(sql, arguments.map(\.sqlValue))
+        try await execute(sql, arguments.map { $0.sqlValue })
     }
 
     /// The rows of a query with its arguments.
     public func fetchAll(_ sql: String, _ arguments: any SQLArgument...) async throws
         -> [SQLRow]
     {
-        try await fetchAll(sql, arguments.map(\.sqlValue))
+        try await fetchAll(sql, arguments.map { $0.sqlValue })
     }
 
     /// The first row of a query, if any.
     public func fetchOne(_ sql: String, _ arguments: any SQLArgument...) async throws
         -> SQLRow?
     {
-        try await fetchAll(sql, arguments.map(\.sqlValue)).first
+        try await fetchAll(sql, arguments.map { $0.sqlValue }).first
     }
 }
 
