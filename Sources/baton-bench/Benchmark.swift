@@ -56,7 +56,7 @@ struct Benchmark: AsyncParsableCommand {
 
     @Flag(
         help:
-            "In the measurement through nginx, give each batch in flight checks of its own (64 sets of 100, two wrk threads cycling through 32 each) instead of every batch updating the same 100."
+            "Give each batch in flight checks of its own (64 sets of 100, two wrk threads cycling through 32 each) instead of every batch updating the same 100 — in the 100-change batch row and through nginx."
     )
     var disjoint = false
 
@@ -179,7 +179,17 @@ struct Benchmark: AsyncParsableCommand {
         let tracked = try await get("PreflightChecks?$top=1&$select=ID,FuelKg", prefer: "odata.track-changes")
         guard let deltaLink = tracked["@odata.deltaLink"] as? String else { throw ValidationError("No delta link.") }
         let batch = Self.batch(sample)
-        let batchScript = Self.batchScript(batch)
+        var batchScript = Self.batchScript(batch)
+        if disjoint {
+            var sets: [[String]] = []
+            for set in 0..<64 {
+                sets.append(
+                    (try await get("PreflightChecks?$top=100&$skip=\(set * 100)&$select=ID")["value"]
+                        as? [[String: Any]]
+                        ?? []).compactMap { $0["ID"] as? String })
+            }
+            batchScript = Self.disjointScript(sets, auth: auth)
+        }
         // One batch first, so the delta page has 100 changes to report.
         var first = URLRequest(url: try url(server + "/odata/$batch"))
         first.httpMethod = "POST"
@@ -346,6 +356,22 @@ struct Benchmark: AsyncParsableCommand {
             }.joined(separator: ",") + "]}"
     }
 
+    /// A wrk script whose batches each change checks of their own: 64 sets of 100, each wrk thread cycling through
+    /// 32 of its own, so its 8 connections' batches in flight are 8 consecutive sets and no two share a check.
+    static func disjointScript(_ sets: [[String]], auth: String) -> String {
+        let bodies = sets.map { "[[" + batch($0) + "]]" }
+        return """
+            bodies = {\(bodies.joined(separator: ","))}
+            threads = 0
+            function setup(thread) thread:set("first", threads * 32); threads = threads + 1 end
+            n = 0
+            function request()
+                n = n + 1
+                return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Authorization"] = "\(auth)"}, bodies[first + (n % 32) + 1])
+            end
+            """
+    }
+
     static func batchScript(_ batch: String) -> String {
         #"wrk.method = "POST"; wrk.headers["Content-Type"] = "application/json"; wrk.body = [[\#(batch)]]"#
     }
@@ -381,20 +407,9 @@ struct Benchmark: AsyncParsableCommand {
             let file = directory.appendingPathComponent("nginx-\(count).lua")
             let script: String
             if disjoint {
-                var bodies: [String] = []
-                for set in 0..<64 { bodies.append("[[" + Self.batch(try await sample(skip: set * 100)) + "]]") }
-                // Each wrk thread cycles through 32 sets of its own: its 8 connections' batches in flight are 8
-                // consecutive ones, so no two share a check.
-                script = """
-                    bodies = {\(bodies.joined(separator: ","))}
-                    threads = 0
-                    function setup(thread) thread:set("first", threads * 32); threads = threads + 1 end
-                    n = 0
-                    function request()
-                        n = n + 1
-                        return wrk.format("POST", nil, {["Content-Type"] = "application/json", ["Authorization"] = "\(auth)"}, bodies[first + (n % 32) + 1])
-                    end
-                    """
+                var sets: [[String]] = []
+                for set in 0..<64 { sets.append(try await sample(skip: set * 100)) }
+                script = Self.disjointScript(sets, auth: auth)
             } else {
                 script =
                     #"wrk.headers["Authorization"] = "\#(auth)"; "#

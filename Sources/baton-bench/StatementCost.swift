@@ -16,7 +16,7 @@ struct StatementCost {
     func run() async throws {
         var logger = Logger(label: "bench")
         logger.logLevel = .error
-        let sql = #"SELECT * FROM "PreflightChecks" WHERE "ID" = ?"#
+        let sql = #"SELECT * FROM "PreflightChecks" WHERE "ID" = CAST(? AS uuid)"#
         let storage = try await PostgresStorage(location: location, logger: logger)
         defer { storage.close() }
         let ids = try await storage.readStatement {
@@ -40,7 +40,7 @@ struct StatementCost {
                 return 0
             }
             let cost = try await measure { index in
-                let id = ids[index % ids.count]
+                let id = UUID(uuidString: ids[index % ids.count]) ?? UUID()
                 var count = 0
                 for try await _ in try await client.query(#"SELECT * FROM "PreflightChecks" WHERE "ID" = \#(id)"#) {
                     count += 1

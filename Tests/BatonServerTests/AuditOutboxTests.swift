@@ -52,6 +52,29 @@ import Testing
         #expect(try await again.audit.entries(limit: 1_000).filter { $0.action.hasPrefix("crash-window") }.count == 2)
     }
 
+    /// Entries go in many to a statement (``AuditLog/rowsPerInsert``): more than one statement's worth crosses the
+    /// outbox to the log complete, in order, each once even when moved again.
+    @Test func moreEntriesThanOneStatementHoldsAreMovedCompleteAndInOrder() async throws {
+        let first = try await TestServer()
+        defer { first.remove() }
+        let outbox = first.server.data.outbox
+        let count = AuditLog.rowsPerInsert * 2 + 7
+        try await #require(first.server.data.store.pool).write { db in
+            try GRDBConnection.run(db) { connection in
+                var entries = (0..<count).map { Self.entry("bulk-\($0)") }
+                try await outbox.stage(&entries, in: connection)
+                #expect(Set(entries.compactMap(\.outboxKey)).count == count)
+            }
+        }
+        #expect(try await outboxCount(first.server) == count)
+        let restarted = try await reopen(first.directory)
+        let moved = try await restarted.audit.entries(limit: 10_000).map(\.action).filter { $0.hasPrefix("bulk-") }
+        // The newest first.
+        #expect(moved == (0..<count).reversed().map { "bulk-\($0)" })
+        let again = try await reopen(first.directory)
+        #expect(try await again.audit.entries(limit: 10_000).filter { $0.action.hasPrefix("bulk-") }.count == count)
+    }
+
     @Test func movingAnEntryTwiceAddsItOnce() async throws {
         let test = try await TestServer()
         defer { test.remove() }

@@ -40,12 +40,20 @@ final class AuditOutbox: Sendable {
         try await Self.delete(recorded, in: db)
         guard !entries.isEmpty else { return }
         for index in entries.indices {
-            let key = prefix + ":" + String(counter.add(1, ordering: .relaxed).newValue)
-            entries[index].outboxKey = key
-            let entry = entries[index]
+            entries[index].outboxKey = prefix + ":" + String(counter.add(1, ordering: .relaxed).newValue)
+        }
+        // Many rows a statement, in the entries' order (the outbox is read back in insertion order).
+        for start in stride(from: 0, to: entries.count, by: AuditLog.rowsPerInsert) {
+            let chunk = entries[start..<min(entries.count, start + AuditLog.rowsPerInsert)]
             try await db.execute(
-                "INSERT INTO \(Self.table) (key, at, actor, action, subject, address, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                key, entry.at, entry.actor, entry.action, entry.subject, entry.address, entry.detail)
+                "INSERT INTO \(Self.table) (key, at, actor, action, subject, address, detail) VALUES "
+                    + Array(repeating: "(?, ?, ?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ", "),
+                chunk.flatMap { entry in
+                    [
+                        entry.outboxKey.sqlValue, entry.at.sqlValue, entry.actor.sqlValue, entry.action.sqlValue,
+                        entry.subject.sqlValue, entry.address.sqlValue, entry.detail.sqlValue,
+                    ]
+                })
         }
     }
 
