@@ -1359,3 +1359,21 @@ import Testing
         }
     }
 }
+
+/// Which statements of a PostgreSQL write run prepared: reads and changes of rows, by their first word in any case
+/// after spaces; never transaction control, settings, locks or schema changes.
+@Suite struct PreparedKindTests {
+    @Test func readsAndChangesArePreparedAndNothingElse() {
+        let expected: [(String, PostgresSQLConnection.PreparedKind?)] = [
+            ("SELECT 1", .read), ("  \n\tselect * FROM t", .read), ("WITH x AS (SELECT 1) SELECT * FROM x", .read),
+            ("INSERT INTO t VALUES (?)", .change), ("update t SET a = ?", .change), ("Delete FROM t", .change),
+            ("INSERT INTO t VALUES (?) RETURNING id", .change), ("BEGIN ISOLATION LEVEL SERIALIZABLE", nil),
+            ("COMMIT", nil), ("SET LOCAL lock_timeout = 0", nil), ("LOCK TABLE t", nil),
+            ("CREATE TABLE t (a int)", nil),
+            ("SAVEPOINT baton", nil), ("", nil), ("selectx", nil), ("sel\u{301}ect 1", nil), ("(SELECT 1)", nil),
+        ]
+        for (sql, kind) in expected {
+            #expect(PostgresSQLConnection.preparedKind(sql) == kind, "\(sql)")
+        }
+    }
+}

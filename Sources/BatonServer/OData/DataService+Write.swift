@@ -144,7 +144,7 @@ extension DataService {
             into: target.set.name, values: values,
             systemValues: DataStore.created(at: sequence, on: attribution.device))
         do {
-            try await db.execute(insert.sql, insert.arguments)
+            try await db.perform(insert.sql, insert.arguments)
         } catch let error as StorageError where error.kind == .uniqueViolation {
             throw ServerError.conflict("An entity of \(target.set.name) with this key already exists.")
         }
@@ -219,7 +219,7 @@ extension DataService {
         let update = try translator.update(
             target.set.name, key: key, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
         do {
-            try await db.execute(update.sql, update.arguments)
+            try await db.perform(update.sql, update.arguments)
         } catch let error as StorageError where error.kind == .constraintViolation || error.kind == .uniqueViolation {
             throw ServerError.badRequest("The change leaves a required property empty.")
         }
@@ -249,7 +249,7 @@ extension DataService {
         try checkOwnership(target, current: current, attribution: attribution)
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
         let delete = try translator.delete(from: target.set.name, key: key)
-        try await db.execute(delete.sql, delete.arguments)
+        try await db.perform(delete.sql, delete.arguments)
         let sequence = try await DataStore.nextSequence(db)
         let canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: key)
         try await db.execute(

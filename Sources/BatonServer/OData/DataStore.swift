@@ -479,6 +479,10 @@ final class SequencedConnection: SQLConnection {
         try await base.execute(sql, arguments)
     }
 
+    func perform(_ sql: String, _ arguments: [SQLValue]) async throws {
+        try await base.perform(sql, arguments)
+    }
+
     func fetchAll(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow] {
         try await base.fetchAll(sql, arguments)
     }

@@ -159,7 +159,7 @@ public final class PostgresStorage: ServerStorage {
         var attempt = 0
         while true {
             do {
-                return try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", body)
+                return try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", prepared: true, body)
             } catch let error as StorageError where error.kind == .conflict && attempt < 100 {
                 attempt += 1
                 retried.add(1, ordering: .relaxed)
@@ -362,18 +362,56 @@ struct PostgresSQLConnection: SQLConnection {
     let logger: Logger
     /// How long a statement may go unanswered; `nil` for no limit (migrations, copies).
     let deadline: TimeAmount?
-    /// Whether queries are prepared (`PreparedStatements`): only the server's own shapes of reads are.
+    /// Whether statements are prepared (`PreparedStatements`): those of the server's own shapes of reads, and those of
+    /// writes (``PostgresStorage/write(_:)``), whose shapes are the server's statements and the entity sets' columns.
     var prepared = false
 
     var dialect: SQLDialect { .postgres }
 
     @discardableResult
     func execute(_ sql: String, _ arguments: [SQLValue]) async throws -> Int {
-        try await run(sql, arguments).metadata.rows ?? 0
+        // A prepared read's count is its rows, as its command tag says; a change's count is only in its tag, which
+        // postgres-nio does not give for a prepared statement (`perform(_:_:)` runs changes prepared).
+        guard prepared, Self.preparedKind(sql) == .read else { return try await run(sql, arguments).metadata.rows ?? 0 }
+        do {
+            return try await rows(sql, arguments, prepared: true).count
+        } catch let error as PSQLError {
+            throw StorageError(postgres: error)
+        }
     }
 
+    func perform(_ sql: String, _ arguments: [SQLValue]) async throws {
+        guard prepared, Self.preparedKind(sql) != nil else {
+            _ = try await run(sql, arguments)
+            return
+        }
+        do {
+            _ = try await rows(sql, arguments, prepared: true)
+        } catch let error as PSQLError {
+            throw StorageError(postgres: error)
+        }
+    }
+
+    /// Whether a statement of a prepared access runs prepared: reads (`SELECT`, `WITH`) and changes of rows
+    /// (`INSERT`, `UPDATE`, `DELETE`); transaction control, settings, locks and schema changes do not (`nil`).
+    static func preparedKind(_ sql: String) -> PreparedKind? {
+        var bytes = sql.utf8.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\t") }
+        var word: [UInt8] = []
+        while let byte = bytes.first, word.count < 7, (byte | 0x20) >= UInt8(ascii: "a"),
+            (byte | 0x20) <= UInt8(ascii: "z")
+        {
+            word.append(byte | 0x20)
+            bytes = bytes.dropFirst()
+        }
+        if ["select", "with"].contains(where: { $0.utf8.elementsEqual(word) }) { return .read }
+        if ["insert", "update", "delete"].contains(where: { $0.utf8.elementsEqual(word) }) { return .change }
+        return nil
+    }
+
+    enum PreparedKind { case read, change }
+
     func fetchAll(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow] {
-        guard prepared else { return try Self.rows(of: try await run(sql, arguments)) }
+        guard prepared, Self.preparedKind(sql) != nil else { return try Self.rows(of: try await run(sql, arguments)) }
         do {
             return try await rows(sql, arguments, prepared: true)
         } catch let error as PSQLError {

@@ -6,38 +6,49 @@ import NIOCore
 import PostgresNIO
 import Synchronization
 
-/// Prepared statements for the single-statement reads every request makes (the token check, an entity by key):
-/// PostgreSQL parses and plans each once per connection instead of on every request. A key read's two statements
-/// took 0.24 ms of PostgreSQL's time unprepared and 0.10 ms prepared (`pgbench -M extended` / `-M prepared`
-/// on this project's VM), time that PostgreSQL takes from the server's cores when both share a machine.
+/// Prepared statements for the single-statement reads every request makes (the token check, an entity by key) and
+/// for the statements of writes: PostgreSQL parses and plans each once per connection instead of every time. A key
+/// read's two statements took 0.24 ms of PostgreSQL's time unprepared and 0.10 ms prepared (`pgbench -M extended` /
+/// `-M prepared` on this project's VM), time that PostgreSQL takes from the server's cores when both share a
+/// machine; a 100-change batch's statements, unprepared, cost PostgreSQL about 650 µs of CPU a change, of which
+/// `pg_stat_statements` counted under 100 µs executing them.
 ///
 /// postgres-nio prepares a statement on each connection at its first use, under the static name and SQL of a
 /// `PostgresPreparedStatement` type; Baton's statements are built from the model at run time. So each distinct
-/// statement (its SQL and the types of its arguments, which PostgreSQL fixes when it prepares) takes one of
-/// ``slots`` ``PreparedSlot`` types the first time it runs, for the life of the process. Once every slot is
-/// taken, further statements run unprepared, as before. So only the server's own shapes are prepared (the reads
-/// ``ServerStorage/readStatement(prepared:_:)`` is told are): the statements a client's `$filter`, `$search`,
-/// `$orderby` or `$select` shape are without number, and any account's few hundred of them took every slot.
+/// statement (its SQL and the types of its arguments, which PostgreSQL is told, as it is for an unprepared statement)
+/// takes one of ``slots`` ``PreparedSlot`` types the first time it runs, for the life of the process. Once every
+/// slot is taken, further statements run unprepared, as before. So only the server's own shapes are prepared: the
+/// reads ``ServerStorage/readStatement(prepared:_:)`` is told are, and a write's reads and changes of rows (the
+/// server's statements; an entity's by its set and the columns a change names). A client's `$filter`, `$search`,
+/// `$orderby` or `$select` shape reads without number, and any account's few hundred of them took every slot;
+/// changes naming ever other sets of columns could take the slots left after the server's own, which only leaves
+/// later shapes unprepared.
 enum PreparedStatements {
     /// How many distinct statements are prepared at most.
     static let slots = 256
 
     /// The slot of each statement (by SQL and argument types), `nil` for one that is no longer prepared; the SQL
     /// of each slot.
-    private static let taken = Mutex<(byKey: [String: Int?], slots: [(sql: String, name: String)])>(([:], []))
+    private static let taken = Mutex<
+        (byKey: [String: Int?], slots: [(sql: String, name: String, types: [PostgresDataType])])
+    >(
+        ([:], []))
 
     /// The slot of `sql` run with arguments of these types, taking a free one; `nil` when none is left or the
     /// statement is no longer prepared (``refuse(slot:)``).
     static func slot(of sql: String, _ arguments: [SQLValue]) -> Int? {
         var key = sql
         key.append("\u{0}")
+        // The types PostgreSQL is told the arguments have, as an unprepared statement tells it (a null: none).
+        var types: [PostgresDataType] = []
+        types.reserveCapacity(arguments.count)
         for argument in arguments {
             switch argument {
-            case .null: key.append("n")
-            case .integer: key.append("i")
-            case .real: key.append("r")
-            case .text: key.append("t")
-            case .blob: key.append("b")
+            case .null: key.append("n"); types.append(.null)
+            case .integer: key.append("i"); types.append(.int8)
+            case .real: key.append("r"); types.append(.float8)
+            case .text: key.append("t"); types.append(.text)
+            case .blob: key.append("b"); types.append(.bytea)
             }
         }
         return taken.withLock { taken in
@@ -48,7 +59,7 @@ enum PreparedStatements {
             // connection prepared by one instance to another still gets the right statement).
             let name =
                 "baton_" + SHA256.hash(data: Data(key.utf8)).prefix(12).map { String(format: "%02x", $0) }.joined()
-            taken.slots.append((PostgresSQLConnection.numberedPlaceholders(sql), name))
+            taken.slots.append((PostgresSQLConnection.numberedPlaceholders(sql), name, types))
             taken.byKey[key] = taken.slots.count - 1
             return taken.slots.count - 1
         }
@@ -69,11 +80,15 @@ enum PreparedStatements {
     /// Errors of running it (a refused value, a constraint, a cancelled or timed-out statement, a server
     /// going away) leave the statement prepared.
     static func mayComeFromPreparing(_ state: String) -> Bool {
-        ["42", "0A", "25", "26", "3D", "3F", "XX"].contains(String(state.prefix(2)))
+        // 25P02: the transaction failed at an earlier statement; this one is not to blame.
+        state != "25P02" && ["42", "0A", "25", "26", "3D", "3F", "XX"].contains(String(state.prefix(2)))
     }
 
     /// The SQL of a slot that ``slot(of:_:)`` gave out.
     static func sql(ofSlot slot: Int) -> String { taken.withLock { $0.slots[slot].sql } }
+
+    /// The argument types of a slot that ``slot(of:_:)`` gave out.
+    static func types(ofSlot slot: Int) -> [PostgresDataType] { taken.withLock { $0.slots[slot].types } }
 
     /// The statement name of a slot that ``slot(of:_:)`` gave out.
     static func name(ofSlot slot: Int) -> String { taken.withLock { $0.slots[slot].name } }
@@ -82,30 +97,44 @@ enum PreparedStatements {
     static func rows(
         ofSlot slot: Int, _ bindings: PostgresBindings, on connection: PostgresConnection, logger: Logger
     ) async throws -> [PostgresRow] {
-        // The slot's type is spelt by the binary digits of slot + 1, the leading 1 first.
-        let number = slot + 1
-        let digits = Int.bitWidth - number.leadingZeroBitCount
-        return try await rows(
-            number, digitsLeft: digits - 1, as: SlotOne.self, bindings, on: connection, logger: logger)
+        try await visit(slot: slot, RowsVisitor(bindings: bindings, connection: connection, logger: logger))
     }
 
-    private static func rows<Number: SlotNumber>(
-        _ number: Int, digitsLeft: Int, as _: Number.Type, _ bindings: PostgresBindings,
-        on connection: PostgresConnection, logger: Logger
-    ) async throws -> [PostgresRow] {
-        guard digitsLeft > 0 else {
-            var rows: [PostgresRow] = []
-            let statement = PreparedSlot<Number>(bindings: bindings)
-            for try await row in try await connection.execute(statement, logger: logger) { rows.append(row) }
-            return rows
-        }
+    /// Calls `visitor` with the type of `slot`, spelt by the binary digits of slot + 1, the leading 1 first.
+    private static func visit<Visitor: SlotVisitor>(slot: Int, _ visitor: Visitor) async throws -> Visitor.Result {
+        let number = slot + 1
+        let digits = Int.bitWidth - number.leadingZeroBitCount
+        return try await visit(number, digitsLeft: digits - 1, as: SlotOne.self, visitor)
+    }
+
+    private static func visit<Number: SlotNumber, Visitor: SlotVisitor>(
+        _ number: Int, digitsLeft: Int, as _: Number.Type, _ visitor: Visitor
+    ) async throws -> Visitor.Result {
+        guard digitsLeft > 0 else { return try await visitor.visit(Number.self) }
         return number >> (digitsLeft - 1) & 1 == 0
-            ? try await rows(
-                number, digitsLeft: digitsLeft - 1, as: SlotTwice<Number>.self, bindings, on: connection,
-                logger: logger)
-            : try await rows(
-                number, digitsLeft: digitsLeft - 1, as: SlotTwicePlusOne<Number>.self, bindings, on: connection,
-                logger: logger)
+            ? try await visit(number, digitsLeft: digitsLeft - 1, as: SlotTwice<Number>.self, visitor)
+            : try await visit(number, digitsLeft: digitsLeft - 1, as: SlotTwicePlusOne<Number>.self, visitor)
+    }
+}
+
+/// What to do with the type of a slot once it is spelt.
+protocol SlotVisitor {
+    associatedtype Result
+    func visit<Number: SlotNumber>(_ number: Number.Type) async throws -> Result
+}
+
+/// Runs a slot's statement and reads its rows.
+private struct RowsVisitor: SlotVisitor {
+    let bindings: PostgresBindings
+    let connection: PostgresConnection
+    let logger: Logger
+
+    func visit<Number: SlotNumber>(_ number: Number.Type) async throws -> [PostgresRow] {
+        var rows: [PostgresRow] = []
+        for try await row in try await connection.execute(PreparedSlot<Number>(bindings: bindings), logger: logger) {
+            rows.append(row)
+        }
+        return rows
     }
 }
 
@@ -126,6 +155,7 @@ struct PreparedSlot<Number: SlotNumber>: PostgresPreparedStatement {
     typealias Row = PostgresRow
     static var name: String { PreparedStatements.name(ofSlot: Number.value - 1) }
     static var sql: String { PreparedStatements.sql(ofSlot: Number.value - 1) }
+    static var bindingDataTypes: [PostgresDataType] { PreparedStatements.types(ofSlot: Number.value - 1) }
 
     let bindings: PostgresBindings
 
@@ -141,6 +171,15 @@ extension PostgresSQLConnection {
         guard prepared, let slot = PreparedStatements.slot(of: sql, arguments) else {
             return try Self.rows(of: try await answer(sql, arguments).get())
         }
+        return try Self.rows(
+            of: try await racingDeadline(slot: slot, arguments, PreparedStatements.rows(ofSlot:_:on:logger:)))
+    }
+
+    /// Runs the prepared statement of `slot` with `run`, within the connection's statement deadline.
+    private func racingDeadline<Answer: Sendable>(
+        slot: Int, _ arguments: [SQLValue],
+        _ run: @escaping @Sendable (Int, PostgresBindings, PostgresConnection, Logger) async throws -> Answer
+    ) async throws -> Answer {
         guard !connection.isClosed else {
             throw StorageError(.unavailable, "The connection to PostgreSQL has closed.")
         }
@@ -148,15 +187,14 @@ extension PostgresSQLConnection {
         // just closed is never answered by postgres-nio, so the deadline fails this request's wait itself.
         let settled = Claim()
         let connection = self.connection
-        let answered = connection.eventLoop.makePromise(of: [PostgresRow].self)
+        let answered = connection.eventLoop.makePromise(of: Answer.self)
         let timer = failing(answered, settled)
         let bindings = Self.bindings(arguments)
         let logger = self.logger
         Task {
-            let result: Result<[PostgresRow], any Error>
+            let result: Result<Answer, any Error>
             do {
-                result = .success(
-                    try await PreparedStatements.rows(ofSlot: slot, bindings, on: connection, logger: logger))
+                result = .success(try await run(slot, bindings, connection, logger))
             } catch {
                 result = .failure(error)
             }
@@ -169,6 +207,6 @@ extension PostgresSQLConnection {
             }
             answered.completeWith(result)
         }
-        return try Self.rows(of: try await answered.futureResult.get())
+        return try await answered.futureResult.get()
     }
 }

@@ -49,6 +49,10 @@ public protocol SQLConnection {
     @discardableResult
     func execute(_ sql: String, _ arguments: [SQLValue]) async throws -> Int
 
+    /// Runs a statement whose count of changed rows the caller does not need: on PostgreSQL, inside a write, such a
+    /// change runs prepared (postgres-nio answers a prepared statement with rows, not with its count).
+    func perform(_ sql: String, _ arguments: [SQLValue]) async throws
+
     /// Runs a query and returns its rows.
     func fetchAll(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow]
 
@@ -87,6 +91,10 @@ extension ServerStorage {
 }
 
 extension SQLConnection {
+    public func perform(_ sql: String, _ arguments: [SQLValue]) async throws {
+        try await execute(sql, arguments)
+    }
+
     /// Runs a statement with its arguments.
     @discardableResult
     public func execute(_ sql: String, _ arguments: any SQLArgument...) async throws -> Int {
