@@ -160,6 +160,17 @@ import Testing
         }
     }
 
+    /// A write's new statement shape takes a prepared-statement slot only while half of them are free: an account's
+    /// changes naming ever other columns cannot take the reads' half. A shape that has a slot keeps it.
+    @Test func aWritesNewShapesTakeOnlyHalfTheSlots() {
+        let fresh = "SELECT CAST(? AS bigint) AS write_\(UUID().uuidString.prefix(8).lowercased())"
+        #expect(PreparedStatements.writesLimit == PreparedStatements.slots / 2)
+        #expect(PreparedStatements.slot(of: fresh, [.integer(1)], limit: 0) == nil)
+        let slot = PreparedStatements.slot(of: fresh, [.integer(1)])
+        #expect(slot != nil)
+        #expect(PreparedStatements.slot(of: fresh, [.integer(1)], limit: 0) == slot)
+    }
+
     /// A write of entities takes values of the sequence from its row once and writes the last one back before
     /// its commit: a batch of ten changes updates the row twice, not ten times. Every change still has a value of
     /// its own, above every earlier one, and the row holds the last after the commit, so the next write goes on

@@ -159,7 +159,7 @@ public final class PostgresStorage: ServerStorage {
         var attempt = 0
         while true {
             do {
-                return try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", prepared: true, body)
+                return try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", prepared: true, inWrite: true, body)
             } catch let error as StorageError where error.kind == .conflict && attempt < 100 {
                 attempt += 1
                 retried.add(1, ordering: .relaxed)
@@ -238,14 +238,14 @@ public final class PostgresStorage: ServerStorage {
     /// `first` when given (a lock, a setting); its statements prepared only when `prepared`.
     private func transaction<T: Sendable>(
         _ begin: String?, first: String? = nil,
-        deadline: TimeAmount? = PostgresSQLConnection.statementDeadline, prepared: Bool = false,
+        deadline: TimeAmount? = PostgresSQLConnection.statementDeadline, prepared: Bool = false, inWrite: Bool = false,
         _ body: @escaping @Sendable (any SQLConnection) async throws -> T
     ) async throws -> T {
         let logger = self.logger
         do {
             return try await leased { connection in
                 let sql = PostgresSQLConnection(
-                    connection: connection, logger: logger, deadline: deadline, prepared: prepared)
+                    connection: connection, logger: logger, deadline: deadline, prepared: prepared, inWrite: inWrite)
                 guard let begin else { return try await body(sql) }
                 try await sql.execute(begin, [])
                 do {
@@ -365,6 +365,8 @@ struct PostgresSQLConnection: SQLConnection {
     /// Whether statements are prepared (`PreparedStatements`): those of the server's own shapes of reads, and those of
     /// writes (``PostgresStorage/write(_:)``), whose shapes are the server's statements and the entity sets' columns.
     var prepared = false
+    /// Whether this is a write's connection, whose new shapes may take only ``PreparedStatements/writesLimit``.
+    var inWrite = false
 
     var dialect: SQLDialect { .postgres }
 

@@ -21,11 +21,14 @@ import Synchronization
 /// reads ``ServerStorage/readStatement(prepared:_:)`` is told are, and a write's reads and changes of rows (the
 /// server's statements; an entity's by its set and the columns a change names). A client's `$filter`, `$search`,
 /// `$orderby` or `$select` shape reads without number, and any account's few hundred of them took every slot;
-/// changes naming ever other sets of columns could take the slots left after the server's own, which only leaves
-/// later shapes unprepared.
+/// changes naming ever other sets of columns take new slots only while half are free (``writesLimit``), so they
+/// cannot take the other half from the reads.
 enum PreparedStatements {
     /// How many distinct statements are prepared at most.
     static let slots = 256
+
+    /// How many slots there may be taken when a write's statement takes a new one.
+    static let writesLimit = slots / 2
 
     /// The slot of each statement (by SQL and argument types), `nil` for one that is no longer prepared; the SQL
     /// of each slot.
@@ -36,7 +39,10 @@ enum PreparedStatements {
 
     /// The slot of `sql` run with arguments of these types, taking a free one; `nil` when none is left or the
     /// statement is no longer prepared (``refuse(slot:)``).
-    static func slot(of sql: String, _ arguments: [SQLValue]) -> Int? {
+    ///
+    /// A new shape takes a slot only while fewer than `limit` are taken: writes pass ``writesLimit``, so the shapes
+    /// of changes — an account can name ever other sets of columns — leave the other half to reads.
+    static func slot(of sql: String, _ arguments: [SQLValue], limit: Int = slots) -> Int? {
         var key = sql
         key.append("\u{0}")
         // The types PostgreSQL is told the arguments have, as an unprepared statement tells it (a null: none).
@@ -53,7 +59,7 @@ enum PreparedStatements {
         }
         return taken.withLock { taken in
             if let slot = taken.byKey[key] { return slot }
-            guard taken.slots.count < slots else { return nil }
+            guard taken.slots.count < min(limit, slots) else { return nil }
             // Named by what it runs, not by its slot: the same statement has the same name in every process,
             // and a name never stands for two statements (a pooler between Baton and PostgreSQL that hands a
             // connection prepared by one instance to another still gets the right statement).
@@ -168,7 +174,10 @@ extension PostgresSQLConnection {
     /// and a slot is free, within the connection's statement deadline (after which the connection is closed, as
     /// ``answer(_:_:)`` does).
     func rows(_ sql: String, _ arguments: [SQLValue], prepared: Bool) async throws -> [SQLRow] {
-        guard prepared, let slot = PreparedStatements.slot(of: sql, arguments) else {
+        guard prepared,
+            let slot = PreparedStatements.slot(
+                of: sql, arguments, limit: inWrite ? PreparedStatements.writesLimit : PreparedStatements.slots)
+        else {
             return try Self.rows(of: try await answer(sql, arguments).get())
         }
         return try Self.rows(
