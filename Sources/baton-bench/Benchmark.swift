@@ -440,8 +440,10 @@ struct Benchmark: AsyncParsableCommand {
                         waits.share * 100, waits.share <= 0.05 ? "met" : "NOT MET"))
         }
         print(
-            "\nTarget: two instances ≥ 1.6× one when the machine has the cores. Writers of entities do not wait for one another, but these batches update the same 100 checks, and here two cores serve nginx, the instances, PostgreSQL and wrk."
-        )
+            "\nTarget: two instances ≥ 1.6× one when the machine has the cores; here two cores serve nginx, the instances, PostgreSQL and wrk."
+                + (disjoint
+                    ? ""
+                    : " These batches update the same 100 checks: their writers collide on every row and run again."))
     }
 
     func url(_ text: String) throws -> URL {

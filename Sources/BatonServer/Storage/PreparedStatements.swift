@@ -86,8 +86,10 @@ enum PreparedStatements {
     /// Errors of running it (a refused value, a constraint, a cancelled or timed-out statement, a server
     /// going away) leave the statement prepared.
     static func mayComeFromPreparing(_ state: String) -> Bool {
-        // 25P02: the transaction failed at an earlier statement; this one is not to blame.
-        state != "25P02" && ["42", "0A", "25", "26", "3D", "3F", "XX"].contains(String(state.prefix(2)))
+        // 25P02 (the transaction failed at an earlier statement) counts too: a statement first prepared in such a
+        // transaction failed its preparation, and postgres-nio would answer every later use on that connection with
+        // that error.
+        ["42", "0A", "25", "26", "3D", "3F", "XX"].contains(String(state.prefix(2)))
     }
 
     /// The SQL of a slot that ``slot(of:_:)`` gave out.
