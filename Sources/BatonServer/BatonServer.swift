@@ -116,6 +116,13 @@ public struct BatonServer: Sendable {
         self.configuration = configuration
         self.logger = logger
         let directory = try DataDirectory(configuration.dataDirectory)
+        // What this opens is closed again when a later step fails (a wrong master key, a newer schema): the
+        // connections and files go with the failed start, not with the process.
+        var started = false
+        var opened: [@Sendable () -> Void] = []
+        defer {
+            if !started { for close in opened.reversed() { close() } }
+        }
         let database: ServerDatabase
         let masterKey: SymmetricKey
         var postgres: PostgresStorage?
@@ -128,12 +135,14 @@ public struct BatonServer: Sendable {
             masterKey = try DataDirectory.existingMasterKey(file)
             let storage = try await PostgresStorage(
                 location: location, connections: configuration.databaseConnections, logger: logger)
+            opened.append { storage.close() }
             database = try await ServerDatabase(postgres: storage)
             postgres = storage
             await Self.warnOfUnflushedCommits(storage, logger: logger)
         } else {
             masterKey = try directory.masterKey(file: configuration.masterKeyFile)
             database = try ServerDatabase(directory)
+            opened.append { database.close() }
         }
         self.database = database
         let clock = configuration.clock
@@ -173,6 +182,7 @@ public struct BatonServer: Sendable {
             } else {
                 try DataStore(directory: directory, model: model)
             }
+        opened.append { store.close() }
         // Audit entries of changes committed just before a crash wait in the data database's outbox (on
         // PostgreSQL, only what an earlier version left there).
         do {
@@ -221,6 +231,7 @@ public struct BatonServer: Sendable {
             throttle: LoginThrottle(
                 limits: configuration.oauth.throttle, clock: clock, database: database, masterKey: masterKey),
             audit: audit, statusCache: statusCache)
+        started = true
     }
 
     /// The HTTP application. `onListening` is called with the bound host and port once the server accepts

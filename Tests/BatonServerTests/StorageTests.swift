@@ -1001,6 +1001,18 @@ import Testing
         }
         let newer = await failure { _ in }
         #expect(newer.contains("newer baton-server"), "\(newer)")
+        // A start that failed closed what it had opened: no connection of baton-server stays on the database.
+        var left = ""
+        for _ in 0..<50 {
+            left = try await offThePool {
+                try cluster.psql(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = '\(good.database)' AND application_name = 'baton-server'",
+                    database: good.database)
+            }
+            if left == "0\n" { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(left == "0\n", "connections that failed starts left open: \(left)")
     }
 
     /// Sam (supervisor) and alice, one aircraft, on two instances of one database; `body` gets both clients
