@@ -230,17 +230,21 @@ import Testing
         #expect(row == handedOut)
     }
 
+    /// The PostgreSQL storage of a server started on PostgreSQL.
+    static func postgres(_ server: TestServer) throws -> PostgresStorage {
+        guard case .postgres(let storage) = server.server.data.store.storage else {
+            throw TestFailure("PostgreSQL expected")
+        }
+        return storage
+    }
+
     /// A writer that waits too long for a row another writer holds fails as busy (503), not as a server error,
     /// and before the statement deadline gives up on a session PostgreSQL would keep waiting; a session whose
     /// client went away is noticed while it runs.
     @Test func aWriterWaitingTooLongForARowFailsAsUnavailable() async throws {
         let server = try await TestServer(backend: .postgres)
         defer { server.remove() }
-        let store = server.server.data.store
-        guard case .postgres(let storage) = store.storage else {
-            Issue.record("PostgreSQL expected")
-            return
-        }
+        let storage = try Self.postgres(server)
         let settings = try await storage.readStatement { db in
             try await db.fetchOne(
                 "SELECT current_setting('lock_timeout'), current_setting('client_connection_check_interval')")
@@ -394,11 +398,7 @@ import Testing
     @Test func collidingWritersAreRetriedUntilEachAppliedOnce() async throws {
         let server = try await TestServer(backend: .postgres)
         defer { server.remove() }
-        let store = server.server.data.store
-        guard case .postgres(let storage) = store.storage else {
-            Issue.record("not on PostgreSQL")
-            return
-        }
+        let storage = try Self.postgres(server)
         try await storage.write { db in
             try await db.execute("CREATE TABLE counter (id int PRIMARY KEY, value int NOT NULL)")
             try await db.execute("INSERT INTO counter VALUES (1, 0)")
