@@ -59,11 +59,12 @@ import Testing
         defer { first.remove() }
         let outbox = first.server.data.outbox
         let count = AuditLog.rowsPerInsert * 2 + 7
-        try await #require(first.server.data.store.pool).write { db in
+        let staged = try await #require(first.server.data.store.pool).write { db in
             try GRDBConnection.run(db) { connection in
                 var entries = (0..<count).map { Self.entry("bulk-\($0)") }
                 try await outbox.stage(&entries, in: connection)
                 #expect(Set(entries.compactMap(\.outboxKey)).count == count)
+                return entries
             }
         }
         #expect(try await outboxCount(first.server) == count)
@@ -72,6 +73,9 @@ import Testing
         // The newest first.
         #expect(moved == (0..<count).reversed().map { "bulk-\($0)" })
         let again = try await reopen(first.directory)
+        #expect(try await again.audit.entries(limit: 10_000).filter { $0.action.hasPrefix("bulk-") }.count == count)
+        // The same keyed entries written to the log once more, many a statement, add none (each once by its key).
+        try await again.database.storage.write { db in try await AuditLog.insert(staged, in: db) }
         #expect(try await again.audit.entries(limit: 10_000).filter { $0.action.hasPrefix("bulk-") }.count == count)
     }
 

@@ -1419,11 +1419,13 @@ import Testing
 }
 
 /// Which statements of a PostgreSQL write run prepared: reads and changes of rows, by their first word in any case
-/// after spaces; never transaction control, settings, locks or schema changes.
+/// after spaces; never `WITH` (it may change rows, whose count a prepared statement does not give), transaction
+/// control, settings, locks or schema changes.
 @Suite struct PreparedKindTests {
     @Test func readsAndChangesArePreparedAndNothingElse() {
         let expected: [(String, PostgresSQLConnection.PreparedKind?)] = [
-            ("SELECT 1", .read), ("  \n\tselect * FROM t", .read), ("WITH x AS (SELECT 1) SELECT * FROM x", .read),
+            ("SELECT 1", .read), ("  \n\tselect * FROM t", .read), ("WITH x AS (SELECT 1) SELECT * FROM x", nil),
+            ("WITH moved AS (UPDATE t SET a = 1 RETURNING a) SELECT count(*) FROM moved", nil),
             ("INSERT INTO t VALUES (?)", .change), ("update t SET a = ?", .change), ("Delete FROM t", .change),
             ("INSERT INTO t VALUES (?) RETURNING id", .change), ("BEGIN ISOLATION LEVEL SERIALIZABLE", nil),
             ("COMMIT", nil), ("SET LOCAL lock_timeout = 0", nil), ("LOCK TABLE t", nil),

@@ -142,19 +142,14 @@ public struct AuditLog: Sendable {
 
     static func insert(_ entries: [AuditEntry], in db: any SQLConnection) async throws {
         // Many rows a statement: a 100-change batch's entries cost PostgreSQL one round trip, not a hundred.
-        for start in stride(from: 0, to: entries.count, by: rowsPerInsert) {
-            let chunk = entries[start..<min(entries.count, start + rowsPerInsert)]
-            try await db.execute(
-                "INSERT INTO audit (at, actor, action, subject, address, detail, outboxKey) VALUES "
-                    + Array(repeating: "(?, ?, ?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ", ")
-                    + " ON CONFLICT DO NOTHING",
-                chunk.flatMap { entry in
-                    [
-                        entry.at.sqlValue, entry.actor.sqlValue, entry.action.sqlValue, entry.subject.sqlValue,
-                        entry.address.sqlValue, entry.detail.sqlValue, entry.outboxKey.sqlValue,
-                    ]
-                })
-        }
+        try await db.insert(
+            into: "audit", columns: ["at", "actor", "action", "subject", "address", "detail", "outboxKey"],
+            rows: entries.map { entry in
+                [
+                    entry.at.sqlValue, entry.actor.sqlValue, entry.action.sqlValue, entry.subject.sqlValue,
+                    entry.address.sqlValue, entry.detail.sqlValue, entry.outboxKey.sqlValue,
+                ]
+            }, suffix: " ON CONFLICT DO NOTHING", rowsPerInsert: rowsPerInsert)
     }
 
     /// How many entries one `INSERT` writes at most (7 arguments each, far below either engine's limit).

@@ -43,18 +43,14 @@ final class AuditOutbox: Sendable {
             entries[index].outboxKey = prefix + ":" + String(counter.add(1, ordering: .relaxed).newValue)
         }
         // Many rows a statement, in the entries' order (the outbox is read back in insertion order).
-        for start in stride(from: 0, to: entries.count, by: AuditLog.rowsPerInsert) {
-            let chunk = entries[start..<min(entries.count, start + AuditLog.rowsPerInsert)]
-            try await db.execute(
-                "INSERT INTO \(Self.table) (key, at, actor, action, subject, address, detail) VALUES "
-                    + Array(repeating: "(?, ?, ?, ?, ?, ?, ?)", count: chunk.count).joined(separator: ", "),
-                chunk.flatMap { entry in
-                    [
-                        entry.outboxKey.sqlValue, entry.at.sqlValue, entry.actor.sqlValue, entry.action.sqlValue,
-                        entry.subject.sqlValue, entry.address.sqlValue, entry.detail.sqlValue,
-                    ]
-                })
-        }
+        try await db.insert(
+            into: Self.table, columns: ["key", "at", "actor", "action", "subject", "address", "detail"],
+            rows: entries.map { entry in
+                [
+                    entry.outboxKey.sqlValue, entry.at.sqlValue, entry.actor.sqlValue, entry.action.sqlValue,
+                    entry.subject.sqlValue, entry.address.sqlValue, entry.detail.sqlValue,
+                ]
+            }, rowsPerInsert: AuditLog.rowsPerInsert)
     }
 
     /// Notes that entries of committed changes could not be recorded: they wait in the outbox.

@@ -20,18 +20,10 @@ struct AccessTokenClaims: JWTPayload, Equatable {
     }
 
     /// Whether the token grants `wanted`: one of the space-separated scopes, compared byte for byte (a combining
-    /// mark after a space cannot join two scopes into one), without building the list on every request.
+    /// mark after a space cannot join two scopes into one), without building strings on every request. Empty
+    /// pieces are dropped, so the empty scope is never granted.
     func grants(_ wanted: String) -> Bool {
-        guard !wanted.isEmpty else { return false }
-        let space = UInt8(ascii: " ")
-        let bytes = scope.utf8
-        var start = bytes.startIndex
-        while start < bytes.endIndex {
-            let end = bytes[start...].firstIndex(of: space) ?? bytes.endIndex
-            if bytes[start..<end].elementsEqual(wanted.utf8) { return true }
-            start = end < bytes.endIndex ? bytes.index(after: end) : end
-        }
-        return false
+        scope.utf8.split(separator: UInt8(ascii: " ")).contains { $0.elementsEqual(wanted.utf8) }
     }
 
     /// Signature is checked by the key collection; time and audience are checked by ``TokenService`` with the

@@ -83,6 +83,7 @@ final class TokenStatusCache: Sendable {
     /// The generation a status read now belongs to, or `nil` when the cache must not be used (changes are not
     /// being heard). Looks at the epoch file first.
     func generation() -> UInt64? {
+        // Looked at only where there is an epoch file to look at (SQLite); a file that went missing counts as a change.
         let epoch = epochPath.map(FileIdentity.init(path:))
         return state.withLock { state in
             if let epoch, let epochPath, epoch != state.epoch {
@@ -153,20 +154,19 @@ final class TokenStatusCache: Sendable {
     }
 }
 
-/// A file's device, inode, size and modification time (nanoseconds), all zero when it does not exist: what tells a
-/// replaced file from the one looked at before.
+/// A file's device, inode, size and modification time (nanoseconds): what tells a replaced file from the one looked
+/// at before.
 struct FileIdentity: Equatable {
-    var device = 0
-    var inode = 0
-    var size = 0
-    var modifiedSeconds = 0
-    var modifiedNanoseconds = 0
-    var exists = false
+    var device: Int
+    var inode: Int
+    var size: Int
+    var modifiedSeconds: Int
+    var modifiedNanoseconds: Int
 
-    init(path: String) {
+    /// `nil` when the file does not exist.
+    init?(path: String) {
         var status = stat()
-        guard stat(path, &status) == 0 else { return }
-        exists = true
+        guard stat(path, &status) == 0 else { return nil }
         device = Int(status.st_dev)
         inode = Int(status.st_ino)
         size = Int(status.st_size)

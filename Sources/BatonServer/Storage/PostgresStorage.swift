@@ -362,8 +362,9 @@ struct PostgresSQLConnection: SQLConnection {
     let logger: Logger
     /// How long a statement may go unanswered; `nil` for no limit (migrations, copies).
     let deadline: TimeAmount?
-    /// Whether statements are prepared (`PreparedStatements`): those of the server's own shapes of reads, and those of
-    /// writes (``PostgresStorage/write(_:)``), whose shapes are the server's statements and the entity sets' columns.
+    /// Whether statements are prepared (`PreparedStatements`): the server's own shapes of reads
+    /// (``PostgresStorage/readStatement(prepared:_:)``), and in a write (``PostgresStorage/write(_:)``) only the
+    /// changes the data service runs through `perform`, whose shapes are its own and the entity sets' columns.
     var prepared = false
     /// Whether this is a write's connection, whose new shapes may take only ``PreparedStatements/writesLimit``.
     var inWrite = false
@@ -374,7 +375,9 @@ struct PostgresSQLConnection: SQLConnection {
     func execute(_ sql: String, _ arguments: [SQLValue]) async throws -> Int {
         // A prepared read's count is its rows, as its command tag says; a change's count is only in its tag, which
         // postgres-nio does not give for a prepared statement (`perform(_:_:)` runs changes prepared).
-        guard prepared, Self.preparedKind(sql) == .read else { return try await run(sql, arguments).metadata.rows ?? 0 }
+        guard prepared, !inWrite, Self.preparedKind(sql) == .read else {
+            return try await run(sql, arguments).metadata.rows ?? 0
+        }
         do {
             return try await rows(sql, arguments, prepared: true).count
         } catch let error as PSQLError {
@@ -394,8 +397,8 @@ struct PostgresSQLConnection: SQLConnection {
         }
     }
 
-    /// Whether a statement of a prepared access runs prepared: reads (`SELECT`, `WITH`) and changes of rows
-    /// (`INSERT`, `UPDATE`, `DELETE`); transaction control, settings, locks and schema changes do not (`nil`).
+    /// Whether a statement of a prepared access runs prepared: reads (`SELECT`) and changes of rows (`INSERT`,
+    /// `UPDATE`, `DELETE`); `WITH`, transaction control, settings, locks and schema changes do not (`nil`).
     static func preparedKind(_ sql: String) -> PreparedKind? {
         var bytes = sql.utf8.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\t") }
         var word: [UInt8] = []
@@ -405,7 +408,8 @@ struct PostgresSQLConnection: SQLConnection {
             word.append(byte | 0x20)
             bytes = bytes.dropFirst()
         }
-        if ["select", "with"].contains(where: { $0.utf8.elementsEqual(word) }) { return .read }
+        // Not `WITH`: a common table expression may change rows, whose count `execute` would then not return.
+        if "select".utf8.elementsEqual(word) { return .read }
         if ["insert", "update", "delete"].contains(where: { $0.utf8.elementsEqual(word) }) { return .change }
         return nil
     }
@@ -413,7 +417,10 @@ struct PostgresSQLConnection: SQLConnection {
     enum PreparedKind { case read, change }
 
     func fetchAll(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow] {
-        guard prepared, Self.preparedKind(sql) != nil else { return try Self.rows(of: try await run(sql, arguments)) }
+        // A write's reads run unprepared: a mixed `$batch` reads with a client's `$filter` shapes inside its write.
+        guard prepared, !inWrite, Self.preparedKind(sql) != nil else {
+            return try Self.rows(of: try await run(sql, arguments))
+        }
         do {
             return try await rows(sql, arguments, prepared: true)
         } catch let error as PSQLError {
@@ -813,6 +820,9 @@ final class LoopPool: Sendable {
         var head = 0
         var idle: [CheckedContinuation<Job?, Never>] = []
         var closed = false
+        /// How many jobs may wait before the taken ones among them are dropped: doubled each time, so a long
+        /// backlog (the database away) is filtered a logarithmic number of times, not on every request.
+        var pruneAt = 256
 
         var isEmpty: Bool { head == jobs.count }
 
@@ -837,8 +847,14 @@ final class LoopPool: Sendable {
                 jobs.insert(job, at: 0)
             } else {
                 // Jobs whose deadline passed while no holder came (the database away) go when they are many.
-                if jobs.count - head >= 256 {
+                if jobs.count - head >= pruneAt {
                     jobs = jobs[head...].filter { !$0.isTaken() }
+                    head = 0
+                    pruneAt = max(256, 2 * jobs.count)
+                } else if head >= 1_024, head > jobs.count / 2 {
+                    // Jobs handed out stay before `head` until the queue empties; under a steady backlog it never
+                    // does, so they go once they are most of the array.
+                    jobs.removeFirst(head)
                     head = 0
                 }
                 jobs.append(job)

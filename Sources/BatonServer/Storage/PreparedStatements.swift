@@ -6,8 +6,8 @@ import NIOCore
 import PostgresNIO
 import Synchronization
 
-/// Prepared statements for the single-statement reads every request makes (the token check, an entity by key), for
-/// a write's reads and for the data service's inserts, updates and deletes of entities (`SQLConnection.perform`):
+/// Prepared statements for the single-statement reads every request makes (the token check, an entity by key) and
+/// for the data service's inserts, updates and deletes of entities (`SQLConnection.perform`, inside writes):
 /// PostgreSQL parses and plans each once per connection instead of every time. A key
 /// read's two statements took 0.24 ms of PostgreSQL's time unprepared and 0.10 ms prepared (`pgbench -M extended` /
 /// `-M prepared` on this project's VM), time that PostgreSQL takes from the server's cores when both share a
@@ -19,9 +19,10 @@ import Synchronization
 /// statement (its SQL and the types of its arguments, which PostgreSQL is told, as it is for an unprepared statement)
 /// takes one of ``slots`` ``PreparedSlot`` types the first time it runs, for the life of the process. Once every
 /// slot is taken, further statements run unprepared, as before. So only the server's own shapes are prepared: the
-/// reads ``ServerStorage/readStatement(prepared:_:)`` is told are, and a write's reads and entity changes (the
-/// server's statements; an entity's by its set and the columns a change names). A client's `$filter`, `$search`,
-/// `$orderby` or `$select` shape reads without number, and any account's few hundred of them took every slot;
+/// reads ``ServerStorage/readStatement(prepared:_:)`` is told are, and a write's entity changes (by the set and the
+/// columns a change names). A write's reads are not: a mixed `$batch` reads inside its write, and a client's
+/// `$filter`, `$search`, `$orderby` or `$select` shape reads without number — any account's few hundred of them took
+/// every slot;
 /// changes naming ever other sets of columns take new slots only while half are free (``writesLimit``), so they
 /// cannot take the other half from the reads.
 enum PreparedStatements {

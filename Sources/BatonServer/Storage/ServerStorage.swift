@@ -95,6 +95,22 @@ extension SQLConnection {
         try await execute(sql, arguments)
     }
 
+    /// Inserts `rows` (each one value per column, in order) into `table`, many rows a statement — a round trip per
+    /// `rowsPerInsert` rows rather than per row — in their order; `suffix` follows each statement's values (an
+    /// `ON CONFLICT` clause).
+    func insert(
+        into table: String, columns: [String], rows: [[SQLValue]], suffix: String = "", rowsPerInsert: Int
+    ) async throws {
+        let tuple = "(" + Array(repeating: "?", count: columns.count).joined(separator: ", ") + ")"
+        for start in stride(from: 0, to: rows.count, by: rowsPerInsert) {
+            let chunk = rows[start..<min(rows.count, start + rowsPerInsert)]
+            try await execute(
+                "INSERT INTO \(table) (\(columns.joined(separator: ", "))) VALUES "
+                    + Array(repeating: tuple, count: chunk.count).joined(separator: ", ") + suffix,
+                chunk.flatMap { $0 })
+        }
+    }
+
     /// Runs a statement with its arguments.
     @discardableResult
     public func execute(_ sql: String, _ arguments: any SQLArgument...) async throws -> Int {
