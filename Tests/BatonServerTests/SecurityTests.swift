@@ -1148,6 +1148,38 @@ import Testing
         }
     }
 
+    /// A request the server answers before its body has ended (here a 401: no token) still leaves the connection on
+    /// the clock once the body ends: silent after that, it is closed within the head timeout, not kept for good.
+    @Test func aRequestAnsweredBeforeItsBodyEndedLeavesTheConnectionTimed() async throws {
+        try await Self.live(configure: { $0.connections.headTimeout = .seconds(1) }) { _, client in
+            let port = try #require(client.port)
+            let socket = try Self.connect(port: port)
+            defer { close(socket) }
+            var timeout = timeval(tv_sec: 20, tv_usec: 0)
+            setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            let head =
+                "POST /odata/$batch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4\r\n\r\n"
+            _ = head.withCString { send(socket, $0, strlen($0), 0) }
+            // The answer comes before the body is sent.
+            let answer = try await offThePool {
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                let count = recv(socket, &buffer, buffer.count, 0)
+                return String(decoding: buffer.prefix(max(0, count)), as: UTF8.self)
+            }
+            #expect(answer.hasPrefix("HTTP/1.1 401"), "\(answer.prefix(80))")
+            _ = "{}{}".withCString { send(socket, $0, strlen($0), 0) }
+            let silentSince = ContinuousClock.now
+            let read = try await offThePool {
+                var buffer = [UInt8](repeating: 0, count: 4096)
+                var count = 1
+                while count > 0 { count = recv(socket, &buffer, buffer.count, 0) }
+                return count
+            }
+            #expect(read == 0, "the connection was not closed")
+            #expect(ContinuousClock.now - silentSince < .seconds(10))
+        }
+    }
+
     @Test func theMetricsPortHoldsFewConnectionsAndClosesSilentOnes() async throws {
         let server = try await TestServer {
             $0.metricsConnections.maximumConnectionsPerAddress = 4

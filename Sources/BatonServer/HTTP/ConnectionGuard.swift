@@ -69,7 +69,7 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     /// The one timer and when it fires (never after ``deadline``).
     var timer: Scheduled<Void>?
     var timerFiresAt: NIODeadline?
-    /// Requests read completely and not yet answered.
+    /// Requests begun (their head read) and not yet answered.
     var unanswered = 0
     var readingBody = false
 
@@ -101,13 +101,15 @@ final class ConnectionGuard: ChannelDuplexHandler, RemovableChannelHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head:
+            // Counted from its head: a request answered before its body ended (a 401, a 413) is not counted again
+            // at its end, where it would wait for an answer that never comes, with no deadline, for good.
             readingBody = true
+            unanswered += 1
             arm(context, counter.limits.bodyTimeout)
         case .body: break
         case .end:
             readingBody = false
-            unanswered += 1
-            deadline = nil
+            if unanswered > 0 { deadline = nil } else { arm(context, counter.limits.headTimeout) }
         }
         context.fireChannelRead(data)
     }
