@@ -261,9 +261,27 @@ extension OfflineStore {
         } catch {
             throw OfflineError(.storage, error.message)
         }
+        guard let values = replace.range(of: " VALUES ") else {
+            throw OfflineError(.storage, "The insert statement has no VALUES clause")
+        }
+        let head = String(replace[..<values.lowerBound])
         try write { db in
             let pending = try Self.pendingIDs(in: db)
-            let statement = try db.cachedStatement(sql: replace)
+            // New versions are written many to a statement, in the page's order (a delete writes those before it
+            // first): SQLite prepares and starts one statement for up to `rowsPerStatement` rows instead of one
+            // a row.
+            var buffered: [DatabaseValue] = []
+            var bufferedRows = 0
+            var rowsPerStatement = 1
+            func flush() throws {
+                guard bufferedRows > 0 else { return }
+                let width = buffered.count / bufferedRows
+                let row = "(" + Array(repeating: "?", count: width).joined(separator: ", ") + ")"
+                let sql = head + " VALUES " + Array(repeating: row, count: bufferedRows).joined(separator: ", ")
+                try db.cachedStatement(sql: sql).execute(arguments: StatementArguments(buffered))
+                buffered.removeAll(keepingCapacity: true)
+                bufferedRows = 0
+            }
             for change in changes {
                 if shared {
                     if change.arguments != nil {
@@ -282,15 +300,21 @@ extension OfflineStore {
                     continue
                 }
                 guard let arguments = change.arguments else {
+                    try flush()
                     let (_, _, key) = try self.parseID(change.id)
                     let delete = try translator.delete(from: set.name, key: key)
                     try db.cachedStatement(sql: delete.sql).execute(arguments: delete.statementArguments)
                     removed += db.changesCount
                     continue
                 }
-                try statement.execute(arguments: StatementArguments(arguments))
+                // SQLite's least limit of a statement's parameters is 999.
+                rowsPerStatement = max(1, min(64, 999 / max(1, arguments.count)))
+                buffered.append(contentsOf: arguments)
+                bufferedRows += 1
+                if bufferedRows == rowsPerStatement { try flush() }
                 updated += 1
             }
+            try flush()
             if let (name, link, exact) = deltaLink { try Self.store(link, exact: exact, of: name, in: db) }
         }
         report.updated += updated

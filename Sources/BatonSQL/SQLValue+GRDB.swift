@@ -27,7 +27,14 @@ extension SQLValue {
 
 extension SQLQuery {
     /// The arguments as GRDB statement arguments.
-    public var statementArguments: StatementArguments {
-        StatementArguments(arguments.map { $0.databaseValue })
+    public var statementArguments: StatementArguments { StatementArguments(bridging: arguments) }
+}
+
+extension StatementArguments {
+    /// GRDB statement arguments from SQL values, each read through a closure. GRDB's initializer from a sequence of
+    /// concrete values maps them through a key path it builds at run time on every call: on a key read of one
+    /// argument that was a twentieth of the request.
+    public init(bridging values: [SQLValue]) {
+        self.init(values.map { value -> (any DatabaseValueConvertible)? in value.databaseValue })
     }
 }

@@ -87,7 +87,7 @@ struct GRDBConnection: SQLConnection {
     func execute(_ sql: String, _ arguments: [SQLValue]) async throws -> Int {
         do {
             try db.cachedStatement(sql: sql).execute(
-                arguments: StatementArguments(arguments.map { $0.databaseValue } as [DatabaseValue]))
+                arguments: StatementArguments(bridging: arguments))
         } catch let error as DatabaseError {
             throw StorageError(sqlite: error)
         }
@@ -117,7 +117,7 @@ struct GRDBConnection: SQLConnection {
             let statement = try db.cachedStatement(sql: sql)
             let cursor = GRDBCursor(statement: statement.sqliteStatement, columnNames: statement.columnNames)
             try statement.forEachRow(
-                arguments: StatementArguments(arguments.map { $0.databaseValue } as [DatabaseValue])
+                arguments: StatementArguments(bridging: arguments)
             ) { _ in
                 try body(cursor)
             }

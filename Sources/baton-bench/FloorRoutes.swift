@@ -1,0 +1,166 @@
+import Foundation
+import GRDB
+import Hummingbird
+import PostgresNIO
+import Synchronization
+
+/// Routes on the bare Hummingbird application that read what the data service's key read, filtered page and delta
+/// page read, plainly, and answer a fixed body: on SQLite by GRDB from the server's data file (read-only
+/// connections used in place, on the request's thread, as the server reads), on PostgreSQL by a plain postgres-nio
+/// client with prepared statements. No token, no OData, no JSON: a floor under each read, measured beside it, so
+/// a target above its share cannot be met on this machine, and the distance from a row to its floor is the
+/// server's own cost.
+struct FloorRoutes: Sendable {
+    enum Source: Sendable {
+        case sqlite(SQLiteReaders)
+        case postgres(PostgresClient)
+    }
+
+    let source: Source
+
+    static let columns =
+        #""ID", "TailNumber", "FlightNumber", "FuelKg", "TyrePressureMainPsi", "TyrePressureNosePsi", "OilQuarts", "Remarks", "Status", "CheckedBy", "UploadedBy", "ChangedAt""#
+
+    func add(to router: Router<BasicRequestContext>) {
+        router.get("/floor/key/:id") { _, context in
+            let id = try context.parameters.require("id")
+            return try answer(try await keyRead(id))
+        }
+        router.get("/floor/page") { _, _ in try answer(try await page()) }
+        router.get("/floor/delta") { _, _ in try answer(try await delta()) }
+    }
+
+    /// The rows read: GRDB's (each column read as its stored value), or how many postgres-nio's client streamed.
+    enum Answer {
+        case rows([Row])
+        case count(Int)
+    }
+
+    func answer(_ answer: Answer) throws -> String {
+        let count: Int
+        switch answer {
+        case .rows(let rows): count = rows.count
+        case .count(let rows): count = rows
+        }
+        guard count > 0 else { throw HTTPError(.notFound) }
+        return #"{"rows":\#(count)}"#
+    }
+
+    func keyRead(_ id: String) async throws -> Answer {
+        switch source {
+        case .sqlite(let readers):
+            return .rows(
+                try readers.read { db in
+                    try Row.fetchAll(
+                        db.cachedStatement(sql: #"SELECT \#(Self.columns) FROM "PreflightChecks" WHERE "ID" = ?"#),
+                        arguments: [id])
+                })
+        case .postgres(let client):
+            guard let uuid = UUID(uuidString: id) else { return .count(0) }
+            return .count(try await count(try await client.execute(FloorKeyRead(id: uuid))))
+        }
+    }
+
+    func page() async throws -> Answer {
+        switch source {
+        case .sqlite(let readers):
+            return .rows(
+                try readers.read { db in
+                    try Row.fetchAll(
+                        db.cachedStatement(
+                            sql:
+                                #"SELECT \#(Self.columns) FROM "PreflightChecks" WHERE CAST("FuelKg" AS REAL) > ? AND "Status" = ? ORDER BY "ID" LIMIT ?"#
+                        ), arguments: [50_000, "final", 50])
+                })
+        case .postgres(let client):
+            return .count(try await count(try await client.execute(FloorPage())))
+        }
+    }
+
+    /// The delta page's rows: the first 100 checks in key order, which the benchmark's first batch changed, read in
+    /// one range of the key's index.
+    func delta() async throws -> Answer {
+        switch source {
+        case .sqlite(let readers):
+            return .rows(
+                try readers.read { db in
+                    try Row.fetchAll(
+                        db.cachedStatement(
+                            sql: #"SELECT \#(Self.columns) FROM "PreflightChecks" ORDER BY "ID" LIMIT ?"#),
+                        arguments: [100])
+                })
+        case .postgres(let client):
+            return .count(try await count(try await client.execute(FloorRows())))
+        }
+    }
+
+    func count(_ rows: some AsyncSequence) async throws -> Int {
+        var count = 0
+        for try await _ in rows { count += 1 }
+        return count
+    }
+}
+
+/// Read-only GRDB connections to one file, taken in turn and used in place on the caller's thread (a connection
+/// in use by another request serialises the two): GRDB's fastest read, with no queue hop and no schema check.
+final class SQLiteReaders: Sendable {
+    let connections: [DatabaseQueue]
+    let next = Atomic<UInt>(0)
+
+    init(path: String, count: Int) throws {
+        var configuration = Configuration()
+        configuration.readonly = true
+        connections = try (0..<count).map { _ in try DatabaseQueue(path: path, configuration: configuration) }
+    }
+
+    func read<T>(_ body: (Database) throws -> T) throws -> T {
+        let index = next.wrappingAdd(1, ordering: .relaxed).newValue
+        return try connections[Int(index % UInt(connections.count))].unsafeRead(body)
+    }
+}
+
+/// The key read's statement, as the server's translator writes it (columns named, bound by `uuid`).
+struct FloorKeyRead: PostgresPreparedStatement {
+    static let sql = #"SELECT \#(FloorRoutes.columns) FROM "PreflightChecks" WHERE "ID" = $1"#
+    typealias Row = PostgresRow
+    let id: UUID
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 1)
+        bindings.append(id)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
+}
+
+/// The filtered page of 50, as the server's translator writes it.
+struct FloorPage: PostgresPreparedStatement {
+    static let sql =
+        #"SELECT \#(FloorRoutes.columns) FROM "PreflightChecks" WHERE "FuelKg" > $1::integer AND "Status" = $2::text ORDER BY "ID" LIMIT $3::bigint"#
+    typealias Row = PostgresRow
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 3)
+        bindings.append(50_000)
+        bindings.append("final")
+        bindings.append(50)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
+}
+
+/// The delta page's 100 changed checks, in key order.
+struct FloorRows: PostgresPreparedStatement {
+    static let sql = #"SELECT \#(FloorRoutes.columns) FROM "PreflightChecks" ORDER BY "ID" LIMIT $1::bigint"#
+    typealias Row = PostgresRow
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 1)
+        bindings.append(100)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
+}
