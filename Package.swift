@@ -210,7 +210,7 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // Test-only: the trait that keeps the number of tests serving Baton at once small.
+        // Test-only: the trait that keeps the number of tests serving Baton at once small, and image fixtures.
         .target(
             name: "BatonTestSupport",
             swiftSettings: swiftSettings
@@ -281,6 +281,7 @@ let package = Package(
             name: "BatonODataTests",
             dependencies: [
                 "BatonOData",
+                "BatonTestSupport",
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ],

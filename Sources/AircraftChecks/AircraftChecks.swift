@@ -220,3 +220,85 @@ public struct PreflightCheck: ODataEntity {
             Property(name: "ChangedAt", type: .dateTimeOffset, isNullable: true, precision: 3, isComputed: true),
         ])
 }
+
+/// `Baton.CheckPhoto`, in the entity set `CheckPhotos`; key: `ID`.
+public struct CheckPhoto: ODataEntity {
+    public static let entitySetName = "CheckPhotos"
+    /// `ID`, Edm.Guid, key.
+    public var id: UUID
+    /// `CheckID`, Edm.Guid.
+    public var checkID: UUID
+    /// `TakenAt`, Edm.DateTimeOffset.
+    public var takenAt: Date
+    /// `Caption`, Edm.String, at most 200 characters.
+    public var caption: String?
+    /// `TakenBy`, Edm.String, kept by the server (read-only), at most 64 characters.
+    public var takenBy: String?
+    /// `UploadedBy`, Edm.String, kept by the server (read-only), at most 64 characters.
+    public var uploadedBy: String?
+    /// `ContentType`, Edm.String, kept by the server (read-only), at most 40 characters.
+    public var contentType: String?
+    /// `Size`, Edm.Int64, kept by the server (read-only).
+    public var size: Int64?
+    /// `SHA256`, Edm.String, kept by the server (read-only), at most 64 characters.
+    public var shA256: String?
+    /// `ChangedAt`, Edm.DateTimeOffset, kept by the server (read-only).
+    public var changedAt: Date?
+
+    /// An entity with the properties an app sets; the server sets the computed ones.
+    public init(
+        id: UUID,
+        checkID: UUID,
+        takenAt: Date,
+        caption: String? = nil
+    ) {
+        self.id = id
+        self.checkID = checkID
+        self.takenAt = takenAt
+        self.caption = caption
+        self.takenBy = nil
+        self.uploadedBy = nil
+        self.contentType = nil
+        self.size = nil
+        self.shA256 = nil
+        self.changedAt = nil
+    }
+
+    public init(values: [String: PrimitiveValue]) throws(ODataError) {
+        let reader = EntityValueReader(values, of: Self.entityType)
+        id = try reader.required("ID")
+        checkID = try reader.required("CheckID")
+        takenAt = try reader.required("TakenAt")
+        caption = try reader.optional("Caption")
+        takenBy = try reader.optional("TakenBy")
+        uploadedBy = try reader.optional("UploadedBy")
+        contentType = try reader.optional("ContentType")
+        size = try reader.optional("Size")
+        shA256 = try reader.optional("SHA256")
+        changedAt = try reader.optional("ChangedAt")
+    }
+
+    public var values: [String: PrimitiveValue] {
+        [
+            "ID": id.primitiveValue,
+            "CheckID": checkID.primitiveValue,
+            "TakenAt": takenAt.primitiveValue,
+            "Caption": PrimitiveValue(caption),
+        ]
+    }
+
+    public static let entityType = EntityType(
+        name: "CheckPhoto", key: ["ID"],
+        properties: [
+            Property(name: "ID", type: .guid, isNullable: false),
+            Property(name: "CheckID", type: .guid, isNullable: false),
+            Property(name: "TakenAt", type: .dateTimeOffset, isNullable: false, precision: 3),
+            Property(name: "Caption", type: .string, isNullable: true, maxLength: 200),
+            Property(name: "TakenBy", type: .string, isNullable: true, maxLength: 64, isComputed: true),
+            Property(name: "UploadedBy", type: .string, isNullable: true, maxLength: 64, isComputed: true),
+            Property(name: "ContentType", type: .string, isNullable: true, maxLength: 40, isComputed: true),
+            Property(name: "Size", type: .int64, isNullable: true, isComputed: true),
+            Property(name: "SHA256", type: .string, isNullable: true, maxLength: 64, isComputed: true),
+            Property(name: "ChangedAt", type: .dateTimeOffset, isNullable: true, precision: 3, isComputed: true),
+        ], hasStream: true)
+}

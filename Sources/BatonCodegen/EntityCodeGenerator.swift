@@ -183,7 +183,7 @@ public enum EntityCodeGenerator {
         for member in members {
             text += "            " + propertyExpression(member.property) + ",\n"
         }
-        text += "        ])\n}\n"
+        text += type.hasStream ? "        ], hasStream: true)\n}\n" : "        ])\n}\n"
         return text
     }
 

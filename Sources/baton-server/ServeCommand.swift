@@ -131,7 +131,9 @@ struct ServeCommand: AsyncParsableCommand {
         let application = server.application { host, port in
             FileHandle.standardOutput.write(Data("listening on http://\(host):\(port)\n".utf8))
         }
-        var services: [any Service] = [application, AuditRetention(server: server, logger: logger)]
+        var services: [any Service] = [
+            application, AuditRetention(server: server, logger: logger), MediaSweep(server: server, logger: logger),
+        ]
         if metricsPort != nil {
             services.append(
                 server.metricsApplication { host, port in

@@ -4,7 +4,7 @@ import Testing
 @Suite struct ServiceModelTests {
     @Test func bundledModelHasTheAircraftChecksSets() throws {
         let model = try ServiceModel.aircraftChecks
-        #expect(model.entitySets.map(\.name) == ["Aircraft", "Flights", "PreflightChecks"])
+        #expect(model.entitySets.map(\.name) == ["Aircraft", "Flights", "PreflightChecks", "CheckPhotos"])
         let checks = try #require(model.entityType(named: "Baton.PreflightCheck"))
         #expect(checks.key == ["ID"])
         #expect(checks.property(named: "ID")?.type == .guid)

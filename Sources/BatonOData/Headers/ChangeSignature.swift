@@ -18,14 +18,16 @@ public enum ChangeSignature {
     ///     create). The server refuses the change if it is sent with any other `If-Match`, except an ETag that a
     ///     change recorded on the same device produced (the device moves queued changes onto the versions its
     ///     earlier changes created).
+    ///   - slug: for a media entity's bytes (a photo), the `Slug` they are sent with — the entity's properties —
+    ///     as a tenth line; `bodySHA256` is then the SHA-256 of the bytes.
     /// - Returns: the UTF-8 bytes to sign or verify.
     public static func canonicalMessage(
         requestID: String, method: String, url: String, bodySHA256: String, createdAt: String, device: String,
-        author: String, ifMatch: String
+        author: String, ifMatch: String, slug: String? = nil
     ) -> [UInt8] {
-        Array(
-            ["baton-change-v2", requestID, method, url, bodySHA256, createdAt, device, author, ifMatch]
-                .joined(separator: "\n").utf8)
+        var lines = ["baton-change-v2", requestID, method, url, bodySHA256, createdAt, device, author, ifMatch]
+        if let slug { lines.append(slug) }
+        return Array(lines.joined(separator: "\n").utf8)
     }
 }
 

@@ -15,6 +15,7 @@ extension ServiceModel {
             var members: [(String, JSONValue)] = [
                 ("$Kind", .string("EntityType")), ("$Key", .array(type.key.map(JSONValue.string))),
             ]
+            if type.hasStream { members.append(("$HasStream", .bool(true))) }
             for property in type.properties {
                 var facets: [(String, JSONValue)] = []
                 if let enumType = property.enumType {

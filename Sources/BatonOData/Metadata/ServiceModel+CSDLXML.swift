@@ -19,7 +19,9 @@ extension ServiceModel {
             xml += "      </EnumType>\n"
         }
         for type in entityTypes {
-            xml += "      <EntityType Name=\"\(Markup.xml(type.name))\">\n        <Key>\n"
+            xml +=
+                "      <EntityType Name=\"\(Markup.xml(type.name))\"\(type.hasStream ? " HasStream=\"true\"" : "")>\n"
+                + "        <Key>\n"
             for key in type.key { xml += "          <PropertyRef Name=\"\(Markup.xml(key))\"/>\n" }
             xml += "        </Key>\n"
             for property in type.properties {

@@ -12,15 +12,20 @@ public struct EntityType: Sendable, Hashable {
     private var propertyIndex: [String: Int]
     /// The navigation properties, in declaration order.
     public var navigationProperties: [NavigationProperty]
+    /// Whether its entities are media entities (CSDL `HasStream`): each has a media resource — a photo's bytes —
+    /// read and replaced at `…/$value`, besides its properties.
+    public var hasStream: Bool
 
     /// Creates an entity type.
     public init(
-        name: String, key: [String], properties: [Property], navigationProperties: [NavigationProperty] = []
+        name: String, key: [String], properties: [Property], navigationProperties: [NavigationProperty] = [],
+        hasStream: Bool = false
     ) {
         self.name = name
         self.key = key
         self.properties = properties
         self.navigationProperties = navigationProperties
+        self.hasStream = hasStream
         propertyIndex = Self.index(properties)
     }
 

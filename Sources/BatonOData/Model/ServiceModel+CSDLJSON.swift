@@ -197,7 +197,15 @@ extension ServiceModel {
                     .invalidModel, "Member '\(target)' has unknown \"$Kind\" '\(kind)'.", target: member)
             }
         }
-        return EntityType(name: name, key: key, properties: properties, navigationProperties: navigations)
+        var hasStream = false
+        if let stream = element["$HasStream"] {
+            guard let flag = stream.boolValue else {
+                throw ODataError(.invalidModel, "\"$HasStream\" of '\(name)' must be true or false.", target: name)
+            }
+            hasStream = flag
+        }
+        return EntityType(
+            name: name, key: key, properties: properties, navigationProperties: navigations, hasStream: hasStream)
     }
 
     static func intFacet(_ name: String, _ value: JSONValue, _ target: String) throws(ODataError) -> Int? {

@@ -161,9 +161,20 @@ public struct ODataURL: Sendable, Hashable {
                     continue
                 }
                 if name == "$value" {
-                    throw ODataError(
-                        .notImplemented, "Media entities ('$value' of an entity) are not implemented", position: offset,
-                        target: name)
+                    guard keyText == nil, !isCollection else {
+                        throw ODataError(
+                            .syntax, "'$value' must follow one media entity, not a collection", position: offset,
+                            target: name)
+                    }
+                    // Well-formed, but the type has no media resource.
+                    guard currentType.hasStream else {
+                        throw ODataError(
+                            .typeMismatch, "'\(currentType.name)' is not a media entity type: it has no '$value'",
+                            position: offset, target: name)
+                    }
+                    segments.append(.value)
+                    terminal = "$value"
+                    continue
                 }
                 if isCollection {
                     // Key-as-segment (OData 4.01): `Aircraft/D-AIBL`.

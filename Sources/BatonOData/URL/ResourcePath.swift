@@ -23,7 +23,7 @@ public enum PathSegment: Sendable, Hashable {
     case property(String)
     /// `/$count`.
     case count
-    /// `/$value` of a primitive property.
+    /// `/$value`: the raw value of a primitive property, or the media resource of a media entity.
     case value
 }
 

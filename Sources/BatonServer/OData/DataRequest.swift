@@ -13,6 +13,10 @@ struct DataRequest: Sendable {
     var headers: [(String, String)]
     /// The body.
     var body: [UInt8]
+    /// For a media entity's bytes (a `POST` of a photo, a `PUT` of its `$value`): the stored media, whose SHA-256
+    /// an author's signature covers in place of the body's; ``body`` then holds the entity's properties as JSON
+    /// (from `Slug`), or nothing.
+    var media: StoredMedia?
 
     /// The first value of the header `name` (case-insensitive).
     func header(_ name: String) -> String? {

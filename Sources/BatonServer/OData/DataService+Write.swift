@@ -62,6 +62,18 @@ extension DataService {
         audit: inout [AuditEntry]
     ) async throws -> DataResponse {
         let preferences = try preferences(request)
+        if target.value {
+            // A media entity's bytes: replaced with PUT (its `$value` is read outside the data transaction).
+            guard request.method == "PUT", target.single, target.type.hasStream, request.media != nil else {
+                throw ServerError(
+                    .methodNotAllowed, "MethodNotAllowed",
+                    "A media entity's $value is replaced with PUT and the new bytes; its properties change with PATCH on the entity."
+                )
+            }
+            return try await update(
+                target, request: request, replace: false, attribution: attribution, preferences: preferences, in: db,
+                context: context, audit: &audit)
+        }
         switch request.method {
         case "POST":
             guard !target.single, target.conditions.isEmpty else {
@@ -94,6 +106,14 @@ extension DataService {
     /// Refuses a change of a final entity (``DataServiceConfiguration/finalEntities``) by ground staff who are not
     /// its author: a final check is changed only by whoever recorded it, or by a supervisor or admin.
     func checkOwnership(_ target: Target, current: StoredEntity, attribution: Attribution) throws {
+        if attribution.authorRole == .groundStaff, let authorProperty = configuration.authoredEntities[target.set.name],
+            !(current.values[authorProperty] ?? .null).isIdentical(to: .string(attribution.author))
+        {
+            throw ServerError(
+                .forbidden, "NotTheAuthor",
+                "\(target.canonical ?? target.set.name) was recorded by someone else; only its author or a supervisor changes it."
+            )
+        }
         guard attribution.authorRole == .groundStaff, let rule = configuration.finalEntities[target.set.name],
             current.values[rule.statusProperty] == .string(rule.finalValue),
             current.values[rule.authorProperty] != .string(attribution.author)
@@ -104,19 +124,30 @@ extension DataService {
         )
     }
 
-    /// Sets the server-kept properties the type has: `ChangedAt`, `CheckedBy`, `UploadedBy`.
-    func applyServerKept(_ values: inout [String: PrimitiveValue], type: EntityType, attribution: Attribution) {
+    /// Sets the server-kept properties the type has: `ChangedAt`, `CheckedBy` (or a media entity's `TakenBy`),
+    /// `UploadedBy`, and from a media entity's stored bytes `ContentType`, `Size` and `SHA256`.
+    func applyServerKept(
+        _ values: inout [String: PrimitiveValue], type: EntityType, attribution: Attribution, media: StoredMedia? = nil
+    ) {
         for property in type.properties where property.isComputed {
             switch property.name {
             case "ChangedAt": values[property.name] = .dateTimeOffset(ODataDateTimeOffset(clock.now()))
-            case "CheckedBy": values[property.name] = .string(attribution.author)
+            case "CheckedBy", "TakenBy": values[property.name] = .string(attribution.author)
             case "UploadedBy": values[property.name] = .string(attribution.uploader)
+            case "ContentType": if let media { values[property.name] = .string(media.kind.rawValue) }
+            case "Size": if let media { values[property.name] = .integer(media.size) }
+            case "SHA256": if let media { values[property.name] = .string(media.sha256) }
             default: break
             }
         }
     }
 
+    /// The media types a media entity accepts, for messages.
+    static let mediaTypes = ImageKind.allCases.map(\.rawValue).joined(separator: ", ")
+
     func decode(_ request: DataRequest, as type: EntityType, mode: EntityPayload.Mode) throws -> EntityPayload {
+        // A media entity's bytes come with their properties in `Slug`, or none.
+        if request.media != nil, request.body.isEmpty { return EntityPayload(values: [:]) }
         do {
             return try EntityPayload(decoding: request.body, as: type, mode: mode, model: model)
         } catch {
@@ -130,8 +161,29 @@ extension DataService {
         context: Context,
         audit: inout [AuditEntry]
     ) async throws -> DataResponse {
+        guard target.type.hasStream == (request.media != nil) else {
+            throw request.media == nil
+                ? ServerError(
+                    .unsupportedMediaType, "MediaExpected",
+                    "\(target.set.name) holds media entities: POST the photo's bytes (\(Self.mediaTypes)), with its properties in a Slug header."
+                )
+                : ServerError(.unsupportedMediaType, "NotAMediaEntity", "\(target.set.name) takes JSON, not media.")
+        }
+        var request = request
+        // A photo sent without the time it was taken counts as taken when it arrives.
+        if request.media != nil, target.type.property(named: "TakenAt")?.type == .dateTimeOffset {
+            var members = (try? JSONValue(parsing: request.body))?.objectMembers ?? []
+            if request.body.isEmpty || !members.isEmpty, !members.contains(where: { $0.0 == "TakenAt" }) {
+                members.append(("TakenAt", .string(ODataDateTimeOffset(clock.now()).description)))
+                request.body = JSONValue.object(members).serializedBytes
+            }
+        }
         var values = try decode(request, as: target.type, mode: .create).values
-        applyServerKept(&values, type: target.type, attribution: attribution)
+        applyServerKept(&values, type: target.type, attribution: attribution, media: request.media)
+        if let media = request.media {
+            try await checkPrincipals(target, values: values, in: db)
+            try await checkMediaQuota(target, adding: media, author: attribution.author, replacing: nil, in: db)
+        }
         // A key travels in every URL and skip token: one longer than a token carries could only be paged by offset.
         let keyJSON = Self.keyJSON(target.type.key.map { values[$0] ?? .null }, type: target.type)
         guard keyJSON.utf8.count <= Self.maximumKeyBytes else {
@@ -199,7 +251,10 @@ extension DataService {
         try await checkSignedPrecondition(request, attribution: attribution, in: db)
         let current = try await precondition(target, request: request, in: db)
         try checkOwnership(target, current: current, attribution: attribution)
-        let payload = try decode(request, as: target.type, mode: replace ? .replace : .merge)
+        // A media entity's new bytes (`PUT …/$value`) change only what the server keeps about them.
+        let payload =
+            request.media != nil
+            ? EntityPayload(values: [:]) : try decode(request, as: target.type, mode: replace ? .replace : .merge)
         for name in target.type.key
         where payload.values[name].map({ !$0.isIdentical(to: current.values[name] ?? .null) }) ?? false {
             throw ServerError.badRequest(
@@ -213,8 +268,13 @@ extension DataService {
                 values[property.name] = .null
             }
         }
-        applyServerKept(&values, type: target.type, attribution: attribution)
+        applyServerKept(&values, type: target.type, attribution: attribution, media: request.media)
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
+        if let media = request.media {
+            var owner = attribution.author
+            if case .string(let takenBy)? = current.values["TakenBy"] { owner = takenBy }
+            try await checkMediaQuota(target, adding: media, author: owner, replacing: current, in: db)
+        }
         let sequence = try await DataStore.nextSequence(db)
         let update = try translator.update(
             target.set.name, key: key, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
@@ -282,6 +342,7 @@ extension DataService {
         if case .object(var members) = json {
             members.insert(
                 ("@odata.context", .string("\(context.serviceRoot)$metadata#\(target.set.name)/$entity")), at: 0)
+            members += Self.mediaAnnotations(set: target.set.name, type: target.type, values: entity.values)
             json = .object(members)
         }
         return DataResponse(status: status, headers: headers, body: .json(json))
@@ -291,5 +352,69 @@ extension DataService {
         AuditEntry(
             at: clock.now(), actor: attribution.author, action: action, subject: subject, address: context.address,
             detail: "uploaded by \(attribution.uploader)")
+    }
+
+    /// A media entity's annotations (OData JSON 4.01 §8.3): where its bytes are read and replaced, their type, and
+    /// their ETag (the SHA-256) — from the values at hand (a `$select` without them leaves them out).
+    static func mediaAnnotations(set: String, type: EntityType, values: [String: PrimitiveValue])
+        -> [(String, JSONValue)]
+    {
+        guard type.hasStream else { return [] }
+        var members: [(String, JSONValue)] = []
+        let key = type.key.map { KeyValue(name: $0, value: values[$0] ?? .null) }
+        if !key.isEmpty, key.allSatisfy({ !$0.value.isNull }) {
+            let link = ResourcePath.canonicalURL(entitySet: set, key: key) + "/$value"
+            members.append(("@odata.mediaReadLink", .string(link)))
+            members.append(("@odata.mediaEditLink", .string(link)))
+        }
+        if case .string(let contentType)? = values["ContentType"] {
+            members.append(("@odata.mediaContentType", .string(contentType)))
+        }
+        if case .string(let sha256)? = values["SHA256"] {
+            members.append(("@odata.mediaEtag", .string("\"\(sha256)\"")))
+        }
+        return members
+    }
+
+    /// Refuses media that would take the photos `author` took past ``DataServiceConfiguration/mediaQuotaPerUser``
+    /// (counting the entity's current bytes out when they are replaced): 413 `MediaQuotaExceeded`.
+    func checkMediaQuota(
+        _ target: Target, adding media: StoredMedia, author: String, replacing current: StoredEntity?,
+        in db: any SQLConnection
+    ) async throws {
+        guard target.type.property(named: "TakenBy") != nil, target.type.property(named: "Size") != nil else { return }
+        let used =
+            try await db.fetchOne(
+                "SELECT COALESCE(SUM(\(db.dialect.quote("Size"))), 0) FROM \(db.dialect.quote(target.set.name)) WHERE \(db.dialect.quote("TakenBy")) = ?",
+                author)?[0].integer ?? 0
+        let replaced: Int64 =
+            if case .integer(let size)? = current?.values["Size"] { size } else { 0 }
+        guard used - replaced + media.size <= configuration.mediaQuotaPerUser else {
+            throw ServerError(
+                .contentTooLarge, "MediaQuotaExceeded",
+                "The photos '\(author.prefix(64))' took would hold more than \(configuration.mediaQuotaPerUser / (1024 * 1024)) MiB; remove some first."
+            )
+        }
+    }
+
+    /// Refuses a media entity whose required single-valued navigations lead nowhere: a photo belongs to a check
+    /// that exists (a tablet uploads the check first).
+    func checkPrincipals(_ target: Target, values: [String: PrimitiveValue], in db: any SQLConnection) async throws {
+        for navigation in target.type.navigationProperties
+        where !navigation.isCollection && !navigation.isNullable && !navigation.referentialConstraints.isEmpty {
+            guard let principalSet = model.targetSet(of: navigation, from: target.set),
+                let principalType = model.entityType(of: principalSet)
+            else { continue }
+            let conditions = try navigationConditions(
+                navigation, from: target.type, to: principalType, parent: values)
+            let principal = Target(set: principalSet, type: principalType, conditions: conditions, single: true)
+            guard try await fetch(principal, options: QueryOptions(), in: db).isEmpty else { continue }
+            let named = navigation.referentialConstraints.map {
+                "\($0.property) \((values[$0.property] ?? .null).urlLiteral.prefix(80))"
+            }.joined(separator: ", ")
+            throw ServerError.badRequest(
+                "No \(principalSet.name) entity for \(navigation.name) (\(named)); upload it first.",
+                target: navigation.referentialConstraints.first?.property)
+        }
     }
 }

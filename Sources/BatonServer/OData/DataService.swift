@@ -18,6 +18,8 @@ struct DataService: Sendable {
     let changes: UserSlots
     /// The reads each user has running on this instance (each holds a database connection while it runs).
     let reads: UserSlots
+    /// Media entities' bytes.
+    let media: MediaStore
 
     /// `auditLogWithTheData`: the audit log is in the store's own database (PostgreSQL), so a change's entries go
     /// into it in the change's transaction. `databaseConnections`: the instance's pool, which sizes the reads
@@ -29,6 +31,13 @@ struct DataService: Sendable {
         self.store = store
         self.configuration = configuration
         self.clock = clock
+        switch store.storage {
+        case .sqlite(let storage):
+            let file = URL(fileURLWithPath: storage.pool.path)
+            media = MediaStore(backend: .files(file.deletingLastPathComponent().appendingPathComponent("media")))
+        case .postgres(let storage):
+            media = MediaStore(backend: .postgres(storage))
+        }
         outbox = AuditOutbox(writesTheLog: auditLogWithTheData)
         changes = UserSlots(limit: configuration.maximumConcurrentChangesPerUser, for: "requests that change data")
         reads = UserSlots(
@@ -288,11 +297,36 @@ struct DataService: Sendable {
                 ?? writers.writer(for: query.sql) { RowJSONWriter(names: row.columnNames, type: target.type) }
             writer = rowWriter
             sequence = try rowWriter.write(row, dialect: db.dialect, to: &out)
+            if target.type.hasStream {
+                try Self.appendMediaAnnotations(row, target: target, dialect: db.dialect, to: &out)
+            }
             count += 1
             if positioned, count == limit { lastKey = try Self.key(of: row, type: target.type, dialect: db.dialect) }
             return true
         }
         return (count, more, sequence, lastKey)
+    }
+
+    /// Adds a media entity's annotations to the entity just written (before its closing brace).
+    static func appendMediaAnnotations(
+        _ row: any SQLCursor, target: Target, dialect: SQLDialect, to out: inout [UInt8]
+    ) throws {
+        var values: [String: PrimitiveValue] = [:]
+        for (index, name) in row.columnNames.enumerated()
+        where target.type.key.contains(name) || name == "ContentType" || name == "SHA256" {
+            guard let property = target.type.property(named: name) else { continue }
+            values[name] = try dialect.decode(row.value(at: index), as: property.type, column: name)
+        }
+        let members = mediaAnnotations(set: target.set.name, type: target.type, values: values)
+        guard !members.isEmpty, out.last == UInt8(ascii: "}") else { return }
+        out.removeLast()
+        for (name, value) in members {
+            out.append(UInt8(ascii: ","))
+            out.append(contentsOf: JSONValue.string(name).serializedBytes)
+            out.append(UInt8(ascii: ":"))
+            out.append(contentsOf: value.serializedBytes)
+        }
+        out.append(UInt8(ascii: "}"))
     }
 
     /// The key values of the entity on a row.

@@ -40,13 +40,26 @@ public struct DataServiceConfiguration: Sendable {
     /// How long repeatable-request results are kept, in seconds. Default: 7 days.
     public var repeatabilityRetention: Double = 7 * 86_400
     /// The entity sets ground staff may change; supervisors and admins change every set. Default:
-    /// `PreflightChecks`.
-    public var groundStaffWritableSets: Set<String> = ["PreflightChecks"]
+    /// `PreflightChecks` and `CheckPhotos`.
+    public var groundStaffWritableSets: Set<String> = ["PreflightChecks", "CheckPhotos"]
     /// Entity sets whose entities, once final, only their author (or a supervisor or admin) may change or delete.
     /// Default: `PreflightChecks`, final when `Status` is `final`, authored by `CheckedBy`.
     public var finalEntities: [String: FinalEntityRule] = [
         "PreflightChecks": FinalEntityRule(authorProperty: "CheckedBy", statusProperty: "Status", finalValue: "final")
     ]
+
+    /// Entity sets whose entities ground staff change (and delete) only when they authored them, by the server-kept
+    /// property naming the author; supervisors and admins change them all. Default: `CheckPhotos` by `TakenBy` — a
+    /// photo is replaced or removed by whoever took it.
+    public var authoredEntities: [String: String] = ["CheckPhotos": "TakenBy"]
+    /// The largest media resource (a photo's bytes) in bytes; a larger one answers 413. Default: 20 MiB.
+    public var maximumMediaSize = 20 * 1024 * 1024
+    /// The most bytes the photos one user took may hold together; one more answers 413 `MediaQuotaExceeded`.
+    /// Default: 1 GiB.
+    public var mediaQuotaPerUser: Int64 = 1 << 30
+    /// Whether photos keep the location their Exif metadata records. Default: `false` — the GPS fields are
+    /// removed on upload (``ImageHead``).
+    public var keepsImageLocation = false
 
     /// When an entity counts as final, and who its author is.
     public struct FinalEntityRule: Sendable {

@@ -154,6 +154,10 @@ struct DataStore: Sendable {
             """,
             #"CREATE INDEX IF NOT EXISTS "$repeatabilityAnswered" ON "$repeatability" (createdAt) WHERE headers IS NOT NULL"#,
             #"CREATE INDEX IF NOT EXISTS "$repeatabilityDevice" ON "$repeatability" (device, etag) WHERE device IS NOT NULL"#,
+            // Media entities' bytes (``MediaStore``): blobs by SHA-256, their parts, and uploads in progress.
+            #"CREATE TABLE IF NOT EXISTS "$mediaBlob" (hash text PRIMARY KEY, size bigint NOT NULL, touchedAt double precision NOT NULL)"#,
+            #"CREATE TABLE IF NOT EXISTS "$mediaPart" (blob text NOT NULL, part integer NOT NULL, bytes bytea NOT NULL, PRIMARY KEY (blob, part))"#,
+            #"CREATE TABLE IF NOT EXISTS "$mediaUpload" (blob text PRIMARY KEY, startedAt double precision NOT NULL)"#,
         ] {
             // What exists is left alone without taking a lock: instances start beside serving ones.
             let prefix = #"CREATE INDEX IF NOT EXISTS ""#

@@ -37,6 +37,14 @@ struct ODataRoutes {
         var path = request.uri.path
         path = path.hasPrefix("/odata/") ? String(path.dropFirst("/odata/".count)) : ""
         let url = path + (request.uri.query.map { "?" + $0 } ?? "")
+        let dataContext = DataService.Context(
+            user: name, role: role, address: context.clientAddress, serviceRoot: issuer.value + "/odata/",
+            version: version)
+        // A media entity's bytes stream to storage; they are never collected into one body.
+        if let media = mediaRequest(method: request.method, url: url, contentType: request.headers[.contentType]) {
+            return try await handleMedia(
+                media, request: request, url: url, dataContext: dataContext, context: context, version: version)
+        }
         var body: [UInt8] = []
         if request.method != .get {
             var request = request
@@ -52,21 +60,28 @@ struct ODataRoutes {
         let dataRequest = DataRequest(
             method: request.method.rawValue, url: url,
             headers: request.headers.map { ($0.name.rawName, $0.value) }, body: body)
-        let dataContext = DataService.Context(
-            user: name, role: role, address: context.clientAddress, serviceRoot: issuer.value + "/odata/",
-            version: version)
         if path == "$batch" || (path.utf8.contains(UInt8(ascii: "%")) && path.removingPercentEncoding == "$batch") {
             guard request.method == .post else {
                 throw ServerError(.methodNotAllowed, "MethodNotAllowed", "Send $batch requests with POST.")
             }
             return try await batch(dataRequest, context: dataContext, version: version, logger: context.logger)
         }
+        let modelOnly = request.method == .get && (path.isEmpty || path == "$metadata")
+        let response = try await execute(
+            dataRequest, context: dataContext, modelOnly: modelOnly, logger: context.logger)
+        return Self.httpResponse(response, version: version)
+    }
+
+    /// Runs one request in the user's slots (a change takes one of their change slots, a read of data one of
+    /// their read slots, before it reads anything: its on-behalf policy; the service document and $metadata come
+    /// from the model alone), and counts and audits what it changed or was refused.
+    func execute(_ dataRequest: DataRequest, context dataContext: DataService.Context, modelOnly: Bool, logger: Logger)
+        async throws -> DataResponse
+    {
         let start = ContinuousClock.now
-        let reading = request.method == .get
-        // A change takes one of the user's change slots, a read of data one of their read slots, before it reads
-        // anything (its on-behalf policy). The service document and $metadata come from the model alone.
+        let reading = dataRequest.method == "GET"
+        let name = dataContext.user
         let slots = reading ? service.reads : service.changes
-        let modelOnly = reading && (path.isEmpty || path == "$metadata")
         let (response, entries) = try await slots.run(for: name, taking: !modelOnly) {
             var dataContext = dataContext
             dataContext.onBehalf = try await onBehalfPolicy(for: dataRequest, signedIn: name)
@@ -77,12 +92,12 @@ struct ODataRoutes {
         if !reading, ChangeAnswer.isRefusal(status: response.status) {
             metrics.refusedChange(code: response.errorCode ?? "unknown")
             await recordRefusals(
-                [(dataRequest, response.errorCode ?? "unknown")], uploadedBy: name, address: context.clientAddress,
-                logger: context.logger)
+                [(dataRequest, response.errorCode ?? "unknown")], uploadedBy: name, address: dataContext.address,
+                logger: logger)
         }
         count(entries, uploadedBy: name)
-        await recordAudit(entries, logger: context.logger)
-        return Self.httpResponse(response, version: version)
+        await recordAudit(entries, logger: logger)
+        return response
     }
 
     /// Decodes a JSON or multipart batch, runs it, and encodes the answer in the same format.

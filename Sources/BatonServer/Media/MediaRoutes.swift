@@ -1,0 +1,201 @@
+import BatonOData
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+
+/// Media entities over HTTP (OData 4.01 §11.4.7 and §11.2.10): a photo's bytes are created by `POST`ing them to the
+/// entity set, read at `…/$value` and replaced there with `PUT`; the entity is deleted like any other.
+///
+/// The bytes stream to the ``MediaStore`` — checked to be a JPEG, PNG or HEIC by their first bytes, capped at
+/// ``DataServiceConfiguration/maximumMediaSize``, their location removed — before the entity is written through
+/// the data service as any change is (its properties from `Slug`, percent-encoded JSON, as SAP's OData services
+/// take them; repeatability, on-behalf signatures covering the bytes' SHA-256, audit).
+extension ODataRoutes {
+    enum MediaRequest {
+        case read
+        case create
+        case replace
+    }
+
+    /// Which media request this is, if any: a `GET` or `PUT` of a media entity's `$value`, or a `POST` of bytes
+    /// (anything but JSON) to a media entity set. Anything else — and any URL that does not parse — is the data
+    /// service's, which answers it or explains what is wrong.
+    func mediaRequest(method: HTTPRequest.Method, url: String, contentType: String?) -> MediaRequest? {
+        guard method == .get || method == .put || method == .post,
+            let parsed = try? ODataURL(parsing: url, model: service.model),
+            case .resource(let segments) = parsed.path, let target = parsed.target, target.entityType.hasStream
+        else { return nil }
+        switch method {
+        case .get where segments.last == .value: return .read
+        case .put where segments.last == .value: return .replace
+        case .post where segments.count == 1:
+            let json = (contentType ?? "").lowercased().hasPrefix("application/json")
+            return json ? nil : .create
+        default: return nil
+        }
+    }
+
+    func handleMedia(
+        _ media: MediaRequest, request: Request, url: String, dataContext: DataService.Context,
+        context: BatonRequestContext, version: ODataVersion
+    ) async throws -> Response {
+        switch media {
+        case .read:
+            return try await readMedia(url: url, request: request, dataContext: dataContext, context: context)
+        case .create, .replace:
+            return try await storeMedia(
+                media, request: request, url: url, dataContext: dataContext, context: context, version: version)
+        }
+    }
+
+    /// `GET …/$value`: the entity is read as any read is (permissions, 404), then its bytes are checked against
+    /// their SHA-256 and streamed.
+    func readMedia(url: String, request: Request, dataContext: DataService.Context, context: BatonRequestContext)
+        async throws -> Response
+    {
+        let path = url.prefix { $0 != "?" }
+        guard let value = path.range(of: "/$value", options: .backwards) else {
+            throw ServerError.badRequest("Write '$value' as it is, not percent-encoded.")
+        }
+        let entityURL = String(path[..<value.lowerBound])
+        let read = DataRequest(
+            method: "GET", url: entityURL + "?$select=SHA256,ContentType,Size",
+            headers: [("Accept", "application/json")], body: [])
+        let answer = try await execute(read, context: dataContext, modelOnly: false, logger: context.logger)
+        guard answer.status == 200, let entity = answer.jsonBody else {
+            return Self.httpResponse(answer, version: dataContext.version)
+        }
+        guard let sha256 = entity["SHA256"]?.stringValue, let contentType = entity["ContentType"]?.stringValue,
+            let kind = ImageKind(contentType: contentType)
+        else {
+            throw ServerError.notFound("This media entity has no bytes.")
+        }
+        let etag = "\"\(sha256)\""
+        var headers = Self.mediaHeaders(kind: kind, entityURL: entityURL, etag: etag)
+        if let match = request.headers[.ifNoneMatch], match == etag || match == "*" {
+            return Response(status: .notModified, headers: headers)
+        }
+        let parts: AsyncThrowingStream<[UInt8], any Error>?
+        do {
+            parts = try await service.media.parts(of: sha256)
+        } catch is MediaCorruption {
+            context.logger.error("A stored photo does not match its SHA-256", metadata: ["media.sha256": "\(sha256)"])
+            throw ServerError(
+                .internalServerError, "MediaCorrupt",
+                "The stored bytes of this photo are damaged; an administrator restores them from a backup.")
+        }
+        guard let parts else { throw ServerError.notFound("The bytes of this photo are missing.") }
+        if case .number(let size)? = entity["Size"], Int64(size) != nil { headers[.contentLength] = size }
+        return Response(
+            status: .ok, headers: headers,
+            body: ResponseBody { writer in
+                for try await part in parts { try await writer.write(ByteBuffer(bytes: part)) }
+                try await writer.finish(nil)
+            })
+    }
+
+    /// The headers of a media answer: its type, its ETag, never sniffed, shown inline under a name of its own.
+    static func mediaHeaders(kind: ImageKind, entityURL: String, etag: String) -> HTTPFields {
+        // The file name: the entity's URL by its ASCII letters, digits and dashes alone (nothing that could end the
+        // quoted string or the header).
+        let name = entityURL.unicodeScalars.filter {
+            $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-")
+        }
+        return [
+            .contentType: kind.rawValue, .eTag: etag, .cacheControl: "private, no-cache",
+            .contentTypeOptions: "nosniff",
+            .contentDisposition:
+                "inline; filename=\"\(String(String.UnicodeScalarView(name.prefix(100)))).\(kind.fileExtension)\"",
+        ]
+    }
+
+    /// `POST` to a media entity set, `PUT …/$value`: the bytes go to the store first (a refused upload keeps
+    /// nothing), then the entity is written through the data service with the stored media's facts.
+    func storeMedia(
+        _ media: MediaRequest, request: Request, url: String, dataContext: DataService.Context,
+        context: BatonRequestContext, version: ODataVersion
+    ) async throws -> Response {
+        let configuration = service.configuration
+        var slug: String?
+        var properties: [UInt8] = []
+        if media == .create, let header = request.headers[.slug] {
+            guard let decoded = header.removingPercentEncoding,
+                (try? JSONValue(parsing: Array(decoded.utf8)))?.objectMembers != nil
+            else {
+                throw ServerError.badRequest(
+                    "Slug must hold the photo's properties as a percent-encoded JSON object, like %7B%22CheckID%22%3A%22…%22%7D.",
+                    target: "Slug")
+            }
+            slug = header
+            properties = Array(decoded.utf8)
+        }
+        if let declared = request.headers[.contentType], ImageKind(contentType: declared) == nil {
+            throw ServerError(
+                .unsupportedMediaType, "UnsupportedMediaType",
+                "A photo is \(DataService.mediaTypes); '\(declared.prefix(60))' is not accepted.")
+        }
+        let stored: StoredMedia
+        do {
+            stored = try await service.media.ingest(
+                request.body, limit: configuration.maximumMediaSize, keepLocation: configuration.keepsImageLocation,
+                slug: slug, now: service.clock.now())
+        } catch let refusal as MediaRefusal {
+            throw Self.error(for: refusal)
+        } catch let error as HTTPError where error.status == .contentTooLarge {
+            throw Self.error(for: MediaRefusal(reason: .tooLarge(limit: configuration.maximumMediaSize)))
+        }
+        if let declared = request.headers[.contentType], let named = ImageKind(contentType: declared),
+            named != stored.kind
+        {
+            throw ServerError(
+                .unsupportedMediaType, "MediaTypeMismatch",
+                "The body is declared \(named.rawValue) but its bytes are \(stored.kind.rawValue); send it as what it is."
+            )
+        }
+        var headers = request.headers.map { ($0.name.rawName, $0.value) }
+        headers.removeAll { $0.0.lowercased() == "content-type" }
+        headers.append(("Content-Type", "application/json"))
+        let dataRequest = DataRequest(
+            method: request.method.rawValue, url: url, headers: headers, body: properties, media: stored)
+        let response = try await execute(dataRequest, context: dataContext, modelOnly: false, logger: context.logger)
+        return Self.httpResponse(response, version: version)
+    }
+
+    /// The answer to refused bytes.
+    static func error(for refusal: MediaRefusal) -> ServerError {
+        switch refusal.reason {
+        case .empty:
+            return ServerError.badRequest("The photo is empty: send its bytes as the body.")
+        case .tooLarge(let limit):
+            return ServerError(
+                .contentTooLarge, "MediaTooLarge", "A photo may take at most \(limit / (1024 * 1024)) MiB.")
+        case .notAnImage:
+            return ServerError(
+                .unsupportedMediaType, "NotAnImage",
+                "The bytes are not a JPEG, PNG or HEIC image (checked by their content, not their Content-Type).")
+        case .truncated:
+            return ServerError.badRequest("The image is truncated: it ends before its end. Send the whole file.")
+        case .metadataOutOfReach:
+            return ServerError(
+                .unsupportedMediaType, "MetadataOutOfReach",
+                "The HEIC's Exif metadata lies beyond its first \(ImageHead.length / 1024) KiB, where its location cannot be removed; export the photo again (or as JPEG)."
+            )
+        }
+    }
+}
+
+extension HTTPField.Name {
+    static let slug: HTTPField.Name = {
+        guard let name = HTTPField.Name("Slug") else { preconditionFailure("valid header name") }
+        return name
+    }()
+    static let contentTypeOptions: HTTPField.Name = {
+        guard let name = HTTPField.Name("X-Content-Type-Options") else { preconditionFailure("valid header name") }
+        return name
+    }()
+    static let contentDisposition: HTTPField.Name = {
+        guard let name = HTTPField.Name("Content-Disposition") else { preconditionFailure("valid header name") }
+        return name
+    }()
+}

@@ -1,0 +1,482 @@
+import BatonOData
+import BatonSQL
+import Crypto
+import Foundation
+import NIOCore
+import Synchronization
+
+/// A media resource as stored: named by the SHA-256 of its bytes (after the location was removed).
+struct StoredMedia: Sendable, Hashable {
+    /// The SHA-256 of the bytes, lower-case hex.
+    var sha256: String
+    var size: Int64
+    var kind: ImageKind
+    /// The `Slug` the bytes came with (the entity's properties as the author sent them), which an author's
+    /// signature covers with the SHA-256.
+    var slug: String?
+}
+
+/// Why an upload is refused; nothing is stored then.
+struct MediaRefusal: Error, Sendable, Equatable {
+    enum Reason: Sendable, Equatable {
+        case empty
+        case tooLarge(limit: Int)
+        case notAnImage
+        case truncated
+        case metadataOutOfReach
+    }
+
+    var reason: Reason
+}
+
+/// Where media entities' bytes live: on SQLite, files under the data directory named by their SHA-256 (written
+/// to a temporary file while they stream in, flushed to disk, then renamed into place); on PostgreSQL, rows of
+/// 256 KiB parts in the database, so every instance serves every photo. Each is checked against its name when it
+/// is read.
+///
+/// Bytes are never held whole in memory: an upload keeps its first ``ImageHead/length`` bytes (where the metadata
+/// whose location is removed lies) and one part at a time.
+struct MediaStore: Sendable {
+    enum Backend: Sendable {
+        case files(URL)
+        case postgres(PostgresStorage)
+    }
+
+    let backend: Backend
+    /// How long an upload's bytes may stay unreferenced before ``sweep(referenced:)`` removes them: an upload and
+    /// the entity that names it are written one after the other, seconds apart.
+    static let grace: TimeInterval = 3600
+    static let partSize = 256 * 1024
+
+    init(backend: Backend) { self.backend = backend }
+
+    /// The file of a blob (SQLite): `media/ab/abcdef…`.
+    func file(_ sha256: String, in directory: URL) -> URL {
+        directory.appendingPathComponent(String(sha256.prefix(2)), isDirectory: true).appendingPathComponent(sha256)
+    }
+
+    /// Whether `text` is a SHA-256 in lower-case hex (what names a blob: never a path from outside).
+    static func isHash(_ text: String) -> Bool {
+        text.utf8.count == 64 && text.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
+    }
+
+    // MARK: Writing
+
+    /// Stores the bytes of `body`: checks they are a JPEG, PNG or HEIC by their first bytes, removes the location
+    /// from their metadata unless `keepLocation`, and refuses more than `limit` bytes.
+    ///
+    /// - Throws: ``MediaRefusal`` for bytes that are refused (nothing is kept), or a storage error.
+    func ingest<Body: AsyncSequence & Sendable>(
+        _ body: Body, limit: Int, keepLocation: Bool, slug: String?, now: Date
+    ) async throws -> StoredMedia where Body.Element == ByteBuffer {
+        var head: [UInt8] = []
+        var hasher = SHA256()
+        var size = 0
+        var sink: Sink?
+        var tail: [UInt8] = []
+        var kind: ImageKind?
+        do {
+            for try await buffer in body {
+                size += buffer.readableBytes
+                guard size <= limit else { throw MediaRefusal(reason: .tooLarge(limit: limit)) }
+                if kind == nil {
+                    head.append(contentsOf: buffer.readableBytesView)
+                    // What cannot be an image is refused on its first bytes, before more is read.
+                    if head.count >= 12, ImageKind(sniffing: head) == nil {
+                        throw MediaRefusal(reason: .notAnImage)
+                    }
+                    guard head.count >= ImageHead.length else { continue }
+                    kind = try prepare(&head, isWhole: false, keepLocation: keepLocation)
+                    sink = try await openSink(now: now)
+                    hasher.update(data: head)
+                    try await sink?.write(head)
+                    tail = Array(head.suffix(12))
+                    head = []
+                    continue
+                }
+                let bytes = Array(buffer.readableBytesView)
+                hasher.update(data: bytes)
+                try await sink?.write(bytes)
+                tail = Array((tail + bytes).suffix(12))
+            }
+            if kind == nil {
+                guard !head.isEmpty else { throw MediaRefusal(reason: .empty) }
+                kind = try prepare(&head, isWhole: true, keepLocation: keepLocation)
+                sink = try await openSink(now: now)
+                hasher.update(data: head)
+                try await sink?.write(head)
+                tail = Array(head.suffix(12))
+            }
+            guard let kind, let opened = sink else { throw MediaRefusal(reason: .empty) }
+            guard Self.endsComplete(tail, kind: kind) else { throw MediaRefusal(reason: .truncated) }
+            let sha256 = hasher.finalize().lowercaseHex
+            try await opened.commit(as: sha256, size: Int64(size), now: now)
+            return StoredMedia(sha256: sha256, size: Int64(size), kind: kind, slug: slug)
+        } catch {
+            try? await sink?.abandon()
+            throw error
+        }
+    }
+
+    /// Checks the head and removes the location from it.
+    func prepare(_ head: inout [UInt8], isWhole: Bool, keepLocation: Bool) throws(MediaRefusal) -> ImageKind {
+        do {
+            if keepLocation { return try ImageHead.inspect(head, isWhole: isWhole) }
+            return try ImageHead.scrubLocation(&head, isWhole: isWhole)
+        } catch .notAnImage {
+            throw MediaRefusal(reason: .notAnImage)
+        } catch .truncated {
+            throw MediaRefusal(reason: .truncated)
+        } catch {
+            throw MediaRefusal(reason: .metadataOutOfReach)
+        }
+    }
+
+    /// Whether a file of `kind` ends as a whole one does: a JPEG with its end-of-image marker, a PNG with its
+    /// `IEND` chunk (a HEIC has no trailer; its boxes were checked as far as its head reaches).
+    static func endsComplete(_ tail: [UInt8], kind: ImageKind) -> Bool {
+        switch kind {
+        case .jpeg: return tail.count >= 2 && tail.suffix(2).elementsEqual([0xFF, 0xD9])
+        case .png:
+            return tail.count >= 12
+                && tail.suffix(12).elementsEqual([0, 0, 0, 0, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82])
+        case .heic: return true
+        }
+    }
+
+    /// Where an upload's bytes go until they are named.
+    enum Sink: Sendable {
+        case file(FileSink)
+        case rows(RowSink)
+
+        func write(_ bytes: [UInt8]) async throws {
+            switch self {
+            case .file(let sink): try sink.write(bytes)
+            case .rows(let sink): try await sink.write(bytes)
+            }
+        }
+
+        func commit(as sha256: String, size: Int64, now: Date) async throws {
+            switch self {
+            case .file(let sink): try sink.commit(as: sha256, now: now)
+            case .rows(let sink): try await sink.commit(as: sha256, size: size, now: now)
+            }
+        }
+
+        func abandon() async throws {
+            switch self {
+            case .file(let sink): sink.abandon()
+            case .rows(let sink): try await sink.abandon()
+            }
+        }
+    }
+
+    func openSink(now: Date) async throws -> Sink {
+        switch backend {
+        case .files(let directory): return .file(try FileSink(directory: directory, store: self))
+        case .postgres(let storage): return .rows(RowSink(storage: storage, now: now))
+        }
+    }
+
+    // MARK: Reading
+
+    /// The bytes of a blob, part by part, after checking the whole against its name; `nil` when it is missing.
+    ///
+    /// - Throws: ``MediaCorruption`` when the stored bytes do not hash to their name.
+    func parts(of sha256: String) async throws -> AsyncThrowingStream<[UInt8], any Error>? {
+        guard Self.isHash(sha256) else { return nil }
+        switch backend {
+        case .files(let directory):
+            let url = file(sha256, in: directory)
+            guard FileManager.default.fileExists(atPath: url.path) else { return nil }
+            try verify(sha256, parts: try FileParts(url: url))
+            return AsyncThrowingStream { continuation in
+                do {
+                    for part in try FileParts(url: url) { continuation.yield(part) }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+        case .postgres(let storage):
+            let count = try await storage.readStatement {
+                try await $0.fetchOne(#"SELECT count(*) FROM "$mediaPart" WHERE blob = ?"#, sha256)?[0].integer ?? 0
+            }
+            guard count > 0 else { return nil }
+            var hasher = SHA256()
+            for index in 0..<Int(count) {
+                hasher.update(data: try await part(index, of: sha256, in: storage))
+            }
+            guard hasher.finalize().lowercaseHex == sha256 else { throw MediaCorruption(sha256: sha256) }
+            return AsyncThrowingStream { continuation in
+                let task = Task {
+                    do {
+                        for index in 0..<Int(count) {
+                            continuation.yield(try await part(index, of: sha256, in: storage))
+                        }
+                        continuation.finish()
+                    } catch {
+                        continuation.finish(throwing: error)
+                    }
+                }
+                continuation.onTermination = { _ in task.cancel() }
+            }
+        }
+    }
+
+    func part(_ index: Int, of sha256: String, in storage: PostgresStorage) async throws -> [UInt8] {
+        let row = try await storage.readStatement {
+            try await $0.fetchOne(#"SELECT bytes FROM "$mediaPart" WHERE blob = ? AND part = ?"#, sha256, index)
+        }
+        guard case .blob(let bytes)? = row?[0] else { throw MediaCorruption(sha256: sha256) }
+        return bytes
+    }
+
+    func verify(_ sha256: String, parts: some Sequence<[UInt8]>) throws {
+        var hasher = SHA256()
+        for part in parts { hasher.update(data: part) }
+        guard hasher.finalize().lowercaseHex == sha256 else { throw MediaCorruption(sha256: sha256) }
+    }
+
+    // MARK: Sweeping
+
+    /// Removes the blobs no entity names any more that were last written more than ``grace`` ago, and the parts
+    /// of uploads abandoned as long ago; returns how many blobs went.
+    ///
+    /// - Parameters:
+    ///   - now: the time now.
+    ///   - referenced: the hashes the entities name now (read after the candidates were listed, so an entity
+    ///     created meanwhile keeps its blob).
+    /// - Returns: how many blobs were removed.
+    /// - Throws: a storage error.
+    @discardableResult
+    func sweep(now: Date, referenced: () async throws -> Set<String>) async throws -> Int {
+        let cutoff = now.addingTimeInterval(-Self.grace)
+        switch backend {
+        case .files(let directory):
+            var candidates: [URL] = []
+            let manager = FileManager.default
+            for shard in (try? manager.contentsOfDirectory(atPath: directory.path)) ?? [] {
+                let folder = directory.appendingPathComponent(shard, isDirectory: true)
+                for name in (try? manager.contentsOfDirectory(atPath: folder.path)) ?? [] {
+                    let url = folder.appendingPathComponent(name)
+                    let modified = (try? manager.attributesOfItem(atPath: url.path)[.modificationDate]) as? Date
+                    if let modified, modified < cutoff { candidates.append(url) }
+                }
+            }
+            guard !candidates.isEmpty else { return 0 }
+            let kept = try await referenced()
+            var removed = 0
+            for url in candidates where !kept.contains(url.lastPathComponent) {
+                if (try? manager.removeItem(at: url)) != nil, Self.isHash(url.lastPathComponent) { removed += 1 }
+            }
+            return removed
+        case .postgres(let storage):
+            let candidates = try await storage.readStatement {
+                try await $0.fetchAll(#"SELECT hash FROM "$mediaBlob" WHERE touchedAt < ?"#, cutoff).compactMap {
+                    $0[0].text
+                }
+            }
+            let kept = try await referenced()
+            var removed = 0
+            for hash in candidates where !kept.contains(hash) {
+                removed += try await storage.write { db in
+                    let gone = try await db.execute(
+                        #"DELETE FROM "$mediaBlob" WHERE hash = ? AND touchedAt < ?"#, hash, cutoff)
+                    if gone > 0 { try await db.execute(#"DELETE FROM "$mediaPart" WHERE blob = ?"#, hash) }
+                    return gone
+                }
+            }
+            // Parts of uploads that never finished (their process stopped mid-upload).
+            try await storage.write { db in
+                try await db.execute(
+                    #"DELETE FROM "$mediaPart" WHERE blob IN (SELECT blob FROM "$mediaUpload" WHERE startedAt < ?)"#,
+                    cutoff)
+                try await db.execute(#"DELETE FROM "$mediaUpload" WHERE startedAt < ?"#, cutoff)
+            }
+            return removed
+        }
+    }
+}
+
+/// Stored bytes that do not hash to their name: a disk or database that changed them.
+struct MediaCorruption: Error, Sendable {
+    var sha256: String
+}
+
+/// An upload's bytes in a temporary file of the media directory, renamed to their hash when complete.
+final class FileSink: Sendable {
+    let directory: URL
+    let temporary: URL
+    let handle: FileHandle
+    let store: MediaStore
+
+    init(directory: URL, store: MediaStore) throws {
+        self.directory = directory
+        self.store = store
+        let uploads = directory.appendingPathComponent("uploads", isDirectory: true)
+        try FileManager.default.createDirectory(
+            at: uploads, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        temporary = uploads.appendingPathComponent(UUID().uuidString.lowercased())
+        guard
+            FileManager.default.createFile(
+                atPath: temporary.path, contents: nil, attributes: [.posixPermissions: 0o600])
+        else { throw CocoaError(.fileWriteUnknown) }
+        handle = try FileHandle(forWritingTo: temporary)
+    }
+
+    func write(_ bytes: [UInt8]) throws { try handle.write(contentsOf: bytes) }
+
+    /// Flushes the file to disk and renames it to its hash (a blob already there has the same bytes: it stays, and
+    /// its time is renewed so a sweep leaves it for the entity about to name it).
+    func commit(as sha256: String, now: Date) throws {
+        try handle.synchronize()
+        try handle.close()
+        let target = store.file(sha256, in: directory)
+        let shard = target.deletingLastPathComponent()
+        try FileManager.default.createDirectory(
+            at: shard, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        if FileManager.default.fileExists(atPath: target.path) {
+            try? FileManager.default.removeItem(at: temporary)
+            try FileManager.default.setAttributes([.modificationDate: now], ofItemAtPath: target.path)
+            return
+        }
+        guard rename(temporary.path, target.path) == 0 else { throw CocoaError(.fileWriteUnknown) }
+        // The server's clock, which the sweep reads, dates the blob.
+        try FileManager.default.setAttributes([.modificationDate: now], ofItemAtPath: target.path)
+        // The rename is durable once the directory is.
+        let descriptor = open(shard.path, O_RDONLY)
+        if descriptor >= 0 {
+            fsync(descriptor)
+            close(descriptor)
+        }
+    }
+
+    func abandon() {
+        try? handle.close()
+        try? FileManager.default.removeItem(at: temporary)
+    }
+}
+
+/// A file's bytes in parts of ``MediaStore/partSize``.
+struct FileParts: Sequence, IteratorProtocol {
+    let handle: FileHandle
+
+    init(url: URL) throws { handle = try FileHandle(forReadingFrom: url) }
+
+    mutating func next() -> [UInt8]? {
+        guard let data = try? handle.read(upToCount: MediaStore.partSize), !data.isEmpty else {
+            try? handle.close()
+            return nil
+        }
+        return Array(data)
+    }
+}
+
+/// An upload's bytes in PostgreSQL rows under a fresh upload id, renamed to their hash when complete.
+final class RowSink: Sendable {
+    let storage: PostgresStorage
+    let upload = "upload:" + UUID().uuidString.lowercased()
+    let state = Mutex<(pending: [UInt8], parts: Int, started: Bool)>(([], 0, false))
+    let startedAt: Date
+
+    init(storage: PostgresStorage, now: Date) {
+        self.storage = storage
+        startedAt = now
+    }
+
+    func write(_ bytes: [UInt8]) async throws {
+        var full: [[UInt8]] = []
+        let first = state.withLock { state -> Bool in
+            state.pending += bytes
+            while state.pending.count >= MediaStore.partSize {
+                full.append(Array(state.pending.prefix(MediaStore.partSize)))
+                state.pending.removeFirst(MediaStore.partSize)
+            }
+            defer { state.started = true }
+            return !state.started
+        }
+        if first {
+            try await storage.write { db in
+                try await db.execute(
+                    #"INSERT INTO "$mediaUpload" (blob, startedAt) VALUES (?, ?)"#, self.upload, self.startedAt)
+            }
+        }
+        for part in full { try await store(part) }
+    }
+
+    func store(_ bytes: [UInt8]) async throws {
+        let index = state.withLock { state -> Int in
+            defer { state.parts += 1 }
+            return state.parts
+        }
+        try await storage.write { db in
+            try await db.execute(
+                #"INSERT INTO "$mediaPart" (blob, part, bytes) VALUES (?, ?, ?)"#, self.upload, index,
+                SQLValue.blob(bytes))
+        }
+    }
+
+    /// Writes the last part and, in one transaction, names the parts by their hash — or drops them when a blob of
+    /// that hash exists already (renewing its time).
+    func commit(as sha256: String, size: Int64, now: Date) async throws {
+        let rest = state.withLock { state -> [UInt8] in
+            defer { state.pending = [] }
+            return state.pending
+        }
+        if !rest.isEmpty { try await store(rest) }
+        let upload = upload
+        try await storage.write { db in
+            let inserted = try await db.execute(
+                #"INSERT INTO "$mediaBlob" (hash, size, touchedAt) VALUES (?, ?, ?) ON CONFLICT (hash) DO NOTHING"#,
+                sha256, size, now)
+            if inserted > 0 {
+                try await db.execute(#"UPDATE "$mediaPart" SET blob = ? WHERE blob = ?"#, sha256, upload)
+            } else {
+                try await db.execute(#"UPDATE "$mediaBlob" SET touchedAt = ? WHERE hash = ?"#, now, sha256)
+                try await db.execute(#"DELETE FROM "$mediaPart" WHERE blob = ?"#, upload)
+            }
+            try await db.execute(#"DELETE FROM "$mediaUpload" WHERE blob = ?"#, upload)
+        }
+    }
+
+    func abandon() async throws {
+        let upload = upload
+        try await storage.write { db in
+            try await db.execute(#"DELETE FROM "$mediaPart" WHERE blob = ?"#, upload)
+            try await db.execute(#"DELETE FROM "$mediaUpload" WHERE blob = ?"#, upload)
+        }
+    }
+}
+
+extension DataService {
+    /// The SHA-256 of every media resource an entity names now.
+    func referencedMedia() async throws -> Set<String> {
+        var hashes: Set<String> = []
+        for set in model.entitySets {
+            guard let type = model.entityType(of: set), type.hasStream, type.property(named: "SHA256") != nil else {
+                continue
+            }
+            let dialect = store.storage.dialect
+            let rows = try await store.storage.read { db in
+                try await db.fetchAll(
+                    "SELECT DISTINCT \(dialect.quote("SHA256")) FROM \(dialect.quote(set.name)) WHERE \(dialect.quote("SHA256")) IS NOT NULL"
+                )
+            }
+            for row in rows { if let hash = row[0].text { hashes.insert(hash) } }
+        }
+        return hashes
+    }
+
+    /// Removes media bytes no entity has named for ``MediaStore/grace`` (``MediaStore/sweep(now:referenced:)``).
+    func sweepMedia() async throws -> Int {
+        try await media.sweep(now: clock.now()) { try await referencedMedia() }
+    }
+}
+
+extension BatonServer {
+    /// Removes the stored bytes of photos that no entity names any more — deleted photos, replaced ones, uploads
+    /// whose entity was refused — once they are an hour old; returns how many went.
+    @discardableResult
+    public func sweepMedia() async throws -> Int { try await data.sweepMedia() }
+}

@@ -1,0 +1,296 @@
+import BatonOData
+import BatonServer
+import BatonTestSupport
+import BatonTesting
+import Crypto
+import Foundation
+import HTTPTypes
+import HummingbirdTesting
+import NIOCore
+import Testing
+
+/// Photos as OData media entities over real HTTP on both engines: created by POSTing their bytes, read and
+/// replaced at `$value`, their location removed, refused for every kind of bad input with nothing changed.
+@Suite(.serverSlot) struct MediaTests {
+    static let checkID = Fixtures.id(1)
+
+    /// A server with alice and bob (ground staff) and sam (supervisor), one aircraft and one check of alice's.
+    static func world(
+        backend: StorageBackend,
+        configure: @escaping @Sendable (inout BatonServerConfiguration) -> Void = { _ in },
+        _ body:
+            @Sendable (TestServer, any TestClientProtocol, _ alice: String, _ bob: String, _ sam: String)
+            async throws -> Void
+    ) async throws {
+        let server = try await TestServer(backend: backend, configure: configure)
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.addUser("bob")
+        try await server.server.users.add(
+            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
+        try await server.server.application().test(.live) { client in
+            let alice = try await client.signIn("alice").access
+            let bob = try await client.signIn("bob").access
+            let sam = try await client.signIn("sam").access
+            #expect(try await client.odata(.post, "Aircraft", token: sam, body: Fixtures.aircraft).status == .created)
+            let check = try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(checkID))
+            #expect(check.status == .created)
+            try await body(server, client, alice, bob, sam)
+        }
+    }
+
+    static func slug(id: String, caption: String = "main tyre, cut on the sidewall") -> String {
+        let json = #"{"ID":"\#(id)","CheckID":"\#(checkID)","TakenAt":"2026-11-27T05:10:00Z","Caption":"\#(caption)"}"#
+        return json.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+    }
+
+    /// The photo's scrubbed bytes and their SHA-256: what the server must hold.
+    static func expected(_ image: [UInt8]) throws -> (bytes: [UInt8], sha256: String) {
+        var bytes = image
+        _ = try ImageHead.scrubLocation(&bytes, isWhole: true)
+        return (bytes, SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined())
+    }
+
+    @Test(arguments: StorageBackend.allCases) func aPhotoIsCreatedReadReplacedAndDeleted(backend: StorageBackend)
+        async throws
+    {
+        try await Self.world(backend: backend) { server, client, alice, bob, sam in
+            let id = Fixtures.id(100)
+            let jpeg = ImageFixtures.jpeg()
+            let (stored, sha256) = try Self.expected(jpeg)
+            let created = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: jpeg,
+                headers: [("Slug", Self.slug(id: id))])
+            #expect(created.status == .created, "\(created.text)")
+            #expect(created.json["TakenBy"] as? String == "alice")
+            #expect(created.json["UploadedBy"] as? String == "alice")
+            #expect(created.json["SHA256"] as? String == sha256)
+            #expect(created.json["Size"] as? Int == jpeg.count)
+            #expect(created.json["ContentType"] as? String == "image/jpeg")
+            #expect(created.json["CheckID"] as? String == Self.checkID)
+            #expect(created.json["@odata.mediaReadLink"] as? String == "CheckPhotos(\(id))/$value")
+            #expect(created.json["@odata.mediaEditLink"] as? String == "CheckPhotos(\(id))/$value")
+            #expect(created.json["@odata.mediaContentType"] as? String == "image/jpeg")
+            #expect(created.json["@odata.mediaEtag"] as? String == "\"\(sha256)\"")
+
+            // Read back: the bytes without their location, never sniffed, inline under the entity's name.
+            let read = try await client.media(.get, "CheckPhotos(\(id))/$value", token: bob)
+            #expect(read.status == .ok)
+            #expect(read.bytes == stored)
+            #expect(!ImageFixtures.contains(read.bytes, ImageFixtures.locationBytes))
+            #expect(read.headers[.contentType] == "image/jpeg")
+            #expect(read.headers[HTTPField.Name("X-Content-Type-Options")!] == "nosniff")
+            #expect(
+                read.headers[HTTPField.Name("Content-Disposition")!]?.hasPrefix("inline; filename=\"CheckPhotos")
+                    == true)
+            #expect(read.headers[.eTag] == "\"\(sha256)\"")
+            let unchanged = try await client.media(
+                .get, "CheckPhotos(\(id))/$value", token: bob, headers: [("If-None-Match", "\"\(sha256)\"")])
+            #expect(unchanged.status == .notModified)
+
+            // The photo is listed with its check's photos, annotated.
+            let listed = try await client.odata(.get, "PreflightChecks(\(Self.checkID))/Photos", token: sam)
+            let photos = listed.json["value"] as? [[String: Any]] ?? []
+            #expect(photos.count == 1)
+            #expect(photos.first?["@odata.mediaEtag"] as? String == "\"\(sha256)\"")
+            #expect(photos.first?["@odata.mediaReadLink"] as? String == "CheckPhotos(\(id))/$value")
+
+            // Bob may not replace alice's photo; nothing changes.
+            let etag = try #require(created.headers[.eTag])
+            let png = ImageFixtures.png()
+            let bobs = try await client.media(
+                .put, "CheckPhotos(\(id))/$value", token: bob, contentType: "image/png", body: png,
+                headers: [("If-Match", etag)])
+            #expect(bobs.status == .forbidden)
+            #expect(bobs.json.error == "NotTheAuthor")
+            #expect(try await client.media(.get, "CheckPhotos(\(id))/$value", token: sam).bytes == stored)
+
+            // Alice replaces it with If-Match; a stale ETag is refused.
+            let (newBytes, newSHA) = try Self.expected(png)
+            let replaced = try await client.media(
+                .put, "CheckPhotos(\(id))/$value", token: alice, contentType: "image/png", body: png,
+                headers: [("If-Match", etag)])
+            #expect(replaced.status == .noContent, "\(replaced.text)")
+            let stale = try await client.media(
+                .put, "CheckPhotos(\(id))/$value", token: alice, contentType: "image/jpeg", body: jpeg,
+                headers: [("If-Match", etag)])
+            #expect(stale.status == .preconditionFailed)
+            let now = try await client.media(.get, "CheckPhotos(\(id))/$value", token: alice)
+            #expect(now.bytes == newBytes)
+            #expect(now.headers[.contentType] == "image/png")
+            let entity = try await client.odata(.get, "CheckPhotos(\(id))", token: alice)
+            #expect(entity.json["SHA256"] as? String == newSHA)
+            #expect(entity.json["Size"] as? Int == png.count)
+
+            // Who took it and who uploaded it are in the audit log.
+            let entries = try await server.server.audit.entries(limit: 100)
+            #expect(
+                entries.contains {
+                    $0.action == "entity-created" && $0.subject == "CheckPhotos(\(id))" && $0.actor == "alice"
+                })
+
+            // Deleted like any entity.
+            let current = try #require(entity.headers[.eTag])
+            let deleted = try await client.odata(
+                .delete, "CheckPhotos(\(id))", token: alice, headers: [("If-Match", current)])
+            #expect(deleted.status == .noContent)
+            #expect(try await client.media(.get, "CheckPhotos(\(id))/$value", token: alice).status == .notFound)
+        }
+    }
+
+    /// Each kind of bad input gets a clear error and leaves no photo behind.
+    @Test(arguments: StorageBackend.allCases) func badPhotosAreRefusedAndChangeNothing(backend: StorageBackend)
+        async throws
+    {
+        try await Self.world(backend: backend, configure: { $0.dataService.maximumMediaSize = 4096 }) {
+            _, client, alice, _, _ in
+            let jpeg = ImageFixtures.jpeg()
+            let html = Array("<html><body><script>alert(document.cookie)</script></body></html>".utf8)
+            let cases: [(String, String, [UInt8], [(String, String)], HTTPResponse.Status, String)] = [
+                ("a PNG that is really HTML", "image/png", html, [], .unsupportedMediaType, "NotAnImage"),
+                ("a 0-byte file", "image/jpeg", [], [], .badRequest, "BadRequest"),
+                (
+                    "a file over the cap", "image/jpeg", ImageFixtures.jpeg(scanBytes: 8192), [], .contentTooLarge,
+                    "MediaTooLarge"
+                ),
+                ("a truncated JPEG", "image/jpeg", Array(jpeg.dropLast(10)), [], .badRequest, "BadRequest"),
+                ("a JPEG declared as PNG", "image/png", jpeg, [], .unsupportedMediaType, "MediaTypeMismatch"),
+                ("HTML declared as HTML", "text/html", html, [], .unsupportedMediaType, "UnsupportedMediaType"),
+                ("a Slug that is not JSON", "image/jpeg", jpeg, [("Slug", "not%20json")], .badRequest, "BadRequest"),
+                (
+                    "a Slug naming no check", "image/jpeg", jpeg,
+                    [("Slug", "%7B%22ID%22%3A%22\(Fixtures.id(7))%22%7D")], .badRequest, "InvalidPayload"
+                ),
+                (
+                    "a Slug naming a check that does not exist", "image/jpeg", jpeg,
+                    [("Slug", "%7B%22ID%22%3A%22\(Fixtures.id(8))%22%2C%22CheckID%22%3A%22\(Fixtures.id(99))%22%7D")],
+                    .badRequest, "BadRequest"
+                ),
+            ]
+            for (what, contentType, body, headers, status, code) in cases {
+                let answer = try await client.media(
+                    .post, "CheckPhotos", token: alice, contentType: contentType, body: body, headers: headers)
+                #expect(answer.status == status, "\(what): \(answer.text)")
+                #expect(answer.json.error == code, "\(what): \(answer.text)")
+            }
+            // JSON to a media entity set: a photo's bytes are expected.
+            let json = try await client.odata(
+                .post, "CheckPhotos", token: alice,
+                body: #"{"ID":"\#(Fixtures.id(9))","CheckID":"\#(Self.checkID)","TakenAt":"2026-11-27T05:10:00Z"}"#)
+            #expect(json.status == .unsupportedMediaType)
+            #expect(json.json.error == "MediaExpected")
+            // $value of an entity that is no media entity.
+            let notMedia = try await client.odata(.get, "PreflightChecks(\(Self.checkID))/$value", token: alice)
+            #expect(notMedia.status == .badRequest)
+            let photos = try await client.odata(.get, "CheckPhotos", token: alice)
+            #expect((photos.json["value"] as? [Any])?.isEmpty == true, "\(photos.text)")
+        }
+    }
+
+    /// A repeated upload (the same Repeatability-Request-ID) applies the photo once.
+    @Test(arguments: StorageBackend.allCases) func aRepeatedUploadAppliesThePhotoOnce(backend: StorageBackend)
+        async throws
+    {
+        try await Self.world(backend: backend) { _, client, alice, _, _ in
+            let headers = [
+                ("Slug", Self.slug(id: Fixtures.id(200))), ("Repeatability-Request-ID", UUID().uuidString.lowercased()),
+                ("Repeatability-First-Sent", "Fri, 27 Nov 2026 05:10:00 GMT"),
+            ]
+            let first = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: ImageFixtures.jpeg(),
+                headers: headers)
+            let again = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: ImageFixtures.jpeg(),
+                headers: headers)
+            #expect(first.status == .created)
+            #expect(again.status == .created)
+            #expect(again.headers[HTTPField.Name("Repeatability-Result")!] == "accepted")
+            let photos = try await client.odata(.get, "CheckPhotos", token: alice)
+            #expect((photos.json["value"] as? [Any])?.count == 1)
+        }
+    }
+
+    /// Bytes no entity names any more (a replaced photo's, a deleted one's) go once they are an hour old; named
+    /// ones stay.
+    @Test(arguments: StorageBackend.allCases) func unnamedBytesAreSweptAfterTheGraceAndNamedOnesStay(
+        backend: StorageBackend
+    ) async throws {
+        try await Self.world(backend: backend) { server, client, alice, _, _ in
+            let id = Fixtures.id(400)
+            let created = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: ImageFixtures.jpeg(),
+                headers: [("Slug", Self.slug(id: id))])
+            let replaced = try await client.media(
+                .put, "CheckPhotos(\(id))/$value", token: alice, contentType: "image/png", body: ImageFixtures.png(),
+                headers: [("If-Match", try #require(created.headers[.eTag]))])
+            #expect(replaced.status == .noContent)
+            #expect(try await server.server.sweepMedia() == 0, "within the grace, nothing goes")
+            server.clock.advance(by: 2 * 3600)
+            #expect(try await server.server.sweepMedia() == 1, "the JPEG no entity names")
+            // Two hours on, alice's access token has expired: she signs in again.
+            let alice = try await client.signIn("alice").access
+            let png = try await client.media(.get, "CheckPhotos(\(id))/$value", token: alice)
+            #expect(png.status == .ok)
+            #expect(png.bytes == (try Self.expected(ImageFixtures.png())).bytes)
+            let etag = try #require(try await client.odata(.get, "CheckPhotos(\(id))", token: alice).headers[.eTag])
+            #expect(
+                try await client.odata(.delete, "CheckPhotos(\(id))", token: alice, headers: [("If-Match", etag)])
+                    .status == .noContent)
+            server.clock.advance(by: 2 * 3600)
+            #expect(try await server.server.sweepMedia() == 1, "the deleted photo's PNG")
+            #expect(try await server.server.sweepMedia() == 0)
+        }
+    }
+
+    /// What a stolen disk or a backup holds of a photo: no location; and bytes changed on disk are caught.
+    @Test func storedBytesHoldNoLocationAndDamageIsCaught() async throws {
+        try await Self.world(backend: .sqlite) { server, client, alice, _, _ in
+            let id = Fixtures.id(300)
+            let created = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/png", body: ImageFixtures.png(),
+                headers: [("Slug", Self.slug(id: id))])
+            let sha256 = try #require(created.json["SHA256"] as? String)
+            let file = server.directory.appendingPathComponent("media").appendingPathComponent(String(sha256.prefix(2)))
+                .appendingPathComponent(sha256)
+            var onDisk = Array(try Data(contentsOf: file))
+            #expect(!ImageFixtures.contains(onDisk, ImageFixtures.locationBytes))
+            let uploads = server.directory.appendingPathComponent("media/uploads")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: uploads.path).isEmpty, "no upload left over")
+            onDisk[onDisk.count / 2] ^= 0xFF
+            try Data(onDisk).write(to: file)
+            let damaged = try await client.media(.get, "CheckPhotos(\(id))/$value", token: alice)
+            #expect(damaged.status == .internalServerError)
+            #expect(damaged.json.error == "MediaCorrupt")
+        }
+    }
+}
+
+struct MediaReply {
+    var status: HTTPResponse.Status
+    var headers: HTTPFields
+    var bytes: [UInt8]
+    var text: String { String(decoding: bytes, as: UTF8.self) }
+    var json: [String: Any] {
+        (try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any]) ?? [:]
+    }
+}
+
+extension Dictionary where Key == String, Value == Any {
+    /// The OData error code of an error answer.
+    var error: String? { (self["error"] as? [String: Any])?["code"] as? String }
+}
+
+extension TestClientProtocol {
+    /// Sends bytes (or nothing) to the data service and returns the raw answer.
+    func media(
+        _ method: HTTPRequest.Method, _ path: String, token: String, contentType: String? = nil, body: [UInt8]? = nil,
+        headers: [(String, String)] = []
+    ) async throws -> MediaReply {
+        var fields: HTTPFields = [.authorization: "Bearer \(token)"]
+        if let contentType { fields[.contentType] = contentType }
+        for (name, value) in headers { if let field = HTTPField.Name(name) { fields[field] = value } }
+        return try await execute(
+            uri: "/odata/" + path, method: method, headers: fields, body: body.map { ByteBuffer(bytes: $0) }
+        ) { MediaReply(status: $0.status, headers: $0.headers, bytes: Array(buffer: $0.body)) }
+    }
+}
