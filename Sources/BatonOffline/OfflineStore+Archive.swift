@@ -24,7 +24,7 @@ extension OfflineStore {
             try self.enqueue(
                 method: entry.entry.method, url: entry.entry.url, body: entry.entry.body,
                 ifMatch: entry.entry.method == "POST" ? nil : base, entityID: entry.entry.entityID, user: user,
-                sequence: entry.entry.sequence, in: db)
+                media: entry.entry.media, sequence: entry.entry.sequence, in: db)
         }
     }
 

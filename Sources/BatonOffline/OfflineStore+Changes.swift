@@ -128,27 +128,30 @@ extension OfflineStore {
 
     /// Queues a change signed by `user`; `sequence` puts it at a given place in the queue (a resolved archive
     /// entry takes its old place), otherwise at the end.
+    ///
+    /// For a photo, `media` is the SHA-256 of its bytes (kept in the store): the author signs it in place of the
+    /// body's, and the body — the photo's properties — as the `Slug` it is sent in.
     func enqueue(
         method: String, url: String, body: [UInt8], ifMatch: String?, entityID: String, user: OfflineUser,
-        sequence: Int64? = nil, in db: Database
+        media: String? = nil, sequence: Int64? = nil, in db: Database
     ) throws {
         let requestID = UUID().uuidString.lowercased()
         let createdAt = ODataDateTimeOffset(now()).description
-        let digest = SHA256.hash(data: body).lowercaseHex
+        let digest = media ?? SHA256.hash(data: body).lowercaseHex
         let signedIfMatch = method == "POST" ? "" : (ifMatch ?? "*")
         let message = ChangeSignature.canonicalMessage(
             requestID: requestID, method: method, url: url, bodySHA256: digest, createdAt: createdAt, device: deviceID,
-            author: user.name, ifMatch: signedIfMatch)
+            author: user.name, ifMatch: signedIfMatch, slug: media.map { _ in Self.slug(body) })
         let signature = try user.signingKey.signature(for: Data(message)).rawRepresentation.base64URLEncoded
         try db.execute(
             sql: """
                 INSERT INTO "$queue" (seq, requestID, author, device, createdAt, method, url, body, ifMatch, signature,
-                    entityID, signedIfMatch)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    entityID, signedIfMatch, media)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
             arguments: [
                 sequence, requestID, user.name, deviceID, createdAt, method, url, Data(body), ifMatch, signature,
-                entityID, signedIfMatch,
+                entityID, signedIfMatch, media,
             ])
     }
 
@@ -157,7 +160,7 @@ extension OfflineStore {
             sequence: row["seq"], requestID: row["requestID"], author: row["author"], device: row["device"],
             createdAt: row["createdAt"], method: row["method"], url: row["url"], body: Array(row["body"] as Data),
             ifMatch: row["ifMatch"], signedIfMatch: row["signedIfMatch"], signature: row["signature"],
-            entityID: row["entityID"])
+            entityID: row["entityID"], media: row["media"])
     }
 
     // MARK: Helpers

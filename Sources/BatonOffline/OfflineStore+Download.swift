@@ -252,6 +252,7 @@ extension OfflineStore {
         var kept = 0
         let translator = translator
         // New or changed entities replace the row with the same key; the statement is the same for every row.
+        let hasStream = model.entityType(of: set)?.hasStream ?? false
         let replace: String
         do {
             replace =
@@ -305,6 +306,14 @@ extension OfflineStore {
                     let delete = try translator.delete(from: set.name, key: key)
                     try db.cachedStatement(sql: delete.sql).execute(arguments: delete.statementArguments)
                     removed += db.changesCount
+                    // A photo the server no longer has leaves the cache too (one waiting for its upload is queued,
+                    // and kept above).
+                    if hasStream {
+                        try db.execute(
+                            sql: #"DELETE FROM "$mediaPart" WHERE entityID = ?"#, arguments: [change.id])
+                        try db.execute(
+                            sql: #"DELETE FROM "$mediaInfo" WHERE entityID = ?"#, arguments: [change.id])
+                    }
                     continue
                 }
                 // SQLite's least limit of a statement's parameters is 999.

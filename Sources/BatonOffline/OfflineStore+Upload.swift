@@ -21,6 +21,13 @@ public struct UploadReport: Sendable {
 
     /// True only when every queued change reached the server.
     public var isComplete: Bool { archived.isEmpty && waiting.isEmpty }
+
+    /// This report with `waiting` in place of its own (what a later pass left waiting).
+    func merged(waiting: [QueueEntry]) -> UploadReport {
+        var report = self
+        report.waiting = waiting
+        return report
+    }
     /// An empty report (nothing uploaded yet).
     public init() {}
 }
@@ -88,6 +95,17 @@ extension OfflineStore {
                 break
             }
         }
+        // Photos go once the changes before them have: their checks first.
+        let photos = try await uploadPhotos(user: user, session: session, allowOnBehalf: allowOnBehalf, into: &report)
+        if !photos.retryLater, photos.uploaded > 0,
+            try !nextChunk(for: user, allowOnBehalf: allowOnBehalf, chunkSize: 1).isEmpty
+        {
+            // Changes queued behind an uploaded photo (to its entity) may go now.
+            let more = try await upload(using: session, allowOnBehalf: allowOnBehalf, chunkSize: chunkSize)
+            report.uploaded += more.uploaded
+            report.archived += more.archived
+            return report.merged(waiting: more.waiting)
+        }
         // What is left and may not go now: other authors' changes, and changes behind an archived one.
         let blocked = try read { db in Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$archive""#)) }
         report.waiting = try pendingEntries().filter { entry in
@@ -154,7 +172,9 @@ extension OfflineStore {
                 let entityID: String = row["entityID"]
                 let author: String = row["author"]
                 defer { seen.insert(entityID) }
-                guard !archived.contains(entityID), author == user.name || allowOnBehalf, !seen.contains(entityID)
+                // A photo goes in a request of its own (``uploadPhotos``); changes behind it to its entity wait.
+                guard !archived.contains(entityID), author == user.name || allowOnBehalf, !seen.contains(entityID),
+                    (row["media"] as String?) == nil
                 else { continue }
                 chosen.append(try Self.entry(row))
                 if chosen.count >= max(1, chunkSize) { break }
@@ -310,13 +330,13 @@ extension OfflineStore {
             try db.execute(
                 sql: """
                     INSERT INTO "$archive" (seq, requestID, author, device, createdAt, method, url, body, ifMatch,
-                        signature, entityID, status, code, message, serverVersion, signedIfMatch)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        signature, entityID, status, code, message, serverVersion, signedIfMatch, media)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """,
                 arguments: [
                     entry.sequence, entry.requestID, entry.author, entry.device, entry.createdAt, entry.method,
                     entry.url, Data(entry.body), entry.ifMatch, entry.signature, entry.entityID, response.status, code,
-                    message, serverVersion?.serialized, entry.signedIfMatch,
+                    message, serverVersion?.serialized, entry.signedIfMatch, entry.media,
                 ])
         }
         return ArchiveEntry(

@@ -60,6 +60,8 @@ public struct QueueEntry: Sendable, Hashable {
     public var signature: String
     /// The entity the change is about (canonical URL).
     public var entityID: String
+    /// For a photo (a media entity's bytes): their SHA-256, which the author signed; the bytes wait in the store.
+    public var media: String? = nil
 }
 
 /// A change the server refused, kept with the server's reason (and, for a conflict, its current version)
@@ -113,6 +115,9 @@ public actor OfflineStore {
     /// How long an upload batch, a download page or a read of the server's version may take before the store
     /// gives up on it (and retries at the next sync). Default: 30 seconds.
     public private(set) var requestTimeout: Duration = .seconds(30)
+    /// The most bytes of photos already on the server that the device keeps (``photo(_:using:)``); photos waiting
+    /// for their upload are never dropped. Default: 200 MiB.
+    public internal(set) var photoCacheLimit = 200 * 1024 * 1024
 
     /// Sets ``requestTimeout``.
     public func setRequestTimeout(_ timeout: Duration) { requestTimeout = timeout }
@@ -193,13 +198,24 @@ public actor OfflineStore {
             try db.execute(sql: #"ALTER TABLE "$deltaLinks" ADD COLUMN exact INTEGER NOT NULL DEFAULT 0"#)
         }
         // The signed If-Match (baton-change-v2); changes queued before it carry v1 signatures, which the server
-        // refuses into the error archive, where their author records them again.
+        // refuses into the error archive, where their author records them again. A photo's SHA-256 (`media`).
         for table in ["$queue", "$archive"] {
             let columns = try Row.fetchAll(db, sql: "PRAGMA table_info(\"\(table)\")").map { $0["name"] as String }
             if !columns.contains("signedIfMatch") {
                 try db.execute(sql: "ALTER TABLE \"\(table)\" ADD COLUMN signedIfMatch TEXT NOT NULL DEFAULT ''")
             }
+            if !columns.contains("media") { try db.execute(sql: "ALTER TABLE \"\(table)\" ADD COLUMN media TEXT") }
         }
+        // Photos' bytes, in parts: the ones taken here until they are uploaded, and those opened since (a cache).
+        try db.execute(
+            sql: """
+                CREATE TABLE IF NOT EXISTS "$mediaPart" (
+                    entityID TEXT NOT NULL, part INTEGER NOT NULL, bytes BLOB NOT NULL, PRIMARY KEY (entityID, part)
+                ) WITHOUT ROWID;
+                CREATE TABLE IF NOT EXISTS "$mediaInfo" (
+                    entityID TEXT PRIMARY KEY NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+                    contentType TEXT NOT NULL, pending INTEGER NOT NULL, lastUsed REAL NOT NULL);
+                """)
     }
 
     // MARK: Users

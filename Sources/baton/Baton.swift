@@ -16,7 +16,8 @@ struct Baton: AsyncParsableCommand {
             """,
         subcommands: [
             DemoCommand.self, UsersCommand.self, SyncCommand.self, AircraftCommand.self, ChecksCommand.self,
-            PendingCommand.self, ArchiveCommand.self, LogsCommand.self, LockCommand.self, SQLCommand.self,
+            PhotosCommand.self, PendingCommand.self, ArchiveCommand.self, LogsCommand.self, LockCommand.self,
+            SQLCommand.self,
         ]
     )
 

@@ -143,7 +143,7 @@ import Testing
         async throws
     {
         try await Self.world(backend: backend, configure: { $0.dataService.maximumMediaSize = 4096 }) {
-            _, client, alice, _, _ in
+            server, client, alice, _, _ in
             let jpeg = ImageFixtures.jpeg()
             let html = Array("<html><body><script>alert(document.cookie)</script></body></html>".utf8)
             let cases: [(String, String, [UInt8], [(String, String)], HTTPResponse.Status, String)] = [
@@ -167,7 +167,9 @@ import Testing
                     .badRequest, "BadRequest"
                 ),
             ]
-            for (what, contentType, body, headers, status, code) in cases {
+            for (index, (what, contentType, body, headers, status, code)) in cases.enumerated() {
+                // Bytes are judged with properties that would be accepted.
+                let headers = headers.isEmpty ? [("Slug", Self.slug(id: Fixtures.id(50 + index)))] : headers
                 let answer = try await client.media(
                     .post, "CheckPhotos", token: alice, contentType: contentType, body: body, headers: headers)
                 #expect(answer.status == status, "\(what): \(answer.text)")
@@ -184,6 +186,62 @@ import Testing
             #expect(notMedia.status == .badRequest)
             let photos = try await client.odata(.get, "CheckPhotos", token: alice)
             #expect((photos.json["value"] as? [Any])?.isEmpty == true, "\(photos.text)")
+            #expect(try await Self.storedBlobs(server) == 0, "a refused photo leaves no bytes behind")
+        }
+    }
+
+    /// How many blobs the server's media store holds.
+    static func storedBlobs(_ server: TestServer) async throws -> Int {
+        switch server.backend {
+        case .sqlite:
+            let media = server.directory.appendingPathComponent("media")
+            let shards = (try? FileManager.default.contentsOfDirectory(atPath: media.path)) ?? []
+            return shards.filter { $0 != "uploads" }.reduce(0) { count, shard in
+                count
+                    + ((try? FileManager.default.contentsOfDirectory(
+                        atPath: media.appendingPathComponent(shard).path))?.count ?? 0)
+            }
+        case .postgres:
+            let storage = try StorageTests.postgres(server)
+            return Int(
+                try await storage.readStatement {
+                    try await $0.fetchOne(#"SELECT count(*) FROM "$mediaPart""#)?[0].integer ?? 0
+                })
+        }
+    }
+
+    /// Evidence is added to a final check only by its author or a supervisor; a photo stays its taker's.
+    @Test(arguments: StorageBackend.allCases) func groundStaffAddPhotosOnlyToChecksTheyMayChange(
+        backend: StorageBackend
+    ) async throws {
+        try await Self.world(backend: backend) { server, client, alice, bob, sam in
+            let bobs = try await client.media(
+                .post, "CheckPhotos", token: bob, contentType: "image/jpeg", body: ImageFixtures.jpeg(),
+                headers: [("Slug", Self.slug(id: Fixtures.id(500)))])
+            #expect(bobs.status == .forbidden, "\(bobs.text)")
+            #expect(bobs.json.error == "NotTheAuthor")
+            #expect(try await Self.storedBlobs(server) == 0, "refused before a byte was stored")
+            let sams = try await client.media(
+                .post, "CheckPhotos", token: sam, contentType: "image/jpeg", body: ImageFixtures.jpeg(),
+                headers: [("Slug", Self.slug(id: Fixtures.id(501)))])
+            #expect(sams.status == .created)
+            let alices = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/png", body: ImageFixtures.png(),
+                headers: [("Slug", Self.slug(id: Fixtures.id(502)))])
+            #expect(alices.status == .created)
+            // A supervisor's correction leaves alice the one who took it.
+            let caption = try await client.odata(
+                .patch, "CheckPhotos(\(Fixtures.id(502)))", token: sam,
+                headers: [("If-Match", try #require(alices.headers[.eTag])), ("Prefer", "return=representation")],
+                body: #"{"Caption":"left main gear"}"#)
+            #expect(caption.status == .ok, "\(caption.text)")
+            #expect(caption.json["TakenBy"] as? String == "alice")
+            #expect(caption.json["UploadedBy"] as? String == "sam")
+            // A photo cannot be moved to a check that does not exist.
+            let moved = try await client.odata(
+                .patch, "CheckPhotos(\(Fixtures.id(502)))", token: alice, headers: [("If-Match", "*")],
+                body: #"{"CheckID":"\#(Fixtures.id(77))"}"#)
+            #expect(moved.status == .badRequest, "\(moved.text)")
         }
     }
 

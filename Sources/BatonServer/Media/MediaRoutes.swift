@@ -76,21 +76,21 @@ extension ODataRoutes {
         if let match = request.headers[.ifNoneMatch], match == etag || match == "*" {
             return Response(status: .notModified, headers: headers)
         }
-        let parts: AsyncThrowingStream<[UInt8], any Error>?
+        let reader: MediaReader?
         do {
-            parts = try await service.media.parts(of: sha256)
+            reader = try await service.media.open(sha256)
         } catch is MediaCorruption {
             context.logger.error("A stored photo does not match its SHA-256", metadata: ["media.sha256": "\(sha256)"])
             throw ServerError(
                 .internalServerError, "MediaCorrupt",
                 "The stored bytes of this photo are damaged; an administrator restores them from a backup.")
         }
-        guard let parts else { throw ServerError.notFound("The bytes of this photo are missing.") }
+        guard let reader else { throw ServerError.notFound("The bytes of this photo are missing.") }
         if case .number(let size)? = entity["Size"], Int64(size) != nil { headers[.contentLength] = size }
         return Response(
             status: .ok, headers: headers,
             body: ResponseBody { writer in
-                for try await part in parts { try await writer.write(ByteBuffer(bytes: part)) }
+                try await reader.forEachPart { try await writer.write(ByteBuffer(bytes: $0)) }
                 try await writer.finish(nil)
             })
     }
@@ -130,36 +130,41 @@ extension ODataRoutes {
             slug = header
             properties = Array(decoded.utf8)
         }
-        if let declared = request.headers[.contentType], ImageKind(contentType: declared) == nil {
-            throw ServerError(
-                .unsupportedMediaType, "UnsupportedMediaType",
-                "A photo is \(DataService.mediaTypes); '\(declared.prefix(60))' is not accepted.")
-        }
-        let stored: StoredMedia
-        do {
-            stored = try await service.media.ingest(
-                request.body, limit: configuration.maximumMediaSize, keepLocation: configuration.keepsImageLocation,
-                slug: slug, now: service.clock.now())
-        } catch let refusal as MediaRefusal {
-            throw Self.error(for: refusal)
-        } catch let error as HTTPError where error.status == .contentTooLarge {
-            throw Self.error(for: MediaRefusal(reason: .tooLarge(limit: configuration.maximumMediaSize)))
-        }
-        if let declared = request.headers[.contentType], let named = ImageKind(contentType: declared),
-            named != stored.kind
-        {
-            throw ServerError(
-                .unsupportedMediaType, "MediaTypeMismatch",
-                "The body is declared \(named.rawValue) but its bytes are \(stored.kind.rawValue); send it as what it is."
-            )
+        var declared: ImageKind?
+        if let named = request.headers[.contentType] {
+            guard let kind = ImageKind(contentType: named) else {
+                throw ServerError(
+                    .unsupportedMediaType, "UnsupportedMediaType",
+                    "A photo is \(DataService.mediaTypes); '\(named.prefix(60))' is not accepted.")
+            }
+            declared = kind
         }
         var headers = request.headers.map { ($0.name.rawName, $0.value) }
         headers.removeAll { $0.0.lowercased() == "content-type" }
         headers.append(("Content-Type", "application/json"))
-        let dataRequest = DataRequest(
-            method: request.method.rawValue, url: url, headers: headers, body: properties, media: stored)
-        let response = try await execute(dataRequest, context: dataContext, modelOnly: false, logger: context.logger)
-        return Self.httpResponse(response, version: version)
+        let admission = DataRequest(method: request.method.rawValue, url: url, headers: headers, body: properties)
+        let expected = request.headers[.contentLength].flatMap { Int64($0) }
+        // The upload takes one of the user's change slots for all its time, and what the change would be refused
+        // for anyway is refused before a byte is stored.
+        return try await service.changes.run(for: dataContext.user) {
+            try await service.admitMedia(admission, context: dataContext, expectedSize: expected)
+            let stored: StoredMedia
+            do {
+                stored = try await service.media.ingest(
+                    request.body, limit: configuration.maximumMediaSize,
+                    keepLocation: configuration.keepsImageLocation, declared: declared, slug: slug,
+                    now: service.clock.now())
+            } catch let refusal as MediaRefusal {
+                throw Self.error(for: refusal)
+            } catch let error as HTTPError where error.status == .contentTooLarge {
+                throw Self.error(for: MediaRefusal(reason: .tooLarge(limit: configuration.maximumMediaSize)))
+            }
+            var dataRequest = admission
+            dataRequest.media = stored
+            let response = try await execute(
+                dataRequest, context: dataContext, modelOnly: false, slotTaken: true, logger: context.logger)
+            return Self.httpResponse(response, version: version)
+        }
     }
 
     /// The answer to refused bytes.
@@ -179,7 +184,12 @@ extension ODataRoutes {
         case .metadataOutOfReach:
             return ServerError(
                 .unsupportedMediaType, "MetadataOutOfReach",
-                "The HEIC's Exif metadata lies beyond its first \(ImageHead.length / 1024) KiB, where its location cannot be removed; export the photo again (or as JPEG)."
+                "The image's metadata lies beyond its first \(ImageHead.length / 1024) KiB (or where it cannot be followed), where its location cannot be removed; export the photo again."
+            )
+        case .mismatch(let declared, let actual):
+            return ServerError(
+                .unsupportedMediaType, "MediaTypeMismatch",
+                "The body is declared \(declared.rawValue) but its bytes are \(actual.rawValue); send it as what it is."
             )
         }
     }

@@ -3,6 +3,7 @@ import BatonSQL
 import Crypto
 import Foundation
 import NIOCore
+import NIOPosix
 import Synchronization
 
 /// A media resource as stored: named by the SHA-256 of its bytes (after the location was removed).
@@ -24,6 +25,8 @@ struct MediaRefusal: Error, Sendable, Equatable {
         case notAnImage
         case truncated
         case metadataOutOfReach
+        /// The bytes are `actual`, not the `declared` type their `Content-Type` names.
+        case mismatch(declared: ImageKind, actual: ImageKind)
     }
 
     var reason: Reason
@@ -47,6 +50,9 @@ struct MediaStore: Sendable {
     /// the entity that names it are written one after the other, seconds apart.
     static let grace: TimeInterval = 3600
     static let partSize = 256 * 1024
+    /// Held while a blob file is renamed into place or renewed, and while the sweep decides to unlink one: so a
+    /// sweep never removes a file an upload has just renewed (SQLite: one server process owns the directory).
+    static let fileLock = Mutex(())
 
     init(backend: Backend) { self.backend = backend }
 
@@ -67,7 +73,7 @@ struct MediaStore: Sendable {
     ///
     /// - Throws: ``MediaRefusal`` for bytes that are refused (nothing is kept), or a storage error.
     func ingest<Body: AsyncSequence & Sendable>(
-        _ body: Body, limit: Int, keepLocation: Bool, slug: String?, now: Date
+        _ body: Body, limit: Int, keepLocation: Bool, declared: ImageKind?, slug: String?, now: Date
     ) async throws -> StoredMedia where Body.Element == ByteBuffer {
         var head: [UInt8] = []
         var hasher = SHA256()
@@ -75,8 +81,24 @@ struct MediaStore: Sendable {
         var sink: Sink?
         var tail: [UInt8] = []
         var kind: ImageKind?
+        var watcher: PNGChunkWatcher?
+        /// Checks and cleans the head, then writes it: what follows streams straight through.
+        func start(isWhole: Bool) async throws {
+            let (found, rest) = try prepare(&head, isWhole: isWhole, keepLocation: keepLocation)
+            if let declared, declared != found {
+                throw MediaRefusal(reason: .mismatch(declared: declared, actual: found))
+            }
+            kind = found
+            watcher = rest
+            sink = try await openSink(now: now)
+            hasher.update(data: head)
+            try await sink?.write(head)
+            tail = Array(head.suffix(12))
+            head = []
+        }
         do {
             for try await buffer in body {
+                let offset = size
                 size += buffer.readableBytes
                 guard size <= limit else { throw MediaRefusal(reason: .tooLarge(limit: limit)) }
                 if kind == nil {
@@ -85,30 +107,25 @@ struct MediaStore: Sendable {
                     if head.count >= 12, ImageKind(sniffing: head) == nil {
                         throw MediaRefusal(reason: .notAnImage)
                     }
-                    guard head.count >= ImageHead.length else { continue }
-                    kind = try prepare(&head, isWhole: false, keepLocation: keepLocation)
-                    sink = try await openSink(now: now)
-                    hasher.update(data: head)
-                    try await sink?.write(head)
-                    tail = Array(head.suffix(12))
-                    head = []
+                    if head.count >= ImageHead.length { try await start(isWhole: false) }
                     continue
                 }
                 let bytes = Array(buffer.readableBytesView)
+                if !keepLocation {
+                    do { try watcher?.feed(bytes, at: offset) } catch {
+                        throw MediaRefusal(reason: .metadataOutOfReach)
+                    }
+                }
                 hasher.update(data: bytes)
                 try await sink?.write(bytes)
                 tail = Array((tail + bytes).suffix(12))
             }
             if kind == nil {
                 guard !head.isEmpty else { throw MediaRefusal(reason: .empty) }
-                kind = try prepare(&head, isWhole: true, keepLocation: keepLocation)
-                sink = try await openSink(now: now)
-                hasher.update(data: head)
-                try await sink?.write(head)
-                tail = Array(head.suffix(12))
+                try await start(isWhole: true)
             }
             guard let kind, let opened = sink else { throw MediaRefusal(reason: .empty) }
-            guard Self.endsComplete(tail, kind: kind) else { throw MediaRefusal(reason: .truncated) }
+            guard kind.endsComplete(tail) else { throw MediaRefusal(reason: .truncated) }
             let sha256 = hasher.finalize().lowercaseHex
             try await opened.commit(as: sha256, size: Int64(size), now: now)
             return StoredMedia(sha256: sha256, size: Int64(size), kind: kind, slug: slug)
@@ -118,29 +135,20 @@ struct MediaStore: Sendable {
         }
     }
 
-    /// Checks the head and removes the location from it.
-    func prepare(_ head: inout [UInt8], isWhole: Bool, keepLocation: Bool) throws(MediaRefusal) -> ImageKind {
+    /// Checks the head and removes the location from it; for a PNG whose chunks go on, their watcher.
+    func prepare(_ head: inout [UInt8], isWhole: Bool, keepLocation: Bool) throws(MediaRefusal) -> (
+        ImageKind, PNGChunkWatcher?
+    ) {
         do {
-            if keepLocation { return try ImageHead.inspect(head, isWhole: isWhole) }
-            return try ImageHead.scrubLocation(&head, isWhole: isWhole)
+            if keepLocation { return (try ImageHead.inspect(head, isWhole: isWhole), nil) }
+            let scrubbed = try ImageHead.scrub(&head, isWhole: isWhole)
+            return (scrubbed.kind, scrubbed.watcher)
         } catch .notAnImage {
             throw MediaRefusal(reason: .notAnImage)
         } catch .truncated {
             throw MediaRefusal(reason: .truncated)
         } catch {
             throw MediaRefusal(reason: .metadataOutOfReach)
-        }
-    }
-
-    /// Whether a file of `kind` ends as a whole one does: a JPEG with its end-of-image marker, a PNG with its
-    /// `IEND` chunk (a HEIC has no trailer; its boxes were checked as far as its head reaches).
-    static func endsComplete(_ tail: [UInt8], kind: ImageKind) -> Bool {
-        switch kind {
-        case .jpeg: return tail.count >= 2 && tail.suffix(2).elementsEqual([0xFF, 0xD9])
-        case .png:
-            return tail.count >= 12
-                && tail.suffix(12).elementsEqual([0, 0, 0, 0, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82])
-        case .heic: return true
         }
     }
 
@@ -180,24 +188,23 @@ struct MediaStore: Sendable {
 
     // MARK: Reading
 
-    /// The bytes of a blob, part by part, after checking the whole against its name; `nil` when it is missing.
+    /// A blob, checked against its name (its bytes read and hashed part by part), ready to be read part by part
+    /// as the answer is written; `nil` when it is missing.
     ///
     /// - Throws: ``MediaCorruption`` when the stored bytes do not hash to their name.
-    func parts(of sha256: String) async throws -> AsyncThrowingStream<[UInt8], any Error>? {
+    func open(_ sha256: String) async throws -> MediaReader? {
         guard Self.isHash(sha256) else { return nil }
         switch backend {
         case .files(let directory):
             let url = file(sha256, in: directory)
-            guard FileManager.default.fileExists(atPath: url.path) else { return nil }
-            try verify(sha256, parts: try FileParts(url: url))
-            return AsyncThrowingStream { continuation in
-                do {
-                    for part in try FileParts(url: url) { continuation.yield(part) }
-                    continuation.finish()
-                } catch {
-                    continuation.finish(throwing: error)
-                }
+            let present = try await NIOThreadPool.singleton.runIfActive { () throws -> Bool in
+                guard FileManager.default.fileExists(atPath: url.path) else { return false }
+                var hasher = SHA256()
+                for part in try FileParts(url: url) { hasher.update(data: part) }
+                guard hasher.finalize().lowercaseHex == sha256 else { throw MediaCorruption(sha256: sha256) }
+                return true
             }
+            return present ? .file(url) : nil
         case .postgres(let storage):
             let count = try await storage.readStatement {
                 try await $0.fetchOne(#"SELECT count(*) FROM "$mediaPart" WHERE blob = ?"#, sha256)?[0].integer ?? 0
@@ -205,37 +212,11 @@ struct MediaStore: Sendable {
             guard count > 0 else { return nil }
             var hasher = SHA256()
             for index in 0..<Int(count) {
-                hasher.update(data: try await part(index, of: sha256, in: storage))
+                hasher.update(data: try await MediaReader.part(index, of: sha256, in: storage))
             }
             guard hasher.finalize().lowercaseHex == sha256 else { throw MediaCorruption(sha256: sha256) }
-            return AsyncThrowingStream { continuation in
-                let task = Task {
-                    do {
-                        for index in 0..<Int(count) {
-                            continuation.yield(try await part(index, of: sha256, in: storage))
-                        }
-                        continuation.finish()
-                    } catch {
-                        continuation.finish(throwing: error)
-                    }
-                }
-                continuation.onTermination = { _ in task.cancel() }
-            }
+            return .rows(storage, sha256: sha256, parts: Int(count))
         }
-    }
-
-    func part(_ index: Int, of sha256: String, in storage: PostgresStorage) async throws -> [UInt8] {
-        let row = try await storage.readStatement {
-            try await $0.fetchOne(#"SELECT bytes FROM "$mediaPart" WHERE blob = ? AND part = ?"#, sha256, index)
-        }
-        guard case .blob(let bytes)? = row?[0] else { throw MediaCorruption(sha256: sha256) }
-        return bytes
-    }
-
-    func verify(_ sha256: String, parts: some Sequence<[UInt8]>) throws {
-        var hasher = SHA256()
-        for part in parts { hasher.update(data: part) }
-        guard hasher.finalize().lowercaseHex == sha256 else { throw MediaCorruption(sha256: sha256) }
     }
 
     // MARK: Sweeping
@@ -268,7 +249,13 @@ struct MediaStore: Sendable {
             let kept = try await referenced()
             var removed = 0
             for url in candidates where !kept.contains(url.lastPathComponent) {
-                if (try? manager.removeItem(at: url)) != nil, Self.isHash(url.lastPathComponent) { removed += 1 }
+                let gone = Self.fileLock.withLock { _ -> Bool in
+                    // Renewed since it was listed: an upload of the same bytes is about to name it.
+                    let modified = (try? manager.attributesOfItem(atPath: url.path)[.modificationDate]) as? Date
+                    guard let modified, modified < cutoff else { return false }
+                    return (try? manager.removeItem(at: url)) != nil
+                }
+                if gone, Self.isHash(url.lastPathComponent) { removed += 1 }
             }
             return removed
         case .postgres(let storage):
@@ -296,6 +283,38 @@ struct MediaStore: Sendable {
             }
             return removed
         }
+    }
+}
+
+/// A checked blob's bytes, read one part at a time as they are written out (never all at once).
+enum MediaReader: Sendable {
+    case file(URL)
+    case rows(PostgresStorage, sha256: String, parts: Int)
+
+    /// Calls `body` with each part in order, reading the next only when `body` returned.
+    func forEachPart(_ body: ([UInt8]) async throws -> Void) async throws {
+        switch self {
+        case .file(let url):
+            let handle = try FileHandle(forReadingFrom: url)
+            defer { try? handle.close() }
+            while true {
+                let part = try await NIOThreadPool.singleton.runIfActive {
+                    try handle.read(upToCount: MediaStore.partSize).map(Array.init) ?? []
+                }
+                if part.isEmpty { return }
+                try await body(part)
+            }
+        case .rows(let storage, let sha256, let parts):
+            for index in 0..<parts { try await body(try await Self.part(index, of: sha256, in: storage)) }
+        }
+    }
+
+    static func part(_ index: Int, of sha256: String, in storage: PostgresStorage) async throws -> [UInt8] {
+        let row = try await storage.readStatement {
+            try await $0.fetchOne(#"SELECT bytes FROM "$mediaPart" WHERE blob = ? AND part = ?"#, sha256, index)
+        }
+        guard case .blob(let bytes)? = row?[0] else { throw MediaCorruption(sha256: sha256) }
+        return bytes
     }
 }
 
@@ -336,14 +355,20 @@ final class FileSink: Sendable {
         let shard = target.deletingLastPathComponent()
         try FileManager.default.createDirectory(
             at: shard, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        if FileManager.default.fileExists(atPath: target.path) {
-            try? FileManager.default.removeItem(at: temporary)
+        let renamed = try MediaStore.fileLock.withLock { _ throws -> Bool in
+            // The server's clock, which the sweep reads, dates the blob.
+            if FileManager.default.fileExists(atPath: target.path) {
+                try FileManager.default.setAttributes([.modificationDate: now], ofItemAtPath: target.path)
+                return false
+            }
+            guard rename(temporary.path, target.path) == 0 else { throw CocoaError(.fileWriteUnknown) }
             try FileManager.default.setAttributes([.modificationDate: now], ofItemAtPath: target.path)
+            return true
+        }
+        guard renamed else {
+            try? FileManager.default.removeItem(at: temporary)
             return
         }
-        guard rename(temporary.path, target.path) == 0 else { throw CocoaError(.fileWriteUnknown) }
-        // The server's clock, which the sweep reads, dates the blob.
-        try FileManager.default.setAttributes([.modificationDate: now], ofItemAtPath: target.path)
         // The rename is durable once the directory is.
         let descriptor = open(shard.path, O_RDONLY)
         if descriptor >= 0 {

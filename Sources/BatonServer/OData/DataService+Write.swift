@@ -169,19 +169,11 @@ extension DataService {
                 )
                 : ServerError(.unsupportedMediaType, "NotAMediaEntity", "\(target.set.name) takes JSON, not media.")
         }
-        var request = request
-        // A photo sent without the time it was taken counts as taken when it arrives.
-        if request.media != nil, target.type.property(named: "TakenAt")?.type == .dateTimeOffset {
-            var members = (try? JSONValue(parsing: request.body))?.objectMembers ?? []
-            if request.body.isEmpty || !members.isEmpty, !members.contains(where: { $0.0 == "TakenAt" }) {
-                members.append(("TakenAt", .string(ODataDateTimeOffset(clock.now()).description)))
-                request.body = JSONValue.object(members).serializedBytes
-            }
-        }
+        let request = request.media != nil ? mediaProperties(request, type: target.type) : request
         var values = try decode(request, as: target.type, mode: .create).values
         applyServerKept(&values, type: target.type, attribution: attribution, media: request.media)
         if let media = request.media {
-            try await checkPrincipals(target, values: values, in: db)
+            try await checkPrincipals(target, values: values, attribution: attribution, in: db)
             try await checkMediaQuota(target, adding: media, author: attribution.author, replacing: nil, in: db)
         }
         // A key travels in every URL and skip token: one longer than a token carries could only be paged by offset.
@@ -269,6 +261,12 @@ extension DataService {
             }
         }
         applyServerKept(&values, type: target.type, attribution: attribution, media: request.media)
+        // Who took a photo stays who took it, whoever changes it later.
+        values.removeValue(forKey: "TakenBy")
+        if target.type.hasStream {
+            try await checkPrincipals(
+                target, values: current.values.merging(values) { $1 }, attribution: attribution, in: db)
+        }
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
         if let media = request.media {
             var owner = attribution.author
@@ -397,9 +395,56 @@ extension DataService {
         }
     }
 
-    /// Refuses a media entity whose required single-valued navigations lead nowhere: a photo belongs to a check
-    /// that exists (a tablet uploads the check first).
-    func checkPrincipals(_ target: Target, values: [String: PrimitiveValue], in db: any SQLConnection) async throws {
+    /// A media request with the time its photo was taken, when its properties do not say (the time it arrives).
+    func mediaProperties(_ request: DataRequest, type: EntityType) -> DataRequest {
+        guard type.property(named: "TakenAt")?.type == .dateTimeOffset else { return request }
+        var request = request
+        var members = (try? JSONValue(parsing: request.body))?.objectMembers ?? []
+        if request.body.isEmpty || !members.isEmpty, !members.contains(where: { $0.0 == "TakenAt" }) {
+            members.append(("TakenAt", .string(ODataDateTimeOffset(clock.now()).description)))
+            request.body = JSONValue.object(members).serializedBytes
+        }
+        return request
+    }
+
+    /// Before a photo's bytes are stored, refuses what its change would be refused for anyway — a set ground staff
+    /// may not change, properties the model refuses, a check that does not exist or is someone else's final one,
+    /// a quota the declared length would pass; for a `PUT` of `$value`, a missing or stale `If-Match` and someone
+    /// else's photo — so a refused upload stores nothing. The change checks all of it again when it is applied.
+    /// An upload on another author's behalf is checked as far as it can be before its signature is (which covers
+    /// the bytes): the rest when it is applied.
+    func admitMedia(_ request: DataRequest, context: Context, expectedSize: Int64?) async throws {
+        let url = try parse(request.url)
+        let own = (request.header("Baton-Author") ?? context.user) == context.user
+        let attribution = Attribution(author: context.user, uploader: context.user, authorRole: context.role)
+        try await store.storage.read { db in
+            let target = try await self.resolve(url, in: db)
+            if own, context.role == .groundStaff, !self.configuration.groundStaffWritableSets.contains(target.set.name)
+            {
+                throw ServerError.forbidden("Only supervisors and admins change \(target.set.name).")
+            }
+            if request.method == "POST" {
+                let values = try self.decode(
+                    self.mediaProperties(request, type: target.type), as: target.type, mode: .create
+                ).values
+                try await self.checkPrincipals(target, values: values, attribution: own ? attribution : nil, in: db)
+                if own, let expectedSize {
+                    let media = StoredMedia(sha256: "", size: expectedSize, kind: .jpeg, slug: nil)
+                    try await self.checkMediaQuota(target, adding: media, author: context.user, replacing: nil, in: db)
+                }
+            } else {
+                let current = try await self.precondition(target, request: request, in: db)
+                if own { try self.checkOwnership(target, current: current, attribution: attribution) }
+            }
+        }
+    }
+
+    /// Refuses a media entity whose required single-valued navigations lead nowhere — a photo belongs to a check
+    /// that exists (a tablet uploads the check first) — or, for ground staff, to a final check someone else
+    /// recorded (``checkOwnership(_:current:attribution:)``: only its author adds evidence to it).
+    func checkPrincipals(
+        _ target: Target, values: [String: PrimitiveValue], attribution: Attribution?, in db: any SQLConnection
+    ) async throws {
         for navigation in target.type.navigationProperties
         where !navigation.isCollection && !navigation.isNullable && !navigation.referentialConstraints.isEmpty {
             guard let principalSet = model.targetSet(of: navigation, from: target.set),
@@ -408,7 +453,10 @@ extension DataService {
             let conditions = try navigationConditions(
                 navigation, from: target.type, to: principalType, parent: values)
             let principal = Target(set: principalSet, type: principalType, conditions: conditions, single: true)
-            guard try await fetch(principal, options: QueryOptions(), in: db).isEmpty else { continue }
+            if let found = try await fetch(principal, options: QueryOptions(), in: db).first {
+                if let attribution { try checkOwnership(principal, current: found, attribution: attribution) }
+                continue
+            }
             let named = navigation.referentialConstraints.map {
                 "\($0.property) \((values[$0.property] ?? .null).urlLiteral.prefix(80))"
             }.joined(separator: ", ")

@@ -75,14 +75,15 @@ struct ODataRoutes {
     /// Runs one request in the user's slots (a change takes one of their change slots, a read of data one of
     /// their read slots, before it reads anything: its on-behalf policy; the service document and $metadata come
     /// from the model alone), and counts and audits what it changed or was refused.
-    func execute(_ dataRequest: DataRequest, context dataContext: DataService.Context, modelOnly: Bool, logger: Logger)
-        async throws -> DataResponse
-    {
+    func execute(
+        _ dataRequest: DataRequest, context dataContext: DataService.Context, modelOnly: Bool, slotTaken: Bool = false,
+        logger: Logger
+    ) async throws -> DataResponse {
         let start = ContinuousClock.now
         let reading = dataRequest.method == "GET"
         let name = dataContext.user
         let slots = reading ? service.reads : service.changes
-        let (response, entries) = try await slots.run(for: name, taking: !modelOnly) {
+        let (response, entries) = try await slots.run(for: name, taking: !modelOnly && !slotTaken) {
             var dataContext = dataContext
             dataContext.onBehalf = try await onBehalfPolicy(for: dataRequest, signedIn: name)
             return await service.execute(dataRequest, context: dataContext)

@@ -27,6 +27,8 @@ struct Device: Sendable {
     static let definingQueries = [
         DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "flights", url: "Flights"),
         DefiningQuery(name: "checks", url: "PreflightChecks"),
+        // Photos' properties; their bytes download when someone opens one.
+        DefiningQuery(name: "photos", url: "CheckPhotos"),
     ]
 
     /// What each user is asked at onboarding (``ConsentStep``): data consent (required) and usage data.
@@ -218,6 +220,65 @@ struct Device: Sendable {
         let id = try await store.create(try form.check())
         await notePendingChanges()
         return id
+    }
+
+    // MARK: Photos
+
+    /// The largest photo the app takes (the server's default limit).
+    static let maximumPhotoSize = 20 * 1024 * 1024
+
+    /// Takes the photo in `file` for the check `id`: its location removed, kept encrypted on the device and queued,
+    /// signed, for the next sync. Returns the photo's id.
+    func takePhoto(check id: String, file: URL, caption: String?) async throws -> String {
+        let check = try await check(id)
+        let size = (try? FileManager.default.attributesOfItem(atPath: file.path)[.size] as? Int) ?? nil
+        guard let size else { throw AppError(.notFound, "No file at \(file.path).") }
+        guard size <= Self.maximumPhotoSize else {
+            throw AppError(.invalidInput, "A photo may take at most \(Self.maximumPhotoSize / (1024 * 1024)) MiB.")
+        }
+        guard let bytes = FileManager.default.contents(atPath: file.path) else {
+            throw AppError(.notFound, "Cannot read \(file.path).")
+        }
+        var values: [String: PrimitiveValue] = ["CheckID": check.values["ID"] ?? .null]
+        if let caption { values["Caption"] = .string(caption) }
+        let photo: String
+        do {
+            photo = try await store.takePhoto(Array(bytes), values: values, maximumSize: Self.maximumPhotoSize)
+        } catch {
+            throw AppError.from(error)
+        }
+        await notePendingChanges()
+        return photo
+    }
+
+    /// The photos of the check `id`, oldest first.
+    func photos(check id: String) async throws -> [LocalEntity] {
+        let check = try await check(id)
+        guard let key = check.values["ID"] else { return [] }
+        return try await store.read(
+            "CheckPhotos?$filter=" + encode("CheckID eq \(key.urlLiteral)") + "&$orderby=TakenAt")
+    }
+
+    /// Writes the photo `id` to `file`, decrypted — from the device, or downloaded when it is not here yet —
+    /// readable by its owner only; an existing file is never overwritten.
+    func exportPhoto(_ id: String, to file: URL) async throws {
+        guard id.hasPrefix("CheckPhotos("), (try? await store.read(id).first) != nil else {
+            throw AppError(.notFound, "No photo \(id.prefix(80)) on this device; `baton photos list` shows their ids.")
+        }
+        let online = offline ? nil : try? await session().authorized
+        let photo: LocalPhoto
+        do { photo = try await store.photo(id, using: online) } catch { throw AppError.from(error) }
+        // Created new (never over an existing file or through a link), owner-only.
+        let descriptor = createNewFile(file.path)
+        guard descriptor >= 0 else {
+            throw AppError(
+                .invalidInput,
+                errno == EEXIST
+                    ? "\(file.path) exists already; name a new file." : "Cannot write \(file.path).")
+        }
+        let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        try handle.write(contentsOf: photo.bytes)
+        try handle.synchronize()
     }
 
     // MARK: Changing checks and aircraft
@@ -417,4 +478,9 @@ struct NetworkOff: HTTPTransport {
     func send(_ request: ClientRequest) async throws(BatonClientError) -> ClientResponse {
         throw BatonClientError(.unreachable, "Working offline (--offline); nothing is sent.")
     }
+}
+
+/// Opens a new file for writing, owner-only: fails when anything (a file, a link) is at `path` already.
+func createNewFile(_ path: String) -> Int32 {
+    open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0o600)
 }

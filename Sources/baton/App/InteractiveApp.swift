@@ -391,7 +391,9 @@ struct InteractiveApp {
                     ui.failure("'\(Self.clip(answer, 30))' is not one of the choices.")
                     _ = await ui.ask("Press Enter.")
                 }
-            } catch let error as AppError where error.status == .notPermitted || error.status == .invalidInput {
+            } catch let error as AppError
+                where error.status == .notPermitted || error.status == .invalidInput || error.status == .notFound
+            {
                 ui.failure(error.message)
                 _ = await ui.ask("Press Enter.")
             }
@@ -610,8 +612,15 @@ struct InteractiveApp {
             ui.say(
                 "  Changed             \(check.pending ? "• on this device, not sent yet" : v["ChangedAt"]?.display ?? "—")"
             )
+            let photos = try await device.photos(check: id)
+            for photo in photos {
+                let p = photo.values
+                ui.say(
+                    "  Photo               \(Self.clip(p["Caption"]?.display ?? "(no caption)", 32)) · \(p["TakenBy"]?.display ?? "?")\(photo.pending ? " · not sent yet" : "")"
+                )
+            }
             let draft = v["Status"]?.display == "draft"
-            ui.dim("e edits\(draft ? " · f finalizes · d deletes the draft" : "") · Enter back")
+            ui.dim("e edits · p attaches a photo\(draft ? " · f finalizes · d deletes the draft" : "") · Enter back")
             guard let answer = await ui.ask("Check:")?.lowercased(), !answer.isEmpty else { return }
             do {
                 switch answer {
@@ -624,6 +633,14 @@ struct InteractiveApp {
                     }
                     try await device.edit(id, values: values)
                     ui.notice("✓ Changed on this device; it is sent with the next sync.")
+                case "p":
+                    guard let path = await ui.ask("Photo file (JPEG, PNG or HEIC; Enter goes back):"), !path.isEmpty
+                    else { continue }
+                    let caption = await ui.ask("What it shows (Enter for nothing):")
+                    _ = try await device.takePhoto(
+                        check: id, file: URL(fileURLWithPath: path),
+                        caption: caption.flatMap { $0.isEmpty ? nil : $0 })
+                    ui.notice("✓ Photo saved on this device, its location removed; it is sent with the next sync.")
                 case "f" where draft:
                     try await device.finalize(id)
                     ui.notice("✓ Finalized on this device; it is sent with the next sync.")
@@ -638,7 +655,9 @@ struct InteractiveApp {
                 default:
                     ui.failure("'\(answer)' is not one of the choices.")
                 }
-            } catch let error as AppError where error.status == .notPermitted || error.status == .invalidInput {
+            } catch let error as AppError
+                where error.status == .notPermitted || error.status == .invalidInput || error.status == .notFound
+            {
                 ui.failure(error.message)
                 _ = await ui.ask("Press Enter.")
             }

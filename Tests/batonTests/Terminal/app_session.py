@@ -90,7 +90,7 @@ environment = dict(os.environ, NO_COLOR="1", TERM="xterm")
 def spawn(*arguments, directory=None):
     app = pexpect.spawn(
         baton, ["--data-dir", directory or device_dir, *arguments], dimensions=(24, 80), env=environment, encoding="utf-8",
-        timeout=40,
+        timeout=40, cwd=work,
     )
     app.logfile_read = transcript
     transcript.flush()
@@ -324,19 +324,42 @@ app.sendline(draft)
 answer(app, "Check:", "f")
 expect(app, "Finalized on this device")
 answer(app, "Check:", "")
+
+step("alice photographs the tyre of her updated check, offline")
+# A JPEG's structure (start, a scan, its end); no Exif, so its bytes are what the server keeps.
+photo_bytes = bytes([0xFF, 0xD8, 0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 63, 0]) + bytes(range(0, 250, 2)) * 40 + bytes([0xFF, 0xD9])
+photo_path = os.path.join(work, "tyre.jpg")
+with open(photo_path, "wb") as handle:
+    handle.write(photo_bytes)
+with open(os.path.join(work, "notes.html"), "w") as handle:
+    handle.write("<html><script>alert(1)</script></html>")
+app.expect_exact(f"{tail}:")
+updated = re.search(r"\n(\d)  5350 kg [^\n]*final · alice", app.before).group(1)
+app.sendline(updated)
+answer(app, "Check:", "p")
+answer(app, "Photo file (JPEG, PNG or HEIC; Enter goes back):", "notes.html")
+answer(app, "What it shows (Enter for nothing):", "")
+expect(app, "not a JPEG, PNG or HEIC image")
+answer(app, "Press Enter.", "")
+answer(app, "Check:", "p")
+answer(app, "Photo file (JPEG, PNG or HEIC; Enter goes back):", "tyre.jpg")
+answer(app, "What it shows (Enter for nothing):", "main tyre, cut on the sidewall")
+expect(app, "Photo saved on this device, its location removed")
+expect(app, "Photo               main tyre, cut on the sidewall · alice · not sent yet")
+answer(app, "Check:", "")
 answer(app, f"{tail}:", "")
 answer(app, "Aircraft:", "")
-expect(app, "OFFLINE · 2 pending (2 yours)")
+expect(app, "OFFLINE · 3 pending (3 yours)")
 answer(app, "Choose:", "6")
-expect(app, "Alice (alice) · 2 changes waiting")
+expect(app, "Alice (alice) · 3 changes waiting")
 
-step("bob signs in offline; the server returns; bob syncs alice's update on her behalf")
+step("bob signs in offline; the server returns; bob syncs alice's update and photo on her behalf")
 answer(app, "Choose:", "2")
 answer(app, "Passcode for Bob (hidden", "bob-24680x")
-expect(app, "OFFLINE · 2 pending (0 yours)")
+expect(app, "OFFLINE · 3 pending (0 yours)")
 server = start_server()
 answer(app, "Choose:", "5")
-expect(app, "uploaded 2 changes: 2 alice's on their behalf")
+expect(app, "uploaded 3 changes: 3 alice's on their behalf; downloaded 3 updates")
 answer(app, "Choose:", "q")
 app.expect(pexpect.EOF)
 app.close()
@@ -356,6 +379,37 @@ changed, finalized = checks["5350"], checks["3900"]
 assert changed["checkedBy"] == "alice" and changed["uploadedBy"] == "bob", changed
 assert changed["remarks"] == "Refuelled after the delay" and changed["onDevice"] is False, changed
 assert finalized["status"] == "final" and finalized["uploadedBy"] == "bob", finalized
+
+step("on the server: alice's photo, TakenBy alice, UploadedBy bob, the same SHA-256")
+photos = subprocess.run(
+    [baton, "photos", "list", changed["id"], "--data-dir", device_dir, "--user", "bob", "--passcode-stdin",
+     "--json"],
+    input="bob-24680x\n", capture_output=True, text=True,
+)
+assert photos.returncode == 0, photos.stderr
+photo = json.loads(photos.stdout)
+assert len(photo) == 1, photos.stdout
+photo = photo[0]
+import hashlib
+assert photo["takenBy"] == "alice" and photo["uploadedBy"] == "bob" and photo["pending"] is False, photo
+assert photo["sha256"] == hashlib.sha256(photo_bytes).hexdigest(), photo
+transcript.write(json.dumps(photo, indent=2) + "\n")
+exported = os.path.join(work, "exported.jpg")
+export = subprocess.run(
+    [baton, "photos", "export", photo["id"], "--to", exported, "--data-dir", device_dir, "--user", "bob",
+     "--passcode-stdin"],
+    input="bob-24680x\n", capture_output=True, text=True,
+)
+assert export.returncode == 0, export.stderr
+with open(exported, "rb") as handle:
+    assert handle.read() == photo_bytes
+assert (os.stat(exported).st_mode & 0o777) == 0o600, oct(os.stat(exported).st_mode)
+again = subprocess.run(
+    [baton, "photos", "export", photo["id"], "--to", exported, "--data-dir", device_dir, "--user", "bob",
+     "--passcode-stdin"],
+    input="bob-24680x\n", capture_output=True, text=True,
+)
+assert again.returncode == 6 and "exists already" in again.stderr, (again.returncode, again.stderr)
 with sqlite3.connect(os.path.join(server_dir, "server.sqlite")) as audit:
     rows = audit.execute(
         "SELECT actor, action, subject, detail FROM audit WHERE action = 'entity-updated' ORDER BY at"
