@@ -29,6 +29,11 @@ struct Benchmark: AsyncParsableCommand {
 
     @Flag(help: "Measure unlock and user switch (client side) instead of the data service.")
     var flows = false
+    @Flag(
+        help:
+            "Measure photos: upload of a 5 MiB photo against a bare route streaming to disk, memory with 16 uploads at once, capture on the tablet."
+    )
+    var media = false
     @Flag(help: "Measure the offline store (download, upload, local queries, open) instead of the data service.")
     var offline = false
     @Option(help: "Queued changes to upload in the offline measurement.") var changes = 10_000
@@ -80,6 +85,7 @@ struct Benchmark: AsyncParsableCommand {
     func run() async throws {
         if downloadClient { return try await OfflineBenchmark.downloadClient() }
         if flows { return try await FlowsBenchmark(repetitions: repetitions).run() }
+        if media { return try await MediaBenchmark(duration: duration).run() }
         if offline { return try await OfflineBenchmark(checks: checks, changes: changes).run() }
         // As `baton-server serve` runs.
         BatonServer.runConcurrencyOnEventLoops()
@@ -489,9 +495,15 @@ struct Benchmark: AsyncParsableCommand {
     /// Runs wrk with a Lua script and returns its requests per second. Blocks until wrk is done: call it on a
     /// thread of NIO's pool, never on one that serves requests.
     func wrk(_ url: String, script: URL, seconds: Int? = nil) throws -> Double {
+        try Self.wrk(url, script: script, connections: connections, seconds: seconds ?? duration)
+    }
+
+    /// Runs wrk (two threads) with `script` against `url` and returns its requests per second; any error answer
+    /// fails the run.
+    static func wrk(_ url: String, script: URL, connections: Int, seconds: Int) throws -> Double {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/wrk")
-        process.arguments = ["-t2", "-c\(connections)", "-d\(seconds ?? duration)s", "-s", script.path, url]
+        process.arguments = ["-t2", "-c\(connections)", "-d\(seconds)s", "-s", script.path, url]
         let output = Pipe()
         process.standardOutput = output
         try process.run()

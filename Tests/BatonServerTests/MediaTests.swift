@@ -245,6 +245,31 @@ import Testing
         }
     }
 
+    /// Delta links carry photos like any entity; a `$batch` says what it does not carry (bytes).
+    @Test(arguments: StorageBackend.allCases) func deltaLinksCarryPhotosAndABatchRefusesTheirBytes(
+        backend: StorageBackend
+    ) async throws {
+        try await Self.world(backend: backend) { _, client, alice, _, _ in
+            let tracked = try await client.odata(
+                .get, "CheckPhotos", token: alice, headers: [("Prefer", "odata.track-changes")])
+            let link = try #require(tracked.json["@odata.deltaLink"] as? String)
+            let id = Fixtures.id(600)
+            let created = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: ImageFixtures.jpeg(),
+                headers: [("Slug", Self.slug(id: id))])
+            #expect(created.status == .created)
+            let delta = try await client.odata(.get, String(link.split(separator: "/odata/").last ?? ""), token: alice)
+            let changed = delta.json["value"] as? [[String: Any]] ?? []
+            #expect(changed.map { $0["ID"] as? String } == [id], "\(delta.text)")
+            #expect(changed.first?["@odata.mediaReadLink"] as? String == "CheckPhotos(\(id))/$value")
+            let batch =
+                #"{"requests":[{"id":"1","method":"GET","url":"CheckPhotos(\#(id))/$value"},{"id":"2","method":"POST","url":"CheckPhotos","headers":{"content-type":"application/json"},"body":{"CheckID":"\#(Self.checkID)"}}]}"#
+            let answer = try await client.odata(.post, "$batch", token: alice, body: batch)
+            let statuses = (answer.json["responses"] as? [[String: Any]] ?? []).compactMap { $0["status"] as? Int }
+            #expect(statuses == [501, 415], "\(answer.text)")
+        }
+    }
+
     /// A repeated upload (the same Repeatability-Request-ID) applies the photo once.
     @Test(arguments: StorageBackend.allCases) func aRepeatedUploadAppliesThePhotoOnce(backend: StorageBackend)
         async throws

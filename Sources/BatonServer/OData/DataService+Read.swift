@@ -14,6 +14,12 @@ extension DataService {
         }
         let preferences = try preferences(request)
         let target = try await resolve(url, in: db)
+        // A photo's bytes are streamed by their own route, never inside a `$batch` (whose answer is JSON).
+        if target.value, target.property == nil {
+            throw ServerError(
+                .notImplemented, "NotImplemented",
+                "A media entity's $value is read on its own (GET …/$value), not inside a $batch.")
+        }
         if url.query.deltaToken != nil {
             var page = try await delta(url, request: request, target: target, in: db, context: context)
             page.isDeltaPage = page.status == 200
