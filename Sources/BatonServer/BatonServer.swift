@@ -272,7 +272,7 @@ public struct BatonServer: Sendable {
         CockpitRoutes(
             tokens: tokens, users: users, devices: devices, settings: settings, audit: audit, sessions: cockpitSessions,
             database: database,
-            clock: configuration.clock, key: cockpitKey, providers: identityProviders
+            clock: configuration.clock, key: cockpitKey, providers: identityProviders, data: data
         ).add(to: router)
         let protected = router.group().add(
             middleware: BearerAuthenticationMiddleware(tokens: tokens, settings: settings))

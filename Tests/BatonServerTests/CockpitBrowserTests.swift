@@ -55,6 +55,28 @@ import Testing
             ).utf8)
         let (_, registered) = try await URLSession.shared.data(for: registration)
         #expect((registered as? HTTPURLResponse)?.statusCode == 200)
+        // Bob's check and a photo of its left main tyre, for the photos page.
+        let checkID = UUID().uuidString.lowercased()
+        var check = URLRequest(url: server.url.appendingPathComponent("odata/PreflightChecks"))
+        check.httpMethod = "POST"
+        check.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        check.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        check.httpBody = Data(
+            #"{"ID":"\#(checkID)","TailNumber":"D-AIBL","FuelKg":5200,"TyrePressureMainPsi":200,"TyrePressureNosePsi":60,"OilQuarts":15}"#
+                .utf8)
+        let (_, checked) = try await URLSession.shared.data(for: check)
+        #expect((checked as? HTTPURLResponse)?.statusCode == 201)
+        var photo = URLRequest(url: server.url.appendingPathComponent("odata/CheckPhotos"))
+        photo.httpMethod = "POST"
+        photo.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        photo.setValue("image/png", forHTTPHeaderField: "Content-Type")
+        photo.setValue(
+            #"{"CheckID":"\#(checkID)","Caption":"left main tyre"}"#.addingPercentEncoding(
+                withAllowedCharacters: .alphanumerics), forHTTPHeaderField: "Slug")
+        photo.httpBody = Data(ImageFixtures.png())
+        let (photoAnswer, photographed) = try await URLSession.shared.data(for: photo)
+        #expect(
+            (photographed as? HTTPURLResponse)?.statusCode == 201, "\(String(decoding: photoAnswer, as: UTF8.self))")
         // The README's screenshots come from the SQLite run.
         let shots =
             (backend == .sqlite ? ProcessInfo.processInfo.environment["BATON_COCKPIT_SCREENSHOTS"] : nil)
@@ -73,7 +95,7 @@ import Testing
         #expect(result.output.contains("cockpit browser checks passed"), "\(result.output)\(result.error)")
         for name in [
             "overview.png", "users.png", "users-390.png", "forbidden.png", "settings.png", "audit.png", "devices.png",
-            "backup.png", "sign-in-390.png", "device-390.png",
+            "backup.png", "sign-in-390.png", "device-390.png", "photos.png",
         ] {
             let data = try Data(contentsOf: URL(fileURLWithPath: shots).appendingPathComponent(name))
             #expect(data.starts(with: [0x89, 0x50, 0x4E, 0x47]) && data.count > 5_000, "\(name) is a PNG screenshot")

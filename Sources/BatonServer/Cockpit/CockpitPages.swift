@@ -125,6 +125,7 @@ enum CockpitPages {
         tr.behalf td { background: #fff6dd; }
         pre { padding: .8rem; white-space: pre-wrap; overflow-wrap: anywhere; }
         nav.pages { margin: .8rem 0; display: flex; gap: 1rem; }
+        img.thumb { width: 96px; height: 72px; object-fit: cover; border: 1px solid var(--line); border-radius: 4px; }
         main.sign-in { max-width: 26rem; }
         main.sign-in form { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 1rem; }
         main.sign-in label { display: flex; flex-direction: column; gap: .2rem; margin-bottom: .8rem; }
@@ -137,6 +138,22 @@ enum CockpitPages {
         """
 
     static let templates: [(String, String)] = [
+        (
+            "photos",
+            """
+            <h1>Photos</h1>
+            <p class="muted">Photos taken with pre-flight checks{{#check}} — check {{check}} (<a href="/admin/photos">all</a>){{/check}}, newest
+            first: who took each and who uploaded it (someone else when the next shift synced the tablet).</p>
+            {{#noPhotos}}<p class="muted">This server's model has no photos.</p>{{/noPhotos}}
+            <div class="scroll"><table id="photos"><thead><tr><th></th><th>Taken (UTC)</th><th>Taken by</th>
+            <th>Uploaded by</th><th>Caption</th><th>Check</th><th>Bytes</th><th>SHA-256</th></tr></thead><tbody>
+            {{#rows}}<tr data-photo="{{id}}"><td>{{#shown}}<a href="{{image}}"><img class="thumb" src="{{image}}" alt="{{caption}}"></a>{{/shown}}{{^shown}}<a href="{{image}}">HEIC</a>{{/shown}}</td>
+            <td>{{takenAt}}</td><td>{{takenBy}}</td><td>{{uploadedBy}}</td><td>{{caption}}</td>
+            <td><a href="/admin/photos?check={{check}}">{{check}}</a></td><td>{{size}}</td><td><code>{{sha}}…</code></td></tr>{{/rows}}
+            {{^rows}}<tr><td colspan="8" class="muted">No photos yet.</td></tr>{{/rows}}
+            </tbody></table></div>
+            """
+        ),
         (
             "backups",
             """
@@ -291,6 +308,7 @@ enum CockpitPages {
             <a href="/admin/settings"{{#settings}} aria-current="page"{{/settings}}>Settings</a>
             <a href="/admin/identity-providers"{{#providers}} aria-current="page"{{/providers}}>Identity providers</a>
             <a href="/admin/backups"{{#backups}} aria-current="page"{{/backups}}>Discarded changes</a>
+            <a href="/admin/photos"{{#photos}} aria-current="page"{{/photos}}>Photos</a>
             <a href="/admin/audit"{{#audit}} aria-current="page"{{/audit}}>Audit</a>
             <form method="post" action="/admin/sign-out"><span>{{displayName}} ({{user}})</span>
             <input type="hidden" name="csrf" value="{{csrf}}"><button type="submit">Sign out</button></form>

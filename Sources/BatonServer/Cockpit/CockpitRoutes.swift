@@ -24,6 +24,8 @@ struct CockpitRoutes: Sendable {
     let key: SymmetricKey
     /// The identity providers (their own page).
     let providers: IdentityProviders
+    /// The data service, for the photos page (`nil` in tests that mount the cockpit alone).
+    var data: DataService? = nil
 
     static let sessionCookie = "baton_cockpit"
     static let signInCookie = "baton_cockpit_sign_in"
@@ -37,6 +39,7 @@ struct CockpitRoutes: Sendable {
     static let backupsPageSize = 50
 
     func add(to router: Router<BatonRequestContext>) {
+        addPhotos(to: router)
         router.get("/admin/style.css") { _, _ in
             var fields = CockpitPages.headers
             fields[.contentType] = "text/css; charset=utf-8"

@@ -395,15 +395,24 @@ extension DataService {
         }
     }
 
-    /// A media request with the time its photo was taken, when its properties do not say (the time it arrives).
+    /// A media request with what its properties may leave to the server, as OData's media creation does: a new
+    /// key (a single `Edm.Guid` key), and the time its photo was taken (when it arrives).
     func mediaProperties(_ request: DataRequest, type: EntityType) -> DataRequest {
-        guard type.property(named: "TakenAt")?.type == .dateTimeOffset else { return request }
         var request = request
         var members = (try? JSONValue(parsing: request.body))?.objectMembers ?? []
-        if request.body.isEmpty || !members.isEmpty, !members.contains(where: { $0.0 == "TakenAt" }) {
-            members.append(("TakenAt", .string(ODataDateTimeOffset(clock.now()).description)))
-            request.body = JSONValue.object(members).serializedBytes
+        guard request.body.isEmpty || !members.isEmpty else { return request }
+        var added = false
+        if type.key.count == 1, let key = type.keyProperties.first, key.type == .guid,
+            !members.contains(where: { $0.0 == key.name })
+        {
+            members.append((key.name, .string(UUID().uuidString.lowercased())))
+            added = true
         }
+        if type.property(named: "TakenAt")?.type == .dateTimeOffset, !members.contains(where: { $0.0 == "TakenAt" }) {
+            members.append(("TakenAt", .string(ODataDateTimeOffset(clock.now()).description)))
+            added = true
+        }
+        if added { request.body = JSONValue.object(members).serializedBytes }
         return request
     }
 

@@ -355,6 +355,25 @@ try:
           "devices receive the new setting")
     shot(admin, "settings.png")
 
+    # Photos: bob's photo of his check (uploaded by the test before the browser starts) with its thumbnail, the
+    # photo's own bytes from this server, loaded under the cockpit's CSP; who took and who uploaded it.
+    admin.get(BASE + "/admin/photos")
+    check(admin.find_element(By.TAG_NAME, "h1").text == "Photos", "the photos page shows")
+    rows = admin.find_elements(By.CSS_SELECTOR, "tr[data-photo]")
+    check(len(rows) == 1, f"bob's photo is listed ({len(rows)})")
+    cells = [cell.text for cell in rows[0].find_elements(By.TAG_NAME, "td")]
+    check(cells[2] == "bob" and cells[3] == "bob" and cells[4] == "left main tyre", f"taken and uploaded by bob ({cells})")
+    thumb = rows[0].find_element(By.CSS_SELECTOR, "img.thumb")
+    WebDriverWait(admin, 10).until(lambda d: d.execute_script("return arguments[0].complete", thumb))
+    check(admin.execute_script("return arguments[0].naturalWidth", thumb) == 1, "the thumbnail loads under the CSP")
+    image = requests.get(thumb.get_attribute("src"), cookies=jar)
+    check(image.status_code == 200 and image.headers["Content-Type"] == "image/png"
+          and image.headers["X-Content-Type-Options"] == "nosniff" and image.content.startswith(b"\x89PNG"),
+          "the image is served as a PNG, never sniffed")
+    check(requests.get(thumb.get_attribute("src"), allow_redirects=False).status_code in (302, 303),
+          "without a cockpit session the image is not served")
+    shot(admin, "photos.png")
+
     # Audit: filter by user and action, page, download the CSV.
     stays_text(admin, BASE + "/admin/audit", "the audit page")
     check(admin.find_element(By.TAG_NAME, "h1").text == "Audit", "the audit page shows")
