@@ -134,6 +134,18 @@ extension OfflineStore {
         return ids
     }
 
+    /// The entities a queued photo belongs to (its check), from its properties; none when they cannot be read.
+    nonisolated func principalIDs(ofQueued id: String, body: [UInt8]) -> [String] {
+        guard let (set, type, _) = try? parseID(id) else { return [] }
+        var values: [String: PrimitiveValue] = [:]
+        for (name, json) in (try? JSONValue(parsing: body))?.objectMembers ?? [] {
+            if let property = type.property(named: name), let value = try? PrimitiveValue(json: json, for: property) {
+                values[name] = value
+            }
+        }
+        return (try? principalIDs(of: type, set: set, values: values)) ?? []
+    }
+
     /// Keeps a photo's bytes in parts, replacing any kept before.
     static func storePhoto(
         _ bytes: [UInt8], id: String, sha256: String, kind: ImageKind, pending: Bool, at date: Date, in db: Database
@@ -269,16 +281,7 @@ extension OfflineStore {
         }
         for entry in candidates {
             guard entry.author == user.name || allowOnBehalf else { continue }
-            let (set, type, _) = try parseID(entry.entityID)
-            let properties = (try? JSONValue(parsing: entry.body))?.objectMembers ?? []
-            var values: [String: PrimitiveValue] = [:]
-            for (name, json) in properties {
-                if let property = type.property(named: name), let value = try? PrimitiveValue(json: json, for: property)
-                {
-                    values[name] = value
-                }
-            }
-            let principals = try principalIDs(of: type, set: set, values: values)
+            let principals = principalIDs(ofQueued: entry.entityID, body: entry.body)
             let (waiting, refused) = try read { db -> (Bool, String?) in
                 for principal in principals {
                     if let code = try String.fetchOne(

@@ -172,6 +172,11 @@ extension OfflineStore {
                 let entityID: String = row["entityID"]
                 let author: String = row["author"]
                 defer { seen.insert(entityID) }
+                // Changes to a photo's check queued after the photo wait for it: the server judges the photo
+                // against the check as it was when the photo was taken.
+                if (row["media"] as String?) != nil {
+                    seen.formUnion(self.principalIDs(ofQueued: entityID, body: Array(row["body"] as Data)))
+                }
                 // A photo goes in a request of its own (``uploadPhotos``); changes behind it to its entity wait.
                 guard !archived.contains(entityID), author == user.name || allowOnBehalf, !seen.contains(entityID),
                     (row["media"] as String?) == nil
@@ -306,6 +311,11 @@ extension OfflineStore {
         try write { db in
             for (entry, etag, update) in updates {
                 try db.cachedStatement(sql: #"DELETE FROM "$queue" WHERE seq = ?"#).execute(arguments: [entry.sequence])
+                // An uploaded photo's bytes stay as cache: no longer pending, evictable.
+                if entry.media != nil {
+                    try db.execute(
+                        sql: #"UPDATE "$mediaInfo" SET pending = 0 WHERE entityID = ?"#, arguments: [entry.entityID])
+                }
                 // The entity may be gone locally (deleted after this change was queued).
                 if let update {
                     try db.cachedStatement(sql: update.sql).execute(arguments: update.statementArguments)

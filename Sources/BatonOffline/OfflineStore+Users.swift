@@ -24,7 +24,8 @@ extension OfflineStore {
     }
 
     /// Discards `author`'s queued and archived changes after writing them, encrypted with `key` (AES-GCM), to
-    /// `backupTo` — so a confirmed discard can still be recovered by an administrator.
+    /// `backupTo` — so a confirmed discard can still be recovered by an administrator. A photo's bytes go into the
+    /// backup with it.
     ///
     /// - Returns: how many changes were discarded.
     @discardableResult
@@ -38,12 +39,25 @@ extension OfflineStore {
         struct Backup: Encodable {
             var requestID, author, device, createdAt, method, url, body, signature, entityID, signedIfMatch: String
             var ifMatch: String?
+            /// A photo's SHA-256 (what its author signed) and its bytes, base64.
+            var media: String?
+            var photo: String?
         }
-        let backup = entries.map {
-            Backup(
-                requestID: $0.requestID, author: $0.author, device: $0.device, createdAt: $0.createdAt,
-                method: $0.method, url: $0.url, body: Data($0.body).base64EncodedString(), signature: $0.signature,
-                entityID: $0.entityID, signedIfMatch: $0.signedIfMatch, ifMatch: $0.ifMatch)
+        var backup: [Backup] = []
+        for entry in entries {
+            var photo: String?
+            if entry.media != nil {
+                photo = try read { db in try Self.keptPhoto(entry.entityID, in: db) }.map {
+                    Data($0.bytes).base64EncodedString()
+                }
+            }
+            backup.append(
+                Backup(
+                    requestID: entry.requestID, author: entry.author, device: entry.device,
+                    createdAt: entry.createdAt, method: entry.method, url: entry.url,
+                    body: Data(entry.body).base64EncodedString(), signature: entry.signature,
+                    entityID: entry.entityID, signedIfMatch: entry.signedIfMatch, ifMatch: entry.ifMatch,
+                    media: entry.media, photo: photo))
         }
         do {
             let plain = try JSONEncoder().encode(backup)
@@ -59,6 +73,11 @@ extension OfflineStore {
         try write { db in
             try db.execute(sql: #"DELETE FROM "$queue" WHERE author = ?"#, arguments: [author])
             try db.execute(sql: #"DELETE FROM "$archive" WHERE author = ?"#, arguments: [author])
+            // Their photos' bytes are in the backup now.
+            for entry in entries where entry.media != nil {
+                try db.execute(sql: #"DELETE FROM "$mediaPart" WHERE entityID = ?"#, arguments: [entry.entityID])
+                try db.execute(sql: #"DELETE FROM "$mediaInfo" WHERE entityID = ?"#, arguments: [entry.entityID])
+            }
         }
         return entries.count
     }
@@ -90,7 +109,9 @@ extension OfflineStore {
         try write { db in
             for set in sets { try db.execute(sql: "DELETE FROM \"\(set)\"") }
             try db.execute(
-                sql: #"DELETE FROM "$queue"; DELETE FROM "$archive"; DELETE FROM "$deltaLinks"; DELETE FROM "$held""#)
+                sql:
+                    #"DELETE FROM "$queue"; DELETE FROM "$archive"; DELETE FROM "$deltaLinks"; DELETE FROM "$held"; DELETE FROM "$mediaPart"; DELETE FROM "$mediaInfo""#
+            )
         }
         user = nil
     }

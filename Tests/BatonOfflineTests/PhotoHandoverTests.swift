@@ -154,4 +154,47 @@ extension HandoverTests {
             return server
         }
     }
+
+    /// A discarded user's photo goes into the backup with its bytes, and a change to its check queued after it
+    /// waits for it.
+    @Test func aDiscardedPhotoIsInTheBackupAndLaterCheckChangesWaitForIt() async throws {
+        try await withServer { server in
+            let device = try await makeDevice(server, definingQueries: Self.photoQueries)
+            let (session, tail) = try await signInAndDownload(device)
+            let checkID = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5000"))
+            let key = try #require(try await device.store.read(checkID).first?.values["ID"])
+            _ = try await device.store.upload(using: session.authorized, allowOnBehalf: true)
+
+            // A photo, then a correction of its check: the correction goes after the photo.
+            let photoID = try await device.store.takePhoto(ImageFixtures.png(), values: ["CheckID": key])
+            try await device.store.update(checkID, values: ["Remarks": .string("photographed")])
+            #expect(
+                try await device.store.nextChunk(
+                    for: try await device.store.requireUser(), allowOnBehalf: true,
+                    chunkSize: 10
+                ).isEmpty, "the check's correction waits for the photo")
+            let report = try await device.store.upload(using: session.authorized, allowOnBehalf: true)
+            #expect(report.isComplete, "\(report.archived.map(\.message))")
+            #expect(report.uploaded.map(\.entityID) == [photoID, checkID])
+
+            // Another photo, discarded: its bytes are in the backup, and leave the store.
+            let jpeg = ImageFixtures.jpeg()
+            let discarded = try await device.store.takePhoto(jpeg, values: ["CheckID": key])
+            let photo = try await device.store.photo(discarded, using: nil)
+            let backup = device.directory.appendingPathComponent("discarded.sealed")
+            let storeKey = SymmetricKey(data: try #require(session.storeKey))
+            let count = try await device.store.discardPendingChanges(
+                of: session.user.serverUserID ?? "", backupTo: backup, key: storeKey)
+            #expect(count == 1)
+            let opened = try AES.GCM.open(
+                AES.GCM.SealedBox(combined: try Data(contentsOf: backup)), using: storeKey,
+                authenticating: Data("baton-discarded-v1".utf8))
+            let entries = try #require(try JSONSerialization.jsonObject(with: opened) as? [[String: Any]])
+            #expect(entries.first?["media"] as? String == photo.sha256)
+            let bytes = try #require(Data(base64Encoded: entries.first?["photo"] as? String ?? ""))
+            #expect(Array(bytes) == photo.bytes)
+            await #expect(throws: OfflineError.self) { try await device.store.photo(discarded, using: nil) }
+            return server
+        }
+    }
 }

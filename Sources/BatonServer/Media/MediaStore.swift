@@ -10,6 +10,9 @@ import Synchronization
 struct StoredMedia: Sendable, Hashable {
     /// The SHA-256 of the bytes, lower-case hex.
     var sha256: String
+    /// The SHA-256 of the bytes as they arrived, before the location was removed (the same when there was none, or
+    /// when the tablet removed it, with the same code): what an author's signature covers.
+    var receivedSHA256: String
     var size: Int64
     var kind: ImageKind
     /// The `Slug` the bytes came with (the entity's properties as the author sent them), which an author's
@@ -77,6 +80,7 @@ struct MediaStore: Sendable {
     ) async throws -> StoredMedia where Body.Element == ByteBuffer {
         var head: [UInt8] = []
         var hasher = SHA256()
+        var received = SHA256()
         var size = 0
         var sink: Sink?
         var tail: [UInt8] = []
@@ -84,6 +88,7 @@ struct MediaStore: Sendable {
         var watcher: PNGChunkWatcher?
         /// Checks and cleans the head, then writes it: what follows streams straight through.
         func start(isWhole: Bool) async throws {
+            received.update(data: head)
             let (found, rest) = try prepare(&head, isWhole: isWhole, keepLocation: keepLocation)
             if let declared, declared != found {
                 throw MediaRefusal(reason: .mismatch(declared: declared, actual: found))
@@ -117,6 +122,7 @@ struct MediaStore: Sendable {
                     }
                 }
                 hasher.update(data: bytes)
+                received.update(data: bytes)
                 try await sink?.write(bytes)
                 tail = Array((tail + bytes).suffix(12))
             }
@@ -128,7 +134,9 @@ struct MediaStore: Sendable {
             guard kind.endsComplete(tail) else { throw MediaRefusal(reason: .truncated) }
             let sha256 = hasher.finalize().lowercaseHex
             try await opened.commit(as: sha256, size: Int64(size), now: now)
-            return StoredMedia(sha256: sha256, size: Int64(size), kind: kind, slug: slug)
+            return StoredMedia(
+                sha256: sha256, receivedSHA256: received.finalize().lowercaseHex, size: Int64(size), kind: kind,
+                slug: slug)
         } catch {
             try? await sink?.abandon()
             throw error

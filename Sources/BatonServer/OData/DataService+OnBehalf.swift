@@ -27,9 +27,9 @@ extension DataService {
 
     /// The canonical form an author signs for a queued change; see the OnBehalfUploads article.
     static func canonicalChange(_ request: DataRequest, requestID: String, signed: SignedFields) -> Data {
-        // A media entity's bytes are signed by their SHA-256 (the body here holds the properties of its `Slug`,
-        // which the signature covers as its own line).
-        let bodyHash = request.media?.sha256 ?? SHA256.hash(data: Data(request.body)).lowercaseHex
+        // A media entity's bytes are signed by their SHA-256 as sent (the body here holds the properties of its
+        // `Slug`, which the signature covers as its own line).
+        let bodyHash = request.media?.receivedSHA256 ?? SHA256.hash(data: Data(request.body)).lowercaseHex
         return Data(
             ChangeSignature.canonicalMessage(
                 requestID: requestID, method: request.method, url: request.url, bodySHA256: bodyHash,

@@ -438,7 +438,7 @@ extension DataService {
                 ).values
                 try await self.checkPrincipals(target, values: values, attribution: own ? attribution : nil, in: db)
                 if own, let expectedSize {
-                    let media = StoredMedia(sha256: "", size: expectedSize, kind: .jpeg, slug: nil)
+                    let media = StoredMedia(sha256: "", receivedSHA256: "", size: expectedSize, kind: .jpeg, slug: nil)
                     try await self.checkMediaQuota(target, adding: media, author: context.user, replacing: nil, in: db)
                 }
             } else {

@@ -277,8 +277,14 @@ struct Device: Sendable {
                     ? "\(file.path) exists already; name a new file." : "Cannot write \(file.path).")
         }
         let handle = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
-        try handle.write(contentsOf: photo.bytes)
-        try handle.synchronize()
+        do {
+            try handle.write(contentsOf: photo.bytes)
+            try handle.synchronize()
+        } catch {
+            // No partly written copy of the photo is left behind.
+            try? FileManager.default.removeItem(at: file)
+            throw AppError(.failed, "Cannot write \(file.path).")
+        }
     }
 
     // MARK: Changing checks and aircraft

@@ -612,7 +612,7 @@ struct InteractiveApp {
             ui.say(
                 "  Changed             \(check.pending ? "• on this device, not sent yet" : v["ChangedAt"]?.display ?? "—")"
             )
-            let photos = try await device.photos(check: id)
+            let photos = (try? await device.photos(check: id)) ?? []
             for photo in photos {
                 let p = photo.values
                 ui.say(
@@ -634,6 +634,8 @@ struct InteractiveApp {
                     try await device.edit(id, values: values)
                     ui.notice("✓ Changed on this device; it is sent with the next sync.")
                 case "p":
+                    // Evidence is added to a check by whoever may change it (the server refuses the rest).
+                    try await device.requireMayChange(check)
                     guard let path = await ui.ask("Photo file (JPEG, PNG or HEIC; Enter goes back):"), !path.isEmpty
                     else { continue }
                     let caption = await ui.ask("What it shows (Enter for nothing):")
