@@ -58,7 +58,7 @@ public struct DataServiceConfiguration: Sendable {
     /// Default: 1 GiB.
     public var mediaQuotaPerUser: Int64 = 1 << 30
     /// Whether photos keep the location their Exif metadata records. Default: `false` — the GPS fields are
-    /// removed on upload (``ImageHead``).
+    /// removed on upload (BatonOData's `ImageHead`).
     public var keepsImageLocation = false
 
     /// When an entity counts as final, and who its author is.
