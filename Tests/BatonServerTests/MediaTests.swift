@@ -270,6 +270,54 @@ import Testing
         }
     }
 
+    /// The photos one person took hold at most their quota (on PostgreSQL the sum was read as no number at all).
+    @Test(arguments: StorageBackend.allCases) func aPersonsPhotosKeepWithinTheirQuota(backend: StorageBackend)
+        async throws
+    {
+        let size = Int64(ImageFixtures.jpeg().count)
+        try await Self.world(backend: backend, configure: { $0.dataService.mediaQuotaPerUser = size + 10 }) {
+            _, client, alice, _, _ in
+            let first = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: ImageFixtures.jpeg(),
+                headers: [("Slug", Self.slug(id: Fixtures.id(710)))])
+            #expect(first.status == .created, "\(first.text)")
+            let second = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: ImageFixtures.jpeg(),
+                headers: [("Slug", Self.slug(id: Fixtures.id(711)))])
+            #expect(second.status == .contentTooLarge, "\(second.text)")
+            #expect(second.json.error == "MediaQuotaExceeded")
+        }
+    }
+
+    /// The photos recorded on one tablet hold at most the device's quota, whoever took them.
+    @Test(arguments: StorageBackend.allCases) func aTabletsPhotosKeepWithinItsQuota(backend: StorageBackend)
+        async throws
+    {
+        let size = Int64(ImageFixtures.jpeg().count)
+        try await Self.world(backend: backend, configure: { $0.dataService.mediaQuotaPerDevice = size + 10 }) {
+            _, client, alice, _, _ in
+            let registration = try await client.execute(
+                uri: "/devices/tablet-7/registration", method: .put,
+                headers: [.authorization: "Bearer \(alice)", .contentType: "application/json"],
+                body: ByteBuffer(
+                    string: DeviceKeys.body(
+                        device: "tablet-7", token: alice,
+                        publicKey: P256.Signing.PrivateKey().publicKey.x963Representation.base64EncodedString()))
+            ) { $0.status }
+            #expect(registration == .ok)
+            let first = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: ImageFixtures.jpeg(),
+                headers: [("Slug", Self.slug(id: Fixtures.id(700))), ("Baton-Device", "tablet-7")])
+            #expect(first.status == .created, "\(first.text)")
+            let second = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: ImageFixtures.jpeg(),
+                headers: [("Slug", Self.slug(id: Fixtures.id(701))), ("Baton-Device", "tablet-7")])
+            #expect(second.status == .contentTooLarge, "\(second.text)")
+            #expect(second.json.error == "MediaQuotaExceeded")
+            #expect(second.text.contains("tablet-7"))
+        }
+    }
+
     /// A repeated upload (the same Repeatability-Request-ID) applies the photo once.
     @Test(arguments: StorageBackend.allCases) func aRepeatedUploadAppliesThePhotoOnce(backend: StorageBackend)
         async throws

@@ -174,7 +174,8 @@ extension DataService {
         applyServerKept(&values, type: target.type, attribution: attribution, media: request.media)
         if let media = request.media {
             try await checkPrincipals(target, values: values, attribution: attribution, in: db)
-            try await checkMediaQuota(target, adding: media, author: attribution.author, replacing: nil, in: db)
+            try await checkMediaQuota(
+                target, adding: media, author: attribution.author, device: attribution.device, replacing: nil, in: db)
         }
         // A key travels in every URL and skip token: one longer than a token carries could only be paged by offset.
         let keyJSON = Self.keyJSON(target.type.key.map { values[$0] ?? .null }, type: target.type)
@@ -377,13 +378,13 @@ extension DataService {
     /// Refuses media that would take the photos `author` took past ``DataServiceConfiguration/mediaQuotaPerUser``
     /// (counting the entity's current bytes out when they are replaced): 413 `MediaQuotaExceeded`.
     func checkMediaQuota(
-        _ target: Target, adding media: StoredMedia, author: String, replacing current: StoredEntity?,
-        in db: any SQLConnection
+        _ target: Target, adding media: StoredMedia, author: String, device: String? = nil,
+        replacing current: StoredEntity?, in db: any SQLConnection
     ) async throws {
         guard target.type.property(named: "TakenBy") != nil, target.type.property(named: "Size") != nil else { return }
         let used =
             try await db.fetchOne(
-                "SELECT COALESCE(SUM(\(db.dialect.quote("Size"))), 0) FROM \(db.dialect.quote(target.set.name)) WHERE \(db.dialect.quote("TakenBy")) = ?",
+                "SELECT CAST(COALESCE(SUM(\(db.dialect.quote("Size"))), 0) AS bigint) FROM \(db.dialect.quote(target.set.name)) WHERE \(db.dialect.quote("TakenBy")) = ?",
                 author)?[0].integer ?? 0
         let replaced: Int64 =
             if case .integer(let size)? = current?.values["Size"] { size } else { 0 }
@@ -391,6 +392,17 @@ extension DataService {
             throw ServerError(
                 .contentTooLarge, "MediaQuotaExceeded",
                 "The photos '\(author.prefix(64))' took would hold more than \(configuration.mediaQuotaPerUser / (1024 * 1024)) MiB; remove some first."
+            )
+        }
+        guard let device, current == nil else { return }
+        let onDevice =
+            try await db.fetchOne(
+                "SELECT CAST(COALESCE(SUM(\(db.dialect.quote("Size"))), 0) AS bigint) FROM \(db.dialect.quote(target.set.name)) WHERE \(db.dialect.quote(DataStore.originColumn)) = ?",
+                device)?[0].integer ?? 0
+        guard onDevice + media.size <= configuration.mediaQuotaPerDevice else {
+            throw ServerError(
+                .contentTooLarge, "MediaQuotaExceeded",
+                "The photos recorded on device '\(device.prefix(128))' would hold more than \(configuration.mediaQuotaPerDevice / (1024 * 1024)) MiB; remove some first."
             )
         }
     }

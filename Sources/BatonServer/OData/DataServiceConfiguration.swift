@@ -57,6 +57,9 @@ public struct DataServiceConfiguration: Sendable {
     /// The most bytes the photos one user took may hold together; one more answers 413 `MediaQuotaExceeded`.
     /// Default: 1 GiB.
     public var mediaQuotaPerUser: Int64 = 1 << 30
+    /// The most bytes the photos recorded on one tablet (the `Baton-Device` of the requests that created them,
+    /// for a user registered on it) may hold together; one more answers 413 `MediaQuotaExceeded`. Default: 4 GiB.
+    public var mediaQuotaPerDevice: Int64 = 4 << 30
     /// Whether photos keep the location their Exif metadata records. Default: `false` — the GPS fields are
     /// removed on upload (BatonOData's `ImageHead`).
     public var keepsImageLocation = false
