@@ -368,6 +368,8 @@ extension OfflineStore {
         }
         var headers: [(String, String)] = [
             ("Content-Type", photo.kind.rawValue), ("Slug", Self.slug(entry.body)),
+            // RFC 9530: the server keeps nothing that arrives other than sent.
+            ("Content-Digest", "sha-256=:" + Data(SHA256.hash(data: photo.bytes)).base64EncodedString() + ":"),
             ("Repeatability-Request-ID", entry.requestID),
             ("Repeatability-First-Sent", firstSent ?? Self.imfFixdate(now())), ("Prefer", "return=minimal"),
             ("Baton-Device", entry.device),

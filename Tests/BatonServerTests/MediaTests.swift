@@ -167,7 +167,27 @@ import Testing
                     .badRequest, "BadRequest"
                 ),
             ]
-            for (index, (what, contentType, body, headers, status, code)) in cases.enumerated() {
+            let wrongDigest =
+                "sha-256=:" + Data(SHA256.hash(data: Data("another photo".utf8))).base64EncodedString() + ":"
+            let rightDigest = "sha-256=:" + Data(SHA256.hash(data: Data(jpeg))).base64EncodedString() + ":"
+            let digests: [(String, String, [UInt8], [(String, String)], HTTPResponse.Status, String)] = [
+                (
+                    "a wrong SHA-256", "image/jpeg", jpeg,
+                    [("Slug", Self.slug(id: Fixtures.id(40))), ("Content-Digest", wrongDigest)], .badRequest,
+                    "DigestMismatch"
+                ),
+                (
+                    "a digest that is no SHA-256", "image/jpeg", jpeg,
+                    [("Slug", Self.slug(id: Fixtures.id(41))), ("Content-Digest", "sha-256=:abc:")], .badRequest,
+                    "BadRequest"
+                ),
+                (
+                    "the right SHA-256 of bytes cut on the way", "image/jpeg", Array(jpeg.prefix(jpeg.count - 2)),
+                    [("Slug", Self.slug(id: Fixtures.id(42))), ("Content-Digest", rightDigest)], .badRequest,
+                    "BadRequest"
+                ),
+            ]
+            for (index, (what, contentType, body, headers, status, code)) in (cases + digests).enumerated() {
                 // Bytes are judged with properties that would be accepted.
                 let headers = headers.isEmpty ? [("Slug", Self.slug(id: Fixtures.id(50 + index)))] : headers
                 let answer = try await client.media(

@@ -139,6 +139,16 @@ extension ODataRoutes {
             }
             declared = kind
         }
+        // RFC 9530: `Content-Digest: sha-256=:BASE64:` — the SHA-256 of the bytes as sent.
+        var digest: [UInt8]?
+        if let field = request.headers[.contentDigest] {
+            guard let parsed = Self.sha256(contentDigest: field) else {
+                throw ServerError.badRequest(
+                    "Content-Digest must give the bytes' SHA-256 as sha-256=:BASE64: (RFC 9530).",
+                    target: "Content-Digest")
+            }
+            digest = parsed
+        }
         var headers = request.headers.map { ($0.name.rawName, $0.value) }
         headers.removeAll { $0.0.lowercased() == "content-type" }
         headers.append(("Content-Type", "application/json"))
@@ -152,7 +162,7 @@ extension ODataRoutes {
             do {
                 stored = try await service.media.ingest(
                     request.body, limit: configuration.maximumMediaSize,
-                    keepLocation: configuration.keepsImageLocation, declared: declared, slug: slug,
+                    keepLocation: configuration.keepsImageLocation, declared: declared, digest: digest, slug: slug,
                     now: service.clock.now())
             } catch let refusal as MediaRefusal {
                 throw Self.error(for: refusal)
@@ -165,6 +175,22 @@ extension ODataRoutes {
                 dataRequest, context: dataContext, modelOnly: false, slotTaken: true, logger: context.logger)
             return Self.httpResponse(response, version: version)
         }
+    }
+
+    /// The SHA-256 a `Content-Digest` field gives (`sha-256=:BASE64:`, among other algorithms), or `nil`.
+    static func sha256(contentDigest field: String) -> [UInt8]? {
+        for member in field.split(separator: ",") {
+            let parts = member.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2, parts[0].trimmingCharacters(in: .whitespaces).lowercased() == "sha-256" else {
+                continue
+            }
+            let value = parts[1].trimmingCharacters(in: .whitespaces)
+            guard value.count > 2, value.hasPrefix(":"), value.hasSuffix(":"),
+                let bytes = Data(base64Encoded: String(value.dropFirst().dropLast())), bytes.count == 32
+            else { return nil }
+            return Array(bytes)
+        }
+        return nil
     }
 
     /// The answer to refused bytes.
@@ -186,6 +212,11 @@ extension ODataRoutes {
                 .unsupportedMediaType, "MetadataOutOfReach",
                 "The image's metadata lies beyond its first \(ImageHead.length / 1024) KiB (or where it cannot be followed), where its location cannot be removed; export the photo again."
             )
+        case .digestMismatch:
+            return ServerError(
+                .badRequest, "DigestMismatch",
+                "The bytes that arrived do not have the SHA-256 Content-Digest gives: the photo was changed or cut on the way; send it again.",
+                target: "Content-Digest")
         case .mismatch(let declared, let actual):
             return ServerError(
                 .unsupportedMediaType, "MediaTypeMismatch",
@@ -202,6 +233,10 @@ extension HTTPField.Name {
     }()
     static let contentTypeOptions: HTTPField.Name = {
         guard let name = HTTPField.Name("X-Content-Type-Options") else { preconditionFailure("valid header name") }
+        return name
+    }()
+    static let contentDigest: HTTPField.Name = {
+        guard let name = HTTPField.Name("Content-Digest") else { preconditionFailure("valid header name") }
         return name
     }()
     static let contentDisposition: HTTPField.Name = {

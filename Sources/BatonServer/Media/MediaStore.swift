@@ -30,6 +30,8 @@ struct MediaRefusal: Error, Sendable, Equatable {
         case metadataOutOfReach
         /// The bytes are `actual`, not the `declared` type their `Content-Type` names.
         case mismatch(declared: ImageKind, actual: ImageKind)
+        /// The bytes' SHA-256 is not the one `Content-Digest` gives.
+        case digestMismatch
     }
 
     var reason: Reason
@@ -76,7 +78,8 @@ struct MediaStore: Sendable {
     ///
     /// - Throws: ``MediaRefusal`` for bytes that are refused (nothing is kept), or a storage error.
     func ingest<Body: AsyncSequence & Sendable>(
-        _ body: Body, limit: Int, keepLocation: Bool, declared: ImageKind?, slug: String?, now: Date
+        _ body: Body, limit: Int, keepLocation: Bool, declared: ImageKind?, digest: [UInt8]? = nil, slug: String?,
+        now: Date
     ) async throws -> StoredMedia where Body.Element == ByteBuffer {
         var head: [UInt8] = []
         var hasher = SHA256()
@@ -133,9 +136,12 @@ struct MediaStore: Sendable {
             guard let kind, let opened = sink else { throw MediaRefusal(reason: .empty) }
             guard kind.endsComplete(tail) else { throw MediaRefusal(reason: .truncated) }
             let sha256 = hasher.finalize().lowercaseHex
+            let receivedDigest = Array(received.finalize())
+            // The bytes the client says it sent (`Content-Digest`) are the bytes that arrived, or nothing is kept.
+            if let digest, digest != receivedDigest { throw MediaRefusal(reason: .digestMismatch) }
             try await opened.commit(as: sha256, size: Int64(size), now: now)
             return StoredMedia(
-                sha256: sha256, receivedSHA256: received.finalize().lowercaseHex, size: Int64(size), kind: kind,
+                sha256: sha256, receivedSHA256: receivedDigest.lowercaseHex, size: Int64(size), kind: kind,
                 slug: slug)
         } catch {
             try? await sink?.abandon()
