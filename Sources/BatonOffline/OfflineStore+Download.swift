@@ -266,6 +266,9 @@ extension OfflineStore {
             throw OfflineError(.storage, "The insert statement has no VALUES clause")
         }
         let head = String(replace[..<values.lowerBound])
+        // Every row binds one value per property and its ETag; at most 999 parameters a statement (SQLite's least
+        // limit).
+        let rowsPerStatement = max(1, min(64, 999 / ((model.entityType(of: set)?.properties.count ?? 0) + 1)))
         try write { db in
             let pending = try Self.pendingIDs(in: db)
             // New versions are written many to a statement, in the page's order (a delete writes those before it
@@ -273,7 +276,6 @@ extension OfflineStore {
             // a row.
             var buffered: [DatabaseValue] = []
             var bufferedRows = 0
-            var rowsPerStatement = 1
             func flush() throws {
                 guard bufferedRows > 0 else { return }
                 let width = buffered.count / bufferedRows
@@ -316,8 +318,6 @@ extension OfflineStore {
                     }
                     continue
                 }
-                // SQLite's least limit of a statement's parameters is 999.
-                rowsPerStatement = max(1, min(64, 999 / max(1, arguments.count)))
                 buffered.append(contentsOf: arguments)
                 bufferedRows += 1
                 if bufferedRows == rowsPerStatement { try flush() }

@@ -30,67 +30,41 @@ struct FloorRoutes: Sendable {
         router.get("/floor/delta") { _, _ in try answer(try await delta()) }
     }
 
-    /// The rows read: GRDB's (each column read as its stored value), or how many postgres-nio's client streamed.
-    enum Answer {
-        case rows([Row])
-        case count(Int)
-    }
-
-    func answer(_ answer: Answer) throws -> String {
-        let count: Int
-        switch answer {
-        case .rows(let rows): count = rows.count
-        case .count(let rows): count = rows
-        }
+    /// `{"rows":N}` for the N rows read; 404 for none.
+    func answer(_ count: Int) throws -> String {
         guard count > 0 else { throw HTTPError(.notFound) }
         return #"{"rows":\#(count)}"#
     }
 
-    func keyRead(_ id: String) async throws -> Answer {
+    func keyRead(_ id: String) async throws -> Int {
         switch source {
         case .sqlite(let readers):
-            return .rows(
-                try readers.read { db in
-                    try Row.fetchAll(
-                        db.cachedStatement(sql: #"SELECT \#(Self.columns) FROM "PreflightChecks" WHERE "ID" = ?"#),
-                        arguments: [id])
-                })
+            return try readers.count(#"SELECT \#(Self.columns) FROM "PreflightChecks" WHERE "ID" = ?"#, [id])
         case .postgres(let client):
-            guard let uuid = UUID(uuidString: id) else { return .count(0) }
-            return .count(try await count(try await client.execute(FloorKeyRead(id: uuid))))
+            guard let uuid = UUID(uuidString: id) else { return 0 }
+            return try await count(try await client.execute(FloorKeyRead(id: uuid)))
         }
     }
 
-    func page() async throws -> Answer {
+    func page() async throws -> Int {
         switch source {
         case .sqlite(let readers):
-            return .rows(
-                try readers.read { db in
-                    try Row.fetchAll(
-                        db.cachedStatement(
-                            sql:
-                                #"SELECT \#(Self.columns) FROM "PreflightChecks" WHERE CAST("FuelKg" AS REAL) > ? AND "Status" = ? ORDER BY "ID" LIMIT ?"#
-                        ), arguments: [50_000, "final", 50])
-                })
+            return try readers.count(
+                #"SELECT \#(Self.columns) FROM "PreflightChecks" WHERE CAST("FuelKg" AS REAL) > ? AND "Status" = ? ORDER BY "ID" LIMIT ?"#,
+                [50_000, "final", 50])
         case .postgres(let client):
-            return .count(try await count(try await client.execute(FloorPage())))
+            return try await count(try await client.execute(FloorPage()))
         }
     }
 
     /// The delta page's rows: the first 100 checks in key order, which the benchmark's first batch changed, read in
     /// one range of the key's index.
-    func delta() async throws -> Answer {
+    func delta() async throws -> Int {
         switch source {
         case .sqlite(let readers):
-            return .rows(
-                try readers.read { db in
-                    try Row.fetchAll(
-                        db.cachedStatement(
-                            sql: #"SELECT \#(Self.columns) FROM "PreflightChecks" ORDER BY "ID" LIMIT ?"#),
-                        arguments: [100])
-                })
+            return try readers.count(#"SELECT \#(Self.columns) FROM "PreflightChecks" ORDER BY "ID" LIMIT ?"#, [100])
         case .postgres(let client):
-            return .count(try await count(try await client.execute(FloorRows())))
+            return try await count(try await client.execute(FloorRows()))
         }
     }
 
@@ -113,9 +87,12 @@ final class SQLiteReaders: Sendable {
         connections = try (0..<count).map { _ in try DatabaseQueue(path: path, configuration: configuration) }
     }
 
-    func read<T>(_ body: (Database) throws -> T) throws -> T {
+    /// How many rows `sql` reads, each fetched with its columns (as GRDB hands rows to an app).
+    func count(_ sql: String, _ arguments: StatementArguments) throws -> Int {
         let index = next.wrappingAdd(1, ordering: .relaxed).newValue
-        return try connections[Int(index % UInt(connections.count))].unsafeRead(body)
+        return try connections[Int(index % UInt(connections.count))].unsafeRead { db in
+            try Row.fetchAll(db.cachedStatement(sql: sql), arguments: arguments).count
+        }
     }
 }
 

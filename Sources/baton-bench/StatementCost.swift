@@ -16,7 +16,7 @@ struct StatementCost {
     func run() async throws {
         var logger = Logger(label: "bench")
         logger.logLevel = .error
-        let sql = #"SELECT * FROM "PreflightChecks" WHERE "ID" = CAST(? AS uuid)"#
+        let sql = #"SELECT \#(FloorRoutes.columns) FROM "PreflightChecks" WHERE "ID" = CAST(? AS uuid)"#
         let storage = try await PostgresStorage(location: location, logger: logger)
         defer { storage.close() }
         let ids = try await storage.readStatement {
@@ -42,7 +42,7 @@ struct StatementCost {
             let cost = try await measure { index in
                 let id = UUID(uuidString: ids[index % ids.count]) ?? UUID()
                 var count = 0
-                for try await _ in try await client.execute(KeyRead(id: id)) { count += 1 }
+                for try await _ in try await client.execute(FloorKeyRead(id: id)) { count += 1 }
                 guard count == 1 else { throw BenchmarkFailure("the plain key read found \(count) rows") }
             }
             group.cancelAll()
@@ -76,19 +76,4 @@ struct StatementCost {
         try await batch(statements)
         return (CPUTime.now() - before).server / Double(statements) * 1e6
     }
-}
-
-/// The key read's statement for the plain client, prepared as postgres-nio prepares statements.
-struct KeyRead: PostgresPreparedStatement {
-    static let sql = #"SELECT * FROM "PreflightChecks" WHERE "ID" = $1"#
-    typealias Row = PostgresRow
-    let id: UUID
-
-    func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 1)
-        bindings.append(id)
-        return bindings
-    }
-
-    func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
 }

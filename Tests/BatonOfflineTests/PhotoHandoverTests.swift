@@ -37,11 +37,8 @@ extension HandoverTests {
             let checkID = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5200"))
             let check = try #require(try await device.store.read(checkID).first?.values["ID"])
             let jpeg = ImageFixtures.jpeg(scanBytes: 600_000)
-            let start = ContinuousClock.now
             let photoID = try await device.store.takePhoto(
                 jpeg, values: ["CheckID": check, "Caption": .string("main tyre, cut on the sidewall")])
-            let captured = ContinuousClock.now - start
-            #expect(captured < .seconds(5), "\(captured)")
             let local = try #require(try await device.store.read(photoID).first)
             #expect(local.pending)
             #expect(local.values["TakenBy"] == .string("alice"))

@@ -1,5 +1,4 @@
 import BatonOData
-import BatonServer
 import BatonTestSupport
 import BatonTesting
 import Crypto
@@ -8,6 +7,8 @@ import HTTPTypes
 import HummingbirdTesting
 import NIOCore
 import Testing
+
+@testable import BatonServer
 
 /// Photos as OData media entities over real HTTP on both engines: created by POSTing their bytes, read and
 /// replaced at `$value`, their location removed, refused for every kind of bad input with nothing changed.
@@ -336,6 +337,18 @@ import Testing
             #expect(second.json.error == "MediaQuotaExceeded")
             #expect(second.text.contains("tablet-7"))
         }
+    }
+
+    /// `Content-Digest` is read by byte: a mark combined with a `,` or `:` neither hides a member's end nor makes
+    /// a value.
+    @Test func aContentDigestIsReadByByte() {
+        let digest = Array(SHA256.hash(data: Data("tyre".utf8)))
+        let text = Data(digest).base64EncodedString()
+        #expect(ODataRoutes.sha256(contentDigest: "sha-256=:\(text):") == digest)
+        #expect(ODataRoutes.sha256(contentDigest: "md5=:AAAA:, SHA-256 = :\(text):") == digest)
+        #expect(ODataRoutes.sha256(contentDigest: "md5=:AAAA:,\u{301}sha-256=:\(text):") == nil)
+        #expect(ODataRoutes.sha256(contentDigest: "sha-256=:\(text):\u{301}") == nil)
+        #expect(ODataRoutes.sha256(contentDigest: "sha-256=:AAAA:") == nil, "not 32 bytes")
     }
 
     /// A repeated upload (the same Repeatability-Request-ID) applies the photo once.

@@ -49,13 +49,13 @@ public enum ImageKind: String, Sendable, Hashable, CaseIterable {
         }
     }
 
-    /// The kind a `Content-Type` names (parameters ignored, case-insensitive), or `nil`.
+    /// The kind a `Content-Type` names (parameters ignored, ASCII case-insensitive), or `nil`. Read byte by byte: a
+    /// mark combined with a `;` or a space does not hide it.
     public init?(contentType: String) {
-        let essence = contentType.utf8.split(separator: UInt8(ascii: ";"), maxSplits: 1).first.map {
-            String(decoding: $0, as: UTF8.self)
-        }
-        let trimmed = (essence ?? "").lowercased().filter { $0 != " " && $0 != "\t" }
-        switch trimmed {
+        let essence = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }
+            .filter { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") }
+            .map { (65...90).contains($0) ? $0 + 32 : $0 }
+        switch String(decoding: essence, as: UTF8.self) {
         case "image/jpeg", "image/jpg": self = .jpeg
         case "image/png": self = .png
         case "image/heic", "image/heif": self = .heic

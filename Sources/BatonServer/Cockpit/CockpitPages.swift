@@ -20,10 +20,7 @@ enum CockpitPages {
         .cacheControl: "no-store",
     ]
 
-    static func field(_ name: String) -> HTTPField.Name {
-        guard let field = HTTPField.Name(name) else { preconditionFailure("'\(name)' is a valid header name") }
-        return field
-    }
+    static func field(_ name: String) -> HTTPField.Name { .named(name) }
 
     /// The content type of ``Markup/html(_:)`` among Mustache's content types.
     struct ScalarHTML: MustacheContentType {

@@ -51,7 +51,7 @@ extension CockpitRoutes {
                 }
                 var fields = CockpitPages.headers
                 fields[.contentType] = kind.rawValue
-                fields[CockpitPages.field("Content-Disposition")] =
+                fields[.contentDisposition] =
                     "inline; filename=\"\(id.uuidString.lowercased()).\(kind.fileExtension)\""
                 return Response(
                     status: .ok, headers: fields,

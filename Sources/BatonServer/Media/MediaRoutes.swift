@@ -179,14 +179,17 @@ extension ODataRoutes {
 
     /// The SHA-256 a `Content-Digest` field gives (`sha-256=:BASE64:`, among other algorithms), or `nil`.
     static func sha256(contentDigest field: String) -> [UInt8]? {
-        for member in field.split(separator: ",") {
-            let parts = member.split(separator: "=", maxSplits: 1)
-            guard parts.count == 2, parts[0].trimmingCharacters(in: .whitespaces).lowercased() == "sha-256" else {
-                continue
-            }
-            let value = parts[1].trimmingCharacters(in: .whitespaces)
-            guard value.count > 2, value.hasPrefix(":"), value.hasSuffix(":"),
-                let bytes = Data(base64Encoded: String(value.dropFirst().dropLast())), bytes.count == 32
+        // By byte: a mark combined with a `,`, `=` or `:` does not move where a member or its value ends.
+        for member in field.utf8.split(separator: UInt8(ascii: ",")) {
+            let parts = member.split(separator: UInt8(ascii: "="), maxSplits: 1)
+            let space = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+            guard parts.count == 2,
+                String(decoding: parts[0].drop(while: space).reversed().drop(while: space).reversed(), as: UTF8.self)
+                    .lowercased() == "sha-256"
+            else { continue }
+            let value = Array(parts[1].drop(while: space).reversed().drop(while: space).reversed())
+            guard value.count > 2, value.first == UInt8(ascii: ":"), value.last == UInt8(ascii: ":"),
+                let bytes = Data(base64Encoded: Data(value.dropFirst().dropLast())), bytes.count == 32
             else { return nil }
             return Array(bytes)
         }
@@ -227,20 +230,14 @@ extension ODataRoutes {
 }
 
 extension HTTPField.Name {
-    static let slug: HTTPField.Name = {
-        guard let name = HTTPField.Name("Slug") else { preconditionFailure("valid header name") }
-        return name
-    }()
-    static let contentTypeOptions: HTTPField.Name = {
-        guard let name = HTTPField.Name("X-Content-Type-Options") else { preconditionFailure("valid header name") }
-        return name
-    }()
-    static let contentDigest: HTTPField.Name = {
-        guard let name = HTTPField.Name("Content-Digest") else { preconditionFailure("valid header name") }
-        return name
-    }()
-    static let contentDisposition: HTTPField.Name = {
-        guard let name = HTTPField.Name("Content-Disposition") else { preconditionFailure("valid header name") }
-        return name
-    }()
+    /// The field named `name`, which is a valid field name (a literal of this code).
+    static func named(_ name: String) -> HTTPField.Name {
+        guard let field = HTTPField.Name(name) else { preconditionFailure("'\(name)' is a valid header name") }
+        return field
+    }
+
+    static let slug = named("Slug")
+    static let contentTypeOptions = named("X-Content-Type-Options")
+    static let contentDigest = named("Content-Digest")
+    static let contentDisposition = named("Content-Disposition")
 }

@@ -124,15 +124,18 @@ extension DataService {
         )
     }
 
-    /// Sets the server-kept properties the type has: `ChangedAt`, `CheckedBy` (or a media entity's `TakenBy`),
-    /// `UploadedBy`, and from a media entity's stored bytes `ContentType`, `Size` and `SHA256`.
+    /// Sets the server-kept properties the type has: `ChangedAt`, `CheckedBy` (the author of the latest change),
+    /// a media entity's `TakenBy` (its author, set when it is created and kept), `UploadedBy`, and from a media
+    /// entity's stored bytes `ContentType`, `Size` and `SHA256`.
     func applyServerKept(
-        _ values: inout [String: PrimitiveValue], type: EntityType, attribution: Attribution, media: StoredMedia? = nil
+        _ values: inout [String: PrimitiveValue], type: EntityType, attribution: Attribution, creating: Bool,
+        media: StoredMedia? = nil
     ) {
         for property in type.properties where property.isComputed {
             switch property.name {
             case "ChangedAt": values[property.name] = .dateTimeOffset(ODataDateTimeOffset(clock.now()))
-            case "CheckedBy", "TakenBy": values[property.name] = .string(attribution.author)
+            case "CheckedBy": values[property.name] = .string(attribution.author)
+            case "TakenBy": if creating { values[property.name] = .string(attribution.author) }
             case "UploadedBy": values[property.name] = .string(attribution.uploader)
             case "ContentType": if let media { values[property.name] = .string(media.kind.rawValue) }
             case "Size": if let media { values[property.name] = .integer(media.size) }
@@ -171,7 +174,7 @@ extension DataService {
         }
         let request = request.media != nil ? mediaProperties(request, type: target.type) : request
         var values = try decode(request, as: target.type, mode: .create).values
-        applyServerKept(&values, type: target.type, attribution: attribution, media: request.media)
+        applyServerKept(&values, type: target.type, attribution: attribution, creating: true, media: request.media)
         if let media = request.media {
             try await checkPrincipals(target, values: values, attribution: attribution, in: db)
             try await checkMediaQuota(
@@ -261,9 +264,7 @@ extension DataService {
                 values[property.name] = .null
             }
         }
-        applyServerKept(&values, type: target.type, attribution: attribution, media: request.media)
-        // Who took a photo stays who took it, whoever changes it later.
-        values.removeValue(forKey: "TakenBy")
+        applyServerKept(&values, type: target.type, attribution: attribution, creating: false, media: request.media)
         if target.type.hasStream {
             try await checkPrincipals(
                 target, values: current.values.merging(values) { $1 }, attribution: attribution, in: db)
