@@ -167,6 +167,7 @@ let package = Package(
                 "BatonOffline",
                 "BatonSecureStore",
                 "BatonServer",
+                "BatonTestSupport",
                 "BatonTesting",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),

@@ -1,6 +1,7 @@
 import BatonClient
 import BatonOData
 import BatonOffline
+import BatonTestSupport
 import BatonTesting
 import Crypto
 import Foundation
@@ -69,10 +70,14 @@ public struct ClientKillChaos: Sendable {
                 user: tablet.session.user.serverUserID ?? user,
                 storeKey: (tablet.session.storeKey ?? Data()).base64EncodedString(),
                 signingKey: try tablet.session.signingKey().rawRepresentation.base64EncodedString(),
-                accessToken: try await tablet.session.authorized.accessToken(), checks: [])
+                accessToken: try await tablet.session.authorized.accessToken(), checks: [], run: checker.run)
             for _ in 0..<(1 + random.next(below: 3)) {
                 let tail = tails[random.next(below: tails.count)]
-                if let check = TabletSyncInput.Check(checker.newCheck(tail: .string(tail), by: user)) {
+                if var check = TabletSyncInput.Check(checker.newCheck(tail: .string(tail), by: user)) {
+                    if random.next(below: 2) == 0 {
+                        check.photo = UUID()
+                        check.photoSize = 40_000 + random.next(below: 200_000)
+                    }
                     input.checks.append(check)
                 }
             }
@@ -106,6 +111,13 @@ public struct ClientKillChaos: Sendable {
                 var kept = log.recorded.contains(id)
                 if !kept { kept = !(try await tablet.store.read(id)).isEmpty }
                 if kept { checker.created(id, by: user, fuel: check.fuel) }
+                // So is a photo: its entity and bytes are written in one transaction.
+                if let photo = check.photo {
+                    let photoID = TabletSyncInput.photoID(photo)
+                    if !(try await tablet.store.read(photoID)).isEmpty {
+                        try await checker.tookPhoto(photoID, by: user, in: tablet.store)
+                    }
+                }
             }
             for id in log.uploaded { checker.uploaders[id] = user }
             if killed > 0 && killed % 100 == 0 && status != 0 { progress("\(killed) client kills") }
@@ -166,6 +178,9 @@ package struct TabletSyncInput: Codable, Sendable {
         var tail: String
         var fuel: Decimal
         var remarks: String
+        /// A photo of the check to take after it: its id and the bytes of its scan data.
+        var photo: UUID?
+        var photoSize = 0
 
         /// The check the checker made up.
         init?(_ values: [String: PrimitiveValue]) {
@@ -183,9 +198,15 @@ package struct TabletSyncInput: Codable, Sendable {
     var signingKey: String
     var accessToken: String
     var checks: [Check]
+    /// The run's name, which the photos' captions carry.
+    var run = ""
 
     static func entityID(_ id: UUID) -> String {
         ResourcePath.canonicalURL(entitySet: "PreflightChecks", key: [KeyValue(name: "ID", value: .guid(id))])
+    }
+
+    static func photoID(_ id: UUID) -> String {
+        ResourcePath.canonicalURL(entitySet: "CheckPhotos", key: [KeyValue(name: "ID", value: .guid(id))])
     }
 }
 
@@ -207,6 +228,7 @@ package enum TabletSync {
                 deviceID: input.deviceID, definingQueries: Tablet.definingQueries)
             try await store.open(
                 as: OfflineUser(name: input.user, signingKey: signingKey), key: SymmetricKey(data: storeKey))
+            await store.setPhotoChunkSize(64 * 1024)
             say("open")
             for check in input.checks {
                 say("try \(TabletSyncInput.entityID(check.id))")
@@ -218,6 +240,15 @@ package enum TabletSync {
                         "OilQuarts": .decimal(15), "Status": .string("final"), "Remarks": .string(check.remarks),
                     ])
                 say("recorded")
+                if let photo = check.photo {
+                    say("try \(TabletSyncInput.photoID(photo))")
+                    try await store.takePhoto(
+                        ImageFixtures.jpeg(scanBytes: check.photoSize),
+                        values: [
+                            "ID": .guid(photo), "CheckID": .guid(check.id), "Caption": .string("\(input.run) photo"),
+                        ])
+                    say("recorded")
+                }
             }
             let client = BatonClient(serverURL: serverURL)
             let (configuration, metadata) = try await client.discover()

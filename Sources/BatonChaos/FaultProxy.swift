@@ -26,10 +26,13 @@ public enum NetworkFault: String, Sendable, Hashable, CaseIterable, Codable {
     case duplicatedRequest = "duplicated-request"
     /// The request and its answer are each delayed, and the answer trickles at a limited bandwidth.
     case slowLink = "slow-link"
+    /// The connection breaks halfway through the request's body: the server gets its head and half its body,
+    /// then the end of the stream; the device sees a reset.
+    case cutRequest = "cut-request"
 
     /// The faults that fail a request (every kind but `none` and `slowLink`).
     public static let failing: [NetworkFault] = [
-        .resetBeforeDelivery, .resetAfterApplied, .truncatedAnswer, .stalledAnswer, .duplicatedRequest,
+        .resetBeforeDelivery, .resetAfterApplied, .truncatedAnswer, .stalledAnswer, .duplicatedRequest, .cutRequest,
     ]
 }
 
@@ -161,9 +164,10 @@ public final class FaultProxy: Sendable {
         try? await current?.close()
     }
 
-    /// Sends one request to the server on a connection of its own and completes with its whole answer.
+    /// Sends one request to the server on a connection of its own and completes with its whole answer; when `cut`,
+    /// sends its head and half its body, then closes the connection (the future fails).
     func send(
-        _ head: HTTPRequestHead, body: ByteBuffer, on eventLoop: any EventLoop
+        _ head: HTTPRequestHead, body: ByteBuffer, cut: Bool = false, on eventLoop: any EventLoop
     ) -> EventLoopFuture<(HTTPResponseHead, ByteBuffer)> {
         guard let port = upstream.withLock({ $0 }) else {
             return eventLoop.makeFailedFuture(ChaosFailure("The fault proxy has no server to forward to."))
@@ -187,6 +191,13 @@ public final class FaultProxy: Sendable {
                 case .failure(let error): promise.fail(error)
                 case .success(let channel):
                     channel.write(HTTPClientRequestPart.head(request), promise: nil)
+                    if cut {
+                        let half = body.getSlice(at: body.readerIndex, length: body.readableBytes / 2) ?? ByteBuffer()
+                        channel.writeAndFlush(HTTPClientRequestPart.body(.byteBuffer(half))).whenComplete { _ in
+                            channel.close(promise: nil)
+                        }
+                        return
+                    }
                     channel.write(HTTPClientRequestPart.body(.byteBuffer(body)), promise: nil)
                     channel.writeAndFlush(HTTPClientRequestPart.end(nil), promise: nil)
                 }
@@ -247,7 +258,7 @@ final class ProxyHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     func forward(_ head: HTTPRequestHead, body: ByteBuffer, fault: NetworkFault, context: ChannelHandlerContext) {
         let loop = context.eventLoop
-        let answer = proxy.send(head, body: body, on: loop)
+        let answer = proxy.send(head, body: body, cut: fault == .cutRequest, on: loop)
         if fault == .duplicatedRequest {
             // Both copies go to the server at once; the device gets the first copy's answer.
             _ = proxy.send(head, body: body, on: loop)

@@ -50,6 +50,7 @@ public struct NetworkChaos: Sendable {
             users: ["alice", "bob"].map {
                 TabletUser(name: $0, password: Self.passwords[$0] ?? "", passcode: Self.passcodes[$0] ?? "")
             })
+        await tablet.store.setPhotoChunkSize(64 * 1024)
         var checker = InvariantChecker(run: "chaos-\(seed)")
         let tails = try await tablet.store.read("Aircraft").compactMap { $0.values["TailNumber"] }
         guard !tails.isEmpty else { throw ChaosFailure("The device downloaded no aircraft.") }
@@ -66,10 +67,14 @@ public struct NetworkChaos: Sendable {
             }
             // Record one or two checks; correct one of the device's own or (as alice) anyone's.
             for _ in 0..<(1 + random.next(below: 2)) {
-                let id = try await tablet.store.create(
-                    in: "PreflightChecks",
-                    values: checker.newCheck(tail: tails[random.next(below: tails.count)], by: user))
+                let values = checker.newCheck(tail: tails[random.next(below: tails.count)], by: user)
+                let id = try await tablet.store.create(in: "PreflightChecks", values: values)
                 checker.created(id, by: user)
+                // Half the checks get a photo, uploaded in chunks the faults break.
+                if random.next(below: 2) == 0, case .guid(let checkID)? = values["ID"] {
+                    try await tablet.takePhoto(
+                        of: checkID, size: 40_000 + random.next(below: 200_000), by: user, checker: &checker)
+                }
             }
             if let id = checker.correctable(by: user, pick: { random.next(below: $0) }) {
                 let fuel = Decimal(1_000 + random.next(below: 90_000))
@@ -270,11 +275,13 @@ public struct InvariantChecker: Sendable {
     var checks: [String: (author: String, fuel: Decimal, updates: Int, updatedBy: String?)] = [:]
     /// Who uploaded each entity's last change.
     var uploaders: [String: String] = [:]
+    /// The photos taken on a device: who took each and the SHA-256 its bytes have there.
+    var photos: [String: (author: String, sha256: String)] = [:]
     var sequence = 0
 
     init(run: String) { self.run = run }
 
-    public var changes: Int { checks.count + checks.values.reduce(0) { $0 + $1.updates } }
+    public var changes: Int { checks.count + checks.values.reduce(0) { $0 + $1.updates } + photos.count }
 
     mutating func newCheck(tail: PrimitiveValue, by user: String) -> [String: PrimitiveValue] {
         sequence += 1
@@ -316,7 +323,7 @@ public struct InvariantChecker: Sendable {
         var created: [String: Int] = [:]
         var updated: [String: Int] = [:]
         for entry in audit {
-            guard let subject = entry.subject, checks[subject] != nil else { continue }
+            guard let subject = entry.subject, checks[subject] != nil || photos[subject] != nil else { continue }
             if entry.action == "entity-created" { created[subject, default: 0] += 1 }
             if entry.action == "entity-updated" { updated[subject, default: 0] += 1 }
         }
@@ -350,6 +357,7 @@ public struct InvariantChecker: Sendable {
                 if updates > expected.updates { report.duplicates += 1 } else { report.losses += 1 }
             }
         }
+        try await checkPhotos(server: server, token: token, created: created, into: &report)
         return report
     }
 }
@@ -403,6 +411,8 @@ extension InvariantChecker {
 public struct ChaosReport: Sendable, Codable {
     public var faults: [String: Int] = [:]
     public var changesChecked = 0
+    /// How many of the changes checked are photos (their bytes read back from the server).
+    public var photosChecked = 0
     public var losses = 0
     public var duplicates = 0
     public var leftPending = 0
@@ -420,7 +430,7 @@ public struct ChaosReport: Sendable, Codable {
         var lines = ["faults injected: \(faultCount)"]
         for (kind, count) in faults.sorted(by: { $0.key < $1.key }) { lines.append("  \(kind): \(count)") }
         lines.append(
-            "changes checked: \(changesChecked)"
+            "changes checked: \(changesChecked)" + (photosChecked > 0 ? ", of which \(photosChecked) photos" : "")
                 + (syncs > 0 ? " (syncs \(syncs), of which \(retries) after a failure)" : ""))
         lines.append("losses: \(losses)  duplicates: \(duplicates)  left pending: \(leftPending)")
         lines.append("device store intact: \(storeIntact ? "yes" : "NO")")

@@ -84,6 +84,7 @@ public struct ServerKillChaos: Sendable {
         }
         defer { killer.cancel() }
 
+        await tablet.store.setPhotoChunkSize(64 * 1024)
         var checker = InvariantChecker(run: "kill-\(seed)")
         var syncs = 0
         var retries = 0
@@ -94,9 +95,13 @@ public struct ServerKillChaos: Sendable {
                 user = user == "alice" ? "bob" : "alice"
                 try await persistently(&retries) { try await tablet.switchTo(user) }
             }
-            let id = try await tablet.store.create(
-                in: "PreflightChecks", values: checker.newCheck(tail: tails[random.next(below: tails.count)], by: user))
+            let values = checker.newCheck(tail: tails[random.next(below: tails.count)], by: user)
+            let id = try await tablet.store.create(in: "PreflightChecks", values: values)
             checker.created(id, by: user)
+            if random.next(below: 2) == 0, case .guid(let checkID)? = values["ID"] {
+                try await tablet.takePhoto(
+                    of: checkID, size: 40_000 + random.next(below: 200_000), by: user, checker: &checker)
+            }
             if let id = checker.correctable(by: user, pick: { random.next(below: $0) }) {
                 let fuel = Decimal(1_000 + random.next(below: 90_000))
                 try await tablet.store.update(id, values: ["FuelKg": .decimal(fuel)])

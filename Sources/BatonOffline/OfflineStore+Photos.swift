@@ -354,8 +354,15 @@ extension OfflineStore {
         return (false, uploaded)
     }
 
-    /// Sends one queued photo: its bytes as the body, its properties in `Slug`, its author's signature when
-    /// someone else uploads it.
+    /// Sends one queued photo in a resumable upload (the server's `$uploads`, after the IETF's resumable uploads
+    /// for HTTP): its properties in `Slug`, its author's signature when someone else uploads it, its bytes in
+    /// chunks of ``photoChunkSize``, each at the offset the server confirmed. Returns the server's answer to the
+    /// photo (its entity, or why it was refused).
+    ///
+    /// The upload is found again by the queued change's `Repeatability-Request-ID`: after a broken connection —
+    /// in this call, or at a later sync after the app stopped — the creation sent again answers with the offset
+    /// the server holds, or with the photo's stored answer when its last chunk arrived, so no byte is sent twice
+    /// that the server confirmed and the photo is written once.
     func sendPhoto(_ entry: QueueEntry, user: OfflineUser, session: AuthorizedSession) async throws(OfflineError)
         -> ClientResponse
     {
@@ -366,13 +373,14 @@ extension OfflineStore {
             try String.fetchOne(
                 db, sql: #"SELECT firstSentAt FROM "$queue" WHERE seq = ?"#, arguments: [entry.sequence])
         }
+        let bytes = photo.bytes
         var headers: [(String, String)] = [
             ("Content-Type", photo.kind.rawValue), ("Slug", Self.slug(entry.body)),
             // RFC 9530: the server keeps nothing that arrives other than sent.
-            ("Content-Digest", "sha-256=:" + Data(SHA256.hash(data: photo.bytes)).base64EncodedString() + ":"),
+            ("Content-Digest", "sha-256=:" + Data(SHA256.hash(data: bytes)).base64EncodedString() + ":"),
             ("Repeatability-Request-ID", entry.requestID),
             ("Repeatability-First-Sent", firstSent ?? Self.imfFixdate(now())), ("Prefer", "return=minimal"),
-            ("Baton-Device", entry.device),
+            ("Baton-Device", entry.device), ("Upload-Complete", "?0"), ("Upload-Length", String(bytes.count)),
         ]
         if entry.author != user.name {
             headers += [
@@ -383,15 +391,68 @@ extension OfflineStore {
         guard let url = URL(string: session.configuration.odataServiceRoot + entry.url) else {
             throw OfflineError(.server, "The server's OData service root is not a URL.")
         }
+        let chunk = photoChunkSize
+        // The creation carries the first chunk: a photo of one chunk takes one request.
+        let create = ClientRequest(
+            method: "POST", url: url, headers: headers, body: Array(bytes.prefix(chunk)), timeout: requestTimeout)
+        var response = try await sendBusy(create, doing: "upload the photo", session: session)
+        var breaks = 0
+        var location: URL?
+        while true {
+            // An upload in progress: go on from the offset the server holds; anything else answers the photo.
+            guard response.status == 201 || response.status == 204 || response.status == 409,
+                response.header("Upload-Complete") == "?0" || response.header("Upload-Offset") != nil,
+                response.header("Upload-Complete") != "?1",
+                let offset = response.header("Upload-Offset").flatMap(Int.init), (0...bytes.count).contains(offset)
+            else { return response }
+            guard offset < bytes.count else {
+                // Every byte is there (another copy of the last chunk is completing it): the creation sent again
+                // answers with the photo.
+                breaks += 1
+                guard breaks < Self.busyAttempts else { return response }
+                response = try await sendBusy(create, doing: "upload the photo", session: session)
+                continue
+            }
+            if response.status == 201 {
+                guard let created = response.header("Location").flatMap({ URL(string: $0) }) else {
+                    throw OfflineError(.server, "The server did not say where the photo's upload continues.")
+                }
+                location = created
+            }
+            guard let location else { return response }
+            let end = min(bytes.count, offset + chunk)
+            let patch = ClientRequest(
+                method: "PATCH", url: location,
+                headers: [
+                    ("Content-Type", "application/partial-upload"), ("Upload-Offset", String(offset)),
+                    ("Upload-Complete", end == bytes.count ? "?1" : "?0"),
+                ], body: Array(bytes[offset..<end]), timeout: requestTimeout)
+            do {
+                response = try await sendBusy(patch, doing: "upload the photo", session: session)
+                // Gone (it expired, or was removed): the creation starts it again, or finds the photo's answer.
+                if response.status == 404 {
+                    response = try await sendBusy(create, doing: "upload the photo", session: session)
+                }
+            } catch {
+                // The connection broke: ask again where the upload stands (the creation finds it), a few times.
+                breaks += 1
+                guard breaks < Self.busyAttempts else { throw error }
+                response = try await sendBusy(create, doing: "upload the photo", session: session)
+            }
+        }
+    }
+
+    /// Sends `request`, waiting and sending it again while the server answers 429 (a few times).
+    func sendBusy(_ request: ClientRequest, doing what: String, session: AuthorizedSession)
+        async throws(OfflineError) -> ClientResponse
+    {
         var attempt = 1
         while true {
             let response: ClientResponse
             do {
-                response = try await session.send(
-                    ClientRequest(
-                        method: "POST", url: url, headers: headers, body: photo.bytes, timeout: requestTimeout))
+                response = try await session.send(request)
             } catch {
-                throw Self.offlineError(error, doing: "upload the photo")
+                throw Self.offlineError(error, doing: what)
             }
             guard response.status == 429, attempt < Self.busyAttempts else { return response }
             attempt += 1

@@ -40,9 +40,9 @@ extension OfflineStore {
     /// once. A change the server refuses moves to the error archive with the server's reason; later changes
     /// to the same entity wait behind it; other entities go on.
     ///
-    /// - Throws: ``OfflineError`` `Offline` when the server cannot be reached (nothing is lost: what was not
-    ///   confirmed stays queued), `Server` for a refused session. The report of what was done before is lost
-    ///   with the error, but every confirmed change has left the queue.
+    /// - Throws: ``OfflineError`` `Offline` when the server cannot be reached before anything went (nothing is
+    ///   lost: what was not confirmed stays queued), `Server` for a refused session. When the server stops
+    ///   answering after some changes went, the report says which, and the rest is in `waiting`.
     ///
     /// - Parameters:
     ///   - session: the signed-in user's connection.
@@ -82,7 +82,7 @@ extension OfflineStore {
             case .failure(let error):
                 // Whatever the other batch did is confirmed by its replay next time (same request ids).
                 _ = await next?.answer.value
-                throw error
+                return try partial(report, failure: error)
             }
             let retryLater = try await record(
                 current.chosen, responses: responses, session: session, into: &report, allowOnBehalf: &allowOnBehalf)
@@ -96,7 +96,12 @@ extension OfflineStore {
             }
         }
         // Photos go once the changes before them have: their checks first.
-        let photos = try await uploadPhotos(user: user, session: session, allowOnBehalf: allowOnBehalf, into: &report)
+        let photos: (retryLater: Bool, uploaded: Int)
+        do {
+            photos = try await uploadPhotos(user: user, session: session, allowOnBehalf: allowOnBehalf, into: &report)
+        } catch {
+            return try partial(report, failure: error)
+        }
         if !photos.retryLater, photos.uploaded > 0,
             try !nextChunk(for: user, allowOnBehalf: allowOnBehalf, chunkSize: 1).isEmpty
         {
@@ -111,6 +116,15 @@ extension OfflineStore {
         report.waiting = try pendingEntries().filter { entry in
             blocked.contains(entry.entityID) || (entry.author != user.name && !allowOnBehalf)
         }
+        return report
+    }
+
+    /// An upload the server stopped answering midway: what it applied and archived so far is reported, the rest
+    /// waits for the next upload; with nothing done yet, `failure` is thrown.
+    func partial(_ report: UploadReport, failure: OfflineError) throws(OfflineError) -> UploadReport {
+        guard !report.uploaded.isEmpty || !report.archived.isEmpty else { throw failure }
+        var report = report
+        report.waiting = try pendingEntries()
         return report
     }
 

@@ -118,9 +118,15 @@ public actor OfflineStore {
     /// The most bytes of photos already on the server that the device keeps (``photo(_:using:)``); photos waiting
     /// for their upload are never dropped. Default: 200 MiB.
     public internal(set) var photoCacheLimit = 200 * 1024 * 1024
+    /// How many bytes of a photo go in one request of its resumable upload: a broken connection costs at most
+    /// this much again. Default: 1 MiB.
+    public private(set) var photoChunkSize = 1024 * 1024
 
     /// Sets ``requestTimeout``.
     public func setRequestTimeout(_ timeout: Duration) { requestTimeout = timeout }
+
+    /// Sets ``photoChunkSize`` (at least 1 KiB).
+    public func setPhotoChunkSize(_ bytes: Int) { photoChunkSize = max(1024, bytes) }
 
     /// Whether SQLite's `PRAGMA integrity_check` finds the open store whole (every page decrypts and every
     /// b-tree and index agrees).

@@ -22,6 +22,8 @@ import Testing
             #expect((report.faults[fault.rawValue] ?? 0) > 0, "seed \(seed): no \(fault.rawValue) in \(report.faults)")
         }
         #expect(report.changesChecked >= 100 && report.retries > 0, "seed \(seed): \(report.text)")
+        // Photos went through the same faults, their chunks cut halfway among them.
+        #expect(report.photosChecked >= 10, "seed \(seed): \(report.text)")
     }
 
     @Test func theProxyRefusesThenAcceptsAndEachFaultFailsItsRequest() async throws {
@@ -142,6 +144,7 @@ import Testing
         #expect(report.faults["server-killed"] == 50)
         // Kills landed while the tablet was syncing: some syncs failed and were retried.
         #expect(report.retries > 0 && report.changesChecked > 50, "seed \(seed): \(report.text)")
+        #expect(report.photosChecked > 5, "seed \(seed): \(report.text)")
     }
 }
 
@@ -220,6 +223,7 @@ import Testing
             #expect((report.faults["client-killed-in-\(phase)"] ?? 0) > 0, "seed \(seed): \(report.faults)")
         }
         #expect(report.changesChecked > 50, "seed \(seed): \(report.text)")
+        #expect(report.photosChecked > 5, "seed \(seed): \(report.text)")
     }
 }
 

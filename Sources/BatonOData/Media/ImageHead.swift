@@ -4,7 +4,7 @@
 /// Both ends use it: the tablet removes the location when a photo is taken, before the author signs the photo's
 /// SHA-256, and the server removes it again on upload (a no-op for a photo the tablet prepared), so both hold the
 /// same bytes and the same hash.
-public enum ImageKind: String, Sendable, Hashable, CaseIterable {
+public enum ImageKind: String, Sendable, Hashable, CaseIterable, Codable {
     case jpeg = "image/jpeg"
     case png = "image/png"
     case heic = "image/heic"

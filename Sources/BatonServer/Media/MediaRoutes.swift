@@ -110,16 +110,24 @@ extension ODataRoutes {
         ]
     }
 
-    /// `POST` to a media entity set, `PUT …/$value`: the bytes go to the store first (a refused upload keeps
-    /// nothing), then the entity is written through the data service with the stored media's facts.
-    func storeMedia(
-        _ media: MediaRequest, request: Request, url: String, dataContext: DataService.Context,
-        context: BatonRequestContext, version: ODataVersion
-    ) async throws -> Response {
-        let configuration = service.configuration
+    /// What a media upload asks for, read from its headers before a byte of its body: the entity's properties
+    /// (`Slug`), the declared type, the bytes' SHA-256 (`Content-Digest`), and the change the data service will
+    /// write once the bytes are stored.
+    struct MediaIntent: Sendable {
+        var slug: String?
+        var declared: ImageKind?
+        var digest: [UInt8]?
+        /// The change as the data service sees it: the properties as a JSON body.
+        var admission: DataRequest
+    }
+
+    /// Reads a media upload's headers; refuses what is malformed before a byte is stored.
+    func mediaIntent(_ media: MediaRequest, method: String, url: String, headers fields: HTTPFields) throws
+        -> MediaIntent
+    {
         var slug: String?
         var properties: [UInt8] = []
-        if media == .create, let header = request.headers[.slug] {
+        if media == .create, let header = fields[.slug] {
             guard let decoded = header.removingPercentEncoding,
                 (try? JSONValue(parsing: Array(decoded.utf8)))?.objectMembers != nil
             else {
@@ -131,7 +139,7 @@ extension ODataRoutes {
             properties = Array(decoded.utf8)
         }
         var declared: ImageKind?
-        if let named = request.headers[.contentType] {
+        if let named = fields[.contentType] {
             guard let kind = ImageKind(contentType: named) else {
                 throw ServerError(
                     .unsupportedMediaType, "UnsupportedMediaType",
@@ -141,7 +149,7 @@ extension ODataRoutes {
         }
         // RFC 9530: `Content-Digest: sha-256=:BASE64:` — the SHA-256 of the bytes as sent.
         var digest: [UInt8]?
-        if let field = request.headers[.contentDigest] {
+        if let field = fields[.contentDigest] {
             guard let parsed = Self.sha256(contentDigest: field) else {
                 throw ServerError.badRequest(
                     "Content-Digest must give the bytes' SHA-256 as sha-256=:BASE64: (RFC 9530).",
@@ -149,31 +157,64 @@ extension ODataRoutes {
             }
             digest = parsed
         }
-        var headers = request.headers.map { ($0.name.rawName, $0.value) }
+        var headers = fields.map { ($0.name.rawName, $0.value) }
         headers.removeAll { $0.0.lowercased() == "content-type" }
         headers.append(("Content-Type", "application/json"))
-        let admission = DataRequest(method: request.method.rawValue, url: url, headers: headers, body: properties)
+        return MediaIntent(
+            slug: slug, declared: declared, digest: digest,
+            admission: DataRequest(method: method, url: url, headers: headers, body: properties))
+    }
+
+    /// `POST` to a media entity set, `PUT …/$value`: the bytes go to the store first (a refused upload keeps
+    /// nothing), then the entity is written through the data service with the stored media's facts. With
+    /// `Upload-Complete: ?0` the upload is resumable instead (``createUpload(_:intent:request:url:dataContext:context:version:)``).
+    func storeMedia(
+        _ media: MediaRequest, request: Request, url: String, dataContext: DataService.Context,
+        context: BatonRequestContext, version: ODataVersion
+    ) async throws -> Response {
+        let intent = try mediaIntent(media, method: request.method.rawValue, url: url, headers: request.headers)
+        if let complete = request.headers[.uploadComplete] {
+            guard let flag = Self.structuredBoolean(complete) else {
+                throw ServerError.badRequest("Upload-Complete is ?0 or ?1.", target: "Upload-Complete")
+            }
+            if !flag {
+                return try await createUpload(
+                    media, intent: intent, request: request, url: url, dataContext: dataContext, context: context,
+                    version: version)
+            }
+        }
         let expected = request.headers[.contentLength].flatMap { Int64($0) }
-        // The upload takes one of the user's change slots for all its time, and what the change would be refused
-        // for anyway is refused before a byte is stored.
+        return try await writeMedia(
+            intent, body: request.body, expectedSize: expected, dataContext: dataContext, context: context,
+            version: version
+        ).0
+    }
+
+    /// Admits the change, stores `body` as its bytes, and writes the entity: in one of the user's change slots
+    /// for all its time, and what the change would be refused for anyway is refused before a byte is stored.
+    /// Returns the answer and the stored bytes' facts.
+    func writeMedia<Body: AsyncSequence & Sendable>(
+        _ intent: MediaIntent, body: Body, expectedSize: Int64?, dataContext: DataService.Context,
+        context: BatonRequestContext, version: ODataVersion
+    ) async throws -> (Response, StoredMedia) where Body.Element == ByteBuffer {
+        let configuration = service.configuration
         return try await service.changes.run(for: dataContext.user) {
-            try await service.admitMedia(admission, context: dataContext, expectedSize: expected)
+            try await service.admitMedia(intent.admission, context: dataContext, expectedSize: expectedSize)
             let stored: StoredMedia
             do {
                 stored = try await service.media.ingest(
-                    request.body, limit: configuration.maximumMediaSize,
-                    keepLocation: configuration.keepsImageLocation, declared: declared, digest: digest, slug: slug,
-                    now: service.clock.now())
+                    body, limit: configuration.maximumMediaSize, keepLocation: configuration.keepsImageLocation,
+                    declared: intent.declared, digest: intent.digest, slug: intent.slug, now: service.clock.now())
             } catch let refusal as MediaRefusal {
                 throw Self.error(for: refusal)
             } catch let error as HTTPError where error.status == .contentTooLarge {
                 throw Self.error(for: MediaRefusal(reason: .tooLarge(limit: configuration.maximumMediaSize)))
             }
-            var dataRequest = admission
+            var dataRequest = intent.admission
             dataRequest.media = stored
             let response = try await execute(
                 dataRequest, context: dataContext, modelOnly: false, slotTaken: true, logger: context.logger)
-            return Self.httpResponse(response, version: version)
+            return (Self.httpResponse(response, version: version), stored)
         }
     }
 
@@ -240,4 +281,8 @@ extension HTTPField.Name {
     static let contentTypeOptions = named("X-Content-Type-Options")
     static let contentDigest = named("Content-Digest")
     static let contentDisposition = named("Content-Disposition")
+    static let uploadComplete = named("Upload-Complete")
+    static let uploadOffset = named("Upload-Offset")
+    static let uploadLength = named("Upload-Length")
+    static let uploadLimit = named("Upload-Limit")
 }

@@ -7,7 +7,7 @@ import NIOPosix
 import Synchronization
 
 /// A media resource as stored: named by the SHA-256 of its bytes (after the location was removed).
-struct StoredMedia: Sendable, Hashable {
+struct StoredMedia: Sendable, Hashable, Codable {
     /// The SHA-256 of the bytes, lower-case hex.
     var sha256: String
     /// The SHA-256 of the bytes as they arrived, before the location was removed (the same when there was none, or
@@ -507,9 +507,13 @@ extension DataService {
         return hashes
     }
 
-    /// Removes media bytes no entity has named for ``MediaStore/grace`` (``MediaStore/sweep(now:referenced:)``).
+    /// Removes resumable uploads untouched for ``ResumableUploadStore/expiry``, and media bytes no entity has named
+    /// for ``MediaStore/grace`` (``MediaStore/sweep(now:referenced:)``).
     func sweepMedia() async throws -> Int {
-        try await media.sweep(now: clock.now()) { try await referencedMedia() }
+        let now = clock.now()
+        try await ResumableUploadStore(storage: store.storage).sweep(
+            before: now.addingTimeInterval(-ResumableUploadStore.expiry))
+        return try await media.sweep(now: now) { try await referencedMedia() }
     }
 }
 

@@ -158,6 +158,14 @@ struct DataStore: Sendable {
             #"CREATE TABLE IF NOT EXISTS "$mediaBlob" (hash text PRIMARY KEY, size bigint NOT NULL, touchedAt double precision NOT NULL)"#,
             #"CREATE TABLE IF NOT EXISTS "$mediaPart" (blob text NOT NULL, part integer NOT NULL, bytes bytea NOT NULL, PRIMARY KEY (blob, part))"#,
             #"CREATE TABLE IF NOT EXISTS "$mediaUpload" (blob text PRIMARY KEY, startedAt double precision NOT NULL)"#,
+            // Resumable uploads in progress (``ResumableUploadStore``) and the parts they received.
+            """
+            CREATE TABLE IF NOT EXISTS "$resumable" (
+                id text PRIMARY KEY, owner text NOT NULL, requestID text NOT NULL, request text NOT NULL,
+                length bigint NOT NULL, received bigint NOT NULL, parts integer NOT NULL, media text,
+                createdAt double precision NOT NULL, touchedAt double precision NOT NULL, UNIQUE (owner, requestID))
+            """,
+            #"CREATE TABLE IF NOT EXISTS "$resumablePart" (upload text NOT NULL, part integer NOT NULL, bytes bytea NOT NULL, PRIMARY KEY (upload, part))"#,
         ] {
             // What exists is left alone without taking a lock: instances start beside serving ones.
             let prefix = #"CREATE INDEX IF NOT EXISTS ""#
@@ -300,6 +308,12 @@ struct DataStore: Sendable {
                 CREATE TABLE IF NOT EXISTS "$removed" (seq INTEGER PRIMARY KEY, entitySet TEXT NOT NULL, keyJSON TEXT NOT NULL, removedAt REAL NOT NULL);
                 CREATE INDEX IF NOT EXISTS "$removedSet" ON "$removed" (entitySet, seq);
                 CREATE INDEX IF NOT EXISTS "$removedAt" ON "$removed" (removedAt);
+                CREATE TABLE IF NOT EXISTS "$resumable" (
+                    id TEXT PRIMARY KEY, owner TEXT NOT NULL, requestID TEXT NOT NULL, request TEXT NOT NULL,
+                    length INTEGER NOT NULL, received INTEGER NOT NULL, parts INTEGER NOT NULL, media TEXT,
+                    createdAt REAL NOT NULL, touchedAt REAL NOT NULL, UNIQUE (owner, requestID));
+                CREATE TABLE IF NOT EXISTS "$resumablePart" (
+                    upload TEXT NOT NULL, part INTEGER NOT NULL, bytes BLOB NOT NULL, PRIMARY KEY (upload, part));
                 """)
         try migrateRepeatability(db)
         // Entries a crash left before instants were stored as numbers carry GRDB's date text.

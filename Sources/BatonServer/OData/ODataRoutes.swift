@@ -22,6 +22,10 @@ struct ODataRoutes {
                 }
             }
         }
+        // A resumable upload's offset (`HEAD $uploads/ID`).
+        group.on(RouterPath("/odata/**"), method: .head) { request, context in
+            try await handle(request, context: context)
+        }
     }
 
     func handle(_ request: Request, context: BatonRequestContext) async throws -> Response {
@@ -40,6 +44,16 @@ struct ODataRoutes {
         let dataContext = DataService.Context(
             user: name, role: role, address: context.clientAddress, serviceRoot: issuer.value + "/odata/",
             version: version)
+        if path.hasPrefix("$uploads/")
+            || (path.hasPrefix("%24") && path.removingPercentEncoding?.hasPrefix("$uploads/") == true)
+        {
+            let id = String((path.removingPercentEncoding ?? path).dropFirst("$uploads/".count))
+            return try await handleUpload(
+                id: id, request: request, dataContext: dataContext, context: context, version: version)
+        }
+        guard request.method != .head else {
+            throw ServerError(.methodNotAllowed, "MethodNotAllowed", "HEAD answers only for an upload in progress.")
+        }
         // A media entity's bytes stream to storage; they are never collected into one body.
         if let media = mediaRequest(method: request.method, url: url, contentType: request.headers[.contentType]) {
             return try await handleMedia(

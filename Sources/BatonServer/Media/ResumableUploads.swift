@@ -1,0 +1,469 @@
+import BatonOData
+import BatonSQL
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+
+/// A media upload that survives a broken connection, after the IETF's resumable uploads for HTTP
+/// (draft-ietf-httpbis-resumable-upload): the client creates it with `Upload-Complete: ?0` and `Upload-Length`,
+/// sends the bytes in `PATCH`es that each name the `Upload-Offset` they start at, and learns from `HEAD` how many
+/// bytes the server holds; the photo is stored and its entity written when the last byte arrives.
+///
+/// The bytes wait in the database (`$resumablePart`, on both engines, so every instance continues every upload),
+/// each part committed together with the offset it moves, so the offset the server confirms never counts a byte
+/// it does not hold. A `PATCH` whose offset is not the confirmed one — a chunk sent out of order or sent again —
+/// answers 409 with the right offset and changes nothing.
+///
+/// The entity is written exactly once: the recorded request carries a `Repeatability-Request-ID` (the client's,
+/// or one the server gives it), so completing again — after a lost answer, or a creation sent again with the same
+/// id — returns the stored answer instead of applying the change twice.
+struct ResumableUpload: Sendable {
+    /// What the creation asked for, kept to write the entity at the end: no credentials, no framing.
+    struct Recorded: Codable, Sendable {
+        var method: String
+        var url: String
+        var headers: [[String]]
+
+        var fields: HTTPFields {
+            var fields = HTTPFields()
+            for pair in headers where pair.count == 2 {
+                if let name = HTTPField.Name(pair[0]) { fields.append(HTTPField(name: name, value: pair[1])) }
+            }
+            return fields
+        }
+    }
+
+    var id: String
+    var owner: String
+    var requestID: String
+    var request: Recorded
+    var length: Int64
+    var received: Int64
+    var parts: Int
+    /// The stored bytes, once the upload completed and its entity was written.
+    var media: StoredMedia?
+
+    /// Headers never recorded: credentials (no token is ever written to the database) and the framing of the
+    /// creation's own message.
+    static let unrecorded: Set<String> = [
+        "authorization", "proxy-authorization", "cookie", "content-length", "transfer-encoding", "connection",
+        "keep-alive", "te", "upgrade", "expect", "host", "upload-complete", "upload-offset", "upload-length",
+        "upload-draft-interop-version",
+    ]
+}
+
+/// The uploads in progress, in the entity database.
+struct ResumableUploadStore: Sendable {
+    let storage: any ServerStorage
+
+    /// How long an upload nobody touches is kept (the media sweep removes it after that).
+    static let expiry: TimeInterval = 24 * 3600
+    static let columns = "id, owner, requestID, request, length, received, parts, media"
+
+    static func upload(_ row: SQLRow) -> ResumableUpload? {
+        guard let id = row["id"].text, let owner = row["owner"].text, let requestID = row["requestID"].text,
+            let request = row["request"].text,
+            let recorded = try? JSONDecoder().decode(ResumableUpload.Recorded.self, from: Data(request.utf8)),
+            let length = row["length"].integer, let received = row["received"].integer,
+            let parts = row["parts"].integer
+        else { return nil }
+        let media = row["media"].text.flatMap { try? JSONDecoder().decode(StoredMedia.self, from: Data($0.utf8)) }
+        return ResumableUpload(
+            id: id, owner: owner, requestID: requestID, request: recorded, length: length, received: received,
+            parts: Int(parts), media: media)
+    }
+
+    /// The upload `id` of `owner` (another user's is not found).
+    func find(id: String, owner: String) async throws -> ResumableUpload? {
+        try await storage.read { db in
+            try await db.fetchOne(
+                #"SELECT \#(Self.columns) FROM "$resumable" WHERE id = ? AND owner = ?"#, id, owner
+            ).flatMap(Self.upload)
+        }
+    }
+
+    /// The upload `owner` created with `requestID`.
+    func find(owner: String, requestID: String) async throws -> ResumableUpload? {
+        try await storage.read { db in
+            try await db.fetchOne(
+                #"SELECT \#(Self.columns) FROM "$resumable" WHERE owner = ? AND requestID = ?"#, owner, requestID
+            ).flatMap(Self.upload)
+        }
+    }
+
+    /// How many uploads `owner` has not finished.
+    func openCount(owner: String) async throws -> Int {
+        try await storage.read { db in
+            Int(
+                try await db.fetchOne(
+                    #"SELECT count(*) FROM "$resumable" WHERE owner = ? AND media IS NULL"#, owner)?[0].integer ?? 0)
+        }
+    }
+
+    /// Records a new upload; when another request created one with the same id meanwhile, returns that one.
+    func create(_ upload: ResumableUpload, now: Date) async throws -> ResumableUpload {
+        let request = String(decoding: try JSONEncoder().encode(upload.request), as: UTF8.self)
+        do {
+            try await storage.write { db in
+                try await db.execute(
+                    #"""
+                    INSERT INTO "$resumable" (id, owner, requestID, request, length, received, parts, createdAt, touchedAt)
+                    VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?)
+                    """#, upload.id, upload.owner, upload.requestID, request, upload.length, now, now)
+            }
+            return upload
+        } catch {
+            guard let existing = try await find(owner: upload.owner, requestID: upload.requestID) else { throw error }
+            return existing
+        }
+    }
+
+    /// Appends `bytes` as the next part when the upload still stands at `offset`; returns whether it did (`false`:
+    /// another request moved the offset, or the upload is gone or complete).
+    func append(_ bytes: [UInt8], to id: String, at offset: Int64, now: Date) async throws -> Bool {
+        try await storage.write { db in
+            let moved = try await db.execute(
+                #"""
+                UPDATE "$resumable" SET received = received + ?, parts = parts + 1, touchedAt = ?
+                WHERE id = ? AND received = ? AND media IS NULL
+                """#, Int64(bytes.count), now, id, offset)
+            guard moved == 1,
+                let parts = try await db.fetchOne(#"SELECT parts FROM "$resumable" WHERE id = ?"#, id)?[0].integer
+            else { return false }
+            try await db.execute(
+                #"INSERT INTO "$resumablePart" (upload, part, bytes) VALUES (?, ?, ?)"#, id, parts - 1,
+                SQLValue.blob(bytes))
+            return true
+        }
+    }
+
+    /// Records that the upload completed with `media`, and drops its parts.
+    func complete(_ id: String, media: StoredMedia, now: Date) async throws {
+        let json = String(decoding: try JSONEncoder().encode(media), as: UTF8.self)
+        try await storage.write { db in
+            try await db.execute(#"UPDATE "$resumable" SET media = ?, touchedAt = ? WHERE id = ?"#, json, now, id)
+            try await db.execute(#"DELETE FROM "$resumablePart" WHERE upload = ?"#, id)
+        }
+    }
+
+    /// Removes an upload and its parts.
+    func remove(_ id: String) async throws {
+        try await storage.write { db in
+            try await db.execute(#"DELETE FROM "$resumablePart" WHERE upload = ?"#, id)
+            try await db.execute(#"DELETE FROM "$resumable" WHERE id = ?"#, id)
+        }
+    }
+
+    /// Removes the uploads nobody touched since `cutoff`, finished or not; returns how many.
+    @discardableResult
+    func sweep(before cutoff: Date) async throws -> Int {
+        let stale = try await storage.read { db in
+            try await db.fetchAll(#"SELECT id FROM "$resumable" WHERE touchedAt < ?"#, cutoff).compactMap { $0[0].text }
+        }
+        for id in stale { try await remove(id) }
+        return stale.count
+    }
+
+    /// The bytes received, part by part, read one at a time as they are consumed.
+    func bytes(of upload: ResumableUpload) -> ReceivedParts {
+        ReceivedParts(storage: storage, id: upload.id, parts: upload.parts)
+    }
+}
+
+/// An upload's received bytes as a stream, one part read from the database at a time.
+struct ReceivedParts: AsyncSequence, Sendable {
+    typealias Element = ByteBuffer
+
+    let storage: any ServerStorage
+    let id: String
+    let parts: Int
+
+    struct AsyncIterator: AsyncIteratorProtocol {
+        let storage: any ServerStorage
+        let id: String
+        let parts: Int
+        var next = 0
+
+        mutating func next() async throws -> ByteBuffer? {
+            guard next < parts else { return nil }
+            let (id, index) = (id, next)
+            next += 1
+            let row = try await storage.read { db in
+                try await db.fetchOne(#"SELECT bytes FROM "$resumablePart" WHERE upload = ? AND part = ?"#, id, index)
+            }
+            guard case .blob(let bytes)? = row?[0] else {
+                throw ServerError(
+                    .internalServerError, "UploadDamaged", "A part of this upload is missing; start it again.")
+            }
+            return ByteBuffer(bytes: bytes)
+        }
+    }
+
+    func makeAsyncIterator() -> AsyncIterator { AsyncIterator(storage: storage, id: id, parts: parts) }
+}
+
+extension ODataRoutes {
+    /// The most uploads one user may leave unfinished at once.
+    static let maximumOpenUploads = 16
+    var uploads: ResumableUploadStore { ResumableUploadStore(storage: service.store.storage) }
+
+    /// `POST`/`PUT` with `Upload-Complete: ?0`: records the upload (admitted as the finished change would be),
+    /// stores what the body already holds, and answers 201 with its `Location` and `Upload-Offset`. The same
+    /// `Repeatability-Request-ID` again finds the same upload — or, when it completed, its stored answer.
+    func createUpload(
+        _ media: MediaRequest, intent: MediaIntent, request: Request, url: String, dataContext: DataService.Context,
+        context: BatonRequestContext, version: ODataVersion
+    ) async throws -> Response {
+        let limit = service.configuration.maximumMediaSize
+        guard let text = request.headers[.uploadLength], let length = Int64(text), length >= 0 else {
+            throw ServerError.badRequest(
+                "A resumable upload (Upload-Complete: ?0) gives its whole size in Upload-Length.",
+                target: "Upload-Length")
+        }
+        guard length > 0 else { throw Self.error(for: MediaRefusal(reason: .empty)) }
+        guard length <= Int64(limit) else { throw Self.error(for: MediaRefusal(reason: .tooLarge(limit: limit))) }
+        let now = service.clock.now()
+        let id = UUID().uuidString.lowercased()
+        var headers = request.headers.filter { !ResumableUpload.unrecorded.contains($0.name.canonicalName) }
+            .map { [$0.name.rawName, $0.value] }
+        var requestID = intent.admission.header("Repeatability-Request-ID")
+        if requestID == nil {
+            // Every resumable upload is repeatable: completing it twice writes its entity once.
+            requestID = "upload-" + id
+            headers += [
+                ["Repeatability-Request-ID", "upload-" + id],
+                ["Repeatability-First-Sent", Repeatability.formatIMFFixdate(now)],
+            ]
+        }
+        let recorded = ResumableUpload.Recorded(method: request.method.rawValue, url: url, headers: headers)
+        var upload = ResumableUpload(
+            id: id, owner: dataContext.user, requestID: requestID ?? id, request: recorded, length: length,
+            received: 0, parts: 0)
+        if let existing = try await uploads.find(owner: dataContext.user, requestID: upload.requestID) {
+            let same = { (upload: ResumableUpload, name: String) in
+                upload.request.headers.first { $0.first?.lowercased() == name }?.last
+            }
+            guard existing.request.method == recorded.method, existing.request.url == url, existing.length == length,
+                same(existing, "slug") == request.headers[.slug],
+                same(existing, "content-digest") == request.headers[.contentDigest]
+            else {
+                throw ServerError(
+                    .conflict, "UploadConflict",
+                    "Repeatability-Request-ID '\(upload.requestID.prefix(64))' already names another upload; use a new id for a new photo.",
+                    target: "Repeatability-Request-ID")
+            }
+            upload = existing
+        } else {
+            guard try await uploads.openCount(owner: dataContext.user) < Self.maximumOpenUploads else {
+                var error = ServerError(
+                    .tooManyRequests, "TooManyUploads",
+                    "You have \(Self.maximumOpenUploads) unfinished uploads; finish or DELETE one first (they expire after a day)."
+                )
+                error.headers = [(.retryAfter, "30")]
+                throw error
+            }
+            try await service.admitMedia(intent.admission, context: dataContext, expectedSize: length)
+            upload = try await uploads.create(upload, now: now)
+        }
+        if upload.media != nil {
+            return try await completeUpload(upload, dataContext: dataContext, context: context, version: version)
+        }
+        let location = dataContext.serviceRoot + "$uploads/" + upload.id
+        // A creation sent again with a body of its own starts at 0: its bytes count only while none arrived.
+        if upload.received == 0 {
+            upload.received = try await receive(request.body, into: upload, at: upload.received)
+        }
+        if upload.received == upload.length {
+            // Read again: the parts the body added.
+            guard let current = try await uploads.find(id: upload.id, owner: dataContext.user) else {
+                throw ServerError.notFound("The upload was removed meanwhile.")
+            }
+            return try await completeUpload(current, dataContext: dataContext, context: context, version: version)
+        }
+        var fields = Self.uploadFields(upload)
+        fields[.location] = location
+        return Response(status: .created, headers: fields)
+    }
+
+    /// `HEAD`, `PATCH` and `DELETE` of `$uploads/ID`: only the user who created the upload finds it.
+    func handleUpload(
+        id: String, request: Request, dataContext: DataService.Context, context: BatonRequestContext,
+        version: ODataVersion
+    ) async throws -> Response {
+        let valid =
+            id.utf8.count == 36 && id.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) || $0 == 45 }
+        guard valid, let upload = try await uploads.find(id: id, owner: dataContext.user) else {
+            throw ServerError.notFound("No upload '\(id.prefix(40))' of yours is in progress; create it again.")
+        }
+        switch request.method {
+        case .head:
+            return Response(status: .noContent, headers: Self.uploadFields(upload))
+        case .delete:
+            try await uploads.remove(upload.id)
+            return Response(status: .noContent)
+        case .patch:
+            // Complete already (or every byte there, its completion cut short): the photo's answer.
+            if upload.media != nil || upload.received == upload.length {
+                return try await completeUpload(upload, dataContext: dataContext, context: context, version: version)
+            }
+            guard let text = request.headers[.uploadOffset], let offset = Int64(text), offset >= 0 else {
+                throw ServerError.badRequest(
+                    "A PATCH of an upload names the offset its bytes start at in Upload-Offset.",
+                    target: "Upload-Offset")
+            }
+            if let type = request.headers[.contentType],
+                !["application/partial-upload", "application/offset+octet-stream", "application/octet-stream"]
+                    .contains(type.lowercased())
+            {
+                throw ServerError(
+                    .unsupportedMediaType, "UnsupportedMediaType",
+                    "The bytes of an upload are sent as application/partial-upload.")
+            }
+            guard offset == upload.received else { throw Self.mismatch(upload, sentAt: offset) }
+            let complete = request.headers[.uploadComplete].flatMap(Self.structuredBoolean)
+            if let text = request.headers[.contentLength], let count = Int64(text) {
+                let end = offset + count
+                guard end <= upload.length else {
+                    throw Self.tooLong(upload)
+                }
+                if complete == true, end != upload.length {
+                    throw ServerError.badRequest(
+                        "Upload-Complete: ?1, but these bytes end at \(end) of the upload's \(upload.length).",
+                        target: "Upload-Complete")
+                }
+            }
+            var moved = upload
+            moved.received = try await receive(request.body, into: upload, at: offset)
+            if moved.received == moved.length {
+                guard let current = try await uploads.find(id: upload.id, owner: dataContext.user) else {
+                    throw ServerError.notFound("The upload was removed meanwhile.")
+                }
+                return try await completeUpload(current, dataContext: dataContext, context: context, version: version)
+            }
+            if complete == true {
+                throw ServerError.badRequest(
+                    "Upload-Complete: ?1, but the server holds \(moved.received) bytes of \(moved.length).",
+                    target: "Upload-Complete")
+            }
+            return Response(status: .noContent, headers: Self.uploadFields(moved))
+        default:
+            throw ServerError(.methodNotAllowed, "MethodNotAllowed", "An upload takes HEAD, PATCH and DELETE.")
+        }
+    }
+
+    /// Stores a request's body into `upload` from `offset`, a part (``MediaStore/partSize``) at a time, each with
+    /// the offset it moves; when the connection breaks, what arrived is kept. Returns the new offset.
+    func receive<Body: AsyncSequence>(_ body: Body, into upload: ResumableUpload, at offset: Int64)
+        async throws -> Int64 where Body.Element == ByteBuffer
+    {
+        var received = offset
+        var pending: [UInt8] = []
+        func flush(_ count: Int) async throws {
+            guard count > 0 else { return }
+            let part = Array(pending.prefix(count))
+            guard try await uploads.append(part, to: upload.id, at: received, now: service.clock.now()) else {
+                // Another request (the same chunk sent twice at once) moved the upload meanwhile.
+                guard let current = try await uploads.find(id: upload.id, owner: upload.owner) else {
+                    throw ServerError.notFound("The upload was removed meanwhile; create it again.")
+                }
+                throw Self.mismatch(current, sentAt: received)
+            }
+            pending.removeFirst(count)
+            received += Int64(count)
+        }
+        var iterator = body.makeAsyncIterator()
+        while true {
+            let next: ByteBuffer?
+            do {
+                next = try await iterator.next()
+            } catch {
+                // The connection broke: the bytes that arrived are the client's, in order; keep them.
+                try? await flush(pending.count)
+                throw error
+            }
+            guard let buffer = next else { break }
+            guard received + Int64(pending.count + buffer.readableBytes) <= upload.length else {
+                throw Self.tooLong(upload)
+            }
+            pending.append(contentsOf: buffer.readableBytesView)
+            while pending.count >= MediaStore.partSize { try await flush(MediaStore.partSize) }
+        }
+        try await flush(pending.count)
+        return received
+    }
+
+    /// Writes the photo of a complete upload — or, when that happened already, answers as it did then (the
+    /// recorded request's repeatability id finds the stored answer). A refusal removes the upload; a transient
+    /// failure leaves it complete, to finish again.
+    func completeUpload(
+        _ upload: ResumableUpload, dataContext: DataService.Context, context: BatonRequestContext,
+        version: ODataVersion
+    ) async throws -> Response {
+        let media: MediaRequest = upload.request.method == "PUT" ? .replace : .create
+        let intent = try mediaIntent(
+            media, method: upload.request.method, url: upload.request.url, headers: upload.request.fields)
+        var response: Response
+        if let stored = upload.media {
+            var dataRequest = intent.admission
+            dataRequest.media = stored
+            let answer = try await execute(dataRequest, context: dataContext, modelOnly: false, logger: context.logger)
+            response = Self.httpResponse(answer, version: version)
+        } else {
+            let outcome: (Response, StoredMedia)
+            do {
+                outcome = try await writeMedia(
+                    intent, body: uploads.bytes(of: upload), expectedSize: upload.length, dataContext: dataContext,
+                    context: context, version: version)
+            } catch let error as ServerError where ChangeAnswer.isRefusal(status: Int(error.status.code)) {
+                try await uploads.remove(upload.id)
+                throw error
+            }
+            response = outcome.0
+            let status = Int(response.status.code)
+            if (200..<300).contains(status) {
+                try await uploads.complete(upload.id, media: outcome.1, now: service.clock.now())
+            } else if ChangeAnswer.isRefusal(status: status) {
+                try await uploads.remove(upload.id)
+            }
+        }
+        response.headers[.uploadComplete] = "?1"
+        return response
+    }
+
+    /// `Upload-Offset`, `Upload-Length`, `Upload-Complete` and `Upload-Limit` of an upload, never cached.
+    static func uploadFields(_ upload: ResumableUpload) -> HTTPFields {
+        [
+            .uploadOffset: String(upload.received), .uploadLength: String(upload.length),
+            .uploadComplete: upload.received == upload.length ? "?1" : "?0",
+            .uploadLimit: "max-size=\(upload.length)", .cacheControl: "no-store",
+        ]
+    }
+
+    /// 409 with the offset the server holds: bytes sent from anywhere else are out of order or sent again.
+    static func mismatch(_ upload: ResumableUpload, sentAt offset: Int64) -> ServerError {
+        var error = ServerError(
+            .conflict, "MismatchingUploadOffset",
+            "The server holds \(upload.received) bytes of this upload; send the bytes from there (these started at \(offset)).",
+            target: "Upload-Offset")
+        error.headers = [(.uploadOffset, String(upload.received))]
+        return error
+    }
+
+    static func tooLong(_ upload: ResumableUpload) -> ServerError {
+        var error = ServerError.badRequest(
+            "The upload is \(upload.length) bytes long (Upload-Length); these bytes go past its end.",
+            target: "Upload-Offset")
+        error.headers = [(.uploadOffset, String(upload.received))]
+        return error
+    }
+
+    /// An RFC 8941 Boolean (`?0`, `?1`), or `nil`.
+    static func structuredBoolean(_ text: String) -> Bool? {
+        switch text.trimmingCharacters(in: .whitespaces) {
+        case "?1": true
+        case "?0": false
+        default: nil
+        }
+    }
+}
