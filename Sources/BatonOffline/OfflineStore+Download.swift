@@ -103,6 +103,8 @@ extension OfflineStore {
             }
             if let seen { report.removed += try sweep(query, of: set, keeping: seen, storing: sweptLink) }
         }
+        // The files of photos the server no longer has (their rows went with the pages).
+        try sweepPhotoFiles()
         return report
     }
 

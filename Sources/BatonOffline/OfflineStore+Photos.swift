@@ -87,6 +87,26 @@ extension OfflineStore {
             throw OfflineError(.badRequest, error.message)
         }
         let principals = try principalIDs(of: type, set: set, values: checked)
+        // The bytes go to their sealed file first; the transaction that names it commits after, or the file goes.
+        let files = try requirePhotoFiles()
+        let file = try files.write(prepared)
+        do {
+            try recordPhoto(
+                insert: insert, set: set, type: type, key: key, id: id, principals: principals, body: body,
+                user: user, file: file, sha256: sha256, kind: kind, size: prepared.count)
+        } catch {
+            files.remove([file])
+            throw error
+        }
+        return id
+    }
+
+    /// The transaction of ``takePhoto(_:in:values:maximumSize:)``: the entity, its bytes' file named, its upload
+    /// queued.
+    func recordPhoto(
+        insert: SQLQuery, set: EntitySet, type: EntityType, key: [KeyValue], id: String, principals: [String],
+        body: [UInt8], user: OfflineUser, file: String, sha256: String, kind: ImageKind, size: Int
+    ) throws(OfflineError) {
         try write { db in
             guard try self.storedRow(set: set, type: type, key: key, in: db) == nil else {
                 throw OfflineError(.badRequest, "\(id) already exists on this device.")
@@ -100,12 +120,12 @@ extension OfflineStore {
                 }
             }
             try db.execute(sql: insert.sql, arguments: insert.statementArguments)
-            try Self.storePhoto(prepared, id: id, sha256: sha256, kind: kind, pending: true, at: self.now(), in: db)
+            _ = try Self.storePhoto(
+                file: file, size: size, id: id, sha256: sha256, kind: kind, pending: true, at: self.now(), in: db)
             try self.enqueue(
                 method: "POST", url: set.name, body: body, ifMatch: nil, entityID: id, user: user, media: sha256,
                 in: db)
         }
-        return id
     }
 
     /// The ids of the entities a media entity's required single-valued navigations lead to (a photo's check).
@@ -146,37 +166,39 @@ extension OfflineStore {
         return (try? principalIDs(of: type, set: set, values: values)) ?? []
     }
 
-    /// Keeps a photo's bytes in parts, replacing any kept before.
+    /// Names a photo's sealed file (``PhotoFiles``), replacing any kept before; returns the file it replaced, to
+    /// remove once the transaction committed.
     static func storePhoto(
-        _ bytes: [UInt8], id: String, sha256: String, kind: ImageKind, pending: Bool, at date: Date, in db: Database
-    ) throws {
+        file: String, size: Int, id: String, sha256: String, kind: ImageKind, pending: Bool, at date: Date,
+        in db: Database
+    ) throws -> String? {
+        let replaced = try String.fetchOne(
+            db, sql: #"SELECT file FROM "$mediaInfo" WHERE entityID = ?"#, arguments: [id])
         try db.execute(sql: #"DELETE FROM "$mediaPart" WHERE entityID = ?"#, arguments: [id])
-        let insert = try db.cachedStatement(sql: #"INSERT INTO "$mediaPart" (entityID, part, bytes) VALUES (?, ?, ?)"#)
-        var part = 0
-        var start = 0
-        while start < bytes.count {
-            let end = min(bytes.count, start + photoPartSize)
-            try insert.execute(arguments: [id, part, Data(bytes[start..<end])])
-            part += 1
-            start = end
-        }
         try db.execute(
             sql: """
-                INSERT OR REPLACE INTO "$mediaInfo" (entityID, sha256, size, contentType, pending, lastUsed)
-                VALUES (?, ?, ?, ?, ?, ?)
+                INSERT OR REPLACE INTO "$mediaInfo" (entityID, sha256, size, contentType, pending, lastUsed, file)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
                 """,
-            arguments: [id, sha256, bytes.count, kind.rawValue, pending, date.timeIntervalSince1970])
+            arguments: [id, sha256, size, kind.rawValue, pending, date.timeIntervalSince1970, file])
+        return replaced
     }
 
-    /// A kept photo's bytes, checked against their SHA-256; `nil` when the device does not hold them.
-    static func keptPhoto(_ id: String, in db: Database) throws -> LocalPhoto? {
+    /// A kept photo's bytes, checked against their SHA-256; `nil` when the device does not hold them. From its
+    /// sealed file, or from parts in the store for a photo kept before photos had files.
+    static func keptPhoto(_ id: String, files: PhotoFiles?, in db: Database) throws -> LocalPhoto? {
         guard let info = try Row.fetchOne(db, sql: #"SELECT * FROM "$mediaInfo" WHERE entityID = ?"#, arguments: [id])
         else { return nil }
         var bytes: [UInt8] = []
-        for part in try Data.fetchAll(
-            db, sql: #"SELECT bytes FROM "$mediaPart" WHERE entityID = ? ORDER BY part"#, arguments: [id])
-        {
-            bytes += part
+        if let file = info["file"] as String? {
+            guard let files else { throw OfflineError(.notOpen, "The store is closed.") }
+            bytes = try files.read(file)
+        } else {
+            for part in try Data.fetchAll(
+                db, sql: #"SELECT bytes FROM "$mediaPart" WHERE entityID = ? ORDER BY part"#, arguments: [id])
+            {
+                bytes += part
+            }
         }
         let sha256: String = info["sha256"]
         guard SHA256.hash(data: bytes).lowercaseHex == sha256, let kind = ImageKind(contentType: info["contentType"])
@@ -184,6 +206,20 @@ extension OfflineStore {
             throw OfflineError(.storage, "The photo \(id) on this device is damaged.")
         }
         return LocalPhoto(id: id, bytes: bytes, kind: kind, sha256: sha256)
+    }
+
+    func requirePhotoFiles() throws(OfflineError) -> PhotoFiles {
+        guard let photoFiles else { throw OfflineError(.notOpen, "The store is closed; unlock the device first.") }
+        return photoFiles
+    }
+
+    /// Removes the photo files no row names (see ``PhotoFiles/sweep(keeping:olderThan:)``).
+    func sweepPhotoFiles() throws(OfflineError) {
+        guard let photoFiles else { return }
+        let named = try read { db in
+            Set(try String.fetchAll(db, sql: #"SELECT file FROM "$mediaInfo" WHERE file IS NOT NULL"#))
+        }
+        photoFiles.sweep(keeping: named)
     }
 
     /// A photo's bytes: from the device (a photo taken here, or one opened before), or else downloaded now — a
@@ -195,8 +231,9 @@ extension OfflineStore {
     ///   server cannot be reached, `Server` when the server's bytes do not match the photo's SHA-256.
     public func photo(_ id: String, using session: AuthorizedSession?) async throws(OfflineError) -> LocalPhoto {
         let now = now()
+        let files = try requirePhotoFiles()
         if let kept = try write({ db -> LocalPhoto? in
-            guard let photo = try Self.keptPhoto(id, in: db) else { return nil }
+            guard let photo = try Self.keptPhoto(id, files: files, in: db) else { return nil }
             try db.execute(
                 sql: #"UPDATE "$mediaInfo" SET lastUsed = ? WHERE entityID = ?"#,
                 arguments: [now.timeIntervalSince1970, id])
@@ -230,26 +267,40 @@ extension OfflineStore {
             throw OfflineError(.server, "The server's bytes for \(id) do not match its SHA-256; nothing was kept.")
         }
         let limit = photoCacheLimit
-        try write { db in
-            try Self.storePhoto(response.body, id: id, sha256: sha256, kind: kind, pending: false, at: now, in: db)
-            try Self.evictPhotos(over: limit, keeping: id, in: db)
+        let file = try files.write(response.body)
+        let gone: [String]
+        do {
+            gone = try write { db in
+                let replaced = try Self.storePhoto(
+                    file: file, size: response.body.count, id: id, sha256: sha256, kind: kind, pending: false,
+                    at: now, in: db)
+                return try Self.evictPhotos(over: limit, keeping: id, in: db) + (replaced.map { [$0] } ?? [])
+            }
+        } catch {
+            files.remove([file])
+            throw error
         }
+        files.remove(gone)
         return LocalPhoto(id: id, bytes: response.body, kind: kind, sha256: sha256)
     }
 
     /// Removes the least recently opened photos already on the server until those left hold at most `limit`
-    /// bytes (`keeping` stays whatever its size).
-    static func evictPhotos(over limit: Int, keeping: String, in db: Database) throws {
+    /// bytes (`keeping` stays whatever its size). Returns the files of the photos that went, to remove once the
+    /// transaction committed.
+    static func evictPhotos(over limit: Int, keeping: String, in db: Database) throws -> [String] {
         let cached = try Row.fetchAll(
-            db, sql: #"SELECT entityID, size FROM "$mediaInfo" WHERE pending = 0 ORDER BY lastUsed DESC"#)
+            db, sql: #"SELECT entityID, size, file FROM "$mediaInfo" WHERE pending = 0 ORDER BY lastUsed DESC"#)
         var total = 0
+        var files: [String] = []
         for row in cached {
             let id: String = row["entityID"]
             total += row["size"] as Int
             guard total > limit, id != keeping else { continue }
             try db.execute(sql: #"DELETE FROM "$mediaPart" WHERE entityID = ?"#, arguments: [id])
             try db.execute(sql: #"DELETE FROM "$mediaInfo" WHERE entityID = ?"#, arguments: [id])
+            if let file = row["file"] as String? { files.append(file) }
         }
+        return files
     }
 
     /// How many bytes of photos this device keeps besides the ones waiting for their upload.
@@ -263,7 +314,8 @@ extension OfflineStore {
     public func setPhotoCacheLimit(_ bytes: Int) throws(OfflineError) {
         photoCacheLimit = max(0, bytes)
         let limit = photoCacheLimit
-        try write { db in try Self.evictPhotos(over: limit, keeping: "", in: db) }
+        let gone = try write { db in try Self.evictPhotos(over: limit, keeping: "", in: db) }
+        photoFiles?.remove(gone)
     }
 
     // MARK: Upload
@@ -366,7 +418,8 @@ extension OfflineStore {
     func sendPhoto(_ entry: QueueEntry, user: OfflineUser, session: AuthorizedSession) async throws(OfflineError)
         -> ClientResponse
     {
-        guard let photo = try read({ db in try Self.keptPhoto(entry.entityID, in: db) }) else {
+        let files = try requirePhotoFiles()
+        guard let photo = try read({ db in try Self.keptPhoto(entry.entityID, files: files, in: db) }) else {
             throw OfflineError(.storage, "The bytes of \(entry.entityID) are missing on this device.")
         }
         let firstSent = try read { db in
@@ -392,34 +445,27 @@ extension OfflineStore {
             throw OfflineError(.server, "The server's OData service root is not a URL.")
         }
         let chunk = photoChunkSize
-        // The creation carries the first chunk: a photo of one chunk takes one request.
+        // The creation carries the first chunk: a photo of one chunk takes one request. Sent again without a body,
+        // it asks where the upload stands (the server answers with its offset, or with the photo when every byte
+        // is there), so no byte the server confirmed is sent twice.
         let create = ClientRequest(
             method: "POST", url: url, headers: headers, body: Array(bytes.prefix(chunk)), timeout: requestTimeout)
+        var ask = create
+        ask.body = []
         var response = try await sendBusy(create, doing: "upload the photo", session: session)
-        var breaks = 0
         var location: URL?
+        var setbacks = 0
         while true {
-            // An upload in progress: go on from the offset the server holds; anything else answers the photo.
-            guard response.status == 201 || response.status == 204 || response.status == 409,
-                response.header("Upload-Complete") == "?0" || response.header("Upload-Offset") != nil,
-                response.header("Upload-Complete") != "?1",
+            // An upload in progress says `Upload-Complete: ?0` and where it stands; any other answer is the
+            // photo's (its entity, or why it was refused).
+            guard response.header("Upload-Complete") == "?0",
                 let offset = response.header("Upload-Offset").flatMap(Int.init), (0...bytes.count).contains(offset)
             else { return response }
-            guard offset < bytes.count else {
-                // Every byte is there (another copy of the last chunk is completing it): the creation sent again
-                // answers with the photo.
-                breaks += 1
-                guard breaks < Self.busyAttempts else { return response }
-                response = try await sendBusy(create, doing: "upload the photo", session: session)
+            if let created = response.header("Location").flatMap({ URL(string: $0) }) { location = created }
+            guard let location, offset < bytes.count else {
+                response = try await askAgain(ask, setbacks: &setbacks, session: session)
                 continue
             }
-            if response.status == 201 {
-                guard let created = response.header("Location").flatMap({ URL(string: $0) }) else {
-                    throw OfflineError(.server, "The server did not say where the photo's upload continues.")
-                }
-                location = created
-            }
-            guard let location else { return response }
             let end = min(bytes.count, offset + chunk)
             let patch = ClientRequest(
                 method: "PATCH", url: location,
@@ -430,16 +476,23 @@ extension OfflineStore {
             do {
                 response = try await sendBusy(patch, doing: "upload the photo", session: session)
                 // Gone (it expired, or was removed): the creation starts it again, or finds the photo's answer.
-                if response.status == 404 {
-                    response = try await sendBusy(create, doing: "upload the photo", session: session)
-                }
+                if response.status == 404 { response = try await askAgain(ask, setbacks: &setbacks, session: session) }
             } catch {
-                // The connection broke: ask again where the upload stands (the creation finds it), a few times.
-                breaks += 1
-                guard breaks < Self.busyAttempts else { throw error }
-                response = try await sendBusy(create, doing: "upload the photo", session: session)
+                response = try await askAgain(ask, setbacks: &setbacks, session: session, after: error)
             }
         }
+    }
+
+    /// After a broken connection, a lost upload or an answer with no place to go on: asks again where the upload
+    /// stands (`ask`, the creation without a body), a few times in one upload.
+    func askAgain(
+        _ ask: ClientRequest, setbacks: inout Int, session: AuthorizedSession, after error: OfflineError? = nil
+    ) async throws(OfflineError) -> ClientResponse {
+        setbacks += 1
+        guard setbacks < Self.busyAttempts else {
+            throw error ?? OfflineError(.offline, "The photo's upload did not get through; it is retried later.")
+        }
+        return try await sendBusy(ask, doing: "upload the photo", session: session)
     }
 
     /// Sends `request`, waiting and sending it again while the server answers 429 (a few times).

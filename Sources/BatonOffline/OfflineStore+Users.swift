@@ -47,7 +47,8 @@ extension OfflineStore {
         for entry in entries {
             var photo: String?
             if entry.media != nil {
-                photo = try read { db in try Self.keptPhoto(entry.entityID, in: db) }.map {
+                let files = photoFiles
+                photo = try read { db in try Self.keptPhoto(entry.entityID, files: files, in: db) }.map {
                     Data($0.bytes).base64EncodedString()
                 }
             }
@@ -70,15 +71,23 @@ extension OfflineStore {
         } catch {
             throw OfflineError(.storage, "Cannot write the backup of \(author)'s changes; nothing was discarded.")
         }
-        try write { db in
+        let files = try write { db -> [String] in
             try db.execute(sql: #"DELETE FROM "$queue" WHERE author = ?"#, arguments: [author])
             try db.execute(sql: #"DELETE FROM "$archive" WHERE author = ?"#, arguments: [author])
             // Their photos' bytes are in the backup now.
+            var files: [String] = []
             for entry in entries where entry.media != nil {
+                if let file = try String.fetchOne(
+                    db, sql: #"SELECT file FROM "$mediaInfo" WHERE entityID = ?"#, arguments: [entry.entityID])
+                {
+                    files.append(file)
+                }
                 try db.execute(sql: #"DELETE FROM "$mediaPart" WHERE entityID = ?"#, arguments: [entry.entityID])
                 try db.execute(sql: #"DELETE FROM "$mediaInfo" WHERE entityID = ?"#, arguments: [entry.entityID])
             }
+            return files
         }
+        photoFiles?.remove(files)
         return entries.count
     }
 
@@ -113,10 +122,11 @@ extension OfflineStore {
                     #"DELETE FROM "$queue"; DELETE FROM "$archive"; DELETE FROM "$deltaLinks"; DELETE FROM "$held"; DELETE FROM "$mediaPart"; DELETE FROM "$mediaInfo""#
             )
         }
+        photoFiles?.removeAll()
         user = nil
     }
 
-    /// Closes the store and moves its files (database, write-ahead log) aside, to `NAME.orphan-TIMESTAMP`, so a
+    /// Closes the store and moves its files (database, write-ahead log, photos) aside, to `NAME.orphan-TIMESTAMP`, so a
     /// new store starts empty: for a device whose users all left. Nothing is deleted — the old files stay
     /// encrypted under their old store key.
     ///
@@ -127,7 +137,7 @@ extension OfflineStore {
         close()
         guard FileManager.default.fileExists(atPath: url.path) else { return nil }
         let stamp = Int(now().timeIntervalSince1970)
-        for suffix in ["", "-wal"] where FileManager.default.fileExists(atPath: url.path + suffix) {
+        for suffix in ["", "-wal", "-media"] where FileManager.default.fileExists(atPath: url.path + suffix) {
             do {
                 try FileManager.default.moveItem(
                     atPath: url.path + suffix, toPath: url.path + suffix + ".orphan-\(stamp)")
@@ -142,7 +152,7 @@ extension OfflineStore {
 }
 
 extension OfflineStore {
-    /// Closes the store and deletes its files (database, write-ahead log, shared memory, and the files earlier
+    /// Closes the store and deletes its files (database, write-ahead log, shared memory, photos, and the files earlier
     /// stores left aside): a device wiped by order of an administrator keeps nothing, not even under an old key.
     ///
     /// - Throws: ``OfflineError`` `Storage` when a file cannot be deleted.

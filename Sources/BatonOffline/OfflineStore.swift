@@ -112,6 +112,8 @@ public actor OfflineStore {
     let now: @Sendable () -> Date
     var user: OfflineUser?
     var progressObservers: [UUID: AsyncStream<SyncProgress>.Continuation] = [:]
+    /// Where photos' bytes are kept, sealed under the store key; `nil` while the store is closed.
+    var photoFiles: PhotoFiles?
     /// How long an upload batch, a download page or a read of the server's version may take before the store
     /// gives up on it (and retries at the next sync). Default: 30 seconds.
     public private(set) var requestTimeout: Duration = .seconds(30)
@@ -222,6 +224,9 @@ public actor OfflineStore {
                     entityID TEXT PRIMARY KEY NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
                     contentType TEXT NOT NULL, pending INTEGER NOT NULL, lastUsed REAL NOT NULL);
                 """)
+        // Since photos went to files of their own (``PhotoFiles``): the file's name; parts for older photos.
+        let mediaColumns = try Row.fetchAll(db, sql: #"PRAGMA table_info("$mediaInfo")"#).map { $0["name"] as String }
+        if !mediaColumns.contains("file") { try db.execute(sql: #"ALTER TABLE "$mediaInfo" ADD COLUMN file TEXT"#) }
     }
 
     // MARK: Users
@@ -255,6 +260,8 @@ public actor OfflineStore {
                     try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: url.path + suffix)
                 }
                 database = queue
+                photoFiles = PhotoFiles(store: url, storeKey: key)
+                try sweepPhotoFiles()
             } catch {
                 EncryptedVFS.unregister(url.path)
                 throw Self.openFailure(error, file: url.lastPathComponent)
@@ -286,6 +293,7 @@ public actor OfflineStore {
     /// Closes the store (on lock, sign-out or user switch): the database is closed and its key forgotten.
     public func close() {
         user = nil
+        photoFiles = nil
         try? database?.close()
         database = nil
         EncryptedVFS.unregister(url.path)

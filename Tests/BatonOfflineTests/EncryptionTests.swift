@@ -44,10 +44,18 @@ import Testing
         let marker = "MARKER-\(UUID().uuidString)"
         let ids = try await record(store, remarks: marker)
         try await store.update(ids[0], values: ["Remarks": .string(marker + "-changed")])
+        // A photo whose bytes hold the marker too: its file is sealed like the store's pages.
+        let photo = try await store.takePhoto(
+            Self.jpeg(holding: Array(marker.utf8), size: 600_000), values: ["CheckID": Self.guid(of: ids[1])])
         // While open (WAL in use) and after closing, no byte of any file is the marker, the author or the key.
         func scan() throws {
             for name in try FileManager.default.subpathsOfDirectory(atPath: directory.path) {
-                let data = try Data(contentsOf: directory.appendingPathComponent(name))
+                var folder: ObjCBool = false
+                let url = directory.appendingPathComponent(name)
+                if FileManager.default.fileExists(atPath: url.path, isDirectory: &folder), folder.boolValue {
+                    continue
+                }
+                let data = try Data(contentsOf: url)
                 for needle in [Data(marker.utf8), Data("D-MARK".utf8), key.withUnsafeBytes { Data($0) }] {
                     #expect(data.range(of: needle) == nil, "found in \(name)")
                 }
@@ -67,7 +75,69 @@ import Testing
         try await store.open(as: OfflineUser(name: "alice", signingKey: signer), key: key)
         #expect(try await store.count("PreflightChecks") == 200)
         #expect(try await store.read(ids[0]).first?.values["Remarks"] == .string(marker + "-changed"))
-        #expect(try await store.pendingEntries().count == 201)
+        #expect(try await store.pendingEntries().count == 202)
+        #expect(try await store.photo(photo, using: nil).bytes.count == 600_000)
+    }
+
+    /// A JPEG's structure of `size` bytes whose scan data holds `marker` over and over.
+    static func jpeg(holding marker: [UInt8], size: Int) -> [UInt8] {
+        var bytes: [UInt8] = [0xFF, 0xD8, 0xFF, 0xDA, 0, 8, 1, 1, 0, 0, 63, 0]
+        while bytes.count < size - 2 - marker.count { bytes += marker }
+        bytes += [UInt8](repeating: 0x20, count: size - 2 - bytes.count)
+        return bytes + [0xFF, 0xD9]
+    }
+
+    /// The key of an entity id such as `PreflightChecks(…)`.
+    static func guid(of id: String) -> PrimitiveValue {
+        .guid(UUID(uuidString: String(id.dropFirst("PreflightChecks(".count).dropLast())) ?? UUID())
+    }
+
+    /// A photo's file altered, cut after a chunk, or swapped for another photo's is an error where it is read, never
+    /// other bytes; a file no row names (a photo whose transaction did not commit) goes when the store opens.
+    @Test func photoFilesAreSealedChunkByChunkAndOrphansGo() async throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let key = SymmetricKey(size: .bits256)
+        let user = OfflineUser(name: "alice", signingKey: P256.Signing.PrivateKey())
+        let store = try makeStore(directory)
+        try await store.open(as: user, key: key)
+        let ids = try await record(store, remarks: "photos", count: 2)
+        let first = try await store.takePhoto(
+            Self.jpeg(holding: [1, 2, 3], size: 700_000), values: ["CheckID": Self.guid(of: ids[0])])
+        let second = try await store.takePhoto(
+            Self.jpeg(holding: [4, 5, 6], size: 300_000), values: ["CheckID": Self.guid(of: ids[1])])
+        let media = directory.appendingPathComponent("offline.sqlite-media")
+        let files = try FileManager.default.contentsOfDirectory(atPath: media.path).sorted()
+        #expect(files.count == 2)
+        let sizes = try files.map { try Data(contentsOf: media.appendingPathComponent($0)).count }
+        let large = media.appendingPathComponent(files[sizes[0] > sizes[1] ? 0 : 1])
+        let small = media.appendingPathComponent(files[sizes[0] > sizes[1] ? 1 : 0])
+        let original = try Data(contentsOf: large)
+        let other = try Data(contentsOf: small)
+        var flipped = original
+        flipped[original.count / 2] ^= 0x01
+        // Cut after its first two chunks (each 12 + 256 KiB + 16 bytes after the 15-byte header).
+        let cut = original.prefix(15 + 2 * (12 + 256 * 1024 + 16))
+        for altered in [flipped, cut, other] {
+            try altered.write(to: large)
+            await #expect(throws: OfflineError.self) { _ = try await store.photo(first, using: nil) }
+        }
+        try original.write(to: large)
+        #expect(try await store.photo(first, using: nil).bytes.count == 700_000)
+        #expect(try await store.photo(second, using: nil).bytes.count == 300_000)
+        // An orphan, written an hour ago, goes at the next opening; the named files stay.
+        let orphan = media.appendingPathComponent(UUID().uuidString.lowercased())
+        try other.write(to: orphan)
+        try FileManager.default.setAttributes(
+            [.modificationDate: Date(timeIntervalSinceNow: -3600)], ofItemAtPath: orphan.path)
+        await store.close()
+        try await store.open(as: user, key: key)
+        #expect(!FileManager.default.fileExists(atPath: orphan.path))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: media.path).sorted() == files)
+        #expect(try await store.photo(second, using: nil).bytes.count == 300_000)
+        // Wiped: no photo file is left.
+        try await store.wipe()
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: media.path)) ?? []).isEmpty)
     }
 
     @Test func anotherKeyIsAClearError() async throws {

@@ -374,6 +374,34 @@ import Testing
         }
     }
 
+    /// A photo sent again after it was applied gets its stored answer even when judging it again would refuse it
+    /// (the quota is full now: with the photo itself).
+    @Test(arguments: StorageBackend.allCases) func aRepeatedUploadIsAnsweredNotJudgedAgain(backend: StorageBackend)
+        async throws
+    {
+        let photo = ImageFixtures.jpeg(scanBytes: 10_000)
+        let quota = Int64(photo.count * 3 / 2)
+        try await Self.world(backend: backend, configure: { $0.dataService.mediaQuotaPerUser = quota }) {
+            _, client, alice, _, _ in
+            let headers = [
+                ("Slug", Self.slug(id: Fixtures.id(210))), ("Repeatability-Request-ID", "quota-210"),
+                ("Repeatability-First-Sent", "Fri, 27 Nov 2026 05:10:00 GMT"),
+            ]
+            let first = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: photo, headers: headers)
+            #expect(first.status == .created)
+            let again = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: photo, headers: headers)
+            #expect(again.status == .created)
+            #expect(again.headers[HTTPField.Name("Repeatability-Result")!] == "accepted")
+            // A new photo is refused by the quota.
+            let other = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: photo,
+                headers: [("Slug", Self.slug(id: Fixtures.id(211)))])
+            #expect(other.status == .contentTooLarge)
+        }
+    }
+
     /// Bytes no entity names any more (a replaced photo's, a deleted one's) go once they are an hour old; named
     /// ones stay.
     @Test(arguments: StorageBackend.allCases) func unnamedBytesAreSweptAfterTheGraceAndNamedOnesStay(

@@ -203,14 +203,15 @@ import Testing
         try await MediaTests.world(backend: backend) { _, client, alice, bob, sam in
             let photo = Self.photo
             let path = try #require(try await Self.create(client, token: alice, id: Fixtures.id(302)).path)
-            #expect(try await Self.patch(client, path, token: alice, offset: 0, photo[0..<1000]).status == .noContent)
+            #expect(try await Self.patch(client, path, token: alice, offset: 0, photo[0..<70_000]).status == .noContent)
             for token in [bob, sam] {
                 #expect(try await client.media(.head, path, token: token).status == .notFound)
                 #expect(
-                    try await Self.patch(client, path, token: token, offset: 1000, photo[1000...]).status == .notFound)
+                    try await Self.patch(client, path, token: token, offset: 70_000, photo[70_000...]).status
+                        == .notFound)
                 #expect(try await client.media(.delete, path, token: token).status == .notFound)
             }
-            #expect(try await Self.offset(client, path, token: alice) == 1000)
+            #expect(try await Self.offset(client, path, token: alice) == 70_000)
             // Nor does a made-up id reach anything, however it is spelled.
             for made in [
                 "$uploads/..%2F..%2Fdata.sqlite", "$uploads/1", "$uploads/" + String(repeating: "a", count: 36),
@@ -289,6 +290,138 @@ import Testing
             _ = try await server.server.sweepMedia()
             let later = try await client.signIn("alice").access
             #expect(try await Self.create(client, token: later, id: Fixtures.id(421)).reply.status == .created)
+        }
+    }
+
+    /// Sends `head` and `body` on a connection of its own and returns the answer's status line (the server answers
+    /// before it reads a body it refuses).
+    static func raw(port: Int, _ head: String, body: [UInt8]) async throws -> String {
+        try await offThePool {
+            let socket = try SecurityTests.connect(port: port)
+            defer { close(socket) }
+            let bytes = Array(head.utf8) + body
+            _ = bytes.withUnsafeBytes { send(socket, $0.baseAddress, $0.count, 0) }
+            var timeout = timeval(tv_sec: 10, tv_usec: 0)
+            setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = recv(socket, &buffer, buffer.count, 0)
+            return String(decoding: buffer.prefix(max(0, count)), as: UTF8.self).split(separator: "\r\n").first
+                .map(String.init) ?? ""
+        }
+    }
+
+    /// A declared length near Int64's end is refused, never added to: the server answers and stays up.
+    @Test(arguments: StorageBackend.allCases) func aHugeDeclaredLengthIsRefusedAndTheServerStaysUp(
+        backend: StorageBackend
+    ) async throws {
+        try await MediaTests.world(backend: backend) { _, client, alice, _, _ in
+            let port = try #require(client.port)
+            let huge = "Content-Length: 9223372036854775807\r\n"
+            let path = try #require(try await Self.create(client, token: alice, id: Fixtures.id(340)).path)
+            #expect(
+                try await Self.patch(client, path, token: alice, offset: 0, Self.photo[0..<70_000]).status == .noContent
+            )
+            let patched = try await Self.raw(
+                port: port,
+                "PATCH /odata/\(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(alice)\r\nUpload-Offset: 70000\r\n"
+                    + "Content-Type: application/partial-upload\r\n\(huge)\r\n", body: [0xFF])
+            #expect(patched.contains(" 400 "), "\(patched)")
+            // A plain upload, by someone who has photos already (the quota adds the declared length).
+            let first = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: ImageFixtures.jpeg(),
+                headers: [("Slug", MediaTests.slug(id: Fixtures.id(341)))])
+            #expect(first.status == .created)
+            let posted = try await Self.raw(
+                port: port,
+                "POST /odata/CheckPhotos HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(alice)\r\n"
+                    + "Content-Type: image/jpeg\r\nSlug: \(MediaTests.slug(id: Fixtures.id(342)))\r\n\(huge)\r\n",
+                body: [0xFF, 0xD8])
+            #expect(posted.contains(" 413 "), "\(posted)")
+            #expect(try await Self.offset(client, path, token: alice) == 70_000)
+            #expect(try await client.odata(.get, "CheckPhotos", token: alice).status == .ok)
+        }
+    }
+
+    /// Creations sent at once cannot pass the limit of open uploads; chunks too small to be worth a row, and bytes
+    /// that are no photo, are refused before anything is kept.
+    @Test(arguments: StorageBackend.allCases) func uploadsAreBoundedInNumberAndPieces(backend: StorageBackend)
+        async throws
+    {
+        try await MediaTests.world(backend: backend) { _, client, alice, _, _ in
+            for index in 0..<15 {
+                #expect(
+                    try await Self.create(client, token: alice, id: Fixtures.id(500 + index)).reply.status == .created)
+            }
+            let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                for index in 0..<12 {
+                    group.addTask {
+                        try await Self.create(client, token: alice, id: Fixtures.id(520 + index)).reply.status
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == .created }.count == 1, "\(statuses)")
+            #expect(statuses.allSatisfy { $0 == .created || $0 == .tooManyRequests }, "\(statuses)")
+            let more = try await Self.create(client, token: alice, id: Fixtures.id(540))
+            #expect(more.reply.json.error == "TooManyUploads")
+        }
+        try await MediaTests.world(backend: backend) { _, client, alice, _, _ in
+            let photo = Self.photo
+            let path = try #require(try await Self.create(client, token: alice, id: Fixtures.id(541)).path)
+            // A chunk that does not end the upload is at least 64 KiB.
+            let tiny = try await Self.patch(client, path, token: alice, offset: 0, photo[0..<1])
+            #expect(tiny.status == .badRequest)
+            #expect(tiny.headers[.uploadLimit]?.contains("min-append-size=65536") != false)
+            #expect(try await Self.offset(client, path, token: alice) == 0)
+            // Bytes that are no photo, in the creation or the first chunk: refused, and the upload goes.
+            let html = Array("<html><body>not a photo</body></html>".utf8) + [UInt8](repeating: 0x20, count: 70_000)
+            let created = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: html,
+                headers: [
+                    ("Upload-Complete", "?0"), ("Upload-Length", String(photo.count)),
+                    ("Slug", MediaTests.slug(id: Fixtures.id(542))),
+                ])
+            #expect(created.status == .unsupportedMediaType)
+            let first = try await Self.patch(client, path, token: alice, offset: 0, html[...])
+            #expect(first.status == .unsupportedMediaType)
+            #expect(try await client.media(.head, path, token: alice).status == .notFound)
+            // A PNG declared as a JPEG.
+            let typed = try #require(try await Self.create(client, token: alice, id: Fixtures.id(543)).path)
+            let png = ImageFixtures.png() + [UInt8](repeating: 0, count: 70_000)
+            #expect(
+                try await Self.patch(client, typed, token: alice, offset: 0, png[...]).status == .unsupportedMediaType)
+        }
+    }
+
+    /// The same creation sent again must be the same request: another author, device or type is a conflict.
+    @Test(arguments: StorageBackend.allCases) func aCreationSentAgainMustAskTheSame(backend: StorageBackend)
+        async throws
+    {
+        try await MediaTests.world(backend: backend) { _, client, alice, _, _ in
+            let id = Fixtures.id(550)
+            #expect(try await Self.create(client, token: alice, id: id, requestID: "same-550").reply.status == .created)
+            for extra in [[("Baton-Author", "bob")], [("Baton-Device", "device-other")]] {
+                let again = try await Self.create(client, token: alice, id: id, requestID: "same-550", extra: extra)
+                #expect(again.reply.status == .conflict || again.reply.status == .forbidden, "\(extra)")
+            }
+            let png = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/png", body: [],
+                headers: [
+                    ("Upload-Complete", "?0"), ("Upload-Length", String(Self.photo.count)),
+                    ("Slug", MediaTests.slug(id: id)), ("Content-Digest", Self.digest(Self.photo)),
+                    ("Repeatability-Request-ID", "same-550"),
+                    ("Repeatability-First-Sent", "Fri, 27 Nov 2026 05:10:00 GMT"),
+                ])
+            #expect(png.json.error == "UploadConflict")
+            // Repeatability headers that are malformed are refused at once.
+            let half = try await client.media(
+                .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: [],
+                headers: [
+                    ("Upload-Complete", "?0"), ("Upload-Length", "100"),
+                    ("Slug", MediaTests.slug(id: Fixtures.id(551))),
+                    ("Repeatability-Request-ID", "only-the-id"),
+                ])
+            #expect(half.status == .badRequest)
         }
     }
 

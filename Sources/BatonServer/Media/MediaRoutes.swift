@@ -184,6 +184,11 @@ extension ODataRoutes {
             }
         }
         let expected = request.headers[.contentLength].flatMap { Int64($0) }
+        // A declared length past the cap is refused before anything adds to it.
+        let limit = service.configuration.maximumMediaSize
+        if let expected, expected > Int64(limit) {
+            throw Self.error(for: MediaRefusal(reason: .tooLarge(limit: limit)))
+        }
         return try await writeMedia(
             intent, body: request.body, expectedSize: expected, dataContext: dataContext, context: context,
             version: version
@@ -195,10 +200,10 @@ extension ODataRoutes {
     /// Returns the answer and the stored bytes' facts.
     func writeMedia<Body: AsyncSequence & Sendable>(
         _ intent: MediaIntent, body: Body, expectedSize: Int64?, dataContext: DataService.Context,
-        context: BatonRequestContext, version: ODataVersion
+        context: BatonRequestContext, version: ODataVersion, slotTaken: Bool = false
     ) async throws -> (Response, StoredMedia) where Body.Element == ByteBuffer {
         let configuration = service.configuration
-        return try await service.changes.run(for: dataContext.user) {
+        return try await service.changes.run(for: dataContext.user, taking: !slotTaken) {
             try await service.admitMedia(intent.admission, context: dataContext, expectedSize: expectedSize)
             let stored: StoredMedia
             do {

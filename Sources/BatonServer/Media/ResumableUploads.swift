@@ -44,6 +44,21 @@ struct ResumableUpload: Sendable {
     /// The stored bytes, once the upload completed and its entity was written.
     var media: StoredMedia?
 
+    /// Whether `other` asks for the same as this upload: method, URL, length, and every header that makes the
+    /// change what it is (the repeatability fingerprint's author, the properties, the bytes' digest and type, the
+    /// device, the preconditions and the signature).
+    func isSameRequest(as other: ResumableUpload) -> Bool {
+        func value(_ upload: ResumableUpload, _ name: String) -> String? {
+            upload.request.headers.first { $0.first?.lowercased() == name }?.last
+        }
+        let names = [
+            "slug", "content-digest", "content-type", "baton-author", "baton-device", "baton-author-signature",
+            "baton-created-at", "baton-if-match", "if-match",
+        ]
+        return request.method == other.request.method && request.url == other.request.url && length == other.length
+            && names.allSatisfy { value(self, $0) == value(other, $0) }
+    }
+
     /// Headers never recorded: credentials (no token is ever written to the database) and the framing of the
     /// creation's own message.
     static let unrecorded: Set<String> = [
@@ -92,49 +107,74 @@ struct ResumableUploadStore: Sendable {
         }
     }
 
-    /// How many uploads `owner` has not finished.
-    func openCount(owner: String) async throws -> Int {
-        try await storage.read { db in
-            Int(
-                try await db.fetchOne(
-                    #"SELECT count(*) FROM "$resumable" WHERE owner = ? AND media IS NULL"#, owner)?[0].integer ?? 0)
-        }
-    }
-
-    /// Records a new upload; when another request created one with the same id meanwhile, returns that one.
-    func create(_ upload: ResumableUpload, now: Date) async throws -> ResumableUpload {
+    /// Records a new upload unless its owner has `limit` unfinished ones (counted in the same transaction, so
+    /// creations at once cannot pass it); when another request created one with the same id meanwhile, returns
+    /// that one.
+    ///
+    /// - Throws: 429 `TooManyUploads` at the limit, or a storage error.
+    func create(_ upload: ResumableUpload, now: Date, limit: Int) async throws -> ResumableUpload {
         let request = String(decoding: try JSONEncoder().encode(upload.request), as: UTF8.self)
+        let created: Bool
         do {
-            try await storage.write { db in
+            created = try await storage.write { db in
+                let open =
+                    try await db.fetchOne(
+                        #"SELECT count(*) FROM "$resumable" WHERE owner = ? AND media IS NULL"#, upload.owner)?[0]
+                    .integer ?? 0
+                guard open < limit else { return false }
                 try await db.execute(
                     #"""
                     INSERT INTO "$resumable" (id, owner, requestID, request, length, received, parts, createdAt, touchedAt)
                     VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?)
                     """#, upload.id, upload.owner, upload.requestID, request, upload.length, now, now)
+                return true
             }
-            return upload
         } catch {
             guard let existing = try await find(owner: upload.owner, requestID: upload.requestID) else { throw error }
             return existing
         }
+        guard created else {
+            var error = ServerError(
+                .tooManyRequests, "TooManyUploads",
+                "You have \(limit) unfinished uploads; finish or DELETE one first (they expire after a day).")
+            error.headers = [(.retryAfter, "30")]
+            throw error
+        }
+        return upload
     }
 
-    /// Appends `bytes` as the next part when the upload still stands at `offset`; returns whether it did (`false`:
-    /// another request moved the offset, or the upload is gone or complete).
-    func append(_ bytes: [UInt8], to id: String, at offset: Int64, now: Date) async throws -> Bool {
+    /// What ``append(_:to:at:now:)`` did.
+    enum Appended {
+        case appended
+        /// Another request moved the offset, or the upload is gone or complete.
+        case moved
+        /// The upload holds ``maximumParts`` parts already.
+        case tooManyParts
+    }
+
+    /// The most parts one upload may take (a 20 MiB photo takes 80 of 256 KiB; broken connections add shorter
+    /// ones).
+    static let maximumParts = 1024
+
+    /// Appends `bytes` as the next part when the upload still stands at `offset`.
+    func append(_ bytes: [UInt8], to id: String, at offset: Int64, now: Date) async throws -> Appended {
         try await storage.write { db in
             let moved = try await db.execute(
                 #"""
                 UPDATE "$resumable" SET received = received + ?, parts = parts + 1, touchedAt = ?
-                WHERE id = ? AND received = ? AND media IS NULL
-                """#, Int64(bytes.count), now, id, offset)
-            guard moved == 1,
-                let parts = try await db.fetchOne(#"SELECT parts FROM "$resumable" WHERE id = ?"#, id)?[0].integer
-            else { return false }
+                WHERE id = ? AND received = ? AND media IS NULL AND parts < ?
+                """#, Int64(bytes.count), now, id, offset, Self.maximumParts)
+            guard moved == 1 else {
+                let row = try await db.fetchOne(#"SELECT received, parts FROM "$resumable" WHERE id = ?"#, id)
+                let full = row?["received"].integer == offset && (row?["parts"].integer ?? 0) >= Self.maximumParts
+                return full ? .tooManyParts : .moved
+            }
+            guard let parts = try await db.fetchOne(#"SELECT parts FROM "$resumable" WHERE id = ?"#, id)?[0].integer
+            else { return .moved }
             try await db.execute(
                 #"INSERT INTO "$resumablePart" (upload, part, bytes) VALUES (?, ?, ?)"#, id, parts - 1,
                 SQLValue.blob(bytes))
-            return true
+            return .appended
         }
     }
 
@@ -206,11 +246,14 @@ struct ReceivedParts: AsyncSequence, Sendable {
 extension ODataRoutes {
     /// The most uploads one user may leave unfinished at once.
     static let maximumOpenUploads = 16
+    /// The fewest bytes a chunk that does not end its upload may carry (each chunk is a row, and a row a write).
+    static let minimumAppend = 64 * 1024
     var uploads: ResumableUploadStore { ResumableUploadStore(storage: service.store.storage) }
 
     /// `POST`/`PUT` with `Upload-Complete: ?0`: records the upload (admitted as the finished change would be),
     /// stores what the body already holds, and answers 201 with its `Location` and `Upload-Offset`. The same
-    /// `Repeatability-Request-ID` again finds the same upload — or, when it completed, its stored answer.
+    /// `Repeatability-Request-ID` again finds the same upload — or, when it completed, its stored answer. Runs in
+    /// one of the user's change slots, as every request that stores bytes does.
     func createUpload(
         _ media: MediaRequest, intent: MediaIntent, request: Request, url: String, dataContext: DataService.Context,
         context: BatonRequestContext, version: ODataVersion
@@ -223,6 +266,17 @@ extension ODataRoutes {
         }
         guard length > 0 else { throw Self.error(for: MediaRefusal(reason: .empty)) }
         guard length <= Int64(limit) else { throw Self.error(for: MediaRefusal(reason: .tooLarge(limit: limit))) }
+        if let text = request.headers[.contentLength] {
+            guard let count = Int64(text), count <= length else { throw Self.pastTheEnd(length: length, held: 0) }
+        }
+        // Malformed repeatability headers are refused now, not after every byte arrived.
+        do {
+            _ = try Repeatability(
+                requestIDHeader: intent.admission.header("Repeatability-Request-ID"),
+                firstSentHeader: intent.admission.header("Repeatability-First-Sent"))
+        } catch {
+            throw ServerError(error)
+        }
         let now = service.clock.now()
         let id = UUID().uuidString.lowercased()
         var headers = request.headers.filter { !ResumableUpload.unrecorded.contains($0.name.canonicalName) }
@@ -237,56 +291,55 @@ extension ODataRoutes {
             ]
         }
         let recorded = ResumableUpload.Recorded(method: request.method.rawValue, url: url, headers: headers)
-        var upload = ResumableUpload(
+        let fresh = ResumableUpload(
             id: id, owner: dataContext.user, requestID: requestID ?? id, request: recorded, length: length,
             received: 0, parts: 0)
-        if let existing = try await uploads.find(owner: dataContext.user, requestID: upload.requestID) {
-            let same = { (upload: ResumableUpload, name: String) in
-                upload.request.headers.first { $0.first?.lowercased() == name }?.last
+        return try await service.changes.run(for: dataContext.user) {
+            var upload: ResumableUpload
+            if let existing = try await uploads.find(owner: dataContext.user, requestID: fresh.requestID) {
+                upload = existing
+            } else {
+                try await service.admitMedia(intent.admission, context: dataContext, expectedSize: length)
+                upload = try await uploads.create(fresh, now: now, limit: Self.maximumOpenUploads)
             }
-            guard existing.request.method == recorded.method, existing.request.url == url, existing.length == length,
-                same(existing, "slug") == request.headers[.slug],
-                same(existing, "content-digest") == request.headers[.contentDigest]
-            else {
+            guard upload.isSameRequest(as: fresh) else {
                 throw ServerError(
                     .conflict, "UploadConflict",
-                    "Repeatability-Request-ID '\(upload.requestID.prefix(64))' already names another upload; use a new id for a new photo.",
+                    "Repeatability-Request-ID '\(fresh.requestID.prefix(64))' already names another upload; use a new id for a new photo.",
                     target: "Repeatability-Request-ID")
             }
-            upload = existing
-        } else {
-            guard try await uploads.openCount(owner: dataContext.user) < Self.maximumOpenUploads else {
-                var error = ServerError(
-                    .tooManyRequests, "TooManyUploads",
-                    "You have \(Self.maximumOpenUploads) unfinished uploads; finish or DELETE one first (they expire after a day)."
-                )
-                error.headers = [(.retryAfter, "30")]
-                throw error
+            if upload.media != nil {
+                return try await completeUpload(
+                    upload, dataContext: dataContext, context: context, version: version, slotTaken: true)
             }
-            try await service.admitMedia(intent.admission, context: dataContext, expectedSize: length)
-            upload = try await uploads.create(upload, now: now)
-        }
-        if upload.media != nil {
-            return try await completeUpload(upload, dataContext: dataContext, context: context, version: version)
-        }
-        let location = dataContext.serviceRoot + "$uploads/" + upload.id
-        // A creation sent again with a body of its own starts at 0: its bytes count only while none arrived.
-        if upload.received == 0 {
-            upload.received = try await receive(request.body, into: upload, at: upload.received)
-        }
-        if upload.received == upload.length {
-            // Read again: the parts the body added.
-            guard let current = try await uploads.find(id: upload.id, owner: dataContext.user) else {
-                throw ServerError.notFound("The upload was removed meanwhile.")
+            // A creation sent again with a body of its own starts at 0: its bytes count only while none arrived.
+            if upload.received == 0 {
+                do {
+                    upload.received = try await receive(request.body, into: upload, at: 0)
+                } catch let error as ServerError where error.code == "MismatchingUploadOffset" {
+                    // Another request moved the upload meanwhile: where it stands is the answer.
+                    guard let current = try await uploads.find(id: upload.id, owner: dataContext.user) else {
+                        throw error
+                    }
+                    upload = current
+                }
             }
-            return try await completeUpload(current, dataContext: dataContext, context: context, version: version)
+            if upload.received == upload.length {
+                // Read again: the parts the body added.
+                guard let current = try await uploads.find(id: upload.id, owner: dataContext.user) else {
+                    throw ServerError.notFound("The upload was removed meanwhile.")
+                }
+                return try await completeUpload(
+                    current, dataContext: dataContext, context: context, version: version, slotTaken: true)
+            }
+            var fields = Self.uploadFields(upload)
+            fields[.location] = dataContext.serviceRoot + "$uploads/" + upload.id
+            return Response(status: .created, headers: fields)
         }
-        var fields = Self.uploadFields(upload)
-        fields[.location] = location
-        return Response(status: .created, headers: fields)
     }
 
-    /// `HEAD`, `PATCH` and `DELETE` of `$uploads/ID`: only the user who created the upload finds it.
+    /// `HEAD`, `PATCH` and `DELETE` of `$uploads/ID`: only the user who created the upload finds it. A `PATCH`
+    /// runs in one of the user's change slots.
     func handleUpload(
         id: String, request: Request, dataContext: DataService.Context, context: BatonRequestContext,
         version: ODataVersion
@@ -303,10 +356,6 @@ extension ODataRoutes {
             try await uploads.remove(upload.id)
             return Response(status: .noContent)
         case .patch:
-            // Complete already (or every byte there, its completion cut short): the photo's answer.
-            if upload.media != nil || upload.received == upload.length {
-                return try await completeUpload(upload, dataContext: dataContext, context: context, version: version)
-            }
             guard let text = request.headers[.uploadOffset], let offset = Int64(text), offset >= 0 else {
                 throw ServerError.badRequest(
                     "A PATCH of an upload names the offset its bytes start at in Upload-Offset.",
@@ -320,33 +369,44 @@ extension ODataRoutes {
                     .unsupportedMediaType, "UnsupportedMediaType",
                     "The bytes of an upload are sent as application/partial-upload.")
             }
-            guard offset == upload.received else { throw Self.mismatch(upload, sentAt: offset) }
             let complete = request.headers[.uploadComplete].flatMap(Self.structuredBoolean)
-            if let text = request.headers[.contentLength], let count = Int64(text) {
-                let end = offset + count
-                guard end <= upload.length else {
-                    throw Self.tooLong(upload)
+            return try await service.changes.run(for: dataContext.user) {
+                // Complete already (or every byte there, its completion cut short): the photo's answer.
+                if upload.media != nil || upload.received == upload.length {
+                    return try await completeUpload(
+                        upload, dataContext: dataContext, context: context, version: version, slotTaken: true)
                 }
-                if complete == true, end != upload.length {
+                guard offset == upload.received else { throw Self.mismatch(upload, sentAt: offset) }
+                if let text = request.headers[.contentLength] {
+                    // Compared without adding: a length near Int64's end must not overflow.
+                    guard let count = Int64(text), count <= upload.length - offset else {
+                        throw Self.pastTheEnd(length: upload.length, held: upload.received)
+                    }
+                    if count < upload.length - offset, count < Int64(Self.minimumAppend) {
+                        throw Self.tooShort(upload)
+                    }
+                    if complete == true, count != upload.length - offset {
+                        throw ServerError.badRequest(
+                            "Upload-Complete: ?1, but these bytes end at \(offset + count) of the upload's \(upload.length).",
+                            target: "Upload-Complete")
+                    }
+                }
+                var moved = upload
+                moved.received = try await receive(request.body, into: upload, at: offset)
+                if moved.received == moved.length {
+                    guard let current = try await uploads.find(id: upload.id, owner: dataContext.user) else {
+                        throw ServerError.notFound("The upload was removed meanwhile.")
+                    }
+                    return try await completeUpload(
+                        current, dataContext: dataContext, context: context, version: version, slotTaken: true)
+                }
+                if complete == true {
                     throw ServerError.badRequest(
-                        "Upload-Complete: ?1, but these bytes end at \(end) of the upload's \(upload.length).",
+                        "Upload-Complete: ?1, but the server holds \(moved.received) bytes of \(moved.length).",
                         target: "Upload-Complete")
                 }
+                return Response(status: .noContent, headers: Self.uploadFields(moved))
             }
-            var moved = upload
-            moved.received = try await receive(request.body, into: upload, at: offset)
-            if moved.received == moved.length {
-                guard let current = try await uploads.find(id: upload.id, owner: dataContext.user) else {
-                    throw ServerError.notFound("The upload was removed meanwhile.")
-                }
-                return try await completeUpload(current, dataContext: dataContext, context: context, version: version)
-            }
-            if complete == true {
-                throw ServerError.badRequest(
-                    "Upload-Complete: ?1, but the server holds \(moved.received) bytes of \(moved.length).",
-                    target: "Upload-Complete")
-            }
-            return Response(status: .noContent, headers: Self.uploadFields(moved))
         default:
             throw ServerError(.methodNotAllowed, "MethodNotAllowed", "An upload takes HEAD, PATCH and DELETE.")
         }
@@ -354,15 +414,48 @@ extension ODataRoutes {
 
     /// Stores a request's body into `upload` from `offset`, a part (``MediaStore/partSize``) at a time, each with
     /// the offset it moves; when the connection breaks, what arrived is kept. Returns the new offset.
+    ///
+    /// Refused with nothing stored: bytes past the upload's end; a first chunk whose first bytes are no JPEG, PNG
+    /// or HEIC (or not the one `Content-Type` declared); a chunk shorter than ``minimumAppend`` that does not end
+    /// the upload.
     func receive<Body: AsyncSequence>(_ body: Body, into upload: ResumableUpload, at offset: Int64)
         async throws -> Int64 where Body.Element == ByteBuffer
     {
         var received = offset
         var pending: [UInt8] = []
+        var sniffed = offset > 0
+        let declared = upload.request.fields[.contentType].flatMap(ImageKind.init(contentType:))
         func flush(_ count: Int) async throws {
             guard count > 0 else { return }
+            if !sniffed {
+                // What cannot be a photo is refused on its first bytes, before they are kept.
+                let head = Array(pending.prefix(12))
+                var refusal: MediaRefusal?
+                if head.count < 12 && Int64(head.count) != upload.length {
+                    refusal = MediaRefusal(reason: .notAnImage)
+                } else if let kind = ImageKind(sniffing: head) {
+                    if let declared, declared != kind {
+                        refusal = MediaRefusal(reason: .mismatch(declared: declared, actual: kind))
+                    }
+                } else {
+                    refusal = MediaRefusal(reason: .notAnImage)
+                }
+                if let refusal {
+                    // An upload that is no photo is of no use: it goes.
+                    try await uploads.remove(upload.id)
+                    throw Self.error(for: refusal)
+                }
+                sniffed = true
+            }
             let part = Array(pending.prefix(count))
-            guard try await uploads.append(part, to: upload.id, at: received, now: service.clock.now()) else {
+            switch try await uploads.append(part, to: upload.id, at: received, now: service.clock.now()) {
+            case .appended: break
+            case .tooManyParts:
+                throw ServerError(
+                    .conflict, "UploadInTooManyPieces",
+                    "This upload has taken \(ResumableUploadStore.maximumParts) pieces; DELETE it and send the photo again in larger chunks.",
+                    target: "Upload-Offset")
+            case .moved:
                 // Another request (the same chunk sent twice at once) moved the upload meanwhile.
                 guard let current = try await uploads.find(id: upload.id, owner: upload.owner) else {
                     throw ServerError.notFound("The upload was removed meanwhile; create it again.")
@@ -383,11 +476,18 @@ extension ODataRoutes {
                 throw error
             }
             guard let buffer = next else { break }
-            guard received + Int64(pending.count + buffer.readableBytes) <= upload.length else {
-                throw Self.tooLong(upload)
+            guard Int64(pending.count + buffer.readableBytes) <= upload.length - received else {
+                throw Self.pastTheEnd(length: upload.length, held: received)
             }
             pending.append(contentsOf: buffer.readableBytesView)
             while pending.count >= MediaStore.partSize { try await flush(MediaStore.partSize) }
+        }
+        if received == offset, pending.count < Self.minimumAppend, received + Int64(pending.count) < upload.length,
+            !pending.isEmpty
+        {
+            var held = upload
+            held.received = received
+            throw Self.tooShort(held)
         }
         try await flush(pending.count)
         return received
@@ -398,7 +498,7 @@ extension ODataRoutes {
     /// failure leaves it complete, to finish again.
     func completeUpload(
         _ upload: ResumableUpload, dataContext: DataService.Context, context: BatonRequestContext,
-        version: ODataVersion
+        version: ODataVersion, slotTaken: Bool
     ) async throws -> Response {
         let media: MediaRequest = upload.request.method == "PUT" ? .replace : .create
         let intent = try mediaIntent(
@@ -407,14 +507,15 @@ extension ODataRoutes {
         if let stored = upload.media {
             var dataRequest = intent.admission
             dataRequest.media = stored
-            let answer = try await execute(dataRequest, context: dataContext, modelOnly: false, logger: context.logger)
+            let answer = try await execute(
+                dataRequest, context: dataContext, modelOnly: false, slotTaken: slotTaken, logger: context.logger)
             response = Self.httpResponse(answer, version: version)
         } else {
             let outcome: (Response, StoredMedia)
             do {
                 outcome = try await writeMedia(
                     intent, body: uploads.bytes(of: upload), expectedSize: upload.length, dataContext: dataContext,
-                    context: context, version: version)
+                    context: context, version: version, slotTaken: slotTaken)
             } catch let error as ServerError where ChangeAnswer.isRefusal(status: Int(error.status.code)) {
                 try await uploads.remove(upload.id)
                 throw error
@@ -436,7 +537,7 @@ extension ODataRoutes {
         [
             .uploadOffset: String(upload.received), .uploadLength: String(upload.length),
             .uploadComplete: upload.received == upload.length ? "?1" : "?0",
-            .uploadLimit: "max-size=\(upload.length)", .cacheControl: "no-store",
+            .uploadLimit: "max-size=\(upload.length), min-append-size=\(minimumAppend)", .cacheControl: "no-store",
         ]
     }
 
@@ -446,13 +547,21 @@ extension ODataRoutes {
             .conflict, "MismatchingUploadOffset",
             "The server holds \(upload.received) bytes of this upload; send the bytes from there (these started at \(offset)).",
             target: "Upload-Offset")
-        error.headers = [(.uploadOffset, String(upload.received))]
+        error.headers = [(.uploadOffset, String(upload.received)), (.uploadComplete, "?0")]
         return error
     }
 
-    static func tooLong(_ upload: ResumableUpload) -> ServerError {
+    static func pastTheEnd(length: Int64, held: Int64) -> ServerError {
         var error = ServerError.badRequest(
-            "The upload is \(upload.length) bytes long (Upload-Length); these bytes go past its end.",
+            "The upload is \(length) bytes long (Upload-Length); these bytes go past its end.",
+            target: "Upload-Offset")
+        error.headers = [(.uploadOffset, String(held))]
+        return error
+    }
+
+    static func tooShort(_ upload: ResumableUpload) -> ServerError {
+        var error = ServerError.badRequest(
+            "A chunk that does not end the upload takes at least \(minimumAppend / 1024) KiB (Upload-Limit: min-append-size).",
             target: "Upload-Offset")
         error.headers = [(.uploadOffset, String(upload.received))]
         return error

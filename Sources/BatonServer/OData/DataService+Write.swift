@@ -435,9 +435,24 @@ extension DataService {
     /// else's photo — so a refused upload stores nothing. The change checks all of it again when it is applied.
     /// An upload on another author's behalf is checked as far as it can be before its signature is (which covers
     /// the bytes): the rest when it is applied.
+    ///
+    /// A request sent again that was applied already (the same repeatability id and fingerprint, under the
+    /// signed-in user's scope or its author's and device's) is not judged again: its stored answer is what it gets,
+    /// whatever the quota or the photo's ETag say now.
     func admitMedia(_ request: DataRequest, context: Context, expectedSize: Int64?) async throws {
         let url = try parse(request.url)
-        let own = (request.header("Baton-Author") ?? context.user) == context.user
+        let author = request.header("Baton-Author") ?? context.user
+        if let requestID = request.header("Repeatability-Request-ID") {
+            let scopes = [context.user] + (request.header("Baton-Device").map { ["\(author)\n\($0)"] } ?? [])
+            let fingerprint = Self.fingerprint(request)
+            let applied = try await store.storage.read { db in
+                try await db.fetchOne(
+                    #"SELECT 1 FROM "$repeatability" WHERE requestID = ? AND fingerprint = ? AND scope IN (?, ?)"#,
+                    requestID, fingerprint, scopes[0], scopes.count > 1 ? scopes[1] : scopes[0]) != nil
+            }
+            if applied { return }
+        }
+        let own = author == context.user
         let attribution = Attribution(author: context.user, uploader: context.user, authorRole: context.role)
         try await store.storage.read { db in
             let target = try await self.resolve(url, in: db)
