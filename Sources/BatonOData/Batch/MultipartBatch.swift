@@ -1,3 +1,5 @@
+import Foundation
+
 /// Multipart batch bodies (OData 4.0 Part 1 §11.7.7): `multipart/mixed` parts of `application/http`, with
 /// changesets as nested `multipart/mixed` parts. Changesets map to atomicity groups, `Content-ID` to ids.
 public enum MultipartBatch {
@@ -61,13 +63,12 @@ public enum MultipartBatch {
             part: { request in
                 var text = "\(request.method) \(request.url) HTTP/1.1\r\n"
                 for (name, value) in request.headers { text += "\(name): \(value)\r\n" }
-                if let body = request.body {
-                    if request.header("Content-Type") == nil { text += "Content-Type: application/json\r\n" }
-                    text += "\r\n" + body.serialized
-                } else {
-                    text += "\r\n"
-                }
-                return (request.id, text)
+                guard let body = request.body else { return (request.id, Array((text + "\r\n").utf8)) }
+                if request.header("Content-Type") == nil { text += "Content-Type: application/json\r\n" }
+                return (
+                    request.id,
+                    Array((text + "\r\n").utf8) + bodyBytes(body, contentType: request.header("Content-Type"))
+                )
             })
     }
 
@@ -80,14 +81,12 @@ public enum MultipartBatch {
             part: { response in
                 var text = "HTTP/1.1 \(response.status) \(reasonPhrase(response.status))\r\n"
                 for (name, value) in response.headers { text += "\(name): \(value)\r\n" }
-                if let body = response.body {
-                    if response.header("Content-Type") == nil { text += "Content-Type: application/json\r\n" }
-                    let plain = response.header("Content-Type")?.lowercased().hasPrefix("text/") ?? false
-                    text += "\r\n" + (plain ? body.stringValue ?? body.serialized : body.serialized)
-                } else {
-                    text += "\r\n"
-                }
-                return (response.id, text)
+                guard let body = response.body else { return (response.id, Array((text + "\r\n").utf8)) }
+                if response.header("Content-Type") == nil { text += "Content-Type: application/json\r\n" }
+                return (
+                    response.id,
+                    Array((text + "\r\n").utf8) + bodyBytes(body, contentType: response.header("Content-Type"))
+                )
             })
     }
 
@@ -123,32 +122,52 @@ public enum MultipartBatch {
     }
 
     static func encode<Item>(
-        _ items: [Item], boundary: String, group: KeyPath<Item, String?>, part: (Item) -> (String, String)
+        _ items: [Item], boundary: String, group: KeyPath<Item, String?>, part: (Item) -> (String, [UInt8])
     ) -> [UInt8] {
-        var text = ""
+        var text: [UInt8] = []
         var index = 0
-        func application(_ item: Item) -> String {
+        func application(_ item: Item) -> [UInt8] {
             let (id, message) = part(item)
-            return "Content-Type: application/http\r\nContent-Transfer-Encoding: binary\r\nContent-ID: \(id)\r\n\r\n"
-                + message + "\r\n"
+            return Array(
+                "Content-Type: application/http\r\nContent-Transfer-Encoding: binary\r\nContent-ID: \(id)\r\n\r\n".utf8)
+                + message + Array("\r\n".utf8)
         }
         while index < items.count {
-            text += "--\(boundary)\r\n"
+            text += Array("--\(boundary)\r\n".utf8)
             if let name = items[index][keyPath: group] {
                 let changeset = "changeset_\(name)"
-                text += "Content-Type: multipart/mixed; boundary=\(changeset)\r\n\r\n"
+                text += Array("Content-Type: multipart/mixed; boundary=\(changeset)\r\n\r\n".utf8)
                 while index < items.count, items[index][keyPath: group] == name {
-                    text += "--\(changeset)\r\n" + application(items[index])
+                    text += Array("--\(changeset)\r\n".utf8) + application(items[index])
                     index += 1
                 }
-                text += "--\(changeset)--\r\n"
+                text += Array("--\(changeset)--\r\n".utf8)
             } else {
                 text += application(items[index])
                 index += 1
             }
         }
-        text += "--\(boundary)--\r\n"
-        return Array(text.utf8)
+        text += Array("--\(boundary)--\r\n".utf8)
+        return text
+    }
+
+    /// Whether a body of `contentType` travels as bytes (neither JSON nor text): in a multipart batch as they are,
+    /// in memory and in a JSON batch as a base64url string.
+    ///
+    /// - Parameter contentType: the body's `Content-Type`, if any.
+    /// - Returns: whether the body is bytes.
+    public static func isBinary(_ contentType: String?) -> Bool {
+        guard let type = contentType?.lowercased() else { return false }
+        return !type.hasPrefix("application/json") && !type.hasPrefix("text/")
+    }
+
+    /// A body as it goes into a multipart message.
+    static func bodyBytes(_ body: JSONValue, contentType: String?) -> [UInt8] {
+        if isBinary(contentType), let text = body.stringValue, let bytes = Data(base64URLEncoded: text) {
+            return Array(bytes)
+        }
+        let plain = contentType?.lowercased().hasPrefix("text/") ?? false
+        return Array((plain ? body.stringValue ?? body.serialized : body.serialized).utf8)
     }
 
     /// Splits a multipart body at its boundary delimiters; the preamble and epilogue are ignored.
@@ -234,12 +253,12 @@ public enum MultipartBatch {
                 var text = body
                 while text.last == 0x0A || text.last == 0x0D { text.removeLast() }
                 json = .string(String(decoding: text, as: UTF8.self))
-            } else {
-                guard type.hasPrefix("application/json") else {
-                    throw ODataError(
-                        .notImplemented, "Batch parts with body type '\(type)' are not implemented; use JSON")
-                }
+            } else if type.hasPrefix("application/json") {
                 json = try JSONValue(parsing: Array(trimmed))
+            } else {
+                // Any other body (a photo's bytes) as the JSON batch format carries it: a base64url string,
+                // of the bytes exactly as they stand (the delimiter's line break is not theirs).
+                json = .string(Data(body).base64URLEncoded)
             }
         }
         return (String(decoding: line, as: UTF8.self), headers, json)

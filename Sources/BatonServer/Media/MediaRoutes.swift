@@ -22,14 +22,19 @@ extension ODataRoutes {
     /// (anything but JSON) to a media entity set. Anything else — and any URL that does not parse — is the data
     /// service's, which answers it or explains what is wrong.
     func mediaRequest(method: HTTPRequest.Method, url: String, contentType: String?) -> MediaRequest? {
-        guard method == .get || method == .put || method == .post,
-            let parsed = try? ODataURL(parsing: url, model: service.model),
+        Self.mediaRequest(method: method.rawValue, url: url, contentType: contentType, model: service.model)
+    }
+
+    /// ``mediaRequest(method:url:contentType:)`` for any model (a `$batch`'s requests too).
+    static func mediaRequest(method: String, url: String, contentType: String?, model: ServiceModel) -> MediaRequest? {
+        guard method == "GET" || method == "PUT" || method == "POST",
+            let parsed = try? ODataURL(parsing: url, model: model),
             case .resource(let segments) = parsed.path, let target = parsed.target, target.entityType.hasStream
         else { return nil }
         switch method {
-        case .get where segments.last == .value: return .read
-        case .put where segments.last == .value: return .replace
-        case .post where segments.count == 1:
+        case "GET" where segments.last == .value: return .read
+        case "PUT" where segments.last == .value: return .replace
+        case "POST" where segments.count == 1:
             let json = (contentType ?? "").lowercased().hasPrefix("application/json")
             return json ? nil : .create
         default: return nil
@@ -122,7 +127,7 @@ extension ODataRoutes {
     }
 
     /// Reads a media upload's headers; refuses what is malformed before a byte is stored.
-    func mediaIntent(_ media: MediaRequest, method: String, url: String, headers fields: HTTPFields) throws
+    static func mediaIntent(_ media: MediaRequest, method: String, url: String, headers fields: HTTPFields) throws
         -> MediaIntent
     {
         var slug: String?
@@ -172,7 +177,7 @@ extension ODataRoutes {
         _ media: MediaRequest, request: Request, url: String, dataContext: DataService.Context,
         context: BatonRequestContext, version: ODataVersion
     ) async throws -> Response {
-        let intent = try mediaIntent(media, method: request.method.rawValue, url: url, headers: request.headers)
+        let intent = try Self.mediaIntent(media, method: request.method.rawValue, url: url, headers: request.headers)
         if let complete = request.headers[.uploadComplete] {
             guard let flag = Self.structuredBoolean(complete) else {
                 throw ServerError.badRequest("Upload-Complete is ?0 or ?1.", target: "Upload-Complete")

@@ -501,7 +501,7 @@ extension ODataRoutes {
         version: ODataVersion, slotTaken: Bool
     ) async throws -> Response {
         let media: MediaRequest = upload.request.method == "PUT" ? .replace : .create
-        let intent = try mediaIntent(
+        let intent = try Self.mediaIntent(
             media, method: upload.request.method, url: upload.request.url, headers: upload.request.fields)
         var response: Response
         if let stored = upload.media {

@@ -21,6 +21,36 @@ extension DataService {
         var locations: [String: String] = [:]
         var index = 0
         while index < requests.count {
+            if requests[index].atomicityGroup == nil, Self.mayBeMedia(requests[index]) {
+                // A photo's bytes, or a `$value` read: on its own, once the requests before it ran.
+                let request = requests[index]
+                index += 1
+                if let dependency = request.dependsOn.first(where: failed.contains) {
+                    responses.append(
+                        Self.failedDependency(request, "Not run: '\(dependency)', which it depends on, failed."))
+                    failed.insert(request.id)
+                    continue
+                }
+                if let url = try? relativeURL(request, locations: locations, context: context),
+                    let kind = ODataRoutes.mediaRequest(
+                        method: request.method, url: url, contentType: request.header("Content-Type"), model: model)
+                {
+                    let outcome = await batchMedia(request, kind: kind, url: url, context: context)
+                    responses.append(outcome.response)
+                    audit += outcome.audit
+                    if outcome.response.status >= 400 { failed.insert(request.id) }
+                    if let location = outcome.location { locations[request.id] = location }
+                    continue
+                }
+                let outcome = await runIndependently(
+                    [request], reads: request.method == "GET", locations: locations, failed: failed,
+                    context: context)
+                responses += outcome.responses
+                audit += outcome.audit
+                locations = outcome.locations
+                failed = outcome.failed
+                continue
+            }
             if requests[index].atomicityGroup == nil {
                 // Consecutive changes outside atomicity groups share one transaction, each applied or rolled back
                 // alone, as if it ran by itself (``runIndependently``), and the changes cost one commit (one
@@ -30,7 +60,7 @@ extension DataService {
                 var independent: [BatchRequest] = []
                 let reads = requests[index].method == "GET"
                 while index < requests.count, requests[index].atomicityGroup == nil,
-                    (requests[index].method == "GET") == reads
+                    (requests[index].method == "GET") == reads, !Self.mayBeMedia(requests[index])
                 {
                     independent.append(requests[index])
                     index += 1
@@ -211,6 +241,14 @@ extension DataService {
             let parsed = try parse(url)
             if case .batch = parsed.path {
                 throw ServerError.badRequest("A batch cannot contain another $batch.")
+            }
+            if ODataRoutes.mediaRequest(
+                method: request.method, url: url, contentType: request.header("Content-Type"), model: model) != nil
+            {
+                // Its bytes are stored before its change is written: they cannot roll back with a group.
+                throw ServerError.badRequest(
+                    "A photo's bytes and $value reads go in a $batch outside atomicity groups (changesets), each on its own."
+                )
             }
             let data = DataRequest(
                 method: request.method, url: url, headers: request.headers, body: request.body?.serializedBytes ?? [])
