@@ -49,6 +49,13 @@ import Testing
                 ("password", "wrong-password-1"),
             ])
             #expect(failed == .badRequest)
+            // A photo of the uploaded check: its bytes are a file of the data directory.
+            let photo = ImageFixtures.jpeg(scanBytes: 300_000)
+            let photoID = Fixtures.id(90)
+            let taken = try await client.media(
+                .post, "CheckPhotos", token: alice.access, contentType: "image/jpeg", body: photo,
+                headers: [("Slug", MediaTests.slug(id: photoID))])
+            #expect(taken.status == .created, "\(taken.text)")
             var read: [String: String] = [:]
             for set in Self.sets { read[set] = try await client.odata(.get, set, token: alice.access).text }
             let before = read
@@ -63,6 +70,7 @@ import Testing
             #expect(copied["$repeatability"] ?? 0 >= 1)
             #expect(copied["signInFailures"] ?? 0 >= 1)
             #expect(copied["deviceRegistrations"] == 2)
+            #expect(copied["media"] == 1)
 
             // The same server on PostgreSQL, with the data directory's master key.
             var configuration = server.server.configuration
@@ -87,6 +95,10 @@ import Testing
                 #expect(replay.status == .created)
                 #expect(replay.text == uploaded.text)
                 #expect(try await client.odata(.get, "PreflightChecks/$count", token: bob).text == "1")
+                // The photo's bytes came along, whole.
+                let bytes = try await client.media(.get, "CheckPhotos(\(photoID))/$value", token: alice.access)
+                #expect(bytes.status == .ok)
+                #expect(bytes.bytes == (try MediaTests.expected(photo)).bytes)
                 // The device's registration and signing key came along: a new signed change of Alice's applies.
                 let next = try OnBehalfTests.signedChange(
                     Fixtures.id(3), requestID: "r-3", key: key, createdAt: createdAt,

@@ -329,6 +329,17 @@ import Testing
             let stored = try await client.media(.get, "CheckPhotos(\(photo))/$value", token: alice)
             #expect(stored.bytes == expected.bytes)
             #expect((try await client.odata(.get, "CheckPhotos", token: alice).json["value"] as? [Any])?.count == 1)
+            // Replaced at its $value inside a batch, with the entity's ETag.
+            let etag = try #require(try await client.odata(.get, "CheckPhotos(\(photo))", token: alice).headers[.eTag])
+            let replacement = ImageFixtures.jpeg(scanBytes: 6_000)
+            let put = """
+                {"requests":[{"id":"v","method":"PUT","url":"CheckPhotos(\(photo))/$value","headers":{"content-type":"image/jpeg","if-match":"\(etag.replacingOccurrences(of: "\"", with: "\\\""))"},"body":"\(Data(replacement).base64URLEncoded)"}]}
+                """
+            let replaced = try await client.odata(.post, "$batch", token: alice, body: put)
+            let status = (replaced.json["responses"] as? [[String: Any]])?.first?["status"] as? Int
+            #expect(status == 200 || status == 204, "\(replaced.text)")
+            let now = try await client.media(.get, "CheckPhotos(\(photo))/$value", token: alice)
+            #expect(now.bytes == (try Self.expected(replacement)).bytes)
 
             // Multipart: the bytes as they are, both ways.
             let second = Fixtures.id(704)

@@ -33,6 +33,9 @@ extension ServiceModel {
                 if property.isComputed { facets.append(("@Org.OData.Core.V1.Computed", .bool(true))) }
                 members.append((property.name, .object(facets)))
             }
+            for stream in type.streamProperties {
+                members.append((stream, .object([("$Type", .string("Edm.Stream")), ("$Nullable", .bool(true))])))
+            }
             for navigation in type.navigationProperties {
                 var facets: [(String, JSONValue)] = [
                     ("$Kind", .string("NavigationProperty")), ("$Type", .string(navigation.targetType)),

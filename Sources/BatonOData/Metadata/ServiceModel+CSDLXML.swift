@@ -44,6 +44,9 @@ extension ServiceModel {
                     xml += "/>\n"
                 }
             }
+            for stream in type.streamProperties {
+                xml += "        <Property Name=\"\(Markup.xml(stream))\" Type=\"Edm.Stream\" Nullable=\"true\"/>\n"
+            }
             for navigation in type.navigationProperties {
                 let typeName = navigation.isCollection ? "Collection(\(navigation.targetType))" : navigation.targetType
                 xml +=

@@ -15,18 +15,28 @@ public struct EntityType: Sendable, Hashable {
     /// Whether its entities are media entities (CSDL `HasStream`): each has a media resource — a photo's bytes —
     /// read and replaced at `…/$value`, besides its properties.
     public var hasStream: Bool
+    /// The stream properties (`Edm.Stream`), in declaration order: each names a media resource of its own — a
+    /// photo's bytes — read and replaced at `…/Name`. They are not structural properties: no column, no value in a
+    /// payload, only their annotations (`Name@odata.mediaReadLink`).
+    public var streamProperties: [String]
 
     /// Creates an entity type.
     public init(
         name: String, key: [String], properties: [Property], navigationProperties: [NavigationProperty] = [],
-        hasStream: Bool = false
+        hasStream: Bool = false, streamProperties: [String] = []
     ) {
         self.name = name
         self.key = key
         self.properties = properties
         self.navigationProperties = navigationProperties
         self.hasStream = hasStream
+        self.streamProperties = streamProperties
         propertyIndex = Self.index(properties)
+    }
+
+    /// Whether `name` is one of the ``streamProperties`` (exact match).
+    public func isStreamProperty(_ name: String) -> Bool {
+        streamProperties.contains { $0.utf8.elementsEqual(name.utf8) }
     }
 
     /// The structural property named `name` (exact, case-sensitive match, as OData requires).
@@ -58,6 +68,6 @@ public struct EntityType: Sendable, Hashable {
 
     /// Every member name, for "did you mean" suggestions.
     var memberNames: [String] {
-        properties.map { $0.name } + navigationProperties.map { $0.name }
+        properties.map { $0.name } + streamProperties + navigationProperties.map { $0.name }
     }
 }

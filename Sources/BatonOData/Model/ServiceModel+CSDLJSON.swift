@@ -133,6 +133,7 @@ extension ServiceModel {
         }
         var properties: [Property] = []
         var navigations: [NavigationProperty] = []
+        var streams: [String] = []
         for (member, value) in element.objectMembers ?? [] where !member.hasPrefix("$") && !member.hasPrefix("@") {
             let target = "\(name)/\(member)"
             guard value.objectMembers != nil else {
@@ -143,6 +144,15 @@ extension ServiceModel {
             let nullable = value["$Nullable"]?.boolValue ?? false  // CSDL JSON: absent means false
             let isCollection = value["$Collection"]?.boolValue ?? false
             switch kind {
+            case "Property" where typeName == "Edm.Stream":
+                // A stream property: bytes of its own, kept beside the entity, never a value in its payload.
+                guard !isCollection, value["$DefaultValue"] == nil else {
+                    throw ODataError(
+                        .invalidModel,
+                        "Stream property '\(target)' takes no $Collection and no $DefaultValue: its bytes are PUT to its own URL.",
+                        target: member)
+                }
+                streams.append(member)
             case "Property":
                 let enumType = enums[typeName]
                 guard let type = enumType == nil ? EdmPrimitiveType(rawValue: typeName) : .string else {
@@ -205,7 +215,8 @@ extension ServiceModel {
             hasStream = flag
         }
         return EntityType(
-            name: name, key: key, properties: properties, navigationProperties: navigations, hasStream: hasStream)
+            name: name, key: key, properties: properties, navigationProperties: navigations, hasStream: hasStream,
+            streamProperties: streams)
     }
 
     static func intFacet(_ name: String, _ value: JSONValue, _ target: String) throws(ODataError) -> Int? {

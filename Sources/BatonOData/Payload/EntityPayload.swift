@@ -55,6 +55,12 @@ public struct EntityPayload: Sendable, Hashable {
                     throw ODataError(
                         .notImplemented, "Deep insert or update through '\(name)' is not implemented", target: name)
                 }
+                if type.isStreamProperty(name) {
+                    throw ODataError(
+                        .invalidPayload,
+                        "'\(name)' is a stream: PUT its bytes to the entity's URL followed by /\(name), not in a payload.",
+                        target: name)
+                }
                 throw ODataError(
                     .invalidPayload,
                     "'\(type.name)' has no property '\(name)'.\(suggest(name, type.properties.map { $0.name }))",

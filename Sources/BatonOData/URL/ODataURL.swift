@@ -203,6 +203,12 @@ public struct ODataURL: Sendable, Hashable {
                     lastWasPrimitive = true
                     isCollection = false
                     continue
+                } else if currentType.isStreamProperty(name), keyText == nil {
+                    // A stream property: its bytes, and nothing after them.
+                    segments.append(.stream(name))
+                    terminal = name
+                    isCollection = false
+                    continue
                 } else if name.hasPrefix("$") {
                     throw ODataError(
                         .notImplemented, "Path segment '\(name)' is not implemented", position: offset, target: name)

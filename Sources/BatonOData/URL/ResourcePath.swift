@@ -25,6 +25,8 @@ public enum PathSegment: Sendable, Hashable {
     case count
     /// `/$value`: the raw value of a primitive property, or the media resource of a media entity.
     case value
+    /// A stream property (`Edm.Stream`): its media resource, the last segment.
+    case stream(String)
 }
 
 /// One key property and its value.

@@ -42,7 +42,10 @@ extension DataService {
             switch kind {
             case .read:
                 return (Self.batchResponse(request, try await mediaBytes(url, context: context)), [], nil)
-            case .create, .replace:
+            case .readStream:
+                throw ServerError.badRequest(
+                    "A stream property is read on its own (GET Set(key)/Name), not inside a $batch.")
+            case .create, .replace, .replaceStream:
                 let (response, entries) = try await storeBatchMedia(request, kind: kind, url: url, context: context)
                 let location = response.headers.first { $0.0 == "Location" }.map {
                     String($0.1.dropFirst(context.serviceRoot.count))

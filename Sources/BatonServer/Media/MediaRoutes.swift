@@ -12,10 +12,13 @@ import NIOCore
 /// the data service as any change is (its properties from `Slug`, percent-encoded JSON, as SAP's OData services
 /// take them; repeatability, on-behalf signatures covering the bytes' SHA-256, audit).
 extension ODataRoutes {
-    enum MediaRequest {
+    enum MediaRequest: Equatable {
         case read
         case create
         case replace
+        /// A stream property's bytes read (`GET Set(key)/Name`) or replaced (`PUT`).
+        case readStream(String)
+        case replaceStream(String)
     }
 
     /// Which media request this is, if any: a `GET` or `PUT` of a media entity's `$value`, or a `POST` of bytes
@@ -29,8 +32,16 @@ extension ODataRoutes {
     static func mediaRequest(method: String, url: String, contentType: String?, model: ServiceModel) -> MediaRequest? {
         guard method == "GET" || method == "PUT" || method == "POST",
             let parsed = try? ODataURL(parsing: url, model: model),
-            case .resource(let segments) = parsed.path, let target = parsed.target, target.entityType.hasStream
+            case .resource(let segments) = parsed.path, let target = parsed.target
         else { return nil }
+        if case .stream(let name)? = segments.last {
+            switch method {
+            case "GET": return .readStream(name)
+            case "PUT": return .replaceStream(name)
+            default: return nil
+            }
+        }
+        guard target.entityType.hasStream else { return nil }
         switch method {
         case "GET" where segments.last == .value: return .read
         case "PUT" where segments.last == .value: return .replace
@@ -48,7 +59,10 @@ extension ODataRoutes {
         switch media {
         case .read:
             return try await readMedia(url: url, request: request, dataContext: dataContext, context: context)
-        case .create, .replace:
+        case .readStream(let name):
+            return try await readStream(
+                name, url: url, request: request, dataContext: dataContext, context: context)
+        case .create, .replace, .replaceStream:
             return try await storeMedia(
                 media, request: request, url: url, dataContext: dataContext, context: context, version: version)
         }

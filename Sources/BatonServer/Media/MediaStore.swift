@@ -504,6 +504,9 @@ extension DataService {
             }
             for row in rows { if let hash = row[0].text { hashes.insert(hash) } }
         }
+        // And every stream property's.
+        let streams = try await store.storage.read { db in try await db.fetchAll(#"SELECT sha256 FROM "$stream""#) }
+        for row in streams { if let hash = row[0].text { hashes.insert(hash) } }
         return hashes
     }
 

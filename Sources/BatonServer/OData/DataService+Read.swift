@@ -14,6 +14,10 @@ extension DataService {
         }
         let preferences = try preferences(request)
         let target = try await resolve(url, in: db)
+        if target.stream != nil {
+            throw ServerError.badRequest(
+                "A stream property is read on its own (GET Set(key)/Name), not inside a $batch.")
+        }
         // A photo's bytes are streamed by their own route, never inside a `$batch` (whose answer is JSON).
         if target.value, target.property == nil {
             throw ServerError(

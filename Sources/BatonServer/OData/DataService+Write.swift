@@ -62,6 +62,11 @@ extension DataService {
         audit: inout [AuditEntry]
     ) async throws -> DataResponse {
         let preferences = try preferences(request)
+        if let stream = target.stream {
+            return try await changeStream(
+                target, name: stream, request: request, attribution: attribution, in: db, context: context,
+                audit: &audit)
+        }
         if target.value {
             // A media entity's bytes: replaced with PUT (its `$value` is read outside the data transaction).
             guard request.method == "PUT", target.single, target.type.hasStream, request.media != nil else {
@@ -312,6 +317,9 @@ extension DataService {
         try await db.perform(delete.sql, delete.arguments)
         let sequence = try await DataStore.nextSequence(db)
         let canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: key)
+        if !target.type.streamProperties.isEmpty {
+            try await removeStreams(set: target.set.name, canonical: canonical, in: db)
+        }
         try await db.execute(
             #"INSERT INTO "$removed" (seq, entitySet, keyJSON, removedAt) VALUES (?, ?, ?, ?)"#, sequence,
             target.set.name, canonical, clock.now())
@@ -359,14 +367,22 @@ extension DataService {
     static func mediaAnnotations(set: String, type: EntityType, values: [String: PrimitiveValue])
         -> [(String, JSONValue)]
     {
-        guard type.hasStream else { return [] }
+        guard type.hasStream || !type.streamProperties.isEmpty else { return [] }
         var members: [(String, JSONValue)] = []
         let key = type.key.map { KeyValue(name: $0, value: values[$0] ?? .null) }
         if !key.isEmpty, key.allSatisfy({ !$0.value.isNull }) {
-            let link = ResourcePath.canonicalURL(entitySet: set, key: key) + "/$value"
+            let canonical = ResourcePath.canonicalURL(entitySet: set, key: key)
+            // Each stream property where its bytes are read and replaced (204 while it holds none).
+            for stream in type.streamProperties {
+                members.append(("\(stream)@odata.mediaReadLink", .string(canonical + "/" + stream)))
+                members.append(("\(stream)@odata.mediaEditLink", .string(canonical + "/" + stream)))
+            }
+            guard type.hasStream else { return members }
+            let link = canonical + "/$value"
             members.append(("@odata.mediaReadLink", .string(link)))
             members.append(("@odata.mediaEditLink", .string(link)))
         }
+        guard type.hasStream else { return members }
         if case .string(let contentType)? = values["ContentType"] {
             members.append(("@odata.mediaContentType", .string(contentType)))
         }

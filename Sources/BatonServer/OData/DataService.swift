@@ -176,6 +176,8 @@ struct DataService: Sendable {
         var property: String?
         var count = false
         var value = false
+        /// A stream property of the addressed entity (`Set(key)/Photo`).
+        var stream: String?
         /// The canonical URL of the addressed entity, when `single`.
         var canonical: String?
     }
@@ -211,6 +213,7 @@ struct DataService: Sendable {
             case .property(let name): target.property = name
             case .count: target.count = true
             case .value: target.value = true
+            case .stream(let name): target.stream = name
             case .entitySet: break
             }
         }
@@ -297,7 +300,7 @@ struct DataService: Sendable {
                 ?? writers.writer(for: query.sql) { RowJSONWriter(names: row.columnNames, type: target.type) }
             writer = rowWriter
             sequence = try rowWriter.write(row, dialect: db.dialect, to: &out)
-            if target.type.hasStream {
+            if target.type.hasStream || !target.type.streamProperties.isEmpty {
                 try Self.appendMediaAnnotations(row, target: target, dialect: db.dialect, to: &out)
             }
             count += 1

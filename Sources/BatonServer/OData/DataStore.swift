@@ -66,6 +66,7 @@ struct DataStore: Sendable {
     static let auditOutbox = "$auditOutbox"
 
     init(directory: DataDirectory, model: ServiceModel) throws(ServerSetupError) {
+        try DataService.checkMediaTypes(model)
         self.model = model
         do {
             let storage = try SQLiteStorage(
@@ -83,6 +84,7 @@ struct DataStore: Sendable {
     /// ``BatonSQL/SQLDialect/postgres``) and adds columns for properties new to the model, in one transaction
     /// under the migration lock.
     init(postgres storage: PostgresStorage, model: ServiceModel) async throws(ServerSetupError) {
+        try DataService.checkMediaTypes(model)
         self.model = model
         self.storage = .postgres(storage)
         do {
@@ -166,6 +168,12 @@ struct DataStore: Sendable {
                 createdAt double precision NOT NULL, touchedAt double precision NOT NULL, UNIQUE (owner, requestID))
             """,
             #"CREATE TABLE IF NOT EXISTS "$resumablePart" (upload text NOT NULL, part integer NOT NULL, bytes bytea NOT NULL, PRIMARY KEY (upload, part))"#,
+            // Which bytes each stream property (`Edm.Stream`) holds (``DataService/changeStream``).
+            """
+            CREATE TABLE IF NOT EXISTS "$stream" (
+                entitySet text NOT NULL, entity text NOT NULL, property text NOT NULL, sha256 text NOT NULL,
+                contentType text NOT NULL, size bigint NOT NULL, PRIMARY KEY (entitySet, entity, property))
+            """,
         ] {
             // What exists is left alone without taking a lock: instances start beside serving ones.
             let prefix = #"CREATE INDEX IF NOT EXISTS ""#
@@ -314,6 +322,9 @@ struct DataStore: Sendable {
                     createdAt REAL NOT NULL, touchedAt REAL NOT NULL, UNIQUE (owner, requestID));
                 CREATE TABLE IF NOT EXISTS "$resumablePart" (
                     upload TEXT NOT NULL, part INTEGER NOT NULL, bytes BLOB NOT NULL, PRIMARY KEY (upload, part));
+                CREATE TABLE IF NOT EXISTS "$stream" (
+                    entitySet TEXT NOT NULL, entity TEXT NOT NULL, property TEXT NOT NULL, sha256 TEXT NOT NULL,
+                    contentType TEXT NOT NULL, size INTEGER NOT NULL, PRIMARY KEY (entitySet, entity, property));
                 """)
         try migrateRepeatability(db)
         // Entries a crash left before instants were stored as numbers carry GRDB's date text.

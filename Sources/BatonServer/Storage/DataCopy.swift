@@ -30,7 +30,9 @@ public enum DataCopy {
         "deviceLogs", "identityProviders", "scimTokens", "openIDStates",
     ]
     /// The data store's own tables (the entity tables come from the model).
-    static let dataTables = [DataStore.auditOutbox, "$removed", "$repeatability", "$sequence"]
+    static let dataTables = [
+        DataStore.auditOutbox, "$removed", "$repeatability", "$sequence", "$stream", "$resumable", "$resumablePart",
+    ]
     /// Tables whose `id` PostgreSQL numbers itself: their counters move past the copied ids.
     static let identityTables = ["audit", "discardedChanges", "deviceLogs"]
 
@@ -88,6 +90,8 @@ public enum DataCopy {
                     let source = table.isServer ? sources.server : sources.data
                     copied.append((table.name, try await copyRows(of: table, from: source, to: pg, model: model)))
                 }
+                // Photos' bytes: from files named by their SHA-256 to parts in the database, each checked on the way.
+                copied.append(("media", try await copyMedia(from: directory.appendingPathComponent("media"), to: pg)))
                 for name in identityTables {
                     try await pg.execute(
                         "SELECT setval(pg_get_serial_sequence('\(name.lowercased())', 'id'), coalesce(max(id), 0) + 1, false) FROM \(name)"
@@ -151,6 +155,43 @@ public enum DataCopy {
                 )
             }
         }
+    }
+
+    /// Copies every blob of the SQLite media directory (`media/ab/<sha256>`) into `$mediaBlob` and `$mediaPart`,
+    /// checking each against its name; returns how many.
+    ///
+    /// - Throws: ``ServerSetupError`` for a blob whose bytes do not hash to its name (nothing is copied then).
+    static func copyMedia(from directory: URL, to pg: any SQLConnection) async throws -> Int {
+        let manager = FileManager.default
+        var count = 0
+        for shard in ((try? manager.contentsOfDirectory(atPath: directory.path)) ?? []).sorted()
+        where shard.utf8.count == 2 {
+            let folder = directory.appendingPathComponent(shard, isDirectory: true)
+            for name in ((try? manager.contentsOfDirectory(atPath: folder.path)) ?? []).sorted()
+            where MediaStore.isHash(name) {
+                var hasher = SHA256()
+                var size = 0
+                var index = 0
+                for part in try FileParts(url: folder.appendingPathComponent(name)) {
+                    hasher.update(data: part)
+                    try await pg.execute(
+                        #"INSERT INTO "$mediaPart" (blob, part, bytes) VALUES (?, ?, ?)"#, name, index,
+                        SQLValue.blob(part))
+                    size += part.count
+                    index += 1
+                }
+                guard hasher.finalize().lowercaseHex == name else {
+                    throw ServerSetupError(
+                        "Nothing was copied: the photo media/\(shard)/\(name) does not match its SHA-256; restore it from a backup first."
+                    )
+                }
+                try await pg.execute(
+                    #"INSERT INTO "$mediaBlob" (hash, size, touchedAt) VALUES (?, ?, ?)"#, name, Int64(size),
+                    Date().timeIntervalSince1970)
+                count += 1
+            }
+        }
+        return count
     }
 
     /// A table to copy, and how its names are spelt on each engine.
