@@ -253,10 +253,15 @@ extension OfflineStore {
             throw OfflineError(.badRequest, "\(id) is not a URL.")
         }
         let response: ClientResponse
+        let opened = closings
         do {
             response = try await session.send(ClientRequest(url: url, timeout: requestTimeout))
         } catch {
             throw Self.offlineError(error, doing: "download the photo")
+        }
+        // Closed meanwhile (locked, or another user's store now): nothing of this download is kept.
+        guard closings == opened, photoFiles != nil else {
+            throw OfflineError(.notOpen, "The store was closed while \(id) downloaded; nothing was kept.")
         }
         guard response.status == 200 else {
             throw OfflineError(.server, "The server could not send \(id) (HTTP \(response.status)).")

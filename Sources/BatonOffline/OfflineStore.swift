@@ -114,6 +114,9 @@ public actor OfflineStore {
     var progressObservers: [UUID: AsyncStream<SyncProgress>.Continuation] = [:]
     /// Where photos' bytes are kept, sealed under the store key; `nil` while the store is closed.
     var photoFiles: PhotoFiles?
+    /// Counts the store's closings: work that awaited the network checks it did not change meanwhile (a photo
+    /// downloaded for a store closed and opened again, under another key, is not kept).
+    var closings = 0
     /// How long an upload batch, a download page or a read of the server's version may take before the store
     /// gives up on it (and retries at the next sync). Default: 30 seconds.
     public private(set) var requestTimeout: Duration = .seconds(30)
@@ -294,6 +297,7 @@ public actor OfflineStore {
     public func close() {
         user = nil
         photoFiles = nil
+        closings += 1
         try? database?.close()
         database = nil
         EncryptedVFS.unregister(url.path)

@@ -25,18 +25,25 @@ import Testing
             "Note": {"$Nullable": true},
             "SHA256": {"$Nullable": true, "@Core.Computed": true},
             "ContentType": {"$Nullable": true, "@Core.Computed": true},
-            "Size": {"$Type": "Edm.Int64", "$Nullable": true, "@Core.Computed": true}},
+            "Size": {"$Type": "Edm.Int64", "$Nullable": true, "@Core.Computed": true},
+            "TakenBy": {"$Nullable": true, "@Core.Computed": true}},
+          "Reading": {"$Kind": "EntityType", "$Key": ["At"], "At": {"$Type": "Edm.DateTimeOffset"},
+            "Chart": {"$Type": "Edm.Stream", "$Nullable": true}},
           "Container": {"$Kind": "EntityContainer",
             "Inspections": {"$Collection": true, "$Type": "Hangar.Inspection"},
-            "Attachments": {"$Collection": true, "$Type": "Hangar.Attachment"}}}}
+            "Attachments": {"$Collection": true, "$Type": "Hangar.Attachment"},
+            "Readings": {"$Collection": true, "$Type": "Hangar.Reading"}}}}
         """
 
     static func world(
-        backend: StorageBackend,
+        backend: StorageBackend, quota: Int64? = nil,
         _ body: @Sendable (TestServer, any TestClientProtocol, _ sam: String) async throws -> Void
     ) async throws {
         let model = try ServiceModel(csdlJSON: Self.model)
-        let server = try await TestServer(backend: backend) { $0.dataService.model = model }
+        let server = try await TestServer(backend: backend) {
+            $0.dataService.model = model
+            if let quota { $0.dataService.mediaQuotaPerUser = quota }
+        }
         defer { server.remove() }
         try await server.server.users.add(
             name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
@@ -120,6 +127,37 @@ import Testing
                     .status == .noContent)
             server.clock.advance(by: MediaStore.grace + 60)
             #expect(try await server.server.sweepMedia() >= 1)
+        }
+    }
+
+    /// One entity has one stream however its URL spells the key (an instant with or without its offset); a
+    /// person's streams hold at most their quota.
+    @Test(arguments: StorageBackend.allCases) func aStreamIsTheEntitysWhateverTheKeysSpellingAndWithinTheQuota(
+        backend: StorageBackend
+    ) async throws {
+        let jpeg = ImageFixtures.jpeg(scanBytes: 3_000)
+        try await Self.world(backend: backend, quota: Int64(jpeg.count * 3 / 2)) { _, client, sam in
+            let created = try await client.odata(.post, "Readings", token: sam, body: #"{"At":"2026-11-27T00:00:00Z"}"#)
+            #expect(created.status == .created)
+            let etag = try #require(created.headers[.eTag])
+            let put = try await client.media(
+                .put, "Readings(2026-11-27T01:00:00%2B01:00)/Chart", token: sam, contentType: "image/jpeg", body: jpeg,
+                headers: [("If-Match", etag)])
+            #expect(put.status == .noContent, "\(put.text)")
+            let read = try await client.media(.get, "Readings(2026-11-27T00:00:00Z)/Chart", token: sam)
+            #expect(read.status == .ok)
+            #expect(read.bytes == (try MediaTests.expected(jpeg)).bytes)
+            // A second stream would pass the quota; replacing the first does not.
+            let other = try await client.odata(.post, "Readings", token: sam, body: #"{"At":"2026-11-28T00:00:00Z"}"#)
+            let second = try await client.media(
+                .put, "Readings(2026-11-28T00:00:00Z)/Chart", token: sam, contentType: "image/jpeg", body: jpeg,
+                headers: [("If-Match", try #require(other.headers[.eTag]))])
+            #expect(second.status == .contentTooLarge)
+            #expect(second.json.error == "MediaQuotaExceeded")
+            let replaced = try await client.media(
+                .put, "Readings(2026-11-27T00:00:00Z)/Chart", token: sam, contentType: "image/jpeg", body: jpeg,
+                headers: [("If-Match", try #require(put.headers[.eTag]))])
+            #expect(replaced.status == .noContent)
         }
     }
 

@@ -57,6 +57,8 @@ extension DataService {
         } catch let error as ODataError {
             return (Self.batchResponse(request, .error(ServerError(error))), [], nil)
         } catch let error as StorageError where error.kind == .unavailable {
+            // The connection may have gone after the commit: the photo's audit entries may wait in the outbox.
+            outbox.noteBacklog()
             return (Self.batchResponse(request, .error(Self.unapplied(error))), [], nil)
         } catch {
             return (
@@ -123,7 +125,9 @@ extension DataService {
         else { throw ServerError.notFound("This media entity has no bytes.") }
         var size = 0
         if case .number(let text)? = json["Size"] { size = Int(text) ?? 0 }
-        if let budget = context.budget, budget.isSpent || size > budget.limit {
+        // The answer carries the bytes as base64url: a third more.
+        let encoded = (size * 4 + 2) / 3
+        if let budget = context.budget, budget.isSpent || budget.spentBytes + encoded > budget.limit {
             throw ServerError(
                 .contentTooLarge, "BatchResponseTooLarge",
                 "The answers of this $batch would pass \(Self.describe(bytes: budget.limit)) with this photo; read it on its own (GET …/$value)."
@@ -141,7 +145,7 @@ extension DataService {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(size)
         try await reader.forEachPart { bytes += $0 }
-        context.budget?.spend(bytes.count)
+        context.budget?.spend((bytes.count * 4 + 2) / 3)
         return DataResponse(
             status: 200,
             headers: [

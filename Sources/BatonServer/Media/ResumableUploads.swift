@@ -72,6 +72,8 @@ struct ResumableUpload: Sendable {
 struct ResumableUploadStore: Sendable {
     let storage: any ServerStorage
 
+    /// The bytes of one part: a whole chunk of the tablet's (1 MiB) is one row and one commit.
+    static let partSize = 1024 * 1024
     /// How long an upload nobody touches is kept (the media sweep removes it after that).
     static let expiry: TimeInterval = 24 * 3600
     static let columns = "id, owner, requestID, request, length, received, parts, media"
@@ -412,7 +414,7 @@ extension ODataRoutes {
         }
     }
 
-    /// Stores a request's body into `upload` from `offset`, a part (``MediaStore/partSize``) at a time, each with
+    /// Stores a request's body into `upload` from `offset`, a part (``ResumableUploadStore/partSize``) at a time, each with
     /// the offset it moves; when the connection breaks, what arrived is kept. Returns the new offset.
     ///
     /// Refused with nothing stored: bytes past the upload's end; a first chunk whose first bytes are no JPEG, PNG
@@ -480,7 +482,7 @@ extension ODataRoutes {
                 throw Self.pastTheEnd(length: upload.length, held: received)
             }
             pending.append(contentsOf: buffer.readableBytesView)
-            while pending.count >= MediaStore.partSize { try await flush(MediaStore.partSize) }
+            while pending.count >= ResumableUploadStore.partSize { try await flush(ResumableUploadStore.partSize) }
         }
         if received == offset, pending.count < Self.minimumAppend, received + Int64(pending.count) < upload.length,
             !pending.isEmpty

@@ -41,7 +41,7 @@ extension DataService {
         _ target: Target, name: String, request: DataRequest, attribution: Attribution, in db: any SQLConnection,
         context: Context, audit: inout [AuditEntry]
     ) async throws -> DataResponse {
-        guard target.single, let canonical = target.canonical else {
+        guard target.single else {
             throw ServerError.badRequest("A stream property is addressed through its entity's key: Set(key)/\(name).")
         }
         switch request.method {
@@ -54,20 +54,36 @@ extension DataService {
         try await checkSignedPrecondition(request, attribution: attribution, in: db)
         let current = try await precondition(target, request: request, in: db)
         try checkOwnership(target, current: current, attribution: attribution)
+        // Named by the key as stored (one entity has one name, however its URL spelled the key).
+        let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
+        let canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: key)
+        if let media = request.media {
+            let used =
+                try await db.fetchOne(
+                    #"SELECT CAST(COALESCE(SUM(size), 0) AS bigint) FROM "$stream" WHERE owner = ?"#,
+                    attribution.author)?[0].integer ?? 0
+            let replaced = try await streamValue(set: target.set.name, canonical: canonical, name: name, in: db)
+            guard used - (replaced?.size ?? 0) + media.size <= configuration.mediaQuotaPerUser else {
+                throw ServerError(
+                    .contentTooLarge, "MediaQuotaExceeded",
+                    "The streams '\(attribution.author.prefix(64))' stored would hold more than \(configuration.mediaQuotaPerUser / (1024 * 1024)) MiB; remove some first."
+                )
+            }
+        }
         try await db.execute(
             #"DELETE FROM "$stream" WHERE entitySet = ? AND entity = ? AND property = ?"#, target.set.name, canonical,
             name)
         if let media = request.media {
             try await db.execute(
                 #"""
-                INSERT INTO "$stream" (entitySet, entity, property, sha256, contentType, size)
-                VALUES (?, ?, ?, ?, ?, ?)
-                """#, target.set.name, canonical, name, media.sha256, media.kind.rawValue, media.size)
+                INSERT INTO "$stream" (entitySet, entity, property, sha256, contentType, size, owner)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """#, target.set.name, canonical, name, media.sha256, media.kind.rawValue, media.size,
+                attribution.author)
         }
         // The entity changed: a new ETag, and delta links carry it.
         var values: [String: PrimitiveValue] = [:]
         applyServerKept(&values, type: target.type, attribution: attribution, creating: false)
-        let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
         let sequence = try await DataStore.nextSequence(db)
         let update = try translator.update(
             target.set.name, key: key, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
@@ -84,16 +100,20 @@ extension DataService {
         try await db.execute(#"DELETE FROM "$stream" WHERE entitySet = ? AND entity = ?"#, set, canonical)
     }
 
-    /// A model's media entity types need the properties where the server records their bytes: `SHA256` and
-    /// `ContentType` (`Edm.String`) and `Size` (`Edm.Int64`), each `Core.Computed`.
+    /// A model's media entity types need the properties where the server records their bytes and who took them:
+    /// `SHA256`, `ContentType` and `TakenBy` (`Edm.String`) and `Size` (`Edm.Int64`), each `Core.Computed` — the
+    /// quotas count a person's photos by `TakenBy`.
     ///
     /// - Throws: ``ServerSetupError`` naming the type and what it lacks.
     static func checkMediaTypes(_ model: ServiceModel) throws(ServerSetupError) {
         for type in model.entityTypes where type.hasStream {
-            for (name, kind) in [("SHA256", EdmPrimitiveType.string), ("ContentType", .string), ("Size", .int64)] {
+            let needed = [
+                ("SHA256", EdmPrimitiveType.string), ("ContentType", .string), ("TakenBy", .string), ("Size", .int64),
+            ]
+            for (name, kind) in needed {
                 guard let property = type.property(named: name), property.type == kind, property.isComputed else {
                     throw ServerSetupError(
-                        "Media entity type '\(type.name)' (HasStream) needs a property '\(name)' of type \(kind.rawValue) annotated Core.Computed: the server records its bytes there."
+                        "Media entity type '\(type.name)' (HasStream) needs a property '\(name)' of type \(kind.rawValue) annotated Core.Computed: the server records its bytes and who took them there."
                     )
                 }
             }
@@ -117,8 +137,15 @@ extension ODataRoutes {
         let entityURL = String(path.dropLast(name.count + 1))
         let read = DataRequest(method: "GET", url: entityURL, headers: [("Accept", "application/json")], body: [])
         let answer = try await execute(read, context: dataContext, modelOnly: false, logger: context.logger)
-        guard answer.status == 200 else { return Self.httpResponse(answer, version: dataContext.version) }
-        let canonical = ResourcePath.canonicalURL(entitySet: set, key: key)
+        guard answer.status == 200, let entity = answer.jsonBody,
+            let type = service.model.entitySet(named: set).flatMap(service.model.entityType(of:))
+        else { return Self.httpResponse(answer, version: dataContext.version) }
+        // Named by the key as stored, read back (one entity has one name, however the URL spelled its key).
+        let stored = try key.map { given in
+            guard let property = type.property(named: given.name), let json = entity[given.name] else { return given }
+            return KeyValue(name: given.name, value: try PrimitiveValue(json: json, for: property))
+        }
+        let canonical = ResourcePath.canonicalURL(entitySet: set, key: stored)
         let service = service
         guard
             let stream = try await service.store.storage.read({ db in

@@ -314,6 +314,9 @@ final class ResponseBudget: Sendable {
     var isSpent: Bool { spent.withLock { $0 >= limit } }
 
     func spend(_ bytes: Int) { spent.withLock { $0 += bytes } }
+
+    /// The bytes spent so far.
+    var spentBytes: Int { spent.withLock { $0 } }
 }
 
 extension DataResponse {

@@ -172,8 +172,10 @@ struct DataStore: Sendable {
             """
             CREATE TABLE IF NOT EXISTS "$stream" (
                 entitySet text NOT NULL, entity text NOT NULL, property text NOT NULL, sha256 text NOT NULL,
-                contentType text NOT NULL, size bigint NOT NULL, PRIMARY KEY (entitySet, entity, property))
+                contentType text NOT NULL, size bigint NOT NULL, owner text NOT NULL,
+                PRIMARY KEY (entitySet, entity, property))
             """,
+            #"CREATE INDEX IF NOT EXISTS "$streamOwner" ON "$stream" (owner)"#,
         ] {
             // What exists is left alone without taking a lock: instances start beside serving ones.
             let prefix = #"CREATE INDEX IF NOT EXISTS ""#
@@ -324,7 +326,9 @@ struct DataStore: Sendable {
                     upload TEXT NOT NULL, part INTEGER NOT NULL, bytes BLOB NOT NULL, PRIMARY KEY (upload, part));
                 CREATE TABLE IF NOT EXISTS "$stream" (
                     entitySet TEXT NOT NULL, entity TEXT NOT NULL, property TEXT NOT NULL, sha256 TEXT NOT NULL,
-                    contentType TEXT NOT NULL, size INTEGER NOT NULL, PRIMARY KEY (entitySet, entity, property));
+                    contentType TEXT NOT NULL, size INTEGER NOT NULL, owner TEXT NOT NULL,
+                    PRIMARY KEY (entitySet, entity, property));
+                CREATE INDEX IF NOT EXISTS "$streamOwner" ON "$stream" (owner);
                 """)
         try migrateRepeatability(db)
         // Entries a crash left before instants were stored as numbers carry GRDB's date text.
