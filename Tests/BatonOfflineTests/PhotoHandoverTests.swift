@@ -152,6 +152,44 @@ extension HandoverTests {
         }
     }
 
+    /// A photo downloaded while its store was removed and a new one opened under another key is not kept: neither
+    /// in the new store nor as a file sealed under the old key.
+    @Test func aPhotoDownloadedWhileTheStoreChangedIsNotKept() async throws {
+        try await withServer { server in
+            let device = try await makeDevice(server, definingQueries: Self.photoQueries)
+            let (session, tail) = try await signInAndDownload(device)
+            let checkID = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5000"))
+            let check = try #require(try await device.store.read(checkID).first?.values["ID"])
+            let id = try await device.store.takePhoto(ImageFixtures.jpeg(scanBytes: 40_000), values: ["CheckID": check])
+            #expect(try await device.store.upload(using: session.authorized, allowOnBehalf: true).isComplete)
+
+            let other = try await makeDevice(server, definingQueries: Self.photoQueries)
+            let (otherSession, _) = try await signInAndDownload(other)
+            let store = other.store
+            let user = OfflineUser(name: "alice", signingKey: P256.Signing.PrivateKey())
+            // The transport removes the store and opens a new one, under a new key, while the bytes are on the way.
+            let transport = HookedTransport(AsyncHTTPClientTransport()) { request in
+                guard request.url.absoluteString.hasSuffix("/$value") else { return }
+                try? await store.removeFiles()
+                try? await store.open(as: user, key: SymmetricKey(size: .bits256))
+            }
+            let client = BatonClient(serverURL: server.url, transport: transport)
+            let authorized = AuthorizedSession(
+                client: client, configuration: otherSession.authorized.configuration,
+                oauth: OAuthClient(
+                    metadata: try await client.discover().1, clientID: otherSession.authorized.configuration.clientID,
+                    transport: transport),
+                tokens: OAuthTokens(
+                    accessToken: try await otherSession.authorized.accessToken(), refreshToken: nil,
+                    expiresAt: Date().addingTimeInterval(300)))
+            await #expect(throws: OfflineError.self) { try await store.photo(id, using: authorized) }
+            #expect(try await store.photoCacheBytes() == 0)
+            let media = store.url.path + "-media"
+            #expect(((try? FileManager.default.contentsOfDirectory(atPath: media)) ?? []).isEmpty)
+            return server
+        }
+    }
+
     /// A discarded user's photo goes into the backup with its bytes, and a change to its check queued after it
     /// waits for it.
     @Test func aDiscardedPhotoIsInTheBackupAndLaterCheckChangesWaitForIt() async throws {
@@ -193,5 +231,21 @@ extension HandoverTests {
             await #expect(throws: OfflineError.self) { try await device.store.photo(discarded, using: nil) }
             return server
         }
+    }
+}
+
+/// A transport that runs `hook` before each request it forwards.
+final class HookedTransport: HTTPTransport {
+    let inner: any HTTPTransport
+    let hook: @Sendable (ClientRequest) async -> Void
+
+    init(_ inner: any HTTPTransport, hook: @escaping @Sendable (ClientRequest) async -> Void) {
+        self.inner = inner
+        self.hook = hook
+    }
+
+    func send(_ request: ClientRequest) async throws(BatonClientError) -> ClientResponse {
+        await hook(request)
+        return try await inner.send(request)
     }
 }

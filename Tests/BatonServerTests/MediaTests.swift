@@ -384,6 +384,26 @@ import Testing
         }
     }
 
+    /// Photos read in a `$batch` count their base64 answers, and what came before, against the batch's budget.
+    @Test func photosReadInABatchKeepWithinItsAnswerBudget() async throws {
+        let jpeg = ImageFixtures.jpeg(scanBytes: 12_000)
+        try await Self.world(backend: .sqlite, configure: { $0.dataService.maximumBatchResponseSize = 20_000 }) {
+            _, client, alice, _, _ in
+            for index in [720, 721] {
+                #expect(
+                    try await client.media(
+                        .post, "CheckPhotos", token: alice, contentType: "image/jpeg", body: jpeg,
+                        headers: [("Slug", Self.slug(id: Fixtures.id(index)))]
+                    ).status == .created)
+            }
+            let batch =
+                #"{"requests":[{"id":"1","method":"GET","url":"CheckPhotos(\#(Fixtures.id(720)))/$value"},{"id":"2","method":"GET","url":"CheckPhotos(\#(Fixtures.id(721)))/$value"}]}"#
+            let answer = try await client.odata(.post, "$batch", token: alice, body: batch)
+            let statuses = (answer.json["responses"] as? [[String: Any]] ?? []).compactMap { $0["status"] as? Int }
+            #expect(statuses == [200, 413], "\(answer.text.prefix(300))")
+        }
+    }
+
     /// The photos one person took hold at most their quota (on PostgreSQL the sum was read as no number at all).
     @Test(arguments: StorageBackend.allCases) func aPersonsPhotosKeepWithinTheirQuota(backend: StorageBackend)
         async throws
