@@ -108,12 +108,7 @@ struct MediaBenchmark {
             let ours = try await NIOThreadPool.singleton.runIfActive {
                 try Benchmark.wrk(target, script: script, connections: 4, seconds: duration)
             }
-            let megabytes = Double(Self.photoSize) / 1_048_576
-            ratios.append(ours / plain)
-            print(
-                String(
-                    format: "round %d: bare PUT to disk %6.1f MiB/s   Baton POST CheckPhotos %6.1f MiB/s   ratio %.2f",
-                    round, plain * megabytes, ours * megabytes, ours / plain))
+            ratios.append(Self.printRound(round, "Baton POST CheckPhotos", plain: plain, ours: ours))
         }
         let median = ratios.sorted()[1]
         print(
@@ -208,12 +203,7 @@ struct MediaBenchmark {
         for round in 1...3 {
             let plain = try await rate(plainOnce)
             let ours = try await rate(uploadOnce)
-            ratios.append(ours / plain)
-            let megabytes = Double(Self.photoSize) / 1_048_576
-            print(
-                String(
-                    format: "round %d: bare PUT to disk %6.1f MiB/s   resumable CheckPhotos %6.1f MiB/s   ratio %.2f",
-                    round, plain * megabytes, ours * megabytes, ours / plain))
+            ratios.append(Self.printRound(round, "resumable CheckPhotos", plain: plain, ours: ours))
         }
         let median = ratios.sorted()[1]
         print(
@@ -221,6 +211,16 @@ struct MediaBenchmark {
                 format:
                     "resumable upload / bare PUT, median of 3: %.2f (the target's 0.50 is the one-request upload's)",
                 median))
+    }
+
+    /// Prints one round's photos a second as MiB/s next to the bare route's, and returns their ratio.
+    static func printRound(_ round: Int, _ label: String, plain: Double, ours: Double) -> Double {
+        let megabytes = Double(photoSize) / 1_048_576
+        print(
+            String(
+                format: "round %d: bare PUT to disk %6.1f MiB/s   %@ %6.1f MiB/s   ratio %.2f", round,
+                plain * megabytes, label, ours * megabytes, ours / plain))
+        return ours / plain
     }
 
     /// Capture on the tablet: a store opened as a user, a check downloaded, 5 MiB photos taken.

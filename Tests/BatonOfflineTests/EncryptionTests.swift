@@ -19,6 +19,15 @@ import Testing
         return directory
     }
 
+    /// A store in `directory`, opened for alice with a new key.
+    func openedStore(_ directory: URL) async throws -> (OfflineStore, OfflineUser, SymmetricKey) {
+        let key = SymmetricKey(size: .bits256)
+        let user = OfflineUser(name: "alice", signingKey: P256.Signing.PrivateKey())
+        let store = try makeStore(directory)
+        try await store.open(as: user, key: key)
+        return (store, user, key)
+    }
+
     func record(_ store: OfflineStore, remarks: String, count: Int = 200) async throws -> [String] {
         var ids: [String] = []
         for index in 0..<count {
@@ -97,10 +106,7 @@ import Testing
     @Test func photoFilesAreSealedChunkByChunkAndOrphansGo() async throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let key = SymmetricKey(size: .bits256)
-        let user = OfflineUser(name: "alice", signingKey: P256.Signing.PrivateKey())
-        let store = try makeStore(directory)
-        try await store.open(as: user, key: key)
+        let (store, user, key) = try await openedStore(directory)
         let ids = try await record(store, remarks: "photos", count: 2)
         let first = try await store.takePhoto(
             Self.jpeg(holding: [1, 2, 3], size: 700_000), values: ["CheckID": Self.guid(of: ids[0])])
@@ -159,10 +165,7 @@ import Testing
     @Test func alteredBytesAreDetectedNotRead() async throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(at: directory) }
-        let key = SymmetricKey(size: .bits256)
-        let user = OfflineUser(name: "alice", signingKey: P256.Signing.PrivateKey())
-        let store = try makeStore(directory)
-        try await store.open(as: user, key: key)
+        let (store, user, key) = try await openedStore(directory)
         _ = try await record(store, remarks: String(repeating: "r", count: 300), count: 300)
         await store.close()
         let file = directory.appendingPathComponent("offline.sqlite")
