@@ -399,7 +399,7 @@ extension BatonServer {
     /// Makes the event loops of NIO's shared group Swift concurrency's global executor, so a request's handler
     /// runs on the thread that read the request and writes the answer there, instead of hopping to the
     /// concurrency pool and back: two thread wake-ups per request, on a small machine the larger part of a short
-    /// read's cost (see the benchmark in the README).
+    /// read's cost (see docs/BENCHMARKS.md).
     ///
     /// Call it once, first thing in `main`, before the server starts. Nothing the server runs may block a
     /// thread for long, as it would stall the connections of its event loop: bcrypt runs on NIO's thread pool,

@@ -10,7 +10,7 @@ import Synchronization
 #endif
 
 /// Real `baton-server serve` processes on one PostgreSQL database behind a real nginx, configured from
-/// `deploy/nginx.conf` (only the ports differ): the deployment the README describes, for the tests that kill
+/// `deploy/nginx.conf` (only the ports differ): the deployment docs/OPERATIONS.md describes, for the tests that kill
 /// instances.
 ///
 /// Each instance gets its database URL (with the password) and the master-key file from its environment, as

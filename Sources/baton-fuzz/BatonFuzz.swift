@@ -1,7 +1,7 @@
 import BatonFuzzing
 import Foundation
 
-/// The libFuzzer entry point, used when built with `-sanitize=fuzzer` (see the README).
+/// The libFuzzer entry point, used when built with `-sanitize=fuzzer` (see docs/FUZZING.md).
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzOneInput(_ start: UnsafePointer<UInt8>, _ count: Int) -> CInt {
     ParserFuzzing.exercise(Array(UnsafeBufferPointer(start: start, count: count)))

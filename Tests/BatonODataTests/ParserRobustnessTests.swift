@@ -4,7 +4,7 @@ import PropertyBased
 import Testing
 
 /// Random and mutated inputs, seeded from the ABNF corpus, fed to every parser: none may crash or hang, and
-/// every positioned error must point inside the input. (For long runs, see the README's libFuzzer section.)
+/// every positioned error must point inside the input. (For long runs, see docs/FUZZING.md.)
 @Suite struct ParserRobustnessTests {
     static let model = try? ServiceModel.aircraftChecks
     static let seeds: [String] = {

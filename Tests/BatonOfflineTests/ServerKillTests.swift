@@ -16,7 +16,7 @@ import Testing
 /// through the balancer. Afterwards every change is on the server exactly once, attributed to its author and its
 /// uploader, and nothing waits on the device.
 ///
-/// `BATON_SERVER_KILLS` sets the number of kills (default 50; the README's longer run uses 500).
+/// `BATON_SERVER_KILLS` sets the number of kills (default 50; docs/CHAOS.md's longer run uses 500).
 @Suite(.serverSlot, .serialized) struct ServerKillTests {
     static let kills = Int(ProcessInfo.processInfo.environment["BATON_SERVER_KILLS"] ?? "") ?? 50
 

@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 /// The fuzzer's kept corpus and every input that once crashed a parser, replayed through the same entry point
-/// `baton-fuzz` runs under libFuzzer (`scripts/fuzz`, the README's "Fuzzing the parsers").
+/// `baton-fuzz` runs under libFuzzer (`scripts/fuzz`, docs/FUZZING.md).
 @Suite struct FuzzCorpusTests {
     static let fuzz = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("fuzz")

@@ -77,7 +77,7 @@ import Testing
         let (photoAnswer, photographed) = try await URLSession.shared.data(for: photo)
         #expect(
             (photographed as? HTTPURLResponse)?.statusCode == 201, "\(String(decoding: photoAnswer, as: UTF8.self))")
-        // The README's screenshots come from the SQLite run.
+        // The screenshots of docs/OPERATIONS.md come from the SQLite run.
         let shots =
             (backend == .sqlite ? ProcessInfo.processInfo.environment["BATON_COCKPIT_SCREENSHOTS"] : nil)
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("baton-cockpit-\(UUID().uuidString)").path

@@ -6,7 +6,7 @@ import Synchronization
 /// One server's metrics, recorded through swift-metrics into a Prometheus registry of its own (several servers in
 /// one process keep separate counts), and scraped at `/metrics` of ``BatonServer/metricsApplication(onListening:)``.
 ///
-/// The series (the README's "Logs, metrics and traces" says what each means):
+/// The series (docs/OPERATIONS.md, "Logs, metrics and traces", says what each means):
 /// - `baton_http_requests_total{route,method,status}`, `baton_http_request_duration_seconds{route,method}`
 /// - `baton_sign_ins_total{method,result}` — a password checked, at the token endpoint or the sign-in page
 /// - `baton_token_grants_total{grant,result}` — refresh tokens and authorization codes exchanged

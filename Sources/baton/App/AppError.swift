@@ -6,7 +6,7 @@ import Foundation
 
 /// An error of the app itself, with the exit status it ends a subcommand with.
 struct AppError: Error, Sendable, CustomStringConvertible {
-    /// The documented exit statuses of `baton` (README, "Exit status").
+    /// The documented exit statuses of `baton` (docs/WALKTHROUGH.md, "Exit status").
     enum Status: Int32, Sendable {
         /// Something failed that is not one of the cases below (storage, server error).
         case failed = 1

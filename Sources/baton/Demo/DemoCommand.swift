@@ -121,6 +121,6 @@ struct Demo {
                 expect(error.position != nil, "the error names its position")
             }
         }
-        print("\nThe identity server runs on its own: swift run baton-server serve (see the README).")
+        print("\nThe identity server runs on its own: swift run baton-server serve (see docs/OPERATIONS.md).")
     }
 }
