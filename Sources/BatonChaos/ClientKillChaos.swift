@@ -31,7 +31,7 @@ public struct ClientKillChaos: Sendable {
     }
 
     public func run(progress: @Sendable (String) -> Void = { _ in }) async throws -> ChaosReport {
-        var random = SplitMix(seed: seed)
+        var random = SplitMix64(seed: seed)
         let server = try await LiveServer.start()
         defer { Task { await server.shutDown() } }
         try await server.addUser(

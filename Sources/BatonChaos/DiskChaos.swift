@@ -26,7 +26,7 @@ public struct DiskChaos: Sendable {
     static let reopenEvery = 8
 
     public func run(progress: @Sendable (String) -> Void = { _ in }) async throws -> ChaosReport {
-        var random = SplitMix(seed: seed)
+        var random = SplitMix64(seed: seed)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-disk-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: directory) }
@@ -230,7 +230,7 @@ package enum DiskWriter {
         }
         let user = OfflineUser(name: DiskWriterInput.user, signingKey: signingKey)
         let key = SymmetricKey(data: keyData)
-        var random = SplitMix(seed: input.seed)
+        var random = SplitMix64(seed: input.seed)
         do {
             let store = try OfflineStore(
                 url: URL(fileURLWithPath: input.storePath), model: try ServiceModel.aircraftChecks,

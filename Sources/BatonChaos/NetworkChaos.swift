@@ -31,7 +31,7 @@ public struct NetworkChaos: Sendable {
     static let passcodes = ["alice": "alice-pass-1", "bob": "bob-pass-12"]
 
     public func run(progress: @Sendable (String) -> Void = { _ in }) async throws -> ChaosReport {
-        var random = SplitMix(seed: seed)
+        var random = SplitMix64(seed: seed)
         let proxy = try await FaultProxy.start(stall: .seconds(2))
         let server = try await LiveServer.start(issuer: proxy.url)
         defer { Task { await server.shutDown() } }
@@ -437,18 +437,4 @@ public struct ChaosReport: Sendable, Codable {
         for problem in problems.prefix(20) { lines.append("  ✗ \(problem)") }
         return lines.joined(separator: "\n")
     }
-}
-
-/// A small, seeded generator: a run is repeated by its seed.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func next(below bound: Int) -> Int { Int(next() % UInt64(max(1, bound))) }
 }

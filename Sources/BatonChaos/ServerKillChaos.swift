@@ -31,7 +31,7 @@ public struct ServerKillChaos: Sendable {
     }
 
     public func run(progress: @Sendable (String) -> Void = { _ in }) async throws -> ChaosReport {
-        var random = SplitMix(seed: seed)
+        var random = SplitMix64(seed: seed)
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-kill-\(UUID())")
         defer { try? FileManager.default.removeItem(at: directory) }
         let data = directory.appendingPathComponent("server")

@@ -52,7 +52,7 @@ extension DataService {
                 "A stream property is read with GET, replaced with PUT and its bytes, and removed with DELETE.")
         }
         try await checkSignedPrecondition(request, attribution: attribution, in: db)
-        let current = try await precondition(target, request: request, in: db)
+        let current = try await checkPrecondition(target, request: request, in: db)
         try checkOwnership(target, current: current, attribution: attribution)
         // Named by the key as stored (one entity has one name, however its URL spelled the key).
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }

@@ -224,7 +224,9 @@ extension DataService {
 
     /// Checks `If-Match` against the stored entity: 428 without it, 412 when it does not match, 404 when the
     /// entity does not exist.
-    func precondition(_ target: Target, request: DataRequest, in db: any SQLConnection) async throws -> StoredEntity {
+    func checkPrecondition(_ target: Target, request: DataRequest, in db: any SQLConnection) async throws
+        -> StoredEntity
+    {
         guard let header = request.header("If-Match") else {
             throw ServerError(
                 .preconditionRequired, "PreconditionRequired",
@@ -250,7 +252,7 @@ extension DataService {
         context: Context, audit: inout [AuditEntry]
     ) async throws -> DataResponse {
         try await checkSignedPrecondition(request, attribution: attribution, in: db)
-        let current = try await precondition(target, request: request, in: db)
+        let current = try await checkPrecondition(target, request: request, in: db)
         try checkOwnership(target, current: current, attribution: attribution)
         // A media entity's new bytes (`PUT …/$value`) change only what the server keeps about them.
         let payload =
@@ -310,7 +312,7 @@ extension DataService {
         audit: inout [AuditEntry]
     ) async throws -> DataResponse {
         try await checkSignedPrecondition(request, attribution: attribution, in: db)
-        let current = try await precondition(target, request: request, in: db)
+        let current = try await checkPrecondition(target, request: request, in: db)
         try checkOwnership(target, current: current, attribution: attribution)
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
         let delete = try translator.delete(from: target.set.name, key: key)
@@ -486,7 +488,7 @@ extension DataService {
                     try await self.checkMediaQuota(target, adding: media, author: context.user, replacing: nil, in: db)
                 }
             } else {
-                let current = try await self.precondition(target, request: request, in: db)
+                let current = try await self.checkPrecondition(target, request: request, in: db)
                 if own { try self.checkOwnership(target, current: current, attribution: attribution) }
             }
         }

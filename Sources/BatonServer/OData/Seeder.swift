@@ -8,18 +8,6 @@ struct Seeder {
     let store: DataStore
     let clock: ServerClock
 
-    /// A small deterministic random source (SplitMix64), so seeded data is reproducible.
-    struct Random: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     static let stations = ["FRA", "MUC", "HAM", "BER", "DUS", "CGN", "STR", "VIE", "ZRH", "LHR"]
     static let types: [(name: String, fuel: ClosedRange<Int>, main: ClosedRange<Int>, nose: ClosedRange<Int>)] = [
         ("A320", 4_000...18_000, 190...205, 55...62), ("A320neo", 4_000...19_000, 190...205, 55...62),
@@ -34,7 +22,7 @@ struct Seeder {
         guard model.entitySet(named: "Aircraft") != nil, model.entitySet(named: "Flights") != nil,
             model.entitySet(named: "PreflightChecks") != nil
         else { throw ServerSetupError("seed fills the aircraft-checks model only; this server serves another model.") }
-        var random = Random(state: seed)
+        var random = SplitMix64(seed: seed)
         let translator = SQLTranslator(model: model, dialect: store.storage.dialect)
         let now = clock.now()
         let changedAt = PrimitiveValue.dateTimeOffset(ODataDateTimeOffset(now))

@@ -147,7 +147,7 @@ struct SCIMRoutes {
             scim.on("Users/:id", method: method) { request, context in
                 try await serving(request, context) { provider, context in
                     let user = try await owned(context.parameters.get("id") ?? "", by: provider)
-                    try precondition(request, user)
+                    try checkPrecondition(request, user)
                     let changed = try change(user, try await body(request, context))
                     return try await store(
                         changed, was: user, checked: request.headers[.ifMatch] != nil, provider: provider,
@@ -158,7 +158,7 @@ struct SCIMRoutes {
         scim.delete("Users/:id") { request, context in
             try await serving(request, context) { provider, context in
                 let user = try await owned(context.parameters.get("id") ?? "", by: provider)
-                try precondition(request, user)
+                try checkPrecondition(request, user)
                 let checked = request.headers[.ifMatch] != nil
                 do {
                     try await users.delete(user.name) { db in
@@ -233,7 +233,7 @@ struct SCIMRoutes {
     }
 
     /// RFC 7644 §3.14: a stale `If-Match` is refused (412) and nothing changes.
-    func precondition(_ request: Request, _ user: SCIMUser) throws {
+    func checkPrecondition(_ request: Request, _ user: SCIMUser) throws {
         guard let match = request.headers[.ifMatch] else { return }
         let tags = match.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
         guard tags.contains("*") || tags.contains(user.version) else {
