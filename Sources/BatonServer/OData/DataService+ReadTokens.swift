@@ -1,0 +1,150 @@
+import BatonOData
+import BatonSQL
+import Foundation
+
+extension DataService {
+    // MARK: Tokens and links
+
+    /// Where a read in pages stands: how many entities it served, the sequence value its change tracking starts
+    /// at, and the key of the last entity served (for reads in key order).
+    struct SkipToken {
+        var offset: Int
+        var through: Watermark?
+        var after: [PrimitiveValue]?
+    }
+
+    /// An opaque skip token: base64url of `k<offset>:<through or ->:<the last key, as a JSON array>`, or of
+    /// `offset[:through]` for reads that continue at an offset.
+    static func encodeSkipToken(offset: Int, through: Watermark?, after: [PrimitiveValue]? = nil, type: EntityType)
+        -> String
+    {
+        guard let after else {
+            return base64URL(Data((through.map { "\(offset):\($0.token)" } ?? String(offset)).utf8))
+        }
+        let text = "k\(offset):\(through?.token ?? "-"):\(keyJSON(after, type: type))"
+        // A key too long for a token (a string key of kilobytes) continues at the offset instead.
+        guard text.utf8.count <= maximumKeyPosition else {
+            return encodeSkipToken(offset: offset, through: through, after: nil, type: type)
+        }
+        return base64URL(Data(text.utf8))
+    }
+
+    /// A key's values (in the type's key order) as the JSON array a skip token carries.
+    static func keyJSON(_ values: [PrimitiveValue], type: EntityType) -> String {
+        JSONValue.array(zip(type.keyProperties, values).map { property, value in value.json(as: property.type) })
+            .serialized
+    }
+
+    /// The longest key position a skip token carries, in bytes before base64: a longer one is not parsed (and
+    /// never written: such a read continues at its offset).
+    static let maximumKeyPosition = 8 * 1024
+
+    /// The longest skip token read at all: a key position's, in base64.
+    static let maximumSkipToken = (maximumKeyPosition + 2) / 3 * 4
+
+    /// The longest key a create accepts, as JSON: with the offset and sequence it fits ``maximumKeyPosition``, so
+    /// only keys stored some other way (written into the database directly) are ever paged by offset.
+    static let maximumKeyBytes = 4 * 1024
+
+    /// A delta token: where the client's copy stands (``Watermark``), and (when later) where it stood when it read
+    /// the last entity it holds (`through.held`).
+    static func encodeDeltaToken(through: Watermark, held: Watermark) -> String {
+        held == through ? through.token : "\(through.token).\(held.token)"
+    }
+
+    /// The two watermarks of a delta token, or nil for one this server did not issue.
+    static func decodeDeltaToken(_ token: String) -> (through: Watermark, held: Watermark)? {
+        let parts = token.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count <= 2, let through = Watermark(token: parts[0]) else { return nil }
+        guard parts.count == 2 else { return (through, through) }
+        guard let held = Watermark(token: parts[1]) else { return nil }
+        switch (through, held) {
+        case (.sequence(let through), .sequence(let held)) where held > through: break
+        case (.snapshot(let through), .snapshot(let held)) where held != through && held.xmax >= through.xmax: break
+        default: return nil
+        }
+        return (through, held)
+    }
+
+    /// A delta page's skip token: the last sequence served and the page set's `through`.
+    static func encodeDeltaSkipToken(after: Int64, through: Watermark) -> String {
+        base64URL(Data("s\(after):\(through.token)".utf8))
+    }
+
+    /// The last sequence served and `through`; a token from before sequence-order paging (a position) starts the
+    /// delta over from its token (changes are sent again, none is skipped).
+    static func decodeDeltaSkipToken(_ token: String) throws -> (after: Int64?, through: Watermark?) {
+        guard token.utf8.count <= maximumSkipToken, let data = Data(base64URLEncoded: token) else {
+            throw invalidSkipToken
+        }
+        let text = String(decoding: data, as: UTF8.self)
+        guard text.hasPrefix("s") else { return (nil, try decodeSkipToken(token, type: nil).through) }
+        let parts = text.dropFirst().split(separator: ":")
+        guard parts.count == 2, let after = Int64(parts[0]), let through = Watermark(token: parts[1]), after >= 0
+        else { throw invalidSkipToken }
+        if case .sequence(let through) = through, after > through { throw invalidSkipToken }
+        return (after, through)
+    }
+
+    /// A skip token's position; a key position must be a key of `type` (nil: none is accepted).
+    static func decodeSkipToken(_ token: String, type: EntityType?) throws -> SkipToken {
+        guard token.utf8.count <= maximumSkipToken, let data = Data(base64URLEncoded: token) else {
+            throw invalidSkipToken
+        }
+        let text = String(decoding: data, as: UTF8.self)
+        if text.hasPrefix("k") {
+            let parts = text.dropFirst().split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard let type, parts.count == 3, let offset = Int(parts[0]), (0...maximumOffset).contains(offset),
+                let members = (try? JSONValue(parsing: parts[2]))?.arrayValue, members.count == type.key.count
+            else { throw invalidSkipToken }
+            var through: Watermark?
+            if parts[1] != "-" {
+                guard let value = Watermark(token: parts[1]) else { throw invalidSkipToken }
+                through = value
+            }
+            var after: [PrimitiveValue] = []
+            for (name, member) in zip(type.key, members) {
+                // The key's type only, not its facets: a key stored before the model tightened one (a shorter
+                // MaxLength) is still a position this server wrote.
+                guard let property = type.property(named: name),
+                    let value = try? PrimitiveValue(
+                        json: member, for: Property(name: name, type: property.type, isNullable: false)),
+                    !value.isNull
+                else { throw invalidSkipToken }
+                after.append(value)
+            }
+            return SkipToken(offset: offset, through: through, after: after)
+        }
+        let parts = text.split(separator: ":")
+        guard let offset = parts.first.flatMap({ Int($0) }), (0...maximumOffset).contains(offset), parts.count <= 2
+        else {
+            throw invalidSkipToken
+        }
+        if parts.count == 2 {
+            guard let through = Watermark(token: parts[1]) else { throw invalidSkipToken }
+            return SkipToken(offset: offset, through: through)
+        }
+        return SkipToken(offset: offset)
+    }
+
+    /// The largest offset a skip token may carry: far beyond any real collection, far below overflow.
+    static let maximumOffset = 1 << 40
+
+    static let invalidSkipToken = ServerError.badRequest(
+        "The $skiptoken is not one this server issued; follow @odata.nextLink as given.", target: "$skiptoken")
+
+    /// The relative URL with the named query options (with or without `$`, any case) removed and `option`
+    /// appended.
+    static func replacingQueryOption(in url: String, names: Set<String>, with option: (String, String)) -> String {
+        let parts = url.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
+        var items = parts.count > 1 ? parts[1].split(separator: "&").map(String.init) : []
+        items.removeAll { item in
+            let name =
+                (item.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "").removingPercentEncoding ?? ""
+            let bare = (name.hasPrefix("$") ? String(name.dropFirst()) : name).lowercased()
+            return names.contains(bare)
+        }
+        items.append("\(option.0)=\(option.1)")
+        return String(parts[0]) + "?" + items.joined(separator: "&")
+    }
+}
