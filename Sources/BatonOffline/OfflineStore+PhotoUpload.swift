@@ -16,11 +16,12 @@ extension OfflineStore {
         user: OfflineUser, session: AuthorizedSession, allowOnBehalf: Bool, into report: inout UploadReport
     ) async throws(OfflineError) -> (retryLater: Bool, uploaded: Int) {
         var uploaded = 0
+        var onBehalf = allowOnBehalf
         let candidates = try read { db in
             try Row.fetchAll(db, sql: #"SELECT * FROM "$queue" WHERE media IS NOT NULL ORDER BY seq"#).map(Self.entry)
         }
         for entry in candidates {
-            guard entry.author == user.name || allowOnBehalf else { continue }
+            guard entry.author == user.name || onBehalf else { continue }
             let principals = principalIDs(ofQueued: entry.entityID, body: entry.body)
             let (waiting, refused) = try read { db -> (Bool, String?) in
                 for principal in principals {
@@ -67,9 +68,10 @@ extension OfflineStore {
                 if error.code == .offline { throw error }
                 return (true, uploaded)
             }
-            switch response.status {
-            case 200..<300:
-                let body = try? JSONValue(parsing: response.body)
+            let body = try? JSONValue(parsing: response.body)
+            let code = body?["error"]?["code"]?.stringValue
+            switch ChangeDisposition.of(status: response.status, code: code, method: entry.method) {
+            case .applied:
                 let answer = BatchResponse(
                     id: String(entry.sequence), status: response.status,
                     headers: response.headers.map { ($0.name, $0.value) },
@@ -81,14 +83,18 @@ extension OfflineStore {
                 }
                 report.uploaded.append(entry)
                 uploaded += 1
-            case let status where !ChangeAnswer.isRefusal(status: status):
+            case .retryLater:
                 return (true, uploaded)
-            default:
+            case .waitForAuthor:
+                // Another author's photo waits for them, and so do the rest of theirs.
+                onBehalf = false
+            case .archive(let withServerVersion):
                 let answer = BatchResponse(
                     id: String(entry.sequence), status: response.status,
-                    headers: response.headers.map { ($0.name, $0.value) },
-                    body: try? JSONValue(parsing: response.body))
-                report.archived.append(try archive(entry, response: answer, serverVersion: nil))
+                    headers: response.headers.map { ($0.name, $0.value) }, body: body)
+                let serverVersion =
+                    withServerVersion ? try? await fetchServerVersion(entry.entityID, session: session) : nil
+                report.archived.append(try archive(entry, response: answer, serverVersion: serverVersion))
             }
         }
         return (false, uploaded)

@@ -137,24 +137,19 @@ extension OfflineStore {
         var retryLater = false
         var succeeded: [(entry: QueueEntry, response: BatchResponse)] = []
         for entry in chosen {
-            guard let response = responses[String(entry.sequence)] else {
+            let response = responses[String(entry.sequence)]
+            let code = response?.body?["error"]?["code"]?.stringValue
+            switch ChangeDisposition.of(status: response?.status, code: code, method: entry.method) {
+            case .applied:
+                if let response { succeeded.append((entry, response)) }
+            case .retryLater:
                 retryLater = true
-                continue
-            }
-            switch response.status {
-            case 200..<300:
-                succeeded.append((entry, response))
-            case let status where status >= 400 && !ChangeAnswer.isRefusal(status: status):
-                retryLater = true
-            case 403 where response.body?["error"]?["code"]?.stringValue == "OnBehalfNotAllowed":
+            case .waitForAuthor:
                 allowOnBehalf = false
-            default:
-                // The server's version, to compare and to take: for a conflict, and for any refused change to an
-                // entity the server still has (a 403 leaves the device's copy differing from the server's).
-                let refusedChange = entry.method != "POST" && response.status != 404 && response.status != 410
+            case .archive(let withServerVersion):
+                guard let response else { continue }
                 let serverVersion =
-                    response.status == 412 || refusedChange
-                    ? try? await fetchServerVersion(entry.entityID, session: session) : nil
+                    withServerVersion ? try? await fetchServerVersion(entry.entityID, session: session) : nil
                 report.archived.append(try archive(entry, response: response, serverVersion: serverVersion))
             }
         }
