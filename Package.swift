@@ -79,13 +79,25 @@ let package = Package(
         // OData query AST -> parameterised SQL (SQLite and PostgreSQL dialects).
         .target(
             name: "BatonSQL",
-            dependencies: ["BatonOData", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["BatonOData"],
+            swiftSettings: swiftSettings
+        ),
+        // BatonSQL's values and queries as GRDB binds and reads them (the device's store and the server's SQLite).
+        .target(
+            name: "BatonSQLGRDB",
+            dependencies: ["BatonSQL", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: swiftSettings
+        ),
+        // Files written whole or not at all (the secure stores, the server's keys): the device and the server share it.
+        .target(
+            name: "BatonFiles",
             swiftSettings: swiftSettings
         ),
         // Per-user encrypted store behind a passcode (SDK).
         .target(
             name: "BatonSecureStore",
             dependencies: [
+                "BatonFiles",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CryptoExtras", package: "swift-crypto"),
             ],
@@ -107,8 +119,10 @@ let package = Package(
             name: "BatonOffline",
             dependencies: [
                 "BatonClient",
+                "BatonFiles",
                 "BatonOData",
                 "BatonSQL",
+                "BatonSQLGRDB",
                 "BatonSecureStore",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -121,6 +135,7 @@ let package = Package(
             name: "BatonFlows",
             dependencies: [
                 "BatonClient",
+                "BatonFiles",
                 "BatonOData",
                 "BatonOffline",
                 "BatonSecureStore",
@@ -134,9 +149,10 @@ let package = Package(
         .target(
             name: "BatonServer",
             dependencies: [
+                "BatonFiles",
                 "BatonOData",
                 "BatonSQL",
-                "BatonSecureStore",
+                "BatonSQLGRDB",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "GRDB", package: "GRDB.swift"),
@@ -188,7 +204,7 @@ let package = Package(
         // Test helper: writes to a secure store until killed (crash-safety test).
         .executableTarget(
             name: "baton-store-writer",
-            dependencies: ["BatonSecureStore", "BatonTesting"],
+            dependencies: ["BatonSecureStore"],
             swiftSettings: swiftSettings
         ),
         // Test helper: uploads an offline store's queue until killed (sync crash-safety test).
@@ -233,6 +249,7 @@ let package = Package(
         .executableTarget(
             name: "baton-bench",
             dependencies: [
+                "BatonSQLGRDB",
                 "BatonClient",
                 "BatonFlows",
                 "BatonOData",
@@ -261,6 +278,7 @@ let package = Package(
                 "BatonOData",
                 "BatonOffline",
                 "BatonSQL",
+                "BatonSQLGRDB",
                 "BatonTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ConsoleKitTerminal", package: "console-kit"),
@@ -326,7 +344,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonSecureStoreTests",
-            dependencies: ["BatonSecureStore", "BatonTesting"],
+            dependencies: ["BatonFiles", "BatonSecureStore", "BatonTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -334,6 +352,7 @@ let package = Package(
             dependencies: [
                 "BatonFuzzing",
                 "BatonSQL",
+                "BatonSQLGRDB",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ],

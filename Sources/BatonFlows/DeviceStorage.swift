@@ -1,3 +1,4 @@
+import BatonFiles
 import BatonSecureStore
 import Crypto
 import Foundation

@@ -1,6 +1,7 @@
 import BatonClient
 import BatonOData
 import BatonSQL
+import BatonSQLGRDB
 import Foundation
 import GRDB
 

@@ -1,6 +1,7 @@
 import BatonClient
 import BatonOData
 import BatonSQL
+import BatonSQLGRDB
 import Crypto
 import Foundation
 import GRDB

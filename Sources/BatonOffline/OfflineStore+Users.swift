@@ -1,5 +1,7 @@
+import BatonFiles
 import BatonOData
 import BatonSQL
+import BatonSQLGRDB
 import BatonSecureStore
 import Crypto
 import Foundation

@@ -1,5 +1,6 @@
 import BatonOData
 import BatonSQL
+import BatonSQLGRDB
 import Crypto
 import Foundation
 import GRDB

@@ -1,3 +1,4 @@
+import BatonFiles
 import Crypto
 import Foundation
 
@@ -38,7 +39,7 @@ struct SecureStoreFile: Codable {
         guard let data = try? encoder.encode(self) else {
             throw SecureStoreError(.io, "Cannot encode the secure store.")
         }
-        try AtomicFile.write(data, to: url)
+        do { try AtomicFile.write(data, to: url) } catch { throw SecureStoreError(.io, error.message) }
     }
 
     static func seal(_ data: Data, with key: SymmetricKey, context: Data) throws(SecureStoreError) -> String {

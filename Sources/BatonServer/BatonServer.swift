@@ -1,4 +1,5 @@
 import BatonOData
+import BatonSQLGRDB
 import Crypto
 import Foundation
 import GRDB

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BatonSQLGRDB
 import BatonServer
 import BatonTesting
 import Foundation

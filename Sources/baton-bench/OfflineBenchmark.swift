@@ -3,6 +3,7 @@ import BatonFlows
 import BatonOData
 import BatonOffline
 import BatonSQL
+import BatonSQLGRDB
 import BatonSecureStore
 import BatonTesting
 import Crypto

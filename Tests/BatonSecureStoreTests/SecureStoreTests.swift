@@ -2,6 +2,7 @@ import BatonTesting
 import Foundation
 import Testing
 
+@testable import BatonFiles
 @testable import BatonSecureStore
 
 @Suite struct SecureStoreTests {
@@ -243,7 +244,7 @@ import Testing
         defer { try? FileManager.default.removeItem(at: directory) }
         for (name, create) in [
             ("linked", AtomicFile.create), ("exclusive", AtomicFile.createExclusively),
-        ] as [(String, (Data, URL) throws(SecureStoreError) -> Bool)] {
+        ] as [(String, (Data, URL) throws(AtomicFileError) -> Bool)] {
             let file = directory.appendingPathComponent(name)
             #expect(try create(Data("first".utf8), file))
             #expect(try !create(Data("second".utf8), file))
@@ -255,7 +256,7 @@ import Testing
             try FileManager.default.contentsOfDirectory(atPath: directory.path).sorted() == ["exclusive", "linked"])
         // A folder that does not exist is an error that names it, not a crash.
         let nowhere = directory.appendingPathComponent("missing/file")
-        let error = #expect(throws: SecureStoreError.self) { try AtomicFile.create(Data(), at: nowhere) }
+        let error = #expect(throws: AtomicFileError.self) { try AtomicFile.create(Data(), at: nowhere) }
         #expect(error?.message.contains("missing") == true)
     }
 }

@@ -1,4 +1,5 @@
-import BatonSecureStore
+import BatonFiles
+import BatonSQLGRDB
 import Foundation
 import GRDB
 import Logging

@@ -1,5 +1,6 @@
 import BatonOData
 import BatonSQL
+import BatonSQLGRDB
 import GRDB
 import GRDBSQLite
 import Synchronization

@@ -1,4 +1,4 @@
-import BatonSecureStore
+import BatonFiles
 import Crypto
 import Foundation
 

@@ -1,4 +1,5 @@
 import BatonSQL
+import BatonSQLGRDB
 import Foundation
 import GRDB
 import GRDBSQLite

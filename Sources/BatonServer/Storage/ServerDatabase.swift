@@ -1,3 +1,4 @@
+import BatonSQLGRDB
 import Foundation
 import GRDB
 

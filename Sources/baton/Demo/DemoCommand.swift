@@ -1,6 +1,7 @@
 import ArgumentParser
 import BatonOData
 import BatonSQL
+import BatonSQLGRDB
 import Foundation
 import GRDB
 

@@ -1,3 +1,4 @@
+import BatonSQL
 import Foundation
 import GRDB
 

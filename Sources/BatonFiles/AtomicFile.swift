@@ -12,8 +12,8 @@ import Foundation
 public enum AtomicFile {
     /// Replaces the file at `url` with `data` (mode 0600), crash-safely.
     ///
-    /// - Throws: ``SecureStoreError`` `io` when the file cannot be written.
-    public static func write(_ data: Data, to url: URL) throws(SecureStoreError) {
+    /// - Throws: ``AtomicFileError`` when the file cannot be written.
+    public static func write(_ data: Data, to url: URL) throws(AtomicFileError) {
         let temporary = try flushedTemporary(data, beside: url)
         guard rename(temporary, url.path) == 0 else {
             unlink(temporary)
@@ -25,8 +25,8 @@ public enum AtomicFile {
     /// Creates the file at `url` with `data` (mode 0600), crash-safely, unless it exists: then it is left as it
     /// is (another process created it first) and this returns false.
     ///
-    /// - Throws: ``SecureStoreError`` `io` when the file can be neither created nor found.
-    public static func create(_ data: Data, at url: URL) throws(SecureStoreError) -> Bool {
+    /// - Throws: ``AtomicFileError`` when the file can be neither created nor found.
+    public static func create(_ data: Data, at url: URL) throws(AtomicFileError) -> Bool {
         let temporary = try flushedTemporary(data, beside: url)
         defer { unlink(temporary) }
         // A hard link fails when the name exists, where a rename would replace it.
@@ -43,7 +43,7 @@ public enum AtomicFile {
 
     /// ``create(_:at:)`` on a file system without hard links: the name is taken exclusively, then written and
     /// flushed (a reader in between sees a short file, which the callers treat as damaged, not as a key).
-    static func createExclusively(_ data: Data, at url: URL) throws(SecureStoreError) -> Bool {
+    static func createExclusively(_ data: Data, at url: URL) throws(AtomicFileError) -> Bool {
         guard try writeNew(data, atPath: url.path) else { return false }
         flushDirectory(of: url)
         return true
@@ -51,8 +51,8 @@ public enum AtomicFile {
 
     /// Creates the file at `path` (mode 0600) holding `data`, flushed to disk; false when the name exists.
     ///
-    /// - Throws: ``SecureStoreError`` `io` when it cannot be created or written (a partly written file is removed).
-    static func writeNew(_ data: Data, atPath path: String) throws(SecureStoreError) -> Bool {
+    /// - Throws: ``AtomicFileError`` when it cannot be created or written (a partly written file is removed).
+    static func writeNew(_ data: Data, atPath path: String) throws(AtomicFileError) -> Bool {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL, 0o600)
         guard descriptor >= 0 else {
             if errno == EEXIST { return false }
@@ -81,7 +81,7 @@ public enum AtomicFile {
     }
 
     /// A new temporary file beside `url` holding `data`, flushed to disk; its path.
-    static func flushedTemporary(_ data: Data, beside url: URL) throws(SecureStoreError) -> String {
+    static func flushedTemporary(_ data: Data, beside url: URL) throws(AtomicFileError) -> String {
         let temporary = url.deletingLastPathComponent().appendingPathComponent(
             ".\(url.lastPathComponent).\(UUID().uuidString).tmp"
         ).path
@@ -100,9 +100,22 @@ public enum AtomicFile {
     }
 
     /// The error names the directory only: a caller's file name may carry a user's name.
-    static func failure(_ url: URL) -> SecureStoreError {
-        SecureStoreError(
-            .io, "Cannot write in \(url.deletingLastPathComponent().path): the disk is full or the folder not writable."
-        )
+    static func failure(_ url: URL) -> AtomicFileError {
+        AtomicFileError(
+            "Cannot write in \(url.deletingLastPathComponent().path): the disk is full or the folder not writable.")
     }
+}
+
+/// A file that could not be written: the message names the directory (never the file, whose name may carry a
+/// user's name) and what to do.
+public struct AtomicFileError: Error, Sendable, CustomStringConvertible {
+    /// What went wrong, in words a person can act on.
+    public let message: String
+
+    /// An error saying `message`.
+    ///
+    /// - Parameter message: what went wrong.
+    public init(_ message: String) { self.message = message }
+
+    public var description: String { message }
 }
