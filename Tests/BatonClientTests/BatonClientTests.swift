@@ -6,7 +6,7 @@ import Foundation
 import Testing
 
 /// The client against a real baton-server on loopback.
-@Suite(.serverSlot) struct BatonClientTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct BatonClientTests {
     static let password = "correct-horse-battery-1"
 
     func withServer(

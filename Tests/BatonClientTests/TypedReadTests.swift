@@ -10,7 +10,7 @@ import Testing
 /// The client's typed reads follow the server's pages, and only inside the server's own OData service: a page
 /// whose `@odata.nextLink` points elsewhere (tampered on the way, or a compromised proxy) gets no request, so the
 /// user's token goes nowhere else.
-@Suite(.serverSlot) struct TypedReadTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct TypedReadTests {
     /// Forwards to the real transport; rewrites the answers to reads of `PreflightChecks` to carry `link`, and
     /// records every URL requested.
     final class Tampering: HTTPTransport {

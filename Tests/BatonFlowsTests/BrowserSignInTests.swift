@@ -9,7 +9,7 @@ import Testing
 /// Sign-in through a browser elsewhere (RFC 8628) as a step of BatonFlows: the app shows a code, the person
 /// signs in on the server's page (here: the scripted presenter posts the page's form over HTTP, as a browser
 /// would), and the flow carries on with the tokens.
-@Suite(.serverSlot) struct BrowserSignInTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct BrowserSignInTests {
     /// Polls without waiting the server's interval (the first poll after the approval already succeeds).
     static func quick(_ configuration: inout FlowsConfiguration) {
         configuration.pollDelay = { _ in try await Task.sleep(for: .milliseconds(10)) }

@@ -8,7 +8,7 @@ import Testing
 
 /// The optional consent step: data consent is required to onboard, usage consent is optional, both are kept per
 /// user and the usage answer can be changed.
-@Suite(.serverSlot) struct ConsentTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct ConsentTests {
     static let forms = [
         ConsentForm(kind: .data, title: "Data consent", text: "Your checks are stored and sent with your name."),
         ConsentForm(kind: .usage, title: "Usage data", text: "How the app is used is counted, without values."),

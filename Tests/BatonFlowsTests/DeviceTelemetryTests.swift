@@ -111,7 +111,7 @@ import Testing
 }
 
 /// Usage events and the device's log, from a real device session to a live server.
-@Suite(.serverSlot) struct DeviceTelemetryTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct DeviceTelemetryTests {
     static let forms = [
         ConsentForm(kind: .data, title: "Data consent", text: "Your checks are stored and sent with your name."),
         ConsentForm(kind: .usage, title: "Usage data", text: "Counts of use, no values."),

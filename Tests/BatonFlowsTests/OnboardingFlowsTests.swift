@@ -10,7 +10,7 @@ import Testing
 @testable import BatonServer
 
 /// Every flow path, end to end against a live baton-server on loopback.
-@Suite(.serverSlot) struct OnboardingFlowsTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct OnboardingFlowsTests {
     @Test func firstOnboardingThenRestoreAfterRestart() async throws {
         try await withServer(settings: ["passcode.min-length": "6"]) { server in
             let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "1234ab"))
@@ -514,7 +514,7 @@ struct FlakyStep: OnboardingStep {
 
 /// Joining a device needs one of its users: the device key that approves a registration lives only in their
 /// secure stores, so a tablet's files and someone's password do not get its store key.
-@Suite(.serverSlot) struct DeviceJoinTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct DeviceJoinTests {
     @Test func aNewUserJoinsOnlyWithTheApprovalOfAUserOfTheDevice() async throws {
         try await withServer { server in
             let device = try Device.make(server: server, onboarding("alice", Passwords.alice, passcode: "12345678"))

@@ -6,7 +6,7 @@ import Foundation
 import Testing
 
 /// The offline store's files hold no plaintext, and altered bytes or another key are errors.
-@Suite(.serverSlot) struct EncryptionTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct EncryptionTests {
     func makeStore(_ directory: URL) throws -> OfflineStore {
         try OfflineStore(
             url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,

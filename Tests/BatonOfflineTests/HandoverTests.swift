@@ -15,7 +15,7 @@ import Testing
 
 /// The shift handover (docs/ARCHITECTURE.md), end to end on real components: a live server on loopback, real
 /// secure stores, the network cut by stopping the server.
-@Suite(.serverSlot) struct HandoverTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct HandoverTests {
     static let alicePassword = "blue-harbour-1234"
     static let bobPassword = "green-meadow-5678"
 

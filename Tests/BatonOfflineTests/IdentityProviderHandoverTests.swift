@@ -15,7 +15,7 @@ import Testing
 /// The airline's identity provider from end to end: a person signs in to the cockpit and, on a tablet, through
 /// the provider in Debian's Chromium (Selenium, the provider's own login page); the provider then withdraws the
 /// tablet's person over SCIM, and at its next contact the tablet hands over their pending change and removes them.
-@Suite(.serverSlot, .interactiveSlot, .serialized) struct IdentityProviderHandoverTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10)), .interactiveSlot, .serialized) struct IdentityProviderHandoverTests {
     /// Runs `Interop/idp_browser.py` (Selenium) and requires it to pass.
     static func browser(_ arguments: [String], expecting user: String) async throws {
         let script = TestPython.packageRoot.appendingPathComponent("Tests/BatonServerTests/Interop/idp_browser.py")

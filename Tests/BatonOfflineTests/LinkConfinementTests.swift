@@ -13,7 +13,7 @@ import Testing
 
 /// The tablet's download follows the server's links only inside its OData service, and the removal guard trusts
 /// no count it does not have.
-@Suite(.serverSlot) struct LinkConfinementTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct LinkConfinementTests {
     /// Forwards to the real transport; the first page of `Aircraft` carries a next link to another host.
     final class Tampering: HTTPTransport {
         let real = AsyncHTTPClientTransport()

@@ -8,7 +8,7 @@ import Testing
 @testable import BatonOffline
 
 /// Local OData on the device store, without a server.
-@Suite(.serverSlot) struct LocalStoreTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct LocalStoreTests {
     static func directory() throws -> URL {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-local-\(UUID())")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)

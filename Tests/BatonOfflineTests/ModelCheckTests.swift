@@ -9,7 +9,7 @@ import Testing
 @testable import BatonOffline
 
 /// The tablet applies the model as the server does: the same checks, in the same words, before any SQL runs.
-@Suite(.serverSlot) struct ModelCheckTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct ModelCheckTests {
     @Test(arguments: InvalidCheckBodies.cases) func offlineCreateRefusesWhatTheServerRefusesInItsWords(
         invalid: InvalidCheckBodies.Case
     ) async throws {

@@ -11,7 +11,7 @@ import Testing
 
 /// The harness's network part in CI's short mode: a hundred faults between a shared tablet and the server through
 /// the fault proxy, and the invariant checker over everything the tablet's two users did.
-@Suite(.serverSlot) struct NetworkChaosTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct NetworkChaosTests {
     @Test func aHundredNetworkFaultsLoseNothingAndApplyNothingTwice() async throws {
         // A new seed each run (printed on failure): `baton-chaos --network-faults 100 --seed N` repeats it.
         let seed = UInt64(Date().timeIntervalSince1970)
@@ -76,7 +76,7 @@ import Testing
 
 /// The harness's load part in CI's short mode: twenty tablets (two users each) syncing at once against one
 /// server process, every change of every tablet checked afterwards.
-@Suite(.serverSlot) struct LoadChaosTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct LoadChaosTests {
     @Test func twentyTabletsAtOnceLoseNothing() async throws {
         let report = try await LoadChaos(devices: [1, 20], rounds: 4, serverBinary: builtExecutable("baton-server"))
             .run()
@@ -135,7 +135,7 @@ import Testing
 
 /// The harness's process-kill part in CI's short mode: the built `baton-server` killed with SIGKILL 50 times at
 /// random moments and restarted on the same data while a shared tablet syncs.
-@Suite(.serverSlot) struct ServerKillChaosTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct ServerKillChaosTests {
     @Test func fiftyServerKillsLoseNothingAndApplyNothingTwice() async throws {
         let binary = builtExecutable("baton-server")
         let seed = UInt64(Date().timeIntervalSince1970)
@@ -212,7 +212,7 @@ import Testing
 
 /// The harness's client-kill part in CI's short mode: the tablet's sync process killed with SIGKILL 50 times in
 /// the middle of local writes, uploads and downloads, on one shared store.
-@Suite(.serverSlot) struct ClientKillChaosTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct ClientKillChaosTests {
     @Test func fiftyKillsOfTheTabletsProcessLoseNothingAndApplyNothingTwice() async throws {
         let seed = UInt64(Date().timeIntervalSince1970)
         let report = try await ClientKillChaos(kills: 50, seed: seed, binary: builtExecutable("baton-chaos")).run()

@@ -11,7 +11,7 @@ import Testing
 
 /// The offline store inside the onboarding lifecycle: opened per user, synced on restore, and the
 /// pending-changes rule on user removal.
-@Suite(.serverSlot) struct OfflineStepTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct OfflineStepTests {
     func device(_ server: LiveServer, answers: [ScriptedPresenter.Answer]) throws -> (
         OnboardingSessionManager, ScriptedPresenter, OfflineStore, URL
     ) {

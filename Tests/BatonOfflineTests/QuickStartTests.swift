@@ -13,7 +13,7 @@ import Testing
 /// The "Getting started" article's code (Examples/QuickStart), run as an app would run it against a live server:
 /// Alice onboards, records a check with the network gone, Bob joins the tablet and syncs, and Alice's check reaches
 /// the server on her behalf, signed by her.
-@Suite(.serverSlot) struct QuickStartTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct QuickStartTests {
     /// Lines typed at the console presenter, and what it wrote.
     final class Console: Sendable {
         let lines: Mutex<[String]>

@@ -13,7 +13,7 @@ import Synchronization
 import Testing
 
 /// One sync is one trace: the server's log carries its id on every request of it, and on nothing else.
-@Suite(.serverSlot) struct RequestTraceTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct RequestTraceTests {
     @Test func everyRequestOfASyncCarriesItsTraceIDIntoTheServersLog() async throws {
         let lines = Mutex<[Data]>([])
         var logger = Logger(label: "baton-server") { label in

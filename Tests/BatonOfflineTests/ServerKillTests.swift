@@ -17,7 +17,7 @@ import Testing
 /// uploader, and nothing waits on the device.
 ///
 /// `BATON_SERVER_KILLS` sets the number of kills (default 50; docs/CHAOS.md's longer run uses 500).
-@Suite(.serverSlot, .serialized) struct ServerKillTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10)), .serialized) struct ServerKillTests {
     static let kills = Int(ProcessInfo.processInfo.environment["BATON_SERVER_KILLS"] ?? "") ?? 50
 
     /// The shared tablet: Alice and Bob onboarded, the store open as one of them at a time.

@@ -13,7 +13,7 @@ import Testing
 
 /// The server's policy reaching a device, and the lifecycle gaps of the issue "The server's policy reaches every
 /// device": each test failed before (no refresh, no invalidation, no withdrawal, no wipe), against a live server.
-@Suite(.serverSlot) struct ServerPolicyTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct ServerPolicyTests {
     /// A tablet: session manager, offline store and presenter, with the offline store's handover plugged in.
     struct Tablet {
         let manager: OnboardingSessionManager

@@ -11,7 +11,7 @@ import Testing
 
 /// The sync killed at random points (a child process, SIGKILL) at least 50 times: every change reaches the
 /// server exactly once, nothing is lost, and the encrypted store recovers each time.
-@Suite(.serverSlot) struct SyncCrashTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct SyncCrashTests {
     static var helper: URL { builtExecutable("baton-sync-helper") }
 
     @Test func killingTheSyncLosesAndDuplicatesNothing() async throws {

@@ -15,7 +15,7 @@ import Testing
 /// The generated types of the aircraft-checks model, round-tripped: random entities of every entity type (text
 /// with quotes, markup, combining marks and emoji; decimals at their facets' limits; instants to the millisecond)
 /// are created on a tablet, read back from its store, uploaded, and read back from the server — each time equal.
-@Suite(.serverSlot) struct TypedEntityTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct TypedEntityTests {
     /// Draws values from a list of random numbers.
     struct Choices {
         var numbers: [Int]

@@ -9,7 +9,7 @@ import Testing
 
 /// A change's audit entries are committed with the change, in the data database's outbox, then moved to the
 /// audit log: a crash between the two databases loses none and moving twice adds each once.
-@Suite(.serverSlot) struct AuditOutboxTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct AuditOutboxTests {
     static func entry(_ action: String) -> AuditEntry {
         AuditEntry(
             at: Date(timeIntervalSince1970: 1_795_000_000), actor: "alice", action: action, subject: "PreflightChecks",

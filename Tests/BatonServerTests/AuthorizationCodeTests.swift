@@ -8,7 +8,7 @@ import HummingbirdTesting
 import NIOCore
 import Testing
 
-@Suite(.serverSlot) struct AuthorizationCodeTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct AuthorizationCodeTests {
     static let verifier = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk-extra-chars"
     static var challenge: String {
         Data(SHA256.hash(data: Data(verifier.utf8))).base64EncodedString()

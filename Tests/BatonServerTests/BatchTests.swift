@@ -8,7 +8,7 @@ import HummingbirdTesting
 import NIOCore
 import Testing
 
-@Suite(.serverSlot) struct ServerBatchTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct ServerBatchTests {
     static func jsonBatch(_ client: any TestClientProtocol, token: String, _ requests: String) async throws -> [[String:
         Any]]
     {

@@ -14,7 +14,7 @@ import Testing
 /// authorization code flow, adds, searches, re-roles, resets, disables and deletes users, tries bad input, forms
 /// without their CSRF token, the last admin, a signed-out session's cookie and a non-admin, and saves a
 /// screenshot of each page.
-@Suite(.serverSlot, .interactiveSlot, .serialized) struct CockpitBrowserTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10)), .interactiveSlot, .serialized) struct CockpitBrowserTests {
     /// On both engines: the cockpit is built on the storage seam, so every instance on PostgreSQL serves it.
     @Test(arguments: StorageBackend.allCases) func anAdminRunsBatonFromTheBrowserAndOthersAreKeptOut(
         backend: StorageBackend

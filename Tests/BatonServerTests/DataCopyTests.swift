@@ -10,7 +10,7 @@ import Logging
 import Testing
 
 /// `baton-server copy`: a SQLite data directory moves into PostgreSQL, and a device cannot tell.
-@Suite(.serverSlot) struct DataCopyTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct DataCopyTests {
     static var quiet: Logger {
         var logger = Logger(label: "copy-test")
         logger.logLevel = .critical

@@ -12,7 +12,7 @@ import Testing
 
 /// PostgreSQL stops under load (as for maintenance) and comes back: the server answers 503 with an OData error
 /// meanwhile, applies nothing by halves, and serves again by itself.
-@Suite(.serverSlot, .serialized) struct DatabaseOutageTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10)), .serialized) struct DatabaseOutageTests {
     /// What the writers saw, per request id.
     final class Outcomes: Sendable {
         let statuses = Mutex<[String: [Int]]>([:])

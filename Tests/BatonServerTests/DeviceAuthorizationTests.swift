@@ -9,7 +9,7 @@ import Testing
 
 /// The device authorization grant (RFC 8628): every answer of the token endpoint while the device polls, the
 /// verification page, and the server setting that decides which sign-in methods devices may use.
-@Suite(.serverSlot) struct DeviceAuthorizationTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct DeviceAuthorizationTests {
     static let grant = "urn:ietf:params:oauth:grant-type:device_code"
 
     @Test(arguments: StorageBackend.allCases) func theDevicePollsWhileThePersonApprovesInABrowser(

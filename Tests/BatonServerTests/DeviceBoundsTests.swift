@@ -14,7 +14,7 @@ import Testing
 /// The third attack review's findings on devices and storage, each attacked: proofs dated ahead of the server's
 /// clock, users who left a tablet offline, log and usage uploads made with a token alone, and the bounds on what any
 /// account can store (backups, devices, refused-change audit entries, audit retention).
-@Suite(.serverSlot) struct DeviceBoundsTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct DeviceBoundsTests {
     // MARK: Helpers
 
     /// The server clock's now, in the milliseconds a device proof carries.
@@ -340,7 +340,7 @@ import Testing
 
 // MARK: Settings and audit retention
 
-@Suite(.serverSlot) struct StorageBoundSettingsTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct StorageBoundSettingsTests {
     /// Fails before: the keys are unknown (400).
     @Test func theBoundsAreSettingsWithRangesAndOldDocumentsTakeTheDefaults() throws {
         var settings = try JSONDecoder().decode(

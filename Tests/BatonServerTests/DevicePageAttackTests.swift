@@ -9,7 +9,7 @@ import Testing
 /// The device page (RFC 8628) under attack from people without an account: guessing codes and denying them
 /// from many addresses must slow only those addresses, never lock a person with a good code out, and never make
 /// room for more codes than the caps allow. Also the sign-in page's `state`, which the page reflects.
-@Suite(.serverSlot) struct DevicePageAttackTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct DevicePageAttackTests {
     /// Posts the device page's form from `address` (through the trusted proxy's `X-Forwarded-For`).
     static func post(
         _ client: any TestClientProtocol, from address: String, code: String, action: String,

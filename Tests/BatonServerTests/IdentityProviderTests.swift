@@ -18,7 +18,7 @@ import Testing
 /// Sign-in through the airline's identity provider (OpenID Connect) and provisioning over SCIM 2.0, against a real
 /// OpenID Provider from PyPI (`oidc-provider-mock`, started by `Interop/oidc_provider.py`) and a real SCIM client and
 /// conformance checker (`scim2-client`, `scim2-tester`), on both engines.
-@Suite(.serverSlot, .serialized) struct IdentityProviderTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10)), .serialized) struct IdentityProviderTests {
     static let people: [[String: any Sendable]] = [
         ["sub": "s-alice", "preferred_username": "alice", "name": "Alice Admin", "groups": ["gs-admins", "gs-staff"]],
         ["sub": "s-bob", "preferred_username": "bob", "groups": ["gs-staff"]],

@@ -8,7 +8,7 @@ import Testing
 
 /// The read-only connections of the reads done in place: they see every committed write at once, keep a
 /// snapshot inside ``InlineReaders/read(_:)``, refuse writes, and fall back to the pool when all are busy.
-@Suite(.serverSlot) struct InlineReadersTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct InlineReadersTests {
     let directory: URL
     let pool: DatabasePool
     let readers: InlineReaders

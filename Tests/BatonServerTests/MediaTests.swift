@@ -12,7 +12,7 @@ import Testing
 
 /// Photos as OData media entities over real HTTP on both engines: created by POSTing their bytes, read and
 /// replaced at `$value`, their location removed, refused for every kind of bad input with nothing changed.
-@Suite(.serverSlot) struct MediaTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct MediaTests {
     static let checkID = Fixtures.id(1)
 
     /// A server with alice and bob (ground staff) and sam (supervisor), one aircraft and one check of alice's.

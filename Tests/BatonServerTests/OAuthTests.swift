@@ -9,7 +9,7 @@ import JWTKit
 import NIOCore
 import Testing
 
-@Suite(.serverSlot) struct OAuthTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct OAuthTests {
     @Test(arguments: StorageBackend.allCases) func metadataNamesEveryEndpoint(backend: StorageBackend) async throws {
         let server = try await TestServer(backend: backend)
         defer { server.remove() }
@@ -251,7 +251,7 @@ import Testing
     }
 }
 
-@Suite(.serverSlot) struct AddressThrottleTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct AddressThrottleTests {
     @Test(arguments: StorageBackend.allCases) func manyFailuresFromOneAddressAreThrottledAcrossUserNames(
         backend: StorageBackend
     ) async throws {

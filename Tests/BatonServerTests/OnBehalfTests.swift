@@ -10,7 +10,7 @@ import NIOCore
 import Testing
 
 /// The shift handover on the server: Bob uploads the change Alice signed offline.
-@Suite(.serverSlot) struct OnBehalfTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct OnBehalfTests {
     static let firstSent = "Sun, 06 Nov 1994 08:49:37 GMT"
 
     /// The headers and body of a change Alice recorded on `device` at `createdAt`, signed with `key`.

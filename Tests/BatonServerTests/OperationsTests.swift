@@ -10,7 +10,7 @@ import Synchronization
 import Testing
 
 /// What an operator sees: the metrics endpoint, the JSON log, and the trace id of each request.
-@Suite(.serverSlot) struct OperationsTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct OperationsTests {
     /// The metrics as Prometheus' text format gives them: one value per series (`name{labels}`).
     static func scrape(_ server: TestServer) async throws -> [String: Double] {
         let text = try await server.server.metricsApplication().test(.router) { client in

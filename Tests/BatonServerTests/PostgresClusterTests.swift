@@ -5,7 +5,7 @@ import Testing
 
 /// The throw-away PostgreSQL cluster the PostgreSQL tests build on: it starts as `initdb` and `pg_ctl` make it,
 /// answers SQL, refuses a wrong password over TCP, and leaves nothing behind.
-@Suite(.serverSlot) struct PostgresClusterTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct PostgresClusterTests {
     @Test func aClusterStartsAnswersAndIsGoneAfterStop() async throws {
         try #require(PostgresCluster.missing == nil, "\(PostgresCluster.missing ?? "")")
         let cluster = try await offThePool { try PostgresCluster() }

@@ -8,7 +8,7 @@ import HummingbirdTesting
 import NIOCore
 import Testing
 
-@Suite(.serverSlot) struct ProtectedRoutesTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct ProtectedRoutesTests {
     @Test(arguments: StorageBackend.allCases) func missingOrBadTokensGet401WithAChallenge(backend: StorageBackend)
         async throws
     {

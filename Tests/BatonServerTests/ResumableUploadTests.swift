@@ -17,7 +17,7 @@ import Testing
 /// Resumable photo uploads over real HTTP on both engines: created with `Upload-Complete: ?0`, continued with
 /// `PATCH` at the offset the server confirms, a broken connection keeping what arrived, chunks out of order or
 /// sent again refused with nothing changed, and the photo written exactly once however often it completes.
-@Suite(.serverSlot) struct ResumableUploadTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct ResumableUploadTests {
     /// A photo of several 256 KiB parts.
     static let photo = ImageFixtures.jpeg(scanBytes: 700_000)
 

@@ -21,7 +21,7 @@ import Testing
 
 /// The attacks of docs/SECURITY.md, each driven over HTTP by someone who holds an ordinary account (or a stolen
 /// tablet's files, or a captured request) against a real server on 127.0.0.1. Each failed before the fix.
-@Suite(.serverSlot) struct SecurityTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct SecurityTests {
     /// A server with alice and bob (ground staff) and sam (supervisor), served for real on loopback.
     static func live(
         backend: StorageBackend = .sqlite, configure: @escaping (inout BatonServerConfiguration) -> Void = { _ in },

@@ -7,7 +7,7 @@ import Foundation
 import Testing
 
 /// Runs the built `baton-server` binary as an admin would, and a third-party OAuth client against it.
-@Suite(.serverSlot, .serialized) struct ServerExecutableTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10)), .serialized) struct ServerExecutableTests {
     static var buildDirectory: URL { ServerCluster.buildDirectory }
 
     struct Result {

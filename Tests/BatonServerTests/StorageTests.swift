@@ -17,7 +17,7 @@ import Testing
 
 /// The storage seam on both engines: values and placeholders, transactions, serializable writes, token-signing
 /// keys sealed in the database, and what several instances on one PostgreSQL database share.
-@Suite(.serverSlot) struct StorageTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct StorageTests {
     @Test(arguments: StorageBackend.allCases) func valuesRoundTripAndQuotedQuestionMarksStayText(
         backend: StorageBackend
     ) async throws {
@@ -871,7 +871,7 @@ import Testing
 }
 
 /// Several instances on one PostgreSQL database behave as one server.
-@Suite(.serverSlot) struct TwoInstanceStorageTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct TwoInstanceStorageTests {
     /// A second in-process instance on the first one's database and master key.
     static func second(of first: TestServer) async throws -> TestServer {
         try await TestServer(configure: {

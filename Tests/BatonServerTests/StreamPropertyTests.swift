@@ -12,7 +12,7 @@ import Testing
 /// A model of one's own (`--model FILE`) with media entities and stream properties (`Edm.Stream`), over real HTTP
 /// on both engines: a stream's bytes are replaced with `PUT` and the entity's ETag, read, removed, refused as a
 /// photo is, carried by delta links through the entity's new ETag, and gone with the entity.
-@Suite(.serverSlot) struct StreamPropertyTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct StreamPropertyTests {
     static let model = """
         {"$Version": "4.01", "$EntityContainer": "Hangar.Container",
          "$Reference": {"https://oasis-tcs.github.io/odata-vocabularies/vocabularies/Org.OData.Core.V1.json":

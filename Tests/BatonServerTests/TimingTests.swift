@@ -3,7 +3,7 @@ import Testing
 
 @testable import BatonServer
 
-@Suite(.serverSlot) struct SignInTimingTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct SignInTimingTests {
     /// Unknown user names are checked against a decoy hash of the same bcrypt cost as real passwords, so the
     /// answer takes as long as for a real user with a wrong password.
     @Test(arguments: [UInt8(4), 6, 12])

@@ -11,7 +11,7 @@ import Testing
 /// The token-status cache (``TokenStatusCache``): a request's status check comes from memory while nothing changed,
 /// and every change reaches it — from this process at once, from an admin command in another process on SQLite,
 /// from another instance on PostgreSQL through NOTIFY — and while changes cannot be heard it is not used.
-@Suite(.serverSlot, .serialized) struct TokenStatusCacheTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10)), .serialized) struct TokenStatusCacheTests {
     static func entries(_ server: TestServer) -> Int {
         server.server.tokens.statusCache.state.withLock { $0.entries.count }
     }

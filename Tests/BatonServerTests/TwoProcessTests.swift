@@ -12,7 +12,7 @@ import Testing
 
 /// Two real `baton-server serve` processes on one PostgreSQL database, a client alternating between them
 /// (`TwoInstanceStorageTests` proves the same with two instances in one process, with test clocks).
-@Suite(.serverSlot, .serialized) struct TwoProcessTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10)), .serialized) struct TwoProcessTests {
     struct Reply: @unchecked Sendable {
         // Safe: built once from a response and only read afterwards.
         var status: Int

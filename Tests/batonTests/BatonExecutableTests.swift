@@ -4,7 +4,7 @@ import Foundation
 import Testing
 
 /// Runs the built `baton` binary and checks what a user sees.
-@Suite(.serverSlot) struct BatonExecutableTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct BatonExecutableTests {
     struct Result {
         var status: Int32
         var output: String

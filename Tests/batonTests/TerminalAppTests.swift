@@ -7,7 +7,7 @@ import Testing
 
 /// The interactive app driven as a person would: the built `baton` in an 80x24 pseudo-terminal (pexpect)
 /// against a real `baton-server` that the script stops and restarts to cut the network.
-@Suite(.serverSlot, .interactiveSlot) struct TerminalAppTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10)), .interactiveSlot) struct TerminalAppTests {
     @Test func handoverInTheTerminalWithBadInputLocksAndThePasscodeLimit() async throws {
         let script = try #require(
             Bundle.module.url(forResource: "app_session", withExtension: "py", subdirectory: "Terminal"))
