@@ -155,3 +155,37 @@ extension DataService {
             target: "If-Match")
     }
 }
+
+extension DataService {
+    /// The on-behalf policy a request needs, read before it runs: whether its `Baton-Device` is one the signed-in
+    /// user is registered on, and — for a change signed by another author — whether the settings allow on-behalf
+    /// uploads, that author's status and role, and their keys registered on that device.
+    ///
+    /// - Parameters:
+    ///   - request: the request (its `Baton-Device`, `Baton-Author` and `Baton-Author-Signature`).
+    ///   - signedIn: the signed-in user.
+    ///   - devices: the device registry.
+    ///   - users: the user directory.
+    ///   - settings: the settings store.
+    /// - Returns: the policy.
+    /// - Throws: a storage error.
+    static func onBehalfPolicy(
+        for request: DataRequest, signedIn: String, devices: DeviceRegistry, users: UserDirectory,
+        settings: SettingsStore
+    ) async throws -> OnBehalfPolicy {
+        var policy = OnBehalfPolicy()
+        guard let device = request.header("Baton-Device"), DeviceRegistry.isValidDeviceID(device) else {
+            return policy
+        }
+        if try await devices.isRegistered(device: device, user: signedIn) { policy.uploaderDevices.insert(device) }
+        guard let author = request.header("Baton-Author"), author != signedIn, User.isValidName(author),
+            request.header("Baton-Author-Signature") != nil
+        else { return policy }
+        policy.allowed = try await settings.current().sharedDevices.uploadPendingChangesOfPreviousUser
+        let user = try await users.user(named: author)
+        policy.authors[author] = .init(
+            active: user.map { !$0.disabled } ?? false, role: user?.role, createdAt: user?.createdAt ?? .distantFuture,
+            keys: [device: try await devices.signingKeys(device: device, user: author)])
+        return policy
+    }
+}

@@ -281,23 +281,12 @@ struct ODataRoutes {
         }
     }
 
-    /// Fetches what a signed change needs: the setting, the author's account and key history on the device
-    /// named, and whether the signed-in user is registered there.
+    /// Fetches what a signed change needs: the setting, the author's account and key history on the device named,
+    /// and whether the signed-in user is registered there (the policy itself is the data service's:
+    /// ``DataService/onBehalfPolicy(for:signedIn:devices:users:settings:)``).
     func onBehalfPolicy(for request: DataRequest, signedIn: String) async throws -> DataService.OnBehalfPolicy {
-        var policy = DataService.OnBehalfPolicy()
-        guard let device = request.header("Baton-Device"), DeviceRegistry.isValidDeviceID(device) else {
-            return policy
-        }
-        if try await devices.isRegistered(device: device, user: signedIn) { policy.uploaderDevices.insert(device) }
-        guard let author = request.header("Baton-Author"), author != signedIn, User.isValidName(author),
-            request.header("Baton-Author-Signature") != nil
-        else { return policy }
-        policy.allowed = try await settings.current().sharedDevices.uploadPendingChangesOfPreviousUser
-        let user = try await users.user(named: author)
-        policy.authors[author] = .init(
-            active: user.map { !$0.disabled } ?? false, role: user?.role, createdAt: user?.createdAt ?? .distantFuture,
-            keys: [device: try await devices.signingKeys(device: device, user: author)])
-        return policy
+        try await DataService.onBehalfPolicy(
+            for: request, signedIn: signedIn, devices: devices, users: users, settings: settings)
     }
 
     static func httpResponse(_ response: DataResponse, version: ODataVersion) -> Response {
