@@ -190,6 +190,21 @@ import Testing
                 try await Task.sleep(for: .milliseconds(50))
             }
             #expect(held == sent)
+            // A connection that breaks before the first dozen bytes arrived tells nothing of what they are: the
+            // upload stays, at 0, for the next attempt.
+            let early = try #require(
+                try await Self.create(client, token: alice, id: Fixtures.id(302), requestID: nil).path)
+            try await offThePool {
+                let socket = try SecurityTests.connect(port: port)
+                defer { close(socket) }
+                let bytes =
+                    Array(
+                        ("PATCH /odata/\(early) HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \(alice)\r\n"
+                            + "Upload-Offset: 0\r\nContent-Length: \(photo.count)\r\n\r\n").utf8) + photo[0..<5]
+                _ = bytes.withUnsafeBytes { send(socket, $0.baseAddress, $0.count, 0) }
+            }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await Self.offset(client, early, token: alice) == 0)
             let rest = try await Self.patch(client, path, token: alice, offset: held, photo[held...], complete: true)
             #expect(rest.status == .created)
             let read = try await client.media(.get, "CheckPhotos(\(id))/$value", token: alice)
@@ -212,6 +227,21 @@ import Testing
                 #expect(try await client.media(.delete, path, token: token).status == .notFound)
             }
             #expect(try await Self.offset(client, path, token: alice) == 70_000)
+            // An id that is none is not echoed back, whatever it carries.
+            let hostile = "$uploads/a" + String(repeating: "%CC%81", count: 400) + "%0D%0A%3Cscript%3E"
+            let refused = try await client.media(.head, path, token: alice)
+            #expect(refused.status == .noContent)
+            let made = try await client.media(.patch, hostile, token: alice, headers: [("Upload-Offset", "0")])
+            #expect(made.status == .notFound)
+            #expect(!made.text.contains("script") && made.bytes.count < 400, "\(made.text.prefix(200))")
+            // A malformed Upload-Complete is refused, not taken as absent.
+            let combined = try await Self.patch(client, path, token: alice, offset: 70_000, photo[70_000..<140_000])
+            #expect(combined.status == .noContent)
+            let marked = try await client.media(
+                .patch, path, token: alice, contentType: "application/partial-upload", body: Array(photo[140_000...]),
+                headers: [("Upload-Offset", "140000"), ("Upload-Complete", "?1\u{301}")])
+            #expect(marked.status == .badRequest)
+            #expect(try await Self.offset(client, path, token: alice) == 140_000)
             // Nor does a made-up id reach anything, however it is spelled.
             for made in [
                 "$uploads/..%2F..%2Fdata.sqlite", "$uploads/1", "$uploads/" + String(repeating: "a", count: 36),

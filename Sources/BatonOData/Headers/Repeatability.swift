@@ -40,7 +40,7 @@ public struct Repeatability: Sendable, Hashable {
         guard let date = Self.parseIMFFixdate(firstSent) else {
             throw ODataError(
                 .invalidHeader,
-                "Repeatability-First-Sent '\(firstSent)' is not an HTTP date like 'Sun, 06 Nov 1994 08:49:37 GMT'",
+                "Repeatability-First-Sent '\(String(decoding: firstSent.utf8.prefix(64), as: UTF8.self))' is not an HTTP date like 'Sun, 06 Nov 1994 08:49:37 GMT'",
                 target: "Repeatability-First-Sent")
         }
         self.init(requestID: requestID, firstSent: date)

@@ -133,15 +133,7 @@ extension DataService {
                 "The answers of this $batch would pass \(Self.describe(bytes: budget.limit)) with this photo; read it on its own (GET …/$value)."
             )
         }
-        let reader: MediaReader?
-        do {
-            reader = try await media.open(sha256)
-        } catch is MediaCorruption {
-            throw ServerError(
-                .internalServerError, "MediaCorrupt",
-                "The stored bytes of this photo are damaged; an administrator restores them from a backup.")
-        }
-        guard let reader else { throw ServerError.notFound("The bytes of this photo are missing.") }
+        let reader = try await media.answerReader(sha256, logger: nil)
         var bytes: [UInt8] = []
         bytes.reserveCapacity(size)
         try await reader.forEachPart { bytes += $0 }

@@ -95,23 +95,9 @@ extension ODataRoutes {
         if let match = request.headers[.ifNoneMatch], match == etag || match == "*" {
             return Response(status: .notModified, headers: headers)
         }
-        let reader: MediaReader?
-        do {
-            reader = try await service.media.open(sha256)
-        } catch is MediaCorruption {
-            context.logger.error("A stored photo does not match its SHA-256", metadata: ["media.sha256": "\(sha256)"])
-            throw ServerError(
-                .internalServerError, "MediaCorrupt",
-                "The stored bytes of this photo are damaged; an administrator restores them from a backup.")
-        }
-        guard let reader else { throw ServerError.notFound("The bytes of this photo are missing.") }
+        let reader = try await service.media.answerReader(sha256, logger: context.logger)
         if case .number(let size)? = entity["Size"], Int64(size) != nil { headers[.contentLength] = size }
-        return Response(
-            status: .ok, headers: headers,
-            body: ResponseBody { writer in
-                try await reader.forEachPart { try await writer.write(ByteBuffer(bytes: $0)) }
-                try await writer.finish(nil)
-            })
+        return Response(status: .ok, headers: headers, body: reader.responseBody)
     }
 
     /// The headers of a media answer: its type, its ETag, never sniffed, shown inline under a name of its own.

@@ -2,6 +2,8 @@ import BatonOData
 import BatonSQL
 import Crypto
 import Foundation
+import Hummingbird
+import Logging
 import NIOCore
 import NIOPosix
 import Synchronization
@@ -233,6 +235,22 @@ struct MediaStore: Sendable {
         }
     }
 
+    /// A blob checked against its name, for an answer: 404 when it is missing, 500 `MediaCorrupt` (logged, with its
+    /// hash only) when its bytes are damaged.
+    func answerReader(_ sha256: String, logger: Logger?) async throws -> MediaReader {
+        let reader: MediaReader?
+        do {
+            reader = try await open(sha256)
+        } catch is MediaCorruption {
+            logger?.error("Stored media bytes do not match their SHA-256", metadata: ["media.sha256": "\(sha256)"])
+            throw ServerError(
+                .internalServerError, "MediaCorrupt",
+                "The stored bytes of this photo are damaged; an administrator restores them from a backup.")
+        }
+        guard let reader else { throw ServerError.notFound("The bytes of this photo are missing.") }
+        return reader
+    }
+
     // MARK: Sweeping
 
     /// Removes the blobs no entity names any more that were last written more than ``grace`` ago, and the parts
@@ -304,6 +322,14 @@ struct MediaStore: Sendable {
 enum MediaReader: Sendable {
     case file(URL)
     case rows(PostgresStorage, sha256: String, parts: Int)
+
+    /// The bytes as an answer's body, written part by part as the client takes them.
+    var responseBody: ResponseBody {
+        ResponseBody { writer in
+            try await forEachPart { try await writer.write(ByteBuffer(bytes: $0)) }
+            try await writer.finish(nil)
+        }
+    }
 
     /// Calls `body` with each part in order, reading the next only when `body` returned.
     func forEachPart(_ body: ([UInt8]) async throws -> Void) async throws {

@@ -109,7 +109,8 @@ extension ODataRoutes {
         let valid =
             id.utf8.count == 36 && id.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) || $0 == 45 }
         guard valid, let upload = try await uploads.find(id: id, owner: dataContext.user) else {
-            throw ServerError.notFound("No upload '\(id.prefix(40))' of yours is in progress; create it again.")
+            // The id is not echoed: it is the client's text, and may not be an id at all.
+            throw ServerError.notFound("No such upload of yours is in progress; create it again.")
         }
         switch request.method {
         case .head:
@@ -131,7 +132,13 @@ extension ODataRoutes {
                     .unsupportedMediaType, "UnsupportedMediaType",
                     "The bytes of an upload are sent as application/partial-upload.")
             }
-            let complete = request.headers[.uploadComplete].flatMap(Self.structuredBoolean)
+            var complete: Bool?
+            if let text = request.headers[.uploadComplete] {
+                guard let flag = Self.structuredBoolean(text) else {
+                    throw ServerError.badRequest("Upload-Complete is ?0 or ?1.", target: "Upload-Complete")
+                }
+                complete = flag
+            }
             return try await service.changes.run(for: dataContext.user) {
                 // Complete already (or every byte there, its completion cut short): the photo's answer.
                 if upload.media != nil || upload.received == upload.length {
@@ -234,7 +241,8 @@ extension ODataRoutes {
                 next = try await iterator.next()
             } catch {
                 // The connection broke: the bytes that arrived are the client's, in order; keep them.
-                try? await flush(pending.count)
+                // Unless too few arrived to tell what they are: then they are left for the next chunk to send.
+                if sniffed || pending.count >= 12 { try? await flush(pending.count) }
                 throw error
             }
             guard let buffer = next else { break }
@@ -331,10 +339,13 @@ extension ODataRoutes {
 
     /// An RFC 8941 Boolean (`?0`, `?1`), or `nil`.
     static func structuredBoolean(_ text: String) -> Bool? {
-        switch text.trimmingCharacters(in: .whitespaces) {
-        case "?1": true
-        case "?0": false
-        default: nil
+        // By byte, around ASCII spaces and tabs only (RFC 8941): a mark combined with the digit makes it no Boolean.
+        let space = { (byte: UInt8) in byte == 0x20 || byte == 0x09 }
+        let bytes = Array(text.utf8.drop(while: space).reversed().drop(while: space).reversed())
+        switch bytes {
+        case Array("?1".utf8): return true
+        case Array("?0".utf8): return false
+        default: return nil
         }
     }
 }

@@ -127,14 +127,13 @@ extension ODataRoutes {
     func readStream(
         _ name: String, url: String, request: Request, dataContext: DataService.Context, context: BatonRequestContext
     ) async throws -> Response {
-        let path = url.prefix { $0 != "?" }
-        guard path.hasSuffix("/" + name), let parsed = try? service.parse(String(path)),
-            case .resource(let segments) = parsed.path, segments.count == 3,
+        guard let parsed = try? service.parse(url), case .resource(let segments) = parsed.path, segments.count == 3,
             case .entitySet(let set) = segments[0], case .key(let key) = segments[1]
         else {
             throw ServerError.badRequest("A stream property is addressed through its entity's key: Set(key)/\(name).")
         }
-        let entityURL = String(path.dropLast(name.count + 1))
+        // The entity as the parsed URL names it (not the URL's text cut by characters).
+        let entityURL = ResourcePath.canonicalURL(entitySet: set, key: key)
         let read = DataRequest(method: "GET", url: entityURL, headers: [("Accept", "application/json")], body: [])
         let answer = try await execute(read, context: dataContext, modelOnly: false, logger: context.logger)
         guard answer.status == 200, let entity = answer.jsonBody,
@@ -157,21 +156,8 @@ extension ODataRoutes {
         if let match = request.headers[.ifNoneMatch], match == etag || match == "*" {
             return Response(status: .notModified, headers: headers)
         }
-        let reader: MediaReader?
-        do {
-            reader = try await service.media.open(stream.sha256)
-        } catch is MediaCorruption {
-            throw ServerError(
-                .internalServerError, "MediaCorrupt",
-                "The stored bytes of this stream are damaged; an administrator restores them from a backup.")
-        }
-        guard let reader else { throw ServerError.notFound("The bytes of this stream are missing.") }
+        let reader = try await service.media.answerReader(stream.sha256, logger: context.logger)
         headers[.contentLength] = String(stream.size)
-        return Response(
-            status: .ok, headers: headers,
-            body: ResponseBody { writer in
-                try await reader.forEachPart { try await writer.write(ByteBuffer(bytes: $0)) }
-                try await writer.finish(nil)
-            })
+        return Response(status: .ok, headers: headers, body: reader.responseBody)
     }
 }
