@@ -23,6 +23,7 @@ let package = Package(
         .library(name: "BatonTesting", targets: ["BatonTesting"]),
         .library(name: "AircraftChecks", targets: ["AircraftChecks"]),
         .executable(name: "baton", targets: ["baton"]),
+        .executable(name: "baton-demo", targets: ["baton-demo"]),
         .executable(name: "baton-server", targets: ["baton-server"]),
         .executable(name: "baton-codegen", targets: ["baton-codegen"]),
     ],
@@ -268,7 +269,8 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // The ground-crew app: interactive (no subcommand), scriptable subcommands, `baton demo`, `baton sql`.
+        // The ground-crew app: interactive (no subcommand) and scriptable subcommands. Device libraries only: `baton
+        // demo` and `baton sql` start `baton-demo`, which is not linked in.
         .executableTarget(
             name: "baton",
             dependencies: [
@@ -277,11 +279,26 @@ let package = Package(
                 "BatonFlows",
                 "BatonOData",
                 "BatonOffline",
+                "BatonSecureStore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ConsoleKitTerminal", package: "console-kit"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // `baton-demo`: the shift handover on an in-process server, the OData core on SQLite, `sql`.
+        .executableTarget(
+            name: "baton-demo",
+            dependencies: [
+                "BatonClient",
+                "BatonFlows",
+                "BatonOData",
+                "BatonOffline",
                 "BatonSQL",
                 "BatonSQLGRDB",
                 "BatonTesting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "ConsoleKitTerminal", package: "console-kit"),
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             swiftSettings: swiftSettings

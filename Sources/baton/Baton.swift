@@ -3,7 +3,7 @@ import Foundation
 
 /// The ground-crew app. With no subcommand it opens the interactive app (user list, passcode, aircraft,
 /// recording checks, pending changes, sync, lock, switch); the subcommands do the same things from scripts;
-/// `demo` plays the shift handover on an embedded server.
+/// `demo` and `sql` start the `baton-demo` executable, which this app does not link.
 @main
 struct Baton: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -90,6 +90,28 @@ import Testing
         #expect(result.error.contains("more than 200 terms"), "\(result.error.prefix(300))")
     }
 
+    /// `baton-demo` runs on its own, without `baton`: its default command is the demo, `sql` its other.
+    @Test func theCompanionRunsOnItsOwn() async throws {
+        let result = try await Self.run(["sql", "Aircraft?$top=1"], executable: builtExecutable("baton-demo"))
+        #expect(result.status == 0, "\(result.error)")
+        #expect(result.output.contains("LIMIT ?1"))
+        let help = try await Self.run(["--help"], executable: builtExecutable("baton-demo"))
+        #expect(help.output.contains("demo (default)"), "\(help.output)")
+    }
+
+    /// `baton` installed on its own (no `baton-demo` beside it, no package around it) says what is missing.
+    @Test func theAppAloneNamesTheMissingDemo() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-alone-\(UUID())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let alone = directory.appendingPathComponent("baton")
+        try FileManager.default.copyItem(at: Self.executable, to: alone)
+        let result = try await Self.run(["demo"], executable: alone)
+        #expect(result.status == 1)
+        #expect(result.error.contains("baton-demo is not installed beside baton"), "\(result.error)")
+        #expect(!result.output.contains("Baton demo"))
+    }
+
     @Test func unknownDialectIsNamed() async throws {
         let result = try await Self.run(["sql", "Aircraft", "--dialect", "oracle"])
         #expect(result.status != 0)
