@@ -1,3 +1,4 @@
+import BatonOData
 import Foundation
 
 /// The device's client for baton-server: discovery, settings exchange, the signed-in user, device

@@ -1,4 +1,5 @@
 import BatonClient
+import BatonOData
 import Crypto
 import Foundation
 import Logging
@@ -143,7 +144,7 @@ public struct UsageRecorder: Sendable {
     /// Whether usage is recorded: the user agreed to usage data (``OnboardingSessionManager/consent``) and the
     /// server collects it.
     public static func allowed(consent: Consent?, settings: ClientSettings) -> Bool {
-        settings.telemetry.usage != false && consent?.agreed(to: .usage) == true
+        settings.telemetry.usage && consent?.agreed(to: .usage) == true
     }
 
     /// Records `event` now.

@@ -23,9 +23,6 @@ public struct FlowsConfiguration: Sendable {
     /// what the server takes, back up the rest to it. The offline store plugs in ``OfflineStoreStep/handOver(_:)``
     /// here; without it the device holds no changes of its own.
     public var handOverPendingChanges: (@Sendable (PendingChangesHandover) async throws(FlowsError) -> HandoverReport)?
-    /// How often an open session asks the server for its settings and the device's status
-    /// (``OnboardingSessionManager/contactServerIfDue()``), besides unlock, switch and sync.
-    public var settingsRefreshInterval: TimeInterval = 15 * 60
     /// Waits between polls of a sign-in through a browser (tests shorten it).
     public var pollDelay: @Sendable (Duration) async throws -> Void = { try await Task.sleep(for: $0) }
     /// Decides retry or stop when a step fails (default: stop).

@@ -1,4 +1,5 @@
 import BatonClient
+import BatonOData
 import BatonSecureStore
 import Crypto
 import Foundation

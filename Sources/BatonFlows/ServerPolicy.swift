@@ -1,4 +1,5 @@
 import BatonClient
+import BatonOData
 import BatonSecureStore
 import Crypto
 import Foundation
@@ -203,14 +204,11 @@ extension OnboardingSessionManager {
     }
 
     /// ``contactServer()`` when the last contact is older than the server's `devices.settings-refresh-seconds`
-    /// (or, from a server that does not say, ``FlowsConfiguration/settingsRefreshInterval``); `nil` when none was
-    /// due (or nobody is signed in).
+    /// (900 from a server that does not say); `nil` when none was due (or nobody is signed in).
     @discardableResult
     public func contactServerIfDue() async throws(FlowsError) -> ContactReport? {
         guard state == .open, let session else { return nil }
-        let interval =
-            session.settings.devices.settingsRefreshSeconds.map(TimeInterval.init)
-            ?? configuration.settingsRefreshInterval
+        let interval = TimeInterval(session.settings.devices.settingsRefreshSeconds)
         let now = configuration.now()
         if let lastContact, now.timeIntervalSince(lastContact) < interval { return nil }
         // Offline, the server is asked again after a minute, not on every call.

@@ -1,5 +1,6 @@
 import BatonClient
 import BatonFlows
+import BatonOData
 import BatonSecureStore
 import BatonTesting
 import Foundation

@@ -1,4 +1,5 @@
 import ArgumentParser
+import BatonOData
 import BatonServer
 import Foundation
 

@@ -1,3 +1,4 @@
+import BatonOData
 import HTTPTypes
 import Hummingbird
 

@@ -1,3 +1,4 @@
+import BatonOData
 import Foundation
 
 extension ServerSettings {

@@ -1,3 +1,4 @@
+import BatonOData
 import Foundation
 
 /// Reads and writes the settings document.

@@ -1,3 +1,4 @@
+import BatonOData
 import BatonSQLGRDB
 import Foundation
 import GRDB

@@ -419,7 +419,7 @@ struct Device: Sendable {
     /// After a sync: the usage events waiting, and the log when an admin asked for it or the server wants it with
     /// every sync. A failure here never fails the sync; what was not sent goes next time.
     func sendTelemetry(_ session: OnboardingSession, logsRequested: Bool) async {
-        if session.settings.telemetry.usage != false {
+        if session.settings.telemetry.usage {
             do { try await usage.send(session: session) } catch {
                 logger.warning("usage not sent", metadata: ["code": "\(error.code)"])
             }
@@ -427,7 +427,7 @@ struct Device: Sendable {
             // The server stopped collecting: what waits here is dropped, not kept for ever.
             usage.file.removeAll()
         }
-        let reason = logsRequested ? "requested" : session.settings.telemetry.logsWithSync == true ? "setting" : nil
+        let reason = logsRequested ? "requested" : session.settings.telemetry.logsWithSync ? "setting" : nil
         guard let reason else { return }
         logger.info("log sent", metadata: ["reason": "\(reason)"])
         do { try await log.send(reason: reason, session: session) } catch {
