@@ -196,24 +196,11 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // `baton-chaos`: the harness's short (CI) and long runs, with their figures.
+        // `baton-chaos`: the harness's short (CI) and long runs, with their figures; its hidden commands are the
+        // processes the harness and the crash tests kill (`tablet-sync`, `disk-writer`, `store-writer`).
         .executableTarget(
             name: "baton-chaos",
             dependencies: ["BatonChaos", .product(name: "ArgumentParser", package: "swift-argument-parser")],
-            swiftSettings: swiftSettings
-        ),
-        // Test helper: writes to a secure store until killed (crash-safety test).
-        .executableTarget(
-            name: "baton-store-writer",
-            dependencies: ["BatonSecureStore"],
-            swiftSettings: swiftSettings
-        ),
-        // Test helper: uploads an offline store's queue until killed (sync crash-safety test).
-        .executableTarget(
-            name: "baton-sync-helper",
-            dependencies: [
-                "BatonClient", "BatonOData", "BatonOffline", .product(name: "Crypto", package: "swift-crypto"),
-            ],
             swiftSettings: swiftSettings
         ),
         // The test kit: a live in-process baton-server, a scripted presenter, a test clock.
@@ -361,7 +348,7 @@ let package = Package(
         ),
         .testTarget(
             name: "BatonSecureStoreTests",
-            dependencies: ["BatonFiles", "BatonSecureStore", "BatonTesting"],
+            dependencies: ["BatonChaos", "BatonFiles", "BatonSecureStore", "BatonTesting"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -139,12 +139,12 @@ public struct ClientKillChaos: Sendable {
         return report
     }
 
-    /// Runs a sync process with `input` on its standard input and, if `kill` says so, kills it that long after it
-    /// printed the marker line (if it still runs); returns its exit status (128 + the signal when killed) and
-    /// standard output.
-    static func runSync(_ binary: URL, input: TabletSyncInput, kill target: (marker: String, after: Duration)?)
-        async throws -> (status: Int32, output: String)
-    {
+    /// Runs a sync process (`baton-chaos tablet-sync`) with `input` on its standard input and, if `kill` says so,
+    /// kills it that long after it printed the marker line, or after it started when there is no marker (if it
+    /// still runs); returns its exit status (128 + the signal when killed) and standard output.
+    package static func runSync(
+        _ binary: URL, input: TabletSyncInput, kill target: (marker: String?, after: Duration)?
+    ) async throws -> (status: Int32, output: String) {
         let (process, stdout) = try ChildProcess.start(binary, command: "tablet-sync", input: input)
         let (chunks, continuation) = AsyncStream<Data>.makeStream()
         Thread.detachNewThread {
@@ -158,8 +158,9 @@ public struct ClientKillChaos: Sendable {
         // The clock starts once the store is open (the process's start is not what is tested), and the process is
         // killed where it is then: in a local write, an upload or a download.
         if let target {
-            let marker = Array("\(target.marker)\n".utf8)
-            while output.firstRange(of: marker) == nil, let chunk = await iterator.next() { output += chunk }
+            if let marker = target.marker.map({ Array("\($0)\n".utf8) }) {
+                while output.firstRange(of: marker) == nil, let chunk = await iterator.next() { output += chunk }
+            }
             try await Task.sleep(for: target.after)
             if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         }
@@ -190,6 +191,10 @@ package struct TabletSyncInput: Codable, Sendable {
             (self.id, self.tail, self.fuel, self.remarks) = (id, tail, fuel, remarks)
         }
     }
+    /// What the process does. `sync` (the chaos runs): records its checks, uploads once, downloads. `drain`
+    /// (`SyncCrashTests`): uploads a few changes per `$batch` until the queue is empty, and does not download.
+    package enum Mode: String, Codable, Sendable { case sync, drain }
+
     var server: String
     var storePath: String
     var deviceID: String
@@ -197,9 +202,37 @@ package struct TabletSyncInput: Codable, Sendable {
     var storeKey: String
     var signingKey: String
     var accessToken: String
+    /// The session's refresh token, if it has one.
+    var refreshToken: String?
+    /// When the access token expires (seconds since 1970); absent: five minutes from the start.
+    var expiresAt: Double?
     var checks: [Check]
     /// The run's name, which the photos' captions carry.
     var run = ""
+    /// Absent: `sync`.
+    var mode: Mode?
+
+    /// A drain of a store's queue by `user`, with the session's tokens: no checks of its own.
+    package init(
+        drain storePath: String, server: URL, deviceID: String, user: String, storeKey: Data, signingKey: Data,
+        accessToken: String, refreshToken: String?, expiresAt: Date
+    ) {
+        (self.server, self.storePath, self.deviceID, self.user) = (server.absoluteString, storePath, deviceID, user)
+        (self.storeKey, self.signingKey) = (storeKey.base64EncodedString(), signingKey.base64EncodedString())
+        (self.accessToken, self.refreshToken, self.expiresAt) = (
+            accessToken, refreshToken, expiresAt.timeIntervalSince1970
+        )
+        (self.checks, self.mode) = ([], .drain)
+    }
+
+    init(
+        server: String, storePath: String, deviceID: String, user: String, storeKey: String, signingKey: String,
+        accessToken: String, checks: [Check], run: String
+    ) {
+        (self.server, self.storePath, self.deviceID, self.user) = (server, storePath, deviceID, user)
+        (self.storeKey, self.signingKey, self.accessToken) = (storeKey, signingKey, accessToken)
+        (self.checks, self.run) = (checks, run)
+    }
 
     static func entityID(_ id: UUID) -> String {
         ResourcePath.canonicalURL(entitySet: "PreflightChecks", key: [KeyValue(name: "ID", value: .guid(id))])
@@ -210,8 +243,9 @@ package struct TabletSyncInput: Codable, Sendable {
     }
 }
 
-/// The sync process: records its checks, uploads (others' changes on their behalf), downloads; it prints each
-/// step (`open`, `try ID`, `recorded`, `uploading`, `uploaded ID`, `downloading`, `done`) as it goes.
+/// The sync process: records its checks, uploads (others' changes on their behalf), downloads — or, as a `drain`,
+/// uploads until the queue is empty; it prints each step (`open`, `try ID`, `recorded`, `uploading`, `uploaded ID`,
+/// `downloading`, `done`, or `error MESSAGE`) on its standard output as it goes.
 package enum TabletSync {
     package static func run(_ input: TabletSyncInput) async -> Int32 {
         func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
@@ -223,9 +257,10 @@ package enum TabletSync {
             return 2
         }
         do {
+            let drain = input.mode == .drain
             let store = try OfflineStore(
                 url: URL(fileURLWithPath: input.storePath), model: try ServiceModel.aircraftChecks,
-                deviceID: input.deviceID, definingQueries: Tablet.definingQueries)
+                deviceID: input.deviceID, definingQueries: drain ? [] : Tablet.definingQueries)
             try await store.open(
                 as: OfflineUser(name: input.user, signingKey: signingKey), key: SymmetricKey(data: storeKey))
             await store.setPhotoChunkSize(64 * 1024)
@@ -256,12 +291,20 @@ package enum TabletSync {
                 client: client, configuration: configuration,
                 oauth: OAuthClient(metadata: metadata, clientID: configuration.clientID, transport: client.transport),
                 tokens: OAuthTokens(
-                    accessToken: input.accessToken, refreshToken: nil, expiresAt: Date().addingTimeInterval(300)))
+                    accessToken: input.accessToken, refreshToken: input.refreshToken,
+                    expiresAt: input.expiresAt.map(Date.init(timeIntervalSince1970:)) ?? Date().addingTimeInterval(300))
+            )
             say("uploading")
-            let report = try await store.upload(using: session, allowOnBehalf: true, chunkSize: 2)
-            for entry in report.uploaded { say("uploaded \(entry.entityID)") }
-            say("downloading")
-            _ = try await store.download(using: session)
+            var more = true
+            while more {
+                let report = try await store.upload(using: session, allowOnBehalf: true, chunkSize: 2)
+                for entry in report.uploaded { say("uploaded \(entry.entityID)") }
+                more = drain ? try await !store.pendingEntries().isEmpty : false
+            }
+            if !drain {
+                say("downloading")
+                _ = try await store.download(using: session)
+            }
             await store.close()
             say("done")
             return 0
@@ -306,7 +349,7 @@ struct TabletSyncLog {
 /// keys and tokens never go on a command line — with its standard output piped back and its standard error
 /// dropped.
 package enum ChildProcess {
-    static func start(_ binary: URL, command: String, input: some Encodable) throws -> (Process, Pipe) {
+    package static func start(_ binary: URL, command: String, input: some Encodable) throws -> (Process, Pipe) {
         let process = Process()
         process.executableURL = binary
         process.arguments = [command]

@@ -11,7 +11,8 @@ struct BatonChaosCommand: AsyncParsableCommand {
         commandName: "baton-chaos",
         abstract:
             "Break the network, the server and the disk under tablets, then check nothing was lost or applied twice.",
-        subcommands: [RunChaos.self, DiskWriterCommand.self, TabletSyncCommand.self], defaultSubcommand: RunChaos.self)
+        subcommands: [RunChaos.self, DiskWriterCommand.self, TabletSyncCommand.self, StoreWriterCommand.self],
+        defaultSubcommand: RunChaos.self)
 }
 
 /// Ends a child command with `status` (0: normally).
@@ -33,7 +34,8 @@ struct DiskWriterCommand: AsyncParsableCommand {
     }
 }
 
-/// The client-kill part's sync process: its input (keys and token included) comes on standard input.
+/// The client-kill part's sync process, and the sync crash test's (a `drain`): its input (keys and token included)
+/// comes on standard input.
 struct TabletSyncCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tablet-sync", abstract: "A tablet's sync process (run and killed by baton-chaos itself).",
@@ -44,6 +46,21 @@ struct TabletSyncCommand: AsyncParsableCommand {
             throw ValidationError("tablet-sync reads its input as JSON on standard input.")
         }
         try finish(await TabletSync.run(input))
+    }
+}
+
+/// The secure store's writer process (`SecureStoreCrashTests` kills it): its input (the passcode included) comes on
+/// standard input.
+struct StoreWriterCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "store-writer", abstract: "Writes a secure store until killed (run by the crash tests).",
+        shouldDisplay: false)
+
+    func run() async throws {
+        guard let input = ChildProcess.input(StoreWriterInput.self) else {
+            throw ValidationError("store-writer reads its input as JSON on standard input.")
+        }
+        try finish(await StoreWriter.run(input))
     }
 }
 

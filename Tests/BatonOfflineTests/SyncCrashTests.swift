@@ -1,3 +1,4 @@
+import BatonChaos
 import BatonClient
 import BatonFlows
 import BatonOData
@@ -12,7 +13,8 @@ import Testing
 /// The sync killed at random points (a child process, SIGKILL) at least 50 times: every change reaches the
 /// server exactly once, nothing is lost, and the encrypted store recovers each time.
 @Suite(.serverSlot, .timeLimit(.minutes(10))) struct SyncCrashTests {
-    static var helper: URL { builtExecutable("baton-sync-helper") }
+    /// `baton-chaos tablet-sync`, draining the store's queue.
+    static var helper: URL { builtExecutable("baton-chaos") }
 
     @Test func killingTheSyncLosesAndDuplicatesNothing() async throws {
         let server = try await LiveServer.start()
@@ -54,66 +56,26 @@ import Testing
         await store.close()
 
         let tokens = await session.authorized.tokens
-        let input = try JSONSerialization.data(withJSONObject: [
-            "server": server.url.absoluteString, "storePath": storeURL.path, "deviceID": manager.deviceID,
-            "user": "alice", "storeKey": storeKey.base64EncodedString(),
-            "signingKey": user.signingKey.rawRepresentation.base64EncodedString(),
-            "accessToken": tokens.accessToken, "refreshToken": tokens.refreshToken ?? "",
-            "expiresAt": tokens.expiresAt.timeIntervalSince1970,
-        ])
-        /// Runs the helper; with `milliseconds`, kills it that long after it starts uploading (after its "ready"
-        /// line), or — with `early` — that long after it starts, wherever it is.
+        let input = TabletSyncInput(
+            drain: storeURL.path, server: server.url, deviceID: manager.deviceID, user: "alice", storeKey: storeKey,
+            signingKey: user.signingKey.rawRepresentation, accessToken: tokens.accessToken,
+            refreshToken: tokens.refreshToken, expiresAt: tokens.expiresAt)
+        /// Runs the sync process; with `milliseconds`, kills it that long after it starts uploading (after its
+        /// "uploading" line), or — with `early` — that long after it starts, wherever it is.
         func runHelper(killAfter milliseconds: Int?, early: Bool = false) async throws -> (
             killed: Bool, output: String
         ) {
-            let process = Process()
-            process.executableURL = Self.helper
-            let stdin = Pipe()
-            let stdout = Pipe()
-            let stderr = Pipe()
-            process.standardInput = stdin
-            process.standardOutput = stdout
-            process.standardError = stderr
-            try process.runAlone()
-            stdin.fileHandleForWriting.write(input)
-            try stdin.fileHandleForWriting.close()
-            var killed = false
-            var head = ""
-            if let milliseconds {
-                if !early {
-                    // Up to "ready": the upload starts after it, whatever the load on the machine.
-                    let reader = stdout.fileHandleForReading
-                    head = try await offThePool {
-                        var seen = Data()
-                        while !String(decoding: seen, as: UTF8.self).contains("ready\n") {
-                            let chunk = reader.availableData
-                            guard !chunk.isEmpty else { break }
-                            seen.append(chunk)
-                        }
-                        return String(decoding: seen, as: UTF8.self)
-                    }
-                }
-                try await Task.sleep(for: .milliseconds(milliseconds))
-                if process.isRunning {
-                    kill(process.processIdentifier, SIGKILL)
-                    killed = true
-                }
-            }
-            // Waited for off the concurrency pool: the helper syncs with this process's server, which needs it.
-            let (output, errors) = try await offThePool { [stdout, stderr] in
-                process.waitUntilExit()
-                return (
-                    String(decoding: stdout.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self),
-                    String(decoding: stderr.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-                )
-            }
-            if !killed { #expect(process.terminationStatus == 0, "\(errors)") }
-            return (killed, head + output)
+            let (status, output) = try await ClientKillChaos.runSync(
+                Self.helper, input: input,
+                kill: milliseconds.map { (early ? nil : "uploading", .milliseconds($0)) })
+            let killed = status == 128 + SIGKILL
+            if !killed { #expect(status == 0, "\(output)") }
+            return (killed, output)
         }
 
         var kills = 0
         var uploadsSeen = 0
-        // Most kills land during the upload (timed from the helper's "ready", so a loaded machine moves them too);
+        // Most kills land during the upload (timed from the process's "uploading", so a loaded machine moves them too);
         // one in five anywhere from start-up on.
         while kills < 50 {
             let early = Int.random(in: 0..<5) == 0

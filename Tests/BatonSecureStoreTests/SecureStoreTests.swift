@@ -1,3 +1,4 @@
+import BatonChaos
 import BatonTesting
 import Foundation
 import Testing
@@ -183,7 +184,8 @@ import Testing
 /// Kills a process in the middle of secure-store writes: the store always opens, with the old or the new
 /// content.
 @Suite struct SecureStoreCrashTests {
-    static var writer: URL { builtExecutable("baton-store-writer") }
+    /// `baton-chaos store-writer`.
+    static var writer: URL { builtExecutable("baton-chaos") }
 
     @Test func killingTheWriterLeavesOldOrNewContentNeverGarbage() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("crash-\(UUID().uuidString)")
@@ -201,13 +203,14 @@ import Testing
         for _ in 0..<12 {
             let process = Process()
             process.executableURL = Self.writer
-            process.arguments = [url.path]
+            process.arguments = ["store-writer"]
             let input = Pipe()
             let output = Pipe()
             process.standardInput = input
             process.standardOutput = output
             try process.runAlone()
-            input.fileHandleForWriting.write(Data("1234\n".utf8))
+            input.fileHandleForWriting.write(
+                try JSONEncoder().encode(StoreWriterInput(storePath: url.path, passcode: "1234")))
             try input.fileHandleForWriting.close()
             // Let it write for a random while, then kill it without warning.
             try await Task.sleep(for: .milliseconds(Int.random(in: 30...150, using: &random) + 250 * quietKills))
