@@ -86,18 +86,14 @@ public final class PostgresCluster: Sendable {
         // Every server a test starts keeps its pool of connections open: room for a few dozen at once.
         let options =
             "-p \(port) -k \(directory.path) -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300"
-        // Foundation learns that a child ended when every holder of a socket it gives the child has closed it;
-        // the server pg_ctl leaves running would hold it for ever. A shell closes every descriptor but the
-        // standard three before it runs pg_ctl.
-        let closingOthers =
-            #"for fd in /proc/$$/fd/*; do n=${fd##*/}; [ "$n" -gt 2 ] && eval "exec $n>&-"; done 2>/dev/null; exec "$@""#
-        try Self.run(
-            URL(fileURLWithPath: "/bin/bash"),
-            ["-c", closingOthers, "bash"] + (owner.map { ["/usr/sbin/runuser", "-u", $0, "--"] } ?? [])
-                + [
-                    bin.appendingPathComponent("pg_ctl").path, "-D", dataDirectory.path, "-o", options, "-l",
-                    directory.appendingPathComponent("log").path, "-w", "-t", "60", "start",
-                ])
+        // The server pg_ctl leaves running writes to its log, not to the pipes `Program` reads to their end, and
+        // inherits no other descriptor of this process (the child closes every one but the standard three).
+        try run(
+            bin.appendingPathComponent("pg_ctl"),
+            [
+                "-D", dataDirectory.path, "-o", options, "-l", directory.appendingPathComponent("log").path, "-w",
+                "-t", "60", "start",
+            ])
     }
 
     /// Stops the server as an administrator would for maintenance (`pg_ctl stop -m fast`: open transactions
@@ -129,10 +125,15 @@ public final class PostgresCluster: Sendable {
             ])
     }
 
-    /// Stops the cluster at once (`-m immediate`) and deletes its directory.
+    /// Stops the cluster at once and deletes its directory, as `pg_ctl -m immediate stop` would: SIGQUIT to the
+    /// postmaster named in `postmaster.pid`, then up to ten seconds for it to end. It runs no program, so a test's
+    /// `defer` and the end of the test process may call it from anywhere.
     public func stop() {
-        if let bin = Self.binDirectory {
-            _ = try? run(bin.appendingPathComponent("pg_ctl"), ["-D", dataDirectory.path, "-m", "immediate", "stop"])
+        let pidFile = dataDirectory.appendingPathComponent("postmaster.pid")
+        if let text = try? String(contentsOf: pidFile, encoding: .utf8),
+            let line = text.split(separator: "\n").first, let pid = pid_t(line), pid > 1, kill(pid, SIGQUIT) == 0
+        {
+            for _ in 0..<1_000 where kill(pid, 0) == 0 { usleep(10_000) }
         }
         try? FileManager.default.removeItem(at: directory)
     }
@@ -144,21 +145,14 @@ public final class PostgresCluster: Sendable {
         return try Self.run(URL(fileURLWithPath: "/usr/sbin/runuser"), ["-u", owner, "--", program.path] + arguments)
     }
 
+    /// Runs `program` to its end (off Swift's concurrency pool, as every caller of a cluster's blocking methods
+    /// is) and returns what it wrote; a status other than 0 is an error that carries what it wrote.
     @discardableResult
     static func run(_ program: URL, _ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = program
-        process.arguments = arguments
-        process.currentDirectoryURL = URL(fileURLWithPath: "/")
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = output
-        process.standardInput = FileHandle.nullDevice
-        try process.runAlone()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            throw PostgresClusterError("\(program.lastPathComponent) failed (\(process.terminationStatus)):\n\(text)")
+        let result = try Program.runBlocking(program, arguments, workingDirectory: URL(fileURLWithPath: "/"))
+        let text = result.output + result.error
+        guard result.status == 0 else {
+            throw PostgresClusterError("\(program.lastPathComponent) failed (\(result.status)):\n\(text)")
         }
         return text
     }

@@ -10,42 +10,13 @@ import Testing
 @Suite(.serverSlot, .timeLimit(.minutes(10)), .serialized) struct ServerExecutableTests {
     static var buildDirectory: URL { ServerCluster.buildDirectory }
 
-    struct Result {
-        var status: Int32
-        var output: String
-        var error: String
-    }
+    typealias Result = ProgramResult
 
+    /// Runs `executable` to its end (``Program``), with `environment` added to this process's.
     static func run(
         _ executable: URL, _ arguments: [String], input: String? = nil, environment: [String: String] = [:]
     ) async throws -> Result {
-        try await offThePool { try runBlocking(executable, arguments, input: input, environment: environment) }
-    }
-
-    static func runBlocking(
-        _ executable: URL, _ arguments: [String], input: String?, environment: [String: String] = [:]
-    ) throws -> Result {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        if !environment.isEmpty {
-            process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-        }
-        let output = Pipe()
-        let error = Pipe()
-        let stdin = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        process.standardInput = stdin
-        try process.runAlone()
-        if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
-        try stdin.fileHandleForWriting.close()
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        let err = error.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(
-            status: process.terminationStatus, output: String(decoding: out, as: UTF8.self),
-            error: String(decoding: err, as: UTF8.self))
+        try await Program.run(executable, arguments, environment: environment, input: input)
     }
 
     static func server(_ arguments: [String], input: String? = nil) async throws -> Result {

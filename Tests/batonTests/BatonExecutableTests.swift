@@ -5,38 +5,14 @@ import Testing
 
 /// Runs the built `baton` binary and checks what a user sees.
 @Suite(.serverSlot, .timeLimit(.minutes(10))) struct BatonExecutableTests {
-    struct Result {
-        var status: Int32
-        var output: String
-        var error: String
-    }
+    typealias Result = ProgramResult
 
     /// The `baton` executable in the build directory that holds this test binary.
     static var executable: URL { builtExecutable("baton") }
 
+    /// Runs `executable` to its end (``Program``).
     static func run(_ arguments: [String], executable: URL = executable, input: String? = nil) async throws -> Result {
-        try await offThePool { try runBlocking(arguments, executable: executable, input: input) }
-    }
-
-    static func runBlocking(_ arguments: [String], executable: URL, input: String?) throws -> Result {
-        let process = Process()
-        process.executableURL = executable
-        process.arguments = arguments
-        let output = Pipe()
-        let error = Pipe()
-        let standardInput = Pipe()
-        process.standardOutput = output
-        process.standardError = error
-        process.standardInput = standardInput
-        try process.runAlone()
-        if let input { standardInput.fileHandleForWriting.write(Data(input.utf8)) }
-        try standardInput.fileHandleForWriting.close()
-        let outputData = output.fileHandleForReading.readDataToEndOfFile()
-        let errorData = error.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(
-            status: process.terminationStatus, output: String(decoding: outputData, as: UTF8.self),
-            error: String(decoding: errorData, as: UTF8.self))
+        try await Program.run(executable, arguments, input: input)
     }
 
     @Test func demoPassesEveryExpectation() async throws {
