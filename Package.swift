@@ -52,6 +52,8 @@ let package = Package(
         // The test kit's one way to run a program to its end (no Foundation `Process`).
         .package(url: "https://github.com/swiftlang/swift-subprocess.git", from: "1.0.2"),
         .package(url: "https://github.com/apple/swift-system.git", from: "1.8.1"),
+        // Only `baton-bench --multipart`: the yardstick Baton's own `$batch` multipart layer is measured against.
+        .package(url: "https://github.com/vapor/multipart-kit.git", from: "4.7.1"),
         // `swift package generate-documentation`: the DocC catalogs, built in CI with warnings as errors.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin.git", from: "1.5.0"),
     ],
@@ -258,6 +260,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "MultipartKit", package: "multipart-kit"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -83,7 +83,11 @@ struct Benchmark: AsyncParsableCommand {
         return location
     }
 
+    @Flag(help: "Compare the $batch multipart reader and writer with vapor/multipart-kit's instead.")
+    var multipart = false
+
     func run() async throws {
+        if multipart { return try MultipartBenchmark().run() }
         if downloadClient { return try await OfflineBenchmark.downloadClient() }
         if flows { return try await FlowsBenchmark(repetitions: repetitions).run() }
         if media { return try await MediaBenchmark(duration: duration).run() }

@@ -113,15 +113,15 @@ public enum MultipartBatch {
 
     // MARK: Parts
 
-    struct Part {
-        var headers: [(String, String)]
-        var body: [UInt8]
+    package struct Part {
+        package var headers: [(String, String)]
+        package var body: [UInt8]
 
-        func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
-        var contentType: String? { header("Content-Type") }
+        package func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
+        package var contentType: String? { header("Content-Type") }
     }
 
-    static func encode<Item>(
+    package static func encode<Item>(
         _ items: [Item], boundary: String, group: KeyPath<Item, String?>, part: (Item) -> (String, [UInt8])
     ) -> [UInt8] {
         var text: [UInt8] = []
@@ -171,7 +171,7 @@ public enum MultipartBatch {
     }
 
     /// Splits a multipart body at its boundary delimiters; the preamble and epilogue are ignored.
-    static func splitParts(_ body: [UInt8], boundary: String) throws(ODataError) -> [Part] {
+    package static func splitParts(_ body: [UInt8], boundary: String) throws(ODataError) -> [Part] {
         let delimiter = Array("--\(boundary)".utf8)
         var positions: [Int] = []
         var index = 0
