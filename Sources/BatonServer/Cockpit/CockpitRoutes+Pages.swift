@@ -249,4 +249,17 @@ extension CockpitRoutes {
         return CockpitPages.page(
             "users", title: "Users", values: values, session: session, status: error == nil ? .ok : .badRequest)
     }
+
+    /// `GET /admin/`.
+    func showOverview(_ request: Request) async throws -> Response {
+        try await viewing(request) { session in try await overview(session) }
+    }
+
+    /// `GET /admin/style.css`.
+    static func stylesheet() -> Response {
+        var fields = CockpitPages.headers
+        fields[.contentType] = "text/css; charset=utf-8"
+        return Response(
+            status: .ok, headers: fields, body: .init(byteBuffer: ByteBuffer(string: CockpitPages.stylesheet)))
+    }
 }

@@ -103,4 +103,19 @@ extension CockpitRoutes {
     func expired(_ name: String) -> Cookie {
         cookie(name, "", maxAge: 0)
     }
+
+    /// `POST /admin/sign-out`.
+    func signOut(_ request: Request, _ context: BatonRequestContext) async throws -> Response {
+        try await changing(request, context) { session, _ in
+            if let cookie = request.cookies[Self.sessionCookie]?.value { try await sessions.close(cookie: cookie) }
+            var response = CockpitPages.page(
+                "message", title: "Signed out",
+                values: [
+                    "heading": "Signed out", "text": "\(session.displayName) signed out of the cockpit.",
+                    "link": ["text": "Sign in again", "href": "/admin/sign-in"],
+                ], session: nil)
+            response.setCookie(expired(Self.sessionCookie))
+            return response
+        }
+    }
 }
