@@ -126,70 +126,47 @@ struct TabletUser: Sendable {
     var passcode: String
 }
 
-/// One shared tablet: its users' sessions through the session manager, its offline store.
+/// One shared tablet (``BatonTesting/TestTablet``): its users' sessions through the session manager, its offline
+/// store, and what the chaos runs keep of its syncs.
 final class Tablet: @unchecked Sendable {
     // Used by one task at a time (the run's loop, or one device's task of a load run).
-    let manager: OnboardingSessionManager
-    let presenter: ScriptedPresenter
-    let store: OfflineStore
+    let base: TestTablet
     let users: [TabletUser]
-    let directory: URL
-    var session: OnboardingSession
     var lastReport: UploadReport?
 
-    init(
-        manager: OnboardingSessionManager, presenter: ScriptedPresenter, store: OfflineStore, users: [TabletUser],
-        directory: URL, session: OnboardingSession
-    ) {
-        self.manager = manager
-        self.presenter = presenter
-        self.store = store
-        self.users = users
-        self.directory = directory
-        self.session = session
+    var manager: OnboardingSessionManager { base.manager }
+    var presenter: ScriptedPresenter { base.presenter }
+    var store: OfflineStore { base.store }
+    var directory: URL { base.directory }
+    /// The session of the user the tablet was last switched to.
+    private(set) var session: OnboardingSession
+
+    private init(base: TestTablet, users: [TabletUser], session: OnboardingSession) {
+        (self.base, self.users, self.session) = (base, users, session)
     }
 
     /// What every simulated tablet keeps offline: the aircraft and every check.
-    static let definingQueries = [
-        DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "checks", url: "PreflightChecks"),
-    ]
+    static let definingQueries = TestTablet.aircraftAndChecks
 
     /// Onboards `users` (the first, then the others joining with its approval) and downloads, as the first user.
     static func make(
         server: URL, directory: URL, timeout: Duration, users: [TabletUser],
         transport: any HTTPTransport = AsyncHTTPClientTransport(), definingQueries: [DefiningQuery] = definingQueries
     ) async throws -> Tablet {
-        var configuration = FlowsConfiguration(mode: .multiUser)
-        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
-        let presenter = ScriptedPresenter(
-            users.flatMap { user -> [ScriptedPresenter.Answer] in
-                [.credentials(user.name, user.password), .newPasscode(user.passcode, confirmation: user.passcode)]
-            })
-        let manager = try OnboardingSessionManager(
-            serverURL: server, directory: directory, configuration: configuration, presenter: presenter,
-            transport: transport)
-        let store = try OfflineStore(
-            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
-            deviceID: manager.deviceID, definingQueries: definingQueries)
-        await store.setRequestTimeout(timeout)
-        var session = try await manager.open()
-        for _ in users.dropFirst() { session = try await manager.addUser() }
-        let tablet = Tablet(
-            manager: manager, presenter: presenter, store: store, users: users, directory: directory, session: session)
+        let base = try TestTablet(
+            server: server, users: users.map { TestTablet.User($0.name, password: $0.password, passcode: $0.passcode) },
+            directory: directory, definingQueries: definingQueries, transport: transport)
+        await base.store.setRequestTimeout(timeout)
+        guard let last = try await base.onboardAll().last else { throw ChaosFailure("A tablet needs a user.") }
+        let tablet = Tablet(base: base, users: users, session: last)
         if let first = users.first { try await tablet.switchTo(first.name) }
-        _ = try await store.download(using: tablet.session.authorized)
+        _ = try await tablet.store.download(using: tablet.session.authorized)
         return tablet
     }
 
+    /// Switches to `name` (offline or not, a switch needs only the passcode) and opens the store as theirs.
     func switchTo(_ name: String) async throws {
-        guard let user = users.first(where: { $0.name == name }) else { throw ChaosFailure("No user \(name) here.") }
-        await presenter.append([.pick(user.name), .passcode(user.passcode)])
-        // Offline or not, a switch needs only the passcode; a failed contact with the server is no reason to stop.
-        session = try await manager.switchUser()
-        await store.close()
-        try await store.open(
-            as: OfflineUser(name: session.user.serverUserID ?? name, signingKey: try session.signingKey()),
-            key: SymmetricKey(data: session.storeKey ?? Data()))
+        session = try await base.switchTo(name)
     }
 
     /// Syncs until everything is up, as the app would at its next chances (after `pause(attempt)` each time),

@@ -19,42 +19,29 @@ import Testing
     static let alicePassword = "blue-harbour-1234"
     static let bobPassword = "green-meadow-5678"
 
+    static let alice = TestTablet.User("alice", displayName: "Alice", password: alicePassword, passcode: "alice-pass-1")
+    static let bob = TestTablet.User("bob", displayName: "Bob", password: bobPassword, passcode: "bob-pass-12")
+
+    /// The shared tablet (``TestTablet``, alice's and bob's sign-ins scripted) with a transport that fails on cue.
     struct Device {
-        let directory: URL
-        let presenter: ScriptedPresenter
-        let manager: OnboardingSessionManager
-        let store: OfflineStore
+        let tablet: TestTablet
         let transport: FaultyTransport
 
-        func open(_ session: OnboardingSession) async throws {
-            await store.close()
-            try await store.open(
-                as: OfflineUser(name: session.user.serverUserID ?? "", signingKey: try session.signingKey()),
-                key: SymmetricKey(data: try #require(session.storeKey)))
-        }
+        var directory: URL { tablet.directory }
+        var presenter: ScriptedPresenter { tablet.presenter }
+        var manager: OnboardingSessionManager { tablet.manager }
+        var store: OfflineStore { tablet.store }
+
+        func open(_ session: OnboardingSession) async throws { try await tablet.openStore(as: session) }
     }
 
-    func makeDevice(
-        _ server: LiveServer,
-        definingQueries: [DefiningQuery] = [
-            DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "checks", url: "PreflightChecks"),
-        ]
-    ) async throws -> Device {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-handover-\(UUID())")
-        var configuration = FlowsConfiguration(mode: .multiUser)
-        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
-        let presenter = ScriptedPresenter([
-            .credentials("alice", Self.alicePassword), .newPasscode("alice-pass-1", confirmation: "alice-pass-1"),
-            .credentials("bob", Self.bobPassword), .newPasscode("bob-pass-12", confirmation: "bob-pass-12"),
-        ])
+    func makeDevice(_ server: LiveServer, definingQueries: [DefiningQuery] = TestTablet.aircraftAndChecks)
+        async throws -> Device
+    {
         let transport = FaultyTransport(AsyncHTTPClientTransport())
-        let manager = try OnboardingSessionManager(
-            serverURL: server.url, directory: directory, configuration: configuration, presenter: presenter,
-            transport: transport)
-        let store = try OfflineStore(
-            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
-            deviceID: manager.deviceID, definingQueries: definingQueries)
-        return Device(directory: directory, presenter: presenter, manager: manager, store: store, transport: transport)
+        let tablet = try TestTablet(
+            server: server.url, users: [Self.alice, Self.bob], definingQueries: definingQueries, transport: transport)
+        return Device(tablet: tablet, transport: transport)
     }
 
     /// Signs the device's first user in, opens the store as theirs and downloads: their session and the tail
@@ -671,19 +658,11 @@ import Testing
 
     @Test func lockingClosesTheStore() async throws {
         try await withServer { server in
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-lock-\(UUID())")
-            let deviceID = try DeviceStorage(directory: directory).deviceID()
-            let store = try OfflineStore(
-                url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
-                deviceID: deviceID, definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")])
-            var configuration = FlowsConfiguration(mode: .multiUser)
-            configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
-            let presenter = ScriptedPresenter([
-                .credentials("alice", Self.alicePassword), .newPasscode("alice-pass-1", confirmation: "alice-pass-1"),
-            ])
-            let manager = try OnboardingSessionManager(
-                serverURL: server.url, directory: directory, configuration: configuration, presenter: presenter,
-                flowProvider: StandardFlowProvider(appSteps: [OfflineStoreStep(store: store)]))
+            let tablet = try TestTablet(
+                server: server.url, users: [Self.alice],
+                definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")], storeStep: true)
+            defer { Task { await tablet.remove() } }
+            let (manager, presenter, store) = (tablet.manager, tablet.presenter, tablet.store)
             _ = try await manager.open()
             #expect(try await store.count("PreflightChecks") == 6)
             await manager.lock()

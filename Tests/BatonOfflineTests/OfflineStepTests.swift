@@ -12,24 +12,6 @@ import Testing
 /// The offline store inside the onboarding lifecycle: opened per user, synced on restore, and the
 /// pending-changes rule on user removal.
 @Suite(.serverSlot, .timeLimit(.minutes(10))) struct OfflineStepTests {
-    func device(_ server: LiveServer, answers: [ScriptedPresenter.Answer]) throws -> (
-        OnboardingSessionManager, ScriptedPresenter, OfflineStore, URL
-    ) {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-step-\(UUID())")
-        let deviceID = try DeviceStorage(directory: directory).deviceID()
-        let store = try OfflineStore(
-            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
-            deviceID: deviceID, definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")])
-        var configuration = FlowsConfiguration(mode: .multiUser)
-        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
-        configuration.removalGuard = { user in try await store.requireNoPendingChanges(of: user.serverUserID ?? "") }
-        let presenter = ScriptedPresenter(answers)
-        let manager = try OnboardingSessionManager(
-            serverURL: server.url, directory: directory, configuration: configuration, presenter: presenter,
-            flowProvider: StandardFlowProvider(appSteps: [OfflineStoreStep(store: store)]))
-        return (manager, presenter, store, directory)
-    }
-
     @Test func restoreSyncsAndRemovalWaitsForPendingChanges() async throws {
         let server = try await LiveServer.start()
         defer { Task { await server.shutDown() } }
@@ -37,12 +19,19 @@ import Testing
         try await server.addUser("alice", displayName: "Alice", role: .supervisor, password: "blue-harbour-1234")
         try await server.addUser("bob", displayName: "Bob", password: "green-meadow-5678")
         _ = try await server.server.seed(aircraft: 2, checks: 5)
-        let (manager, presenter, store, directory) = try device(
-            server,
-            answers: [
-                .credentials("alice", "blue-harbour-1234"), .newPasscode("alice-pass-1", confirmation: "alice-pass-1"),
-                .credentials("bob", "green-meadow-5678"), .newPasscode("bob-pass-12", confirmation: "bob-pass-12"),
-            ])
+        let tablet = try TestTablet(
+            server: server.url,
+            users: [
+                TestTablet.User("alice", password: "blue-harbour-1234", passcode: "alice-pass-1"),
+                TestTablet.User("bob", password: "green-meadow-5678", passcode: "bob-pass-12"),
+            ],
+            definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")], storeStep: true
+        ) { configuration, store in
+            configuration.removalGuard = { user in try await store.requireNoPendingChanges(of: user.serverUserID ?? "")
+            }
+        }
+        defer { Task { await tablet.remove() } }
+        let (manager, presenter, store, directory) = (tablet.manager, tablet.presenter, tablet.store, tablet.directory)
         let alice = try await manager.open()
         #expect(await store.currentUser == "alice")
         #expect(try await store.count("PreflightChecks") == 5)

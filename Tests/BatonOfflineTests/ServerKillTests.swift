@@ -20,47 +20,30 @@ import Testing
 @Suite(.serverSlot, .timeLimit(.minutes(10)), .serialized) struct ServerKillTests {
     static let kills = Int(ProcessInfo.processInfo.environment["BATON_SERVER_KILLS"] ?? "") ?? 50
 
-    /// The shared tablet: Alice and Bob onboarded, the store open as one of them at a time.
+    /// The shared tablet (``TestTablet``): Alice and Bob onboarded, the store open as one of them at a time.
     struct Tablet {
-        let manager: OnboardingSessionManager
-        let store: OfflineStore
-        let key: SymmetricKey
-        let alice: OfflineUser
-        let bob: OfflineUser
-        let bobSession: OnboardingSession
-        let directory: URL
+        let base: TestTablet
+        let alice: OnboardingSession
+        let bob: OnboardingSession
 
-        func open(as user: OfflineUser) async throws {
-            await store.close()
-            try await store.open(as: user, key: key)
-        }
+        var store: OfflineStore { base.store }
+        var directory: URL { base.directory }
+        var bobSession: OnboardingSession { bob }
+
+        /// Opens the store as `name` with the keys of their onboarding (no passcode, no server contact).
+        func open(as name: String) async throws { try await base.openStore(as: name) }
     }
 
     static func tablet(_ url: URL) async throws -> Tablet {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-kill-\(UUID())")
-        var configuration = FlowsConfiguration(mode: .multiUser)
-        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
-        let presenter = ScriptedPresenter([
-            .credentials("alice", HandoverTests.alicePassword),
-            .newPasscode("alice-pass-1", confirmation: "alice-pass-1"),
-            .credentials("bob", HandoverTests.bobPassword), .newPasscode("bob-pass-12", confirmation: "bob-pass-12"),
-        ])
-        let manager = try OnboardingSessionManager(
-            serverURL: url, directory: directory, configuration: configuration, presenter: presenter)
-        let aliceSession = try await manager.open()
-        let alice = OfflineUser(name: "alice", signingKey: try aliceSession.signingKey())
-        let key = SymmetricKey(data: try #require(aliceSession.storeKey))
-        let bobSession = try await manager.addUser()
-        let bob = OfflineUser(name: "bob", signingKey: try bobSession.signingKey())
-        let store = try OfflineStore(
-            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
-            deviceID: manager.deviceID,
-            definingQueries: [
-                DefiningQuery(name: "aircraft", url: "Aircraft"), DefiningQuery(name: "checks", url: "PreflightChecks"),
-            ])
-        return Tablet(
-            manager: manager, store: store, key: key, alice: alice, bob: bob, bobSession: bobSession,
-            directory: directory)
+        let base = try TestTablet(
+            server: url,
+            users: [
+                TestTablet.User("alice", password: HandoverTests.alicePassword, passcode: "alice-pass-1"),
+                TestTablet.User("bob", password: HandoverTests.bobPassword, passcode: "bob-pass-12"),
+            ],
+            directory: FileManager.default.temporaryDirectory.appendingPathComponent("baton-kill-\(UUID())"))
+        let sessions = try await base.onboardAll()
+        return Tablet(base: base, alice: sessions[0], bob: sessions[1])
     }
 
     /// Retries `body` until it returns, for at most `seconds`: an instance may be down, or nginx may answer 502
@@ -101,7 +84,7 @@ import Testing
         let tablet = try await Self.tablet(cluster.url)
         defer { try? FileManager.default.removeItem(at: tablet.directory) }
         var failures = 0
-        try await tablet.open(as: tablet.bob)
+        try await tablet.open(as: "bob")
         _ = try await Self.persistently("the first download", failures: &failures) {
             try await tablet.store.download(using: tablet.bobSession.authorized)
         }
@@ -132,14 +115,14 @@ import Testing
         var fuel: [String: Int] = [:]
         var rounds = 0
         while killed.count.withLock({ $0 }) < Self.kills || rounds < 3 {
-            try await tablet.open(as: tablet.alice)
+            try await tablet.open(as: "alice")
             if let previous = aliceChecks.last {
                 fuel[previous, default: 0] += 1
                 try await tablet.store.update(previous, values: ["FuelKg": .decimal(Decimal(5000 + fuel[previous]!))])
             }
             let created = try await tablet.store.create(in: "PreflightChecks", values: Self.check(tail, fuel: 5000))
             aliceChecks.append(created)
-            try await tablet.open(as: tablet.bob)
+            try await tablet.open(as: "bob")
             bobChecks.append(try await tablet.store.create(in: "PreflightChecks", values: Self.check(tail, fuel: 4000)))
             _ = try await Self.persistently("round \(rounds)'s upload", failures: &failures) {
                 let report = try await tablet.store.upload(using: tablet.bobSession.authorized, allowOnBehalf: true)
