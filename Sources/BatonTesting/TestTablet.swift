@@ -60,12 +60,14 @@ public final class TestTablet: @unchecked Sendable {
     ///   - definingQueries: What the store keeps offline.
     ///   - storeStep: Whether the flows open the store per user and download (``BatonFlows/OfflineStoreStep``).
     ///   - transport: The HTTP transport of the sessions.
+    ///   - idManager: How the manager keeps which user is onboarded (the flows' default when nil).
     ///   - configure: Changes to the flows' configuration (multi-user, cheap key derivation) before the manager
     ///     is made; it gets the store for rules that consult it.
     /// - Throws: When the directory, the store or the manager cannot be made.
     public init(
         server: URL, users: [User], directory: URL? = nil, definingQueries: [DefiningQuery] = aircraftAndChecks,
         storeStep: Bool = false, transport: any HTTPTransport = AsyncHTTPClientTransport(),
+        idManager: (any OnboardingIDManaging)? = nil,
         configure: (inout FlowsConfiguration, OfflineStore) -> Void = { _, _ in }
     ) throws {
         let directory =
@@ -84,7 +86,7 @@ public final class TestTablet: @unchecked Sendable {
             serverURL: server, directory: directory, configuration: configuration, presenter: presenter,
             flowProvider: storeStep
                 ? StandardFlowProvider(appSteps: [OfflineStoreStep(store: store)]) : StandardFlowProvider(),
-            transport: transport)
+            idManager: idManager, transport: transport)
         (self.directory, self.presenter, self.store, self.users) = (directory, presenter, store, users)
     }
 

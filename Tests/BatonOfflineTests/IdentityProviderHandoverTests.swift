@@ -68,7 +68,7 @@ import Testing
         try await Self.browser(["cockpit", server.url.absoluteString, "s-alice", shots], expecting: "alice")
 
         // Bob takes a tablet: it shows a code, he allows it on his phone through the provider.
-        let device = try ServerPolicyTests().tablet(
+        let device = try await ServerPolicyTests().tablet(
             server,
             [
                 .approveElsewhere { prompt in

@@ -14,37 +14,36 @@ import Testing
 /// The server's policy reaching a device, and the lifecycle gaps of the issue "The server's policy reaches every
 /// device": each test failed before (no refresh, no invalidation, no withdrawal, no wipe), against a live server.
 @Suite(.serverSlot, .timeLimit(.minutes(10))) struct ServerPolicyTests {
-    /// A tablet: session manager, offline store and presenter, with the offline store's handover plugged in.
+    /// A tablet (``TestTablet``, the store following the sessions) with the offline store's handover plugged in;
+    /// the test scripts the people's answers.
     struct Tablet {
-        let manager: OnboardingSessionManager
-        let presenter: ScriptedPresenter
-        let store: OfflineStore
-        let directory: URL
+        let base: TestTablet
         let transport: RecordingTransport
+
+        var manager: OnboardingSessionManager { base.manager }
+        var presenter: ScriptedPresenter { base.presenter }
+        var store: OfflineStore { base.store }
+        var directory: URL { base.directory }
     }
 
     func tablet(
         _ server: LiveServer, appVersion: String? = nil, clock: TestClock? = nil,
         idManager: (any OnboardingIDManaging)? = nil, _ answers: [ScriptedPresenter.Answer] = []
-    ) throws -> Tablet {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("baton-policy-\(UUID())")
-        let store = try OfflineStore(
-            url: directory.appendingPathComponent("offline.sqlite"), model: try ServiceModel.aircraftChecks,
-            deviceID: try DeviceStorage(directory: directory).deviceID(),
-            definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")])
-        var configuration = FlowsConfiguration(mode: .multiUser)
-        configuration.keyDerivation = { KeyDerivation(cost: 1 << 10) }
-        configuration.appVersion = appVersion
-        if let clock { configuration.now = clock.closure }
-        configuration.removalGuard = { user in try await store.requireNoPendingChanges(of: user.serverUserID ?? "") }
-        let step = OfflineStoreStep(store: store)
-        configuration.handOverPendingChanges = { handover throws(FlowsError) in try await step.handOver(handover) }
-        let presenter = ScriptedPresenter(answers)
+    ) async throws -> Tablet {
         let transport = RecordingTransport()
-        let manager = try OnboardingSessionManager(
-            serverURL: server.url, directory: directory, configuration: configuration, presenter: presenter,
-            flowProvider: StandardFlowProvider(appSteps: [step]), idManager: idManager, transport: transport)
-        return Tablet(manager: manager, presenter: presenter, store: store, directory: directory, transport: transport)
+        let base = try TestTablet(
+            server: server.url, users: [], definingQueries: [DefiningQuery(name: "checks", url: "PreflightChecks")],
+            storeStep: true, transport: transport, idManager: idManager
+        ) { configuration, store in
+            configuration.appVersion = appVersion
+            if let clock { configuration.now = clock.closure }
+            configuration.removalGuard = { user in try await store.requireNoPendingChanges(of: user.serverUserID ?? "")
+            }
+            let step = OfflineStoreStep(store: store)
+            configuration.handOverPendingChanges = { handover throws(FlowsError) in try await step.handOver(handover) }
+        }
+        await base.presenter.append(answers)
+        return Tablet(base: base, transport: transport)
     }
 
     func server() async throws -> LiveServer {
@@ -80,7 +79,7 @@ import Testing
     @Test func aPolicyTightenedWhileLockedAsksForANewPasscodeAtUnlockAndKeepsTheData() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice)
+        let device = try await tablet(server, Self.alice)
         _ = try await device.manager.open()
         try await correction(device, "before the policy changed")
         await device.manager.lock()
@@ -109,7 +108,7 @@ import Testing
         let server = try await server()
         defer { Task { await server.shutDown() } }
         let clock = TestClock()
-        let device = try tablet(server, clock: clock, Self.alice)
+        let device = try await tablet(server, clock: clock, Self.alice)
         _ = try await device.manager.open()
         device.transport.reset()
         let unchanged = try await device.manager.contactServer()
@@ -143,7 +142,7 @@ import Testing
     @Test func anUnlockAsksTheServerForItsSettingsOnce() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice)
+        let device = try await tablet(server, Self.alice)
         _ = try await device.manager.open()
         await device.manager.lock()
         device.transport.reset()
@@ -161,7 +160,7 @@ import Testing
     @Test func offlineTheServerIsAskedAgainAfterAMinuteNotOnEveryCall() async throws {
         let server = try await server()
         let clock = TestClock()
-        let device = try tablet(server, clock: clock, Self.alice)
+        let device = try await tablet(server, clock: clock, Self.alice)
         _ = try await device.manager.open()
         await server.stop()
         defer { Task { await server.shutDown() } }
@@ -178,7 +177,7 @@ import Testing
     @Test func onBehalfSwitchedOffWhileTheDeviceWasOfflineKeepsChangesWaitingForTheirAuthor() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice + Self.bob)
+        let device = try await tablet(server, Self.alice + Self.bob)
         _ = try await device.manager.open()
         try await correction(device, "alice's, for later")
         let bob = try await device.manager.addUser()
@@ -204,7 +203,7 @@ import Testing
     @Test func aUserDeletedWithPendingChangesReachesTheServerAndLeavesTheDevice() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice + Self.bob)
+        let device = try await tablet(server, Self.alice + Self.bob)
         let alice = try await device.manager.open()
         try await correction(device, "alice's last change")
         _ = try await device.manager.addUser()
@@ -228,7 +227,7 @@ import Testing
     @Test func aUserDisabledWhileSignedInIsToldApartAndRemoved() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice)
+        let device = try await tablet(server, Self.alice)
         _ = try await device.manager.open()
         try await correction(device, "alice before she was disabled")
         try await server.server.users.disable("alice")
@@ -244,7 +243,7 @@ import Testing
     @Test func aRevokedDeviceWipesItselfAtItsNextContactAndItsBackupsAreOnTheServer() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice + Self.bob)
+        let device = try await tablet(server, Self.alice + Self.bob)
         _ = try await device.manager.open()
         try await correction(device, "alice, pending on a stolen tablet")
         let bob = try await device.manager.addUser()
@@ -271,7 +270,7 @@ import Testing
     @Test func aWipeOrderHandsOverEveryChangeAndTheDeviceCanServeAgain() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice)
+        let device = try await tablet(server, Self.alice)
         let alice = try await device.manager.open()
         try await correction(device, "uploaded before the wipe")
         try await server.server.devices.orderWipe(device: alice.deviceID)
@@ -293,7 +292,7 @@ import Testing
     @Test func anInvalidatedSessionsHandlesRefuseToWork() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice)
+        let device = try await tablet(server, Self.alice)
         let session = try await device.manager.open()
         #expect(try await session.secureStore.value(ServerUser.self, forKey: SecureStoreKey.serverUser) != nil)
         await device.manager.lock()
@@ -316,7 +315,7 @@ import Testing
     @Test func anInactiveAppVersionBlocksUnlockAndKeepsPendingChanges() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, appVersion: "1.0", Self.alice)
+        let device = try await tablet(server, appVersion: "1.0", Self.alice)
         _ = try await device.manager.open()
         try await correction(device, "kept through the block")
         await device.manager.lock()
@@ -337,7 +336,7 @@ import Testing
     @Test func forgotPasscodeAtTheUnlockPromptSignsInAgainAndKeepsTheData() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice)
+        let device = try await tablet(server, Self.alice)
         _ = try await device.manager.open()
         try await correction(device, "kept through the reset")
         await device.manager.lock()
@@ -357,7 +356,7 @@ import Testing
     @Test func changingThePasscodeAsksForTheCurrentOneAndKeepsTheData() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice)
+        let device = try await tablet(server, Self.alice)
         _ = try await device.manager.open()
         try await correction(device, "kept through the change")
         await device.presenter.append([
@@ -375,7 +374,7 @@ import Testing
     @Test func userMismatchNamesTheAccountThatSignedIn() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice + Self.bob)
+        let device = try await tablet(server, Self.alice + Self.bob)
         let alice = try await device.manager.open()
         let bob = try await device.manager.addUser()
         // Bob resets his passcode but alice signs in: the error names alice and her user on this device.
@@ -396,7 +395,7 @@ import Testing
     @Test func userAddedIsHeardOnlyAfterASuccessfulOnboarding() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice)
+        let device = try await tablet(server, Self.alice)
         let events = Mutex<[String]>([])
         await device.manager.users.addObserver { event in
             if case .userAdded(let user) = event { events.withLock { $0.append(user.serverUserID ?? "?") } }
@@ -418,7 +417,7 @@ import Testing
         let server = try await server()
         defer { Task { await server.shutDown() } }
         let kiosk = KioskIDManager()
-        let device = try tablet(server, idManager: kiosk, Self.alice)
+        let device = try await tablet(server, idManager: kiosk, Self.alice)
         let alice = try await device.manager.open()
         #expect(kiosk.stored.withLock { $0 } == [alice.user.onboardingID])
         await device.manager.close()
@@ -434,7 +433,7 @@ import Testing
     @Test func multiUserSwitchedOffStopsAddingButStrandsNobody() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice + Self.bob)
+        let device = try await tablet(server, Self.alice + Self.bob)
         let alice = try await device.manager.open()
         _ = try await device.manager.addUser()
         _ = try await server.server.settings.set("shared-devices.multi-user", to: "false")
@@ -465,7 +464,7 @@ import Testing
     @Test func aDeviceProofMustBeTheDevicesOwnAndFresh() async throws {
         let server = try await server()
         defer { Task { await server.shutDown() } }
-        let device = try tablet(server, Self.alice)
+        let device = try await tablet(server, Self.alice)
         let alice = try await device.manager.open()
         let configuration = try #require(alice.info[.serverConfiguration])
         let client = BatonClient(serverURL: server.url)
