@@ -49,7 +49,7 @@ let package = Package(
         .package(url: "https://github.com/swift-otel/swift-w3c-trace-context.git", from: "1.0.0"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
-        // The test kit's one way to run a program to its end (no Foundation `Process`).
+        // The test kit's runner for a program run to its end (`BatonTesting.Program`).
         .package(url: "https://github.com/swiftlang/swift-subprocess.git", from: "1.0.2"),
         .package(url: "https://github.com/apple/swift-system.git", from: "1.8.1"),
         // Only `baton-bench --multipart`: the yardstick Baton's own `$batch` multipart layer is measured against.
@@ -208,7 +208,8 @@ let package = Package(
             dependencies: ["BatonChaos", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: swiftSettings
         ),
-        // The test kit: a live in-process baton-server, a scripted presenter, a test clock.
+        // The test kit: a live in-process baton-server, a shared test tablet, a scripted presenter, a test clock, a
+        // program runner.
         .target(
             name: "BatonTesting",
             dependencies: [

@@ -42,7 +42,9 @@ public struct BatonClient: Sendable {
     public func settings(_ configuration: ServerConfiguration, token: String) async throws(BatonClientError)
         -> ClientSettings
     {
-        try await getJSON(try endpoint(configuration.settingsEndpoint), token: token, doing: "read the settings")
+        try await getJSON(
+            try endpoint(configuration.settingsEndpoint), token: token, doing: "read the settings",
+            decoder: SettingsDocument.deviceDecoder())
     }
 
     /// The signed-in user.
@@ -153,11 +155,13 @@ public struct BatonClient: Sendable {
         return response
     }
 
-    func getJSON<T: Decodable>(_ url: URL, token: String?, doing action: String) async throws(BatonClientError) -> T {
+    func getJSON<T: Decodable>(
+        _ url: URL, token: String?, doing action: String, decoder: JSONDecoder = JSONDecoder()
+    ) async throws(BatonClientError) -> T {
         let response = try await send(ClientRequest(url: url, headers: [("Accept", "application/json")]), token: token)
         guard response.status == 200 else { throw Self.error(from: response, doing: action) }
         do {
-            return try JSONDecoder().decode(T.self, from: Data(response.body))
+            return try decoder.decode(T.self, from: Data(response.body))
         } catch {
             throw BatonClientError(.invalidResponse, "Cannot \(action): the server's answer is not what Baton expects.")
         }

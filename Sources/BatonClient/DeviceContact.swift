@@ -98,7 +98,8 @@ extension BatonClient {
         guard response.status == 200 else { throw Self.error(from: response, doing: "read the settings") }
         do {
             return .changed(
-                try JSONDecoder().decode(ClientSettings.self, from: Data(response.body)), etag: response.header("ETag"))
+                try SettingsDocument.deviceDecoder().decode(ClientSettings.self, from: Data(response.body)),
+                etag: response.header("ETag"))
         } catch {
             throw BatonClientError(
                 .invalidResponse, "Cannot read the settings: the server's answer is not what Baton expects.")

@@ -59,7 +59,7 @@ extension OnboardingSessionManager {
     /// the wipe, and throws `DeviceWiped`. Offline, nothing happens and the last known settings hold.
     ///
     /// Called by unlock and switch (through restore) and by the app before a sync; ``contactServerIfDue()`` calls
-    /// it every ``FlowsConfiguration/settingsRefreshInterval``.
+    /// it every `devices.settings-refresh-seconds` of the server's settings.
     ///
     /// - Throws: ``FlowsError``: `NotOpen`; `AppVersionInactive`; `UserWithdrawn` when the open session's own
     ///   user was withdrawn (the session is closed); `DeviceWiped`; what a handover throws (then nothing was

@@ -126,14 +126,20 @@ public final class PostgresCluster: Sendable {
     }
 
     /// Stops the cluster at once and deletes its directory, as `pg_ctl -m immediate stop` would: SIGQUIT to the
-    /// postmaster named in `postmaster.pid`, then up to ten seconds for it to end. It runs no program, so a test's
-    /// `defer` and the end of the test process may call it from anywhere.
+    /// postmaster that `postmaster.pid` names — only when the file's second line is this cluster's data directory,
+    /// so a stale file never signals another process — then up to ten seconds for the file to go. It runs no
+    /// program, so a test's `defer` and the end of the test process may call it from anywhere.
     public func stop() {
         let pidFile = dataDirectory.appendingPathComponent("postmaster.pid")
-        if let text = try? String(contentsOf: pidFile, encoding: .utf8),
-            let line = text.split(separator: "\n").first, let pid = pid_t(line), pid > 1, kill(pid, SIGQUIT) == 0
-        {
-            for _ in 0..<1_000 where kill(pid, 0) == 0 { usleep(10_000) }
+        if let text = try? String(contentsOf: pidFile, encoding: .utf8) {
+            let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+            if lines.count > 1, lines[1] == dataDirectory.path, let pid = pid_t(lines[0]), pid > 1,
+                kill(pid, SIGQUIT) == 0
+            {
+                for _ in 0..<1_000 where FileManager.default.fileExists(atPath: pidFile.path) && kill(pid, 0) == 0 {
+                    usleep(10_000)
+                }
+            }
         }
         try? FileManager.default.removeItem(at: directory)
     }

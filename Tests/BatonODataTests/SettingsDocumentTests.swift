@@ -51,6 +51,31 @@ import Testing
         #expect(throws: DecodingError.self) { try decode(json) }
     }
 
+    /// A device reads past a malformed section only the server acts on (sign-in, backups, audit, the device bound
+    /// per user): it takes their defaults and keeps what it does act on. The server's own reading stays strict, and
+    /// so does the device's for everything it acts on.
+    @Test(arguments: [
+        #"{"backups":{"maxMiBPerDevice":0.5},"passcode":{"minLength":10}}"#,
+        #"{"audit":{"retentionDays":"400d"},"passcode":{"minLength":10}}"#,
+        #"{"signIn":"password","passcode":{"minLength":10}}"#,
+        #"{"devices":{"maxPerUser":1e40,"settingsRefreshSeconds":60},"passcode":{"minLength":10}}"#,
+    ])
+    func aDeviceReadsPastWhatOnlyTheServerUses(json: String) throws {
+        let read = try SettingsDocument.deviceDecoder().decode(SettingsDocument.self, from: Data(json.utf8))
+        #expect(read.passcode.minLength == 10)
+        #expect(read.backups == SettingsDocument.Backups() && read.audit == SettingsDocument.Audit())
+        #expect(read.signIn == SettingsDocument.SignIn() && read.devices.maxPerUser == 20)
+        #expect(throws: DecodingError.self) { try decode(json) }
+    }
+
+    @Test func aDeviceStillRefusesAWrongTypeItActsOn() {
+        for json in [#"{"telemetry":{"usage":"no"}}"#, #"{"devices":{"settingsRefreshSeconds":"60"}}"#] {
+            #expect(throws: DecodingError.self) {
+                try SettingsDocument.deviceDecoder().decode(SettingsDocument.self, from: Data(json.utf8))
+            }
+        }
+    }
+
     /// What the server encodes (every field, sorted keys, as stored and served) reads back the same on a device.
     @Test func whatTheServerWritesTheDeviceReads() throws {
         var settings = SettingsDocument()
@@ -64,6 +89,7 @@ import Testing
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         let data = try encoder.encode(settings)
+        #expect(try SettingsDocument.deviceDecoder().decode(SettingsDocument.self, from: data) == settings)
         #expect(try JSONDecoder().decode(SettingsDocument.self, from: data) == settings)
         let text = String(decoding: data, as: UTF8.self)
         #expect(

@@ -82,6 +82,44 @@ import Testing
         #expect(try await store.storage.write { db in try await Self.schema(db) } == after)
     }
 
+    /// PostgreSQL keeps 63 bytes of a name: a set whose index names would be cut, or a longer property, is refused
+    /// with the limit before anything is created (on SQLite both are fine).
+    @Test(arguments: StorageBackend.allCases) func namesPostgreSQLWouldCutShortAreRefused(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        let store = server.server.data.store
+        let before = try await store.storage.write { db in try await Self.schema(db) }
+        var longSet = store.model
+        longSet.entitySets.append(EntitySet(name: String(repeating: "S", count: 56), entityType: "Aircraft"))
+        let longProperty = Self.model(
+            store.model, adding: Property(name: String(repeating: "p", count: 64), type: .string))
+        for (model, words) in [(longSet, "at most 55"), (longProperty, "PostgreSQL keeps 63")] {
+            if backend == .postgres {
+                await #expect {
+                    try await store.storage.write { db in try await DataStore.migrate(db, model: model) }
+                } throws: { "\($0)".contains(words) }
+                #expect(try await store.storage.write { db in try await Self.schema(db) } == before)
+            } else {
+                try await store.storage.write { db in try await DataStore.migrate(db, model: model) }
+            }
+        }
+        // Just short enough: made, and a second start finds it whole.
+        var fitting = store.model
+        fitting.entitySets.append(EntitySet(name: String(repeating: "S", count: 55), entityType: "Aircraft"))
+        let fits = fitting
+        let first = try await store.storage.write { db in
+            try await DataStore.migrate(db, model: fits)
+            return try await Self.schema(db)
+        }
+        let second = try await store.storage.write { db in
+            try await DataStore.migrate(db, model: fits)
+            return try await Self.schema(db)
+        }
+        #expect(first == second && first.count > before.count)
+    }
+
     /// A table from before a system column gets the column back, with its index.
     @Test(arguments: StorageBackend.allCases) func aMissingSystemColumnAndIndexAreAdded(backend: StorageBackend)
         async throws

@@ -16,19 +16,11 @@ import Testing
         _ = try await offThePool { try cluster.psql("CREATE DATABASE baton") }
         #expect(try await offThePool { try cluster.psql("SELECT current_database()", database: "baton") } == "baton\n")
         // Over TCP a password is needed: SCRAM, so the wrong one is refused.
-        let wrong = try await offThePool { () -> String in
-            let process = Process()
-            process.executableURL = try #require(PostgresCluster.binDirectory?.appendingPathComponent("psql"))
-            process.arguments = ["-h", "127.0.0.1", "-p", String(cluster.port), "-U", "baton", "-c", "SELECT 1"]
-            process.environment = ["PGPASSWORD": "not-the-password", "PGCONNECT_TIMEOUT": "10"]
-            let output = Pipe()
-            process.standardOutput = output
-            process.standardError = output
-            try process.runAlone()
-            let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            process.waitUntilExit()
-            return text
-        }
+        let psql = try #require(PostgresCluster.binDirectory?.appendingPathComponent("psql"))
+        let refused = try await Program.run(
+            psql, ["-h", "127.0.0.1", "-p", String(cluster.port), "-U", "baton", "-c", "SELECT 1"],
+            environment: ["PGPASSWORD": "not-the-password", "PGCONNECT_TIMEOUT": "10"])
+        let wrong = refused.output + refused.error
         #expect(wrong.contains("password authentication failed"), "\(wrong)")
         let directory = cluster.directory
         cluster.stop()
@@ -40,5 +32,19 @@ import Testing
             return true
         }
         #expect(!stillThere)
+
+        // A stale `postmaster.pid` (another data directory's, or a pid since reused) signals nobody.
+        let bystander = Process()
+        bystander.executableURL = URL(fileURLWithPath: "/bin/sleep")
+        bystander.arguments = ["30"]
+        try bystander.runAlone()
+        defer { bystander.terminate() }
+        let data = directory.appendingPathComponent("data")
+        try FileManager.default.createDirectory(at: data, withIntermediateDirectories: true)
+        try Data("\(bystander.processIdentifier)\n/some/other/cluster\n".utf8)
+            .write(to: data.appendingPathComponent("postmaster.pid"))
+        cluster.stop()
+        #expect(bystander.isRunning)
+        #expect(!FileManager.default.fileExists(atPath: directory.path))
     }
 }

@@ -33,13 +33,22 @@ import Testing
         // A companion that is there but not executable does not count.
         _ = try make("pkg/.build/x86_64-unknown-linux-gnu/debug/baton-demo")
         let package = root.appendingPathComponent("pkg").path
+        // `swift` comes from the first absolute directory of PATH that has one; relative entries are skipped.
+        let swift = try make("toolchain/bin/swift", executable: true).path
+        _ = try make("bin/swift", executable: false)
+        let searchPath = ".:bin:\(root.path)/bin:\(root.path)/toolchain/bin"
         let (path, arguments) = try CompanionExecutable.demo.invocation(
-            arguments: ["sql", "Aircraft"], executable: debug)
-        #expect(path == "swift")
-        #expect(arguments == ["swift", "run", "--package-path", package, "baton-demo", "sql", "Aircraft"])
+            arguments: ["sql", "Aircraft"], executable: debug, searchPath: searchPath)
+        #expect(path == swift)
+        #expect(arguments == [swift, "run", "--package-path", package, "baton-demo", "sql", "Aircraft"])
         let release = try make("pkg/.build/x86_64-unknown-linux-gnu/release/baton", executable: true)
-        let (_, releaseArguments) = try CompanionExecutable.demo.invocation(arguments: ["demo"], executable: release)
-        #expect(releaseArguments == ["swift", "run", "--package-path", package, "-c", "release", "baton-demo", "demo"])
+        let (_, releaseArguments) = try CompanionExecutable.demo.invocation(
+            arguments: ["demo"], executable: release, searchPath: searchPath)
+        #expect(releaseArguments == [swift, "run", "--package-path", package, "-c", "release", "baton-demo", "demo"])
+        // No swift in an absolute directory: a clear error, nothing run from the current directory.
+        #expect {
+            try CompanionExecutable.demo.invocation(arguments: ["demo"], executable: debug, searchPath: ".:bin")
+        } throws: { "\($0)".contains("no swift is on PATH") }
     }
 
     @Test func aMissingCompanionElsewhereIsAClearError() throws {

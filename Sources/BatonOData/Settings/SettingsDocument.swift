@@ -1,3 +1,5 @@
+import Foundation
+
 /// The settings document: the policy an admin sets on baton-server (`baton-server settings set`) and devices fetch
 /// in the settings exchange — shared-device mode, the passcode policy, which app versions may still be used, how
 /// people sign in, what devices send for support, and the server's own bounds (backups, audit retention).
@@ -134,7 +136,11 @@ public struct SettingsDocument: Sendable, Hashable, Codable {
             settingsRefreshSeconds =
                 try container.decodeIfPresent(Int.self, forKey: .settingsRefreshSeconds)
                 ?? defaults.settingsRefreshSeconds
-            maxPerUser = try container.decodeIfPresent(Int.self, forKey: .maxPerUser) ?? defaults.maxPerUser
+            // Only the server acts on it: on a device a malformed one takes its default (``readOnDevice``).
+            maxPerUser =
+                SettingsDocument.isReadOnDevice(decoder)
+                ? (try? container.decodeIfPresent(Int.self, forKey: .maxPerUser)) ?? defaults.maxPerUser
+                : try container.decodeIfPresent(Int.self, forKey: .maxPerUser) ?? defaults.maxPerUser
         }
 
         enum CodingKeys: String, CodingKey { case settingsRefreshSeconds, maxPerUser }
@@ -231,11 +237,40 @@ public struct SettingsDocument: Sendable, Hashable, Codable {
         passcode = try container.decodeIfPresent(Passcode.self, forKey: .passcode) ?? Passcode()
         appVersions = try container.decodeIfPresent(AppVersions.self, forKey: .appVersions) ?? AppVersions()
         devices = try container.decodeIfPresent(Devices.self, forKey: .devices) ?? Devices()
-        signIn = try container.decodeIfPresent(SignIn.self, forKey: .signIn) ?? SignIn()
+        // The sections only the server acts on: on a device a malformed one takes its defaults (``readOnDevice``).
+        let lenient = Self.isReadOnDevice(decoder)
+        func serverOnly<Section: Decodable>(_ key: CodingKeys, _ fallback: Section) throws -> Section {
+            lenient
+                ? (try? container.decodeIfPresent(Section.self, forKey: key)) ?? fallback
+                : try container.decodeIfPresent(Section.self, forKey: key) ?? fallback
+        }
+        signIn = try serverOnly(.signIn, SignIn())
         telemetry = try container.decodeIfPresent(Telemetry.self, forKey: .telemetry) ?? Telemetry()
-        backups = try container.decodeIfPresent(Backups.self, forKey: .backups) ?? Backups()
-        audit = try container.decodeIfPresent(Audit.self, forKey: .audit) ?? Audit()
+        backups = try serverOnly(.backups, Backups())
+        audit = try serverOnly(.audit, Audit())
     }
+
+    /// Set to `true` in a decoder's `userInfo` where a device reads the document (``deviceDecoder()``): the sections
+    /// and fields only the server acts on — `signIn`, `backups`, `audit`, `devices.maxPerUser` — take their defaults
+    /// when malformed, so a field the device never reads cannot keep it from learning the policy it does read.
+    /// Everything a device acts on stays strict: a field of the wrong type fails the whole document.
+    public static let readOnDevice: CodingUserInfoKey = {
+        guard let key = CodingUserInfoKey(rawValue: "baton.settings.readOnDevice") else {
+            preconditionFailure("a valid user-info key")
+        }
+        return key
+    }()
+
+    /// A decoder for the document as a device reads it from the server (``readOnDevice``).
+    ///
+    /// - Returns: A JSON decoder with ``readOnDevice`` set.
+    public static func deviceDecoder() -> JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.userInfo[readOnDevice] = true
+        return decoder
+    }
+
+    static func isReadOnDevice(_ decoder: any Decoder) -> Bool { decoder.userInfo[readOnDevice] as? Bool == true }
 
     /// The smallest passcode length multi-user mode falls back to when the policy asks for none.
     public static let fallbackPasscodeLength = 8

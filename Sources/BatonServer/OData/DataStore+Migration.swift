@@ -16,7 +16,10 @@ extension DataStore {
     static func migrate(_ db: any SQLConnection, model: ServiceModel) async throws {
         let dialect = db.dialect
         let postgres = dialect == .postgres
-        if postgres { try await db.execute("SELECT pg_advisory_xact_lock(7243019)") }
+        if postgres {
+            try checkPostgresNames(model)
+            try await db.execute("SELECT pg_advisory_xact_lock(7243019)")
+        }
         let schema = SQLSchema(model: model, dialect: dialect, systemColumns: systemColumns(dialect))
         for statement in schema.createStatements() { try await db.execute(statement, []) }
         if postgres { try await migrateChangeFunctions(db) }
@@ -184,6 +187,30 @@ extension DataStore {
             SELECT '', requestID, fingerprint, status, headers, body, createdAt FROM "$repeatabilityUnscoped"
             """, [])
         try await db.execute(#"DROP TABLE "$repeatabilityUnscoped""#, [])
+    }
+
+    /// The longest name PostgreSQL keeps whole (`NAMEDATALEN` − 1); it cuts longer ones short.
+    static let postgresNameBytes = 63
+
+    /// Refuses a model whose names PostgreSQL would cut short: a table's own index and trigger names (the set's
+    /// name and up to 8 bytes, `$changes`) and columns. A cut name is found missing at the next start and made
+    /// again ("already exists"), or two indexes end up under one name.
+    ///
+    /// - Throws: ``ServerSetupError`` naming the set or property and the limit.
+    static func checkPostgresNames(_ model: ServiceModel) throws(ServerSetupError) {
+        let longestSuffix = "$changes".utf8.count
+        for set in model.entitySets where set.name.utf8.count + longestSuffix > postgresNameBytes {
+            throw ServerSetupError(
+                "The entity set '\(set.name)' has a name of \(set.name.utf8.count) bytes; on PostgreSQL an entity set's name has at most \(postgresNameBytes - longestSuffix) (PostgreSQL keeps \(postgresNameBytes) bytes of a name, and the set's index names add 8)."
+            )
+        }
+        for type in model.entityTypes {
+            for property in type.properties where property.name.utf8.count > postgresNameBytes {
+                throw ServerSetupError(
+                    "The property '\(type.name)/\(property.name.prefix(80))' has a name of \(property.name.utf8.count) bytes; PostgreSQL keeps \(postgresNameBytes)."
+                )
+            }
+        }
     }
 
     /// The names of `table`'s columns; empty when there is no such table.

@@ -42,7 +42,13 @@ struct CompanionExecutable {
     let name: String
 
     /// What replaces this process: the companion beside it, or `swift run` in the package it was built in.
-    func invocation(arguments: [String], executable: URL) throws -> (path: String, arguments: [String]) {
+    ///
+    /// `swift` is looked up in the absolute directories of `searchPath` only (`PATH` by default): a relative entry
+    /// such as `.` would run whatever `swift` the current directory holds.
+    func invocation(
+        arguments: [String], executable: URL,
+        searchPath: String = ProcessInfo.processInfo.environment["PATH"] ?? ""
+    ) throws -> (path: String, arguments: [String]) {
         let directory = executable.deletingLastPathComponent()
         let beside = directory.appendingPathComponent(name).path
         if FileManager.default.isExecutableFile(atPath: beside) { return (beside, [beside] + arguments) }
@@ -56,8 +62,16 @@ struct CompanionExecutable {
             throw AppError(.failed, "\(name) is not built, and \(package.path) holds no Package.swift to build it.")
         }
         let release = components[build...].contains("release")
-        let run = ["swift", "run", "--package-path", package.path] + (release ? ["-c", "release"] : []) + [name]
-        return ("swift", run + arguments)
+        let directories = searchPath.split(separator: ":").filter { $0.hasPrefix("/") }
+        guard
+            let swift = directories.map({ URL(fileURLWithPath: String($0)).appendingPathComponent("swift").path })
+                .first(where: { FileManager.default.isExecutableFile(atPath: $0) })
+        else {
+            throw AppError(
+                .failed, "\(name) is not built, and no swift is on PATH to build it (absolute directories only).")
+        }
+        let run = [swift, "run", "--package-path", package.path] + (release ? ["-c", "release"] : []) + [name]
+        return (swift, run + arguments)
     }
 
     /// Replaces this process with the companion; returns only by throwing.
@@ -66,13 +80,13 @@ struct CompanionExecutable {
         let own = FileManager.default.fileExists(atPath: executable.path) ? executable : Bundle.main.executableURL
         guard let own else { throw AppError(.failed, "Cannot tell where baton is installed.") }
         let (path, argv) = try invocation(arguments: arguments, executable: own)
-        if path == "swift" {
+        if argv.dropFirst().first == "run" {
             FileHandle.standardError.write(Data("\(name) is not built yet; building it with swift run.\n".utf8))
         }
         let cArguments = argv.map { strdup($0) } + [nil]
         defer { cArguments.forEach { free($0) } }
         fflush(nil)
-        if path == "swift" { execvp(path, cArguments) } else { execv(path, cArguments) }
+        execv(path, cArguments)
         throw AppError(.failed, "Could not start \(path): \(String(cString: strerror(errno))).")
     }
 }
