@@ -38,7 +38,8 @@ struct DiskWriterCommand: AsyncParsableCommand {
 /// comes on standard input.
 struct TabletSyncCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "tablet-sync", abstract: "A tablet's sync process (run and killed by baton-chaos and the sync crash test).",
+        commandName: "tablet-sync",
+        abstract: "A tablet's sync process (run and killed by baton-chaos and the sync crash test).",
         shouldDisplay: false)
 
     func run() async throws {
