@@ -1,7 +1,7 @@
 import BatonOData
 
 /// The settings a device receives from baton-server in the settings exchange: the one settings document the server
-/// serves (``BatonOData/SettingsDocument``). Unknown fields are ignored, missing ones take their defaults.
+/// serves (`BatonOData/SettingsDocument`). Unknown fields are ignored, missing ones take their defaults.
 public typealias ClientSettings = SettingsDocument
 
 /// What `/.well-known/baton-configuration` says about a server: where everything is.

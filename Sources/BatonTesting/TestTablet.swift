@@ -13,8 +13,8 @@ import Foundation
 /// Each user's sign-in (credentials, then a new passcode) is scripted in order when the tablet is made; nobody is
 /// onboarded until the test says so (``onboardAll()``, or the manager's `open()` and `addUser()` by hand, which
 /// take the scripted answers in turn). The store either follows the sessions by itself (`storeStep`: the
-/// ``BatonFlows/OfflineStoreStep`` in the flows opens it per user and downloads) or is opened by the test
-/// (``openStore(as:)``, ``switchTo(_:)``).
+/// `BatonFlows/OfflineStoreStep` in the flows opens it per user and downloads) or is opened by the test
+/// (`openStore(as:)`, ``switchTo(_:)``).
 ///
 /// Used by one task at a time, as a tablet is used by one person at a time.
 public final class TestTablet: @unchecked Sendable {
@@ -58,7 +58,7 @@ public final class TestTablet: @unchecked Sendable {
     ///   - users: The people, in the order they will sign in.
     ///   - directory: The device directory; a new temporary one by default.
     ///   - definingQueries: What the store keeps offline.
-    ///   - storeStep: Whether the flows open the store per user and download (``BatonFlows/OfflineStoreStep``).
+    ///   - storeStep: Whether the flows open the store per user and download (`BatonFlows/OfflineStoreStep`).
     ///   - transport: The HTTP transport of the sessions.
     ///   - idManager: How the manager keeps which user is onboarded (the flows' default when nil).
     ///   - configure: Changes to the flows' configuration (multi-user, cheap key derivation) before the manager
@@ -94,7 +94,7 @@ public final class TestTablet: @unchecked Sendable {
     /// left open (with `storeStep`, so is the store).
     ///
     /// - Returns: Each user's session, in order.
-    /// - Throws: ``BatonFlows/FlowsError`` from the flows.
+    /// - Throws: `BatonFlows/FlowsError` from the flows.
     @discardableResult
     public func onboardAll() async throws -> [OnboardingSession] {
         var sessions: [OnboardingSession] = []
@@ -109,7 +109,7 @@ public final class TestTablet: @unchecked Sendable {
 
     /// Closes the store and opens it again as `session`'s user, with the keys the session unlocked.
     ///
-    /// - Throws: ``BatonOffline/OfflineError`` when the store does not open; a test failure when the session has
+    /// - Throws: `BatonOffline/OfflineError` when the store does not open; a test failure when the session has
     ///   no store key.
     public func openStore(as session: OnboardingSession) async throws {
         let (user, key) = try remember(session)

@@ -58,7 +58,7 @@ extension BearerAuthenticationMiddleware {
 }
 
 extension HTTPField.Name {
-    /// `Baton-App-Version`: the client's app version, checked against ``BatonOData/SettingsDocument/AppVersions``.
+    /// `Baton-App-Version`: the client's app version, checked against `BatonOData/SettingsDocument/AppVersions`.
     static let batonAppVersion: HTTPField.Name = {
         guard let name = HTTPField.Name("Baton-App-Version") else { preconditionFailure("valid header name") }
         return name

@@ -40,8 +40,8 @@ extension ServerDatabase {
         "CREATE UNIQUE INDEX auditAggregate ON audit (aggregateKey) WHERE aggregateKey IS NOT NULL",
     ]
 
-    /// The indexes the bounds per user and per device count with (``BatonOData/SettingsDocument/Devices/maxPerUser``,
-    /// ``BatonOData/SettingsDocument/Backups``), and the cockpit's backups page reads by.
+    /// The indexes the bounds per user and per device count with (`BatonOData/SettingsDocument/Devices/maxPerUser`,
+    /// `BatonOData/SettingsDocument/Backups`), and the cockpit's backups page reads by.
     static let storageBoundsStatements = [
         #"CREATE INDEX deviceRegistrationsUser ON deviceRegistrations ("user", active)"#,
         "CREATE INDEX discardedChangesDevice ON discardedChanges (device, id)",
