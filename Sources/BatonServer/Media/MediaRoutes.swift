@@ -30,7 +30,7 @@ extension ODataRoutes {
 
     /// ``mediaRequest(method:url:contentType:)`` for any model (a `$batch`'s requests too).
     static func mediaRequest(method: String, url: String, contentType: String?, model: ServiceModel) -> MediaRequest? {
-        guard method == "GET" || method == "PUT" || method == "POST",
+        guard mayNameMedia(method: method, url: url, contentType: contentType, model: model),
             let parsed = try? ODataURL(parsing: url, model: model),
             case .resource(let segments) = parsed.path, let target = parsed.target
         else { return nil }
@@ -49,6 +49,37 @@ extension ODataRoutes {
             let json = (contentType ?? "").lowercased().hasPrefix("application/json")
             return json ? nil : .create
         default: return nil
+        }
+    }
+
+    /// Whether a request could be a media request at all, told without parsing its URL (every other request is
+    /// parsed once, by the data service): a `GET` or `PUT` whose last path segment, percent-decoded, is `$value` or
+    /// a stream property of the model, or a `POST` whose body is not JSON. The path is split by byte at `?` and `/`,
+    /// as the URL parser splits it, and the segment compared as the parser compares it.
+    static func mayNameMedia(method: String, url: String, contentType: String?, model: ServiceModel) -> Bool {
+        switch method {
+        case "POST":
+            return !(contentType ?? "").lowercased().hasPrefix("application/json")
+        case "GET", "PUT":
+            let bytes = url.utf8
+            let end = bytes.firstIndex(of: UInt8(ascii: "?")) ?? bytes.endIndex
+            var start = end
+            while start > bytes.startIndex, bytes[bytes.index(before: start)] != UInt8(ascii: "/") {
+                start = bytes.index(before: start)
+            }
+            let segment = bytes[start..<end]
+            // Plain ASCII (nearly every request): compared byte for byte, no string made. Otherwise decoded and
+            // compared as the parser compares names.
+            guard segment.allSatisfy({ $0 < 0x80 && $0 != UInt8(ascii: "%") }) else {
+                guard let name = String(Substring(segment)).removingPercentEncoding else { return true }
+                return name == "$value" || model.entityTypes.contains { $0.streamProperties.contains(name) }
+            }
+            return segment.elementsEqual("$value".utf8)
+                || model.entityTypes.contains { type in
+                    type.streamProperties.contains { segment.elementsEqual($0.utf8) }
+                }
+        default:
+            return false
         }
     }
 
