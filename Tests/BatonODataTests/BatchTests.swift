@@ -120,6 +120,33 @@ import Testing
         #expect(requests[2].header("If-Match") == "*")
     }
 
+    /// The boundary is read by byte and must be RFC 2046's: a combining mark beside `;`, `=` or a quote neither hides
+    /// nor makes a parameter, and a boundary of other characters, empty or over 70 bytes is refused by name.
+    @Test func theBoundaryIsReadByByteAndMustBeRFC2046s() throws {
+        let good: [(String, String)] = [
+            ("multipart/mixed; boundary=batch_1", "batch_1"), ("Multipart/Mixed;BOUNDARY=\"b 1\"", "b 1"),
+            ("multipart/mixed; charset=utf-8; boundary=\"a'()+_,-./:=?z\"", "a'()+_,-./:=?z"),
+            ("multipart/mixed ;\tboundary = x", "x"), (#"multipart/mixed; boundary="=""#, "="),
+        ]
+        for (header, boundary) in good { #expect(try MultipartBatch.boundary(fromContentType: header) == boundary) }
+        let bad = [
+            "multipart/mixed; boundary=b\u{301}", "multipart/mixed;\u{301} boundary=b",
+            "multipart/mixed; boundary\u{301}=b", "multipart/mixed\u{301}; boundary=b",
+            "multipart/mixed; boundary=\"b\"\u{301}", "multipart/mixed; boundary=\"\"", "multipart/mixed; boundary=",
+            "multipart/mixed; boundary=\"trailing \"", "multipart/mixed; boundary=" + String(repeating: "b", count: 71),
+            "multipart/mixed; boundary=a\r\nX-Evil: 1", "multipart/mixed; boundary=<b>", "application/json; boundary=b",
+        ]
+        for header in bad {
+            #expect(throws: ODataError.self, "\(header.debugDescription)") {
+                try MultipartBatch.boundary(fromContentType: header)
+            }
+        }
+        #expect(
+            try MultipartBatch.boundary(
+                fromContentType: "multipart/mixed; boundary=" + String(repeating: "b", count: 70)
+            ).count == 70)
+    }
+
     @Test func multipartRoundTripsBothDirections() throws {
         let requests = try MultipartBatch.decodeRequests(Array(Self.multipart.utf8), boundary: "batch_1")
         let encoded = MultipartBatch.encodeRequests(requests, boundary: "b2")

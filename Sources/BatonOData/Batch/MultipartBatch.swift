@@ -5,24 +5,41 @@ import Foundation
 public enum MultipartBatch {
     /// The `boundary` parameter of a `multipart/mixed` content type.
     ///
-    /// - Throws: ``ODataError`` (`invalidBatch`) when the content type is not multipart/mixed with a boundary.
+    /// The header is read by byte (a combining mark cannot hide a `;`, `=` or quote inside a `Character`), and the
+    /// boundary must be what RFC 2046 allows: 1 to 70 of `bchars` (letters, digits, `'()+_,-./:=?` and spaces, not
+    /// last).
+    ///
+    /// - Throws: ``ODataError`` (`invalidBatch`) when the content type is not multipart/mixed with such a boundary.
     public static func boundary(fromContentType contentType: String) throws(ODataError) -> String {
-        let parts = contentType.split(separator: ";").map { String($0).trimmingSpaces }
-        guard let type = parts.first, type.lowercased() == "multipart/mixed" else {
+        func trimmed(_ bytes: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
+            let isSpace = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
+            guard let first = bytes.firstIndex(where: { !isSpace($0) }),
+                let last = bytes.lastIndex(where: { !isSpace($0) })
+            else { return [] }
+            return bytes[first...last]
+        }
+        func lowercased(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
+            bytes.map { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) ? $0 + 32 : $0 }
+        }
+        let parts = Array(contentType.utf8).split(separator: UInt8(ascii: ";"), omittingEmptySubsequences: false)
+            .map(trimmed)
+        guard let type = parts.first, lowercased(type) == Array("multipart/mixed".utf8) else {
             throw ODataError(
                 .invalidBatch, "A multipart batch needs Content-Type multipart/mixed, not '\(contentType)'",
                 target: "Content-Type")
         }
         for parameter in parts.dropFirst() {
-            let pair = parameter.split(separator: "=", maxSplits: 1).map(String.init)
-            if pair.count == 2, pair[0].trimmingSpaces.lowercased() == "boundary" {
-                var value = pair[1].trimmingSpaces
-                if value.hasPrefix("\""), value.hasSuffix("\""), value.count >= 2 {
-                    value = String(value.dropFirst().dropLast())
-                }
-                guard !value.isEmpty, value.count <= 70 else { break }
-                return value
+            guard let equals = parameter.firstIndex(of: UInt8(ascii: "=")),
+                lowercased(trimmed(parameter[..<equals])) == Array("boundary".utf8)
+            else { continue }
+            var value = trimmed(parameter[parameter.index(after: equals)...])
+            if value.count >= 2, value.first == UInt8(ascii: "\""), value.last == UInt8(ascii: "\"") {
+                value = value.dropFirst().dropLast()
             }
+            let allowed = Set("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ'()+_,-./:=? ".utf8)
+            guard (1...70).contains(value.count), value.allSatisfy(allowed.contains), value.last != UInt8(ascii: " ")
+            else { break }
+            return String(decoding: value, as: UTF8.self)
         }
         throw ODataError(
             .invalidBatch, "Content-Type '\(contentType)' has no valid boundary parameter", target: "Content-Type")
