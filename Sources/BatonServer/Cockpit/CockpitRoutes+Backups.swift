@@ -36,31 +36,23 @@ extension CockpitRoutes {
     /// `GET /admin/backups/:id`.
     func showBackup(_ request: Request, _ context: BatonRequestContext) async throws -> Response {
         try await viewing(request) { session in
-            let id: Int64
-            let opened: Data
-            do { (id, opened) = try await openedBackup(session, context) } catch let page as PageInstead {
-                return page.response
+            try await withOpenedBackup(session, context, audited: "backup-read") { id, opened in
+                CockpitPages.page(
+                    "backup", title: "Backup \(id)", values: ["id": id, "text": Self.readable(opened)],
+                    session: session)
             }
-            try await record(session, context, ("backup-read", String(id), nil))
-            return CockpitPages.page(
-                "backup", title: "Backup \(id)",
-                values: ["id": id, "text": Self.readable(opened)], session: session)
         }
     }
 
     /// `GET /admin/backups/:id/download`.
     func downloadBackup(_ request: Request, _ context: BatonRequestContext) async throws -> Response {
         try await viewing(request) { session in
-            let id: Int64
-            let opened: Data
-            do { (id, opened) = try await openedBackup(session, context) } catch let page as PageInstead {
-                return page.response
+            try await withOpenedBackup(session, context, audited: "backup-downloaded") { id, opened in
+                var fields = CockpitPages.headers
+                fields[.contentType] = "application/json"
+                fields[.contentDisposition] = "attachment; filename=\"baton-discarded-\(id).json\""
+                return Response(status: .ok, headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: opened)))
             }
-            try await record(session, context, ("backup-downloaded", String(id), nil))
-            var fields = CockpitPages.headers
-            fields[.contentType] = "application/json"
-            fields[.contentDisposition] = "attachment; filename=\"baton-discarded-\(id).json\""
-            return Response(status: .ok, headers: fields, body: .init(byteBuffer: ByteBuffer(bytes: opened)))
         }
     }
 }

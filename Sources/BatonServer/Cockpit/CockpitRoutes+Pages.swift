@@ -48,30 +48,25 @@ extension CockpitRoutes {
             ], session: session)
     }
 
-    /// A page to answer with instead of the one asked for.
-    struct PageInstead: Error {
-        let response: Response
-    }
-
-    /// The backup a route's `:id` names, opened.
-    ///
-    /// - Throws: ``PageInstead`` saying why not (no such backup, or it cannot be opened).
-    func openedBackup(_ session: CockpitSessions.Session, _ context: BatonRequestContext) async throws -> (
-        Int64, Data
-    ) {
+    /// Opens backup `:id`, records `action` in the audit log and answers `page(id, bytes)`; a backup that is not
+    /// there or does not open answers a "Not found" page instead, and nothing is audited.
+    func withOpenedBackup(
+        _ session: CockpitSessions.Session, _ context: BatonRequestContext, audited action: String,
+        _ page: (Int64, Data) -> Response
+    ) async throws -> Response {
         let back = (text: "Discarded changes", href: "/admin/backups")
         guard let id = context.parameters.get("id").flatMap({ Int64($0) }) else {
-            throw PageInstead(
-                response: CockpitPages.message(
-                    "Not found", "There is no such backup.", status: .notFound, session: session, link: back))
+            return CockpitPages.message(
+                "Not found", "There is no such backup.", status: .notFound, session: session, link: back)
         }
+        let opened: Data
         do {
-            return (id, try await devices.openDiscardedChanges(id))
+            opened = try await devices.openDiscardedChanges(id)
         } catch let error as ServerError {
-            throw PageInstead(
-                response: CockpitPages.message(
-                    "Not found", error.message, status: error.status, session: session, link: back))
+            return CockpitPages.message("Not found", error.message, status: error.status, session: session, link: back)
         }
+        try await record(session, context, (action, String(id), nil))
+        return page(id, opened)
     }
 
     /// A backup's changes as text to read: indented JSON when it is JSON, else its UTF-8 (or a note that it is

@@ -274,6 +274,11 @@ try:
     download = requests.get(admin.find_element(By.ID, "download").get_attribute("href"), cookies=jar)
     check(download.status_code == 200 and json.loads(download.content)[0]["body"]["Remarks"] == "left tyre <soft>"
           and "attachment" in download.headers.get("Content-Disposition", ""), "the backup downloads as JSON")
+    for missing in ["999999", "abc", "-1"]:
+        for suffix in ["", "/download"]:
+            gone = requests.get(BASE + "/admin/backups/" + missing + suffix, cookies=jar)
+            check(gone.status_code == 404 and "Not found" in gone.text and "attachment" not in
+                  gone.headers.get("Content-Disposition", ""), f"backup {missing}{suffix} answers a Not found page")
 
     admin.get(BASE + "/admin/devices")
     check(admin.find_element(By.TAG_NAME, "h1").text == "Devices", "the devices page shows")
@@ -394,6 +399,8 @@ try:
           "the CSV holds the filtered entries")
     everything = requests.get(BASE + "/admin/audit.csv", cookies=jar).text
     check(everything.count(",device-revoked,") == 1, "one revocation, one audit entry")
+    check(everything.count(",backup-read,") == 1 and everything.count(",backup-downloaded,") == 1,
+          "a backup read or downloaded is audited once; one that is not there is not audited")
     check(",change-refused,PATCH PreflightChecks(" in everything and "PreconditionRequired, uploaded by bob" in everything,
           "the refused change is audited with its reason")
     for action in ["backup-read", "backup-downloaded", "device-revoked", "device-wipe-ordered", "user-added", "user-role-changed", "user-password-reset", "user-disabled", "user-enabled",
