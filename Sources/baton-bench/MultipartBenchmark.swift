@@ -51,7 +51,7 @@ struct MultipartBenchmark {
     static func readOurs(_ body: [UInt8]) throws -> [Item] {
         var items: [Item] = []
         for part in try MultipartBatch.splitParts(body, boundary: boundary) {
-            if let type = part.contentType, type.lowercased().hasPrefix("multipart/mixed") {
+            if MultipartBatch.isMultipartMixed(part.contentType), let type = part.contentType {
                 let changeset = try MultipartBatch.boundary(fromContentType: type)
                 for inner in try MultipartBatch.splitParts(part.body, boundary: changeset) {
                     items.append(Item(group: changeset, id: inner.header("Content-ID") ?? "", message: inner.body))
@@ -97,7 +97,7 @@ struct MultipartBenchmark {
     static func readKit(_ body: ByteBuffer) throws -> [Item] {
         var items: [Item] = []
         for part in try kitParts(body, boundary: boundary) {
-            if let type = part.headers.first(name: "Content-Type"), type.lowercased().hasPrefix("multipart/mixed") {
+            if let type = part.headers.first(name: "Content-Type"), MultipartBatch.isMultipartMixed(type) {
                 let changeset = try MultipartBatch.boundary(fromContentType: type)
                 for inner in try kitParts(part.body, boundary: changeset) {
                     items.append(

@@ -129,12 +129,28 @@ import Testing
             ("multipart/mixed ;\tboundary = x", "x"), (#"multipart/mixed; boundary="=""#, "="),
         ]
         for (header, boundary) in good { #expect(try MultipartBatch.boundary(fromContentType: header) == boundary) }
+        // A quoted value is read whole: a ';' or "boundary=" inside it is its text, not another parameter.
+        #expect(
+            try MultipartBatch.boundary(fromContentType: #"multipart/mixed; x="a;boundary=b1;"; boundary=b2"#) == "b2")
+        // An error echoes at most 64 bytes of the header.
+        let long = "multipart/mixed; boundary=" + String(repeating: "<", count: 5_000)
+        #expect { try MultipartBatch.boundary(fromContentType: long) } throws: { "\($0)".utf8.count < 300 }
+        #expect(
+            MultipartBatch.isMultipartMixed("Multipart/MIXED; boundary=b")
+                && MultipartBatch.isMultipartMixed("multipart/mixed"))
+        #expect(
+            !MultipartBatch.isMultipartMixed("multipart/mixed\u{301}; boundary=b")
+                && !MultipartBatch.isMultipartMixed(nil))
+        #expect(
+            !MultipartBatch.isMultipartMixed("multipart/mixedX") && !MultipartBatch.isMultipartMixed("application/json")
+        )
         let bad = [
             "multipart/mixed; boundary=b\u{301}", "multipart/mixed;\u{301} boundary=b",
             "multipart/mixed; boundary\u{301}=b", "multipart/mixed\u{301}; boundary=b",
             "multipart/mixed; boundary=\"b\"\u{301}", "multipart/mixed; boundary=\"\"", "multipart/mixed; boundary=",
             "multipart/mixed; boundary=\"trailing \"", "multipart/mixed; boundary=" + String(repeating: "b", count: 71),
             "multipart/mixed; boundary=a\r\nX-Evil: 1", "multipart/mixed; boundary=<b>", "application/json; boundary=b",
+            "multipart/mixedX; boundary=b",
         ]
         for header in bad {
             #expect(throws: ODataError.self, "\(header.debugDescription)") {

@@ -141,6 +141,37 @@ import Testing
         #expect(after == before)
     }
 
+    /// A data directory whose `$stream` is from before owners (as 4b69810 made it, on either engine) gets the column,
+    /// its rows kept with no owner, and the owner index: the server starts instead of failing on the index.
+    @Test(arguments: StorageBackend.allCases) func aStreamTableFromBeforeOwnersGetsTheColumn(backend: StorageBackend)
+        async throws
+    {
+        let server = try await TestServer(backend: backend)
+        defer { server.remove() }
+        let store = server.server.data.store
+        let before = try await store.storage.write { db in try await Self.schema(db) }
+        let (text, integer) = backend == .postgres ? ("text", "bigint") : ("TEXT", "INTEGER")
+        try await store.storage.write { db in
+            try await db.execute(#"DROP TABLE "$stream""#, [])
+            try await db.execute(
+                """
+                CREATE TABLE "$stream" (
+                    entitySet \(text) NOT NULL, entity \(text) NOT NULL, property \(text) NOT NULL, sha256 \(text) NOT NULL,
+                    contentType \(text) NOT NULL, size \(integer) NOT NULL, PRIMARY KEY (entitySet, entity, property))
+                """, [])
+            try await db.execute(
+                #"INSERT INTO "$stream" VALUES ('Inspections', 'Inspections(1)', 'Photo', 'abc', 'image/jpeg', 12)"#, []
+            )
+        }
+        let (after, rows) = try await store.storage.write { db in
+            try await DataStore.migrate(db, model: store.model)
+            let rows = try await db.fetchAll(#"SELECT entity, size, owner FROM "$stream""#, [])
+            return (try await Self.schema(db), rows.map(\.values))
+        }
+        #expect(after == before)
+        #expect(rows == [[.text("Inspections(1)"), .integer(12), .text("")]])
+    }
+
     /// A SQLite data file from before scopes: `$repeatability` keyed by request id alone. Its records move to the
     /// scoped table under the scope '' (answered as before), with the indexes.
     @Test func repeatableRequestsFromBeforeScopesAreMoved() async throws {

@@ -5,44 +5,50 @@ import Foundation
 public enum MultipartBatch {
     /// The `boundary` parameter of a `multipart/mixed` content type.
     ///
-    /// The header is read by byte (a combining mark cannot hide a `;`, `=` or quote inside a `Character`), and the
+    /// The header is read by byte with the scanner the other headers use (a combining mark cannot hide a `;`, `=`
+    /// or quote inside a `Character`, and a quoted value is read whole, `;` and all), and the
     /// boundary must be what RFC 2046 allows: 1 to 70 of `bchars` (letters, digits, `'()+_,-./:=?` and spaces, not
     /// last).
     ///
     /// - Throws: ``ODataError`` (`invalidBatch`) when the content type is not multipart/mixed with such a boundary.
     public static func boundary(fromContentType contentType: String) throws(ODataError) -> String {
-        func trimmed(_ bytes: ArraySlice<UInt8>) -> ArraySlice<UInt8> {
-            let isSpace = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
-            guard let first = bytes.firstIndex(where: { !isSpace($0) }),
-                let last = bytes.lastIndex(where: { !isSpace($0) })
-            else { return [] }
-            return bytes[first...last]
-        }
-        func lowercased(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
-            bytes.map { (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains($0) ? $0 + 32 : $0 }
-        }
-        let parts = Array(contentType.utf8).split(separator: UInt8(ascii: ";"), omittingEmptySubsequences: false)
-            .map(trimmed)
-        guard let type = parts.first, lowercased(type) == Array("multipart/mixed".utf8) else {
+        // Echoed in errors only as far as 64 bytes.
+        let shown = String(decoding: contentType.utf8.prefix(64), as: UTF8.self)
+        var scanner = HeaderScanner(contentType)
+        guard scanner.mediaType() == "multipart/mixed" else {
             throw ODataError(
-                .invalidBatch, "A multipart batch needs Content-Type multipart/mixed, not '\(contentType)'",
+                .invalidBatch, "A multipart batch needs Content-Type multipart/mixed, not '\(shown)'",
                 target: "Content-Type")
         }
-        for parameter in parts.dropFirst() {
-            guard let equals = parameter.firstIndex(of: UInt8(ascii: "=")),
-                lowercased(trimmed(parameter[..<equals])) == Array("boundary".utf8)
-            else { continue }
-            var value = trimmed(parameter[parameter.index(after: equals)...])
-            if value.count >= 2, value.first == UInt8(ascii: "\""), value.last == UInt8(ascii: "\"") {
-                value = value.dropFirst().dropLast()
-            }
+        // Parameters one by one, a quoted value read whole (a ';' or "boundary=" inside quotes is its text).
+        while true {
+            scanner.skipSpaces()
+            guard scanner.take(";") else { break }
+            scanner.skipSpaces()
+            guard let name = scanner.token() else { break }
+            scanner.skipSpaces()
+            guard scanner.take("=") else { break }
+            scanner.skipSpaces()
+            guard let value = scanner.token() ?? scanner.quotedString(), scanner.endsParameter() else { break }
+            guard name.utf8.map(HeaderScanner.asciiLowercased) == Array("boundary".utf8) else { continue }
             let allowed = Set("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ'()+_,-./:=? ".utf8)
-            guard (1...70).contains(value.count), value.allSatisfy(allowed.contains), value.last != UInt8(ascii: " ")
+            guard (1...70).contains(value.utf8.count), value.utf8.allSatisfy(allowed.contains),
+                value.utf8.last != UInt8(ascii: " ")
             else { break }
-            return String(decoding: value, as: UTF8.self)
+            return value
         }
         throw ODataError(
-            .invalidBatch, "Content-Type '\(contentType)' has no valid boundary parameter", target: "Content-Type")
+            .invalidBatch, "Content-Type '\(shown)' has no valid boundary parameter", target: "Content-Type")
+    }
+
+    /// Whether `contentType` is `multipart/mixed` (with any parameters), its type read by byte.
+    ///
+    /// - Parameter contentType: a `Content-Type` value, if any.
+    /// - Returns: whether it names `multipart/mixed`.
+    public static func isMultipartMixed(_ contentType: String?) -> Bool {
+        guard let contentType else { return false }
+        var scanner = HeaderScanner(contentType)
+        return scanner.mediaType() == "multipart/mixed"
     }
 
     // MARK: Requests
@@ -53,7 +59,7 @@ public enum MultipartBatch {
     public static func decodeRequests(_ body: [UInt8], boundary: String) throws(ODataError) -> [BatchRequest] {
         var requests: [BatchRequest] = []
         for (index, part) in try splitParts(body, boundary: boundary).enumerated() {
-            if let nested = part.contentType, nested.lowercased().hasPrefix("multipart/mixed") {
+            if isMultipartMixed(part.contentType), let nested = part.contentType {
                 let changeset = try self.boundary(fromContentType: nested)
                 for inner in try splitParts(part.body, boundary: changeset) {
                     guard let id = inner.header("Content-ID") else {
@@ -113,7 +119,7 @@ public enum MultipartBatch {
     public static func decodeResponses(_ body: [UInt8], boundary: String) throws(ODataError) -> [BatchResponse] {
         var responses: [BatchResponse] = []
         for (index, part) in try splitParts(body, boundary: boundary).enumerated() {
-            if let nested = part.contentType, nested.lowercased().hasPrefix("multipart/mixed") {
+            if isMultipartMixed(part.contentType), let nested = part.contentType {
                 let changeset = try self.boundary(fromContentType: nested)
                 for (innerIndex, inner) in try splitParts(part.body, boundary: changeset).enumerated() {
                     var response = try parseResponse(

@@ -20,6 +20,30 @@ struct HeaderScanner {
         while let byte = peek(), byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") { index += 1 }
     }
 
+    /// `byte` with an ASCII capital letter made small (header names and tokens compare case-insensitively).
+    static func asciiLowercased(_ byte: UInt8) -> UInt8 {
+        (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
+    }
+
+    /// A media type's `type/subtype`, ASCII lower-cased (leading spaces skipped); `nil` when the value does not
+    /// start with one. The scanner stops after it, at the parameters.
+    mutating func mediaType() -> String? {
+        skipSpaces()
+        let start = index
+        guard let type = token(), take("/"), let subtype = token(), endsParameter() else {
+            index = start
+            return nil
+        }
+        return String(decoding: Array("\(type)/\(subtype)".utf8).map(Self.asciiLowercased), as: UTF8.self)
+    }
+
+    /// Whether what was just read ends where a parameter may end: at the end, a space or tab, or a `;` (anything
+    /// else — a combining mark, a CR — glued to a token makes the whole value malformed, not the token shorter).
+    func endsParameter() -> Bool {
+        guard let byte = peek() else { return true }
+        return byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") || byte == UInt8(ascii: ";")
+    }
+
     /// Whether `byte` is an RFC 9110 `tchar` (visible ASCII except the delimiters).
     static func isTokenByte(_ byte: UInt8) -> Bool {
         guard byte > 32, byte < 127 else { return false }

@@ -123,8 +123,9 @@ extension DataService {
         guard let sha256 = json["SHA256"]?.stringValue, let contentType = json["ContentType"]?.stringValue,
             let kind = ImageKind(contentType: contentType)
         else { throw ServerError.notFound("This media entity has no bytes.") }
+        // The stored `Size`, within what an upload may be: a damaged or hostile row cannot overflow the sums below.
         var size = 0
-        if case .number(let text)? = json["Size"] { size = Int(text) ?? 0 }
+        if case .number(let text)? = json["Size"] { size = min(max(Int(text) ?? 0, 0), 1 << 40) }
         // The answer carries the bytes as base64url: a third more.
         let encoded = (size * 4 + 2) / 3
         if let budget = context.budget, budget.isSpent || budget.spentBytes + encoded > budget.limit {
@@ -135,7 +136,7 @@ extension DataService {
         }
         let reader = try await media.answerReader(sha256, logger: nil)
         var bytes: [UInt8] = []
-        bytes.reserveCapacity(size)
+        bytes.reserveCapacity(min(size, configuration.maximumMediaSize))
         try await reader.forEachPart { bytes += $0 }
         context.budget?.spend((bytes.count * 4 + 2) / 3)
         return DataResponse(

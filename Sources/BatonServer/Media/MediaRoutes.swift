@@ -62,7 +62,11 @@ extension ODataRoutes {
             return !(contentType ?? "").lowercased().hasPrefix("application/json")
         case "GET", "PUT":
             let bytes = url.utf8
-            let end = bytes.firstIndex(of: UInt8(ascii: "?")) ?? bytes.endIndex
+            // As the parser reads the path: up to the first `#` or `?`, one trailing `/` dropped.
+            var end = bytes.firstIndex { $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") } ?? bytes.endIndex
+            if end > bytes.startIndex, bytes[bytes.index(before: end)] == UInt8(ascii: "/") {
+                end = bytes.index(before: end)
+            }
             var start = end
             while start > bytes.startIndex, bytes[bytes.index(before: start)] != UInt8(ascii: "/") {
                 start = bytes.index(before: start)

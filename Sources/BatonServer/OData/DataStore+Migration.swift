@@ -59,6 +59,14 @@ extension DataStore {
                 try await moveUnscopedRepeatability(db)
             }
             try await db.execute(statement.sql, [])
+            // Columns a service table gained after it first shipped: a table made before them gets them now.
+            for (table, column, definition) in addedServiceColumns(dialect)
+            where statement.sql.hasPrefix("CREATE TABLE IF NOT EXISTS \(dialect.quote(table))") {
+                if try await !columns(of: table, in: db).contains(column) {
+                    try await db.execute(
+                        "ALTER TABLE \(dialect.quote(table)) ADD COLUMN \(dialect.quote(column)) \(definition)", [])
+                }
+            }
         }
         if postgres {
             try await migrateChangeTracking(db, table: "$removed")
@@ -165,6 +173,13 @@ extension DataStore {
             (#"CREATE INDEX IF NOT EXISTS "$streamOwner" ON "$stream" (owner)"#, "$streamOwner"),
         ]
         return statements
+    }
+
+    /// Columns the service's own tables gained after they first shipped, with the definition that fills the rows
+    /// already there: `$stream.owner` (whose quota a stream counts against; a stream stored before it counts against
+    /// nobody's).
+    static func addedServiceColumns(_ dialect: SQLDialect) -> [(table: String, column: String, definition: String)] {
+        [("$stream", "owner", dialect == .postgres ? "text NOT NULL DEFAULT ''" : "TEXT NOT NULL DEFAULT ''")]
     }
 
     /// A data file from before scopes (request ids were global, records deleted after the window) has

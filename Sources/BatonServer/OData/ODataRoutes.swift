@@ -126,7 +126,7 @@ struct ODataRoutes {
         }
         let contentType = request.header("Content-Type") ?? ""
         let requests: [BatchRequest]
-        let multipart = contentType.lowercased().hasPrefix("multipart/mixed")
+        let multipart = MultipartBatch.isMultipartMixed(contentType)
         do {
             if multipart {
                 requests = try MultipartBatch.decodeRequests(
