@@ -112,11 +112,9 @@ extension OfflineStore {
             report.archived += more.archived
             return report.merged(waiting: more.waiting)
         }
-        // What is left and may not go now: other authors' changes, and changes behind an archived one.
-        let blocked = try read { db in Set(try String.fetchAll(db, sql: #"SELECT DISTINCT entityID FROM "$archive""#)) }
-        report.waiting = try pendingEntries().filter { entry in
-            blocked.contains(entry.entityID) || (entry.author != user.name && !allowOnBehalf)
-        }
+        // What is left waits: other authors' changes (not allowed here, or refused by the server on their behalf —
+        // a photo's refusal too), and changes behind an archived one. Whatever is still queued was not sent.
+        report.waiting = try pendingEntries()
         return report
     }
 

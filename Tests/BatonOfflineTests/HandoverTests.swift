@@ -229,6 +229,32 @@ import Testing
         }
     }
 
+    /// The server refuses a photo on its author's behalf (its policy changed after the tablet last heard of it): the
+    /// photo waits for alice, and the upload says so — it is not reported complete.
+    @Test func aPhotoRefusedOnItsAuthorsBehalfIsReportedWaiting() async throws {
+        try await withServer(settings: ["shared-devices.upload-pending-changes-of-previous-user": "false"]) { server in
+            let device = try await makeDevice(server)
+            let (alice, tail) = try await signInAndDownload(device)
+            let aliceCheck = try await device.store.create(in: "PreflightChecks", values: check(tail, fuel: "5200"))
+            #expect(try await device.store.upload(using: alice.authorized, allowOnBehalf: false).isComplete)
+            guard case .guid(let checkID)? = try await device.store.read(aliceCheck).first?.values["ID"] else {
+                Issue.record("The check has no id.")
+                return server
+            }
+            let photo = try await device.store.takePhoto(ImageFixtures.png(), values: ["CheckID": .guid(checkID)])
+
+            let bob = try await device.manager.addUser()
+            try await device.open(bob)
+            // A tablet that still believes on-behalf uploads are allowed.
+            let report = try await device.store.upload(using: bob.authorized, allowOnBehalf: true)
+            #expect(report.uploaded.isEmpty && report.archived.isEmpty)
+            #expect(report.waiting.map(\.entityID) == [photo])
+            #expect(!report.isComplete)
+            #expect(try await device.store.pendingEntries().map(\.entityID) == [photo])
+            return server
+        }
+    }
+
     @Test func aLostAnswerIsRetriedAndAppliesExactlyOnce() async throws {
         try await withServer { server in
             let device = try await makeDevice(server)
