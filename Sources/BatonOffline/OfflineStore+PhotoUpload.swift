@@ -150,13 +150,23 @@ extension OfflineStore {
         var response = try await sendBusy(create, doing: "upload the photo", session: session)
         var location: URL?
         var setbacks = 0
+        var lastOffset = -1
         while true {
             // An upload in progress says `Upload-Complete: ?0` and where it stands; any other answer is the
             // photo's (its entity, or why it was refused).
             guard response.header("Upload-Complete") == "?0",
                 let offset = response.header("Upload-Offset").flatMap(Int.init), (0...bytes.count).contains(offset)
             else { return response }
-            if let created = response.header("Location").flatMap({ URL(string: $0) }) { location = created }
+            // An upload that stands still (a server answering the same offset again) is a setback: a few, then
+            // the photo waits for the next sync instead of the upload going round for ever.
+            if offset <= lastOffset {
+                setbacks += 1
+                guard setbacks < Self.busyAttempts else {
+                    throw OfflineError(.offline, "The photo's upload did not get through; it is retried later.")
+                }
+            }
+            lastOffset = offset
+            if let created = Self.uploadLocation(response.header("Location"), service: url) { location = created }
             guard let location, offset < bytes.count else {
                 response = try await askAgain(ask, setbacks: &setbacks, session: session)
                 continue
@@ -176,6 +186,16 @@ extension OfflineStore {
                 response = try await askAgain(ask, setbacks: &setbacks, session: session, after: error)
             }
         }
+    }
+
+    /// Where an upload's chunks go: the `Location` the server named, resolved against the service's URL, only on the
+    /// service's own scheme, host and port — the session's token goes with every chunk, and never to another place.
+    static func uploadLocation(_ header: String?, service: URL) -> URL? {
+        guard let header, let location = URL(string: header, relativeTo: service)?.absoluteURL,
+            location.scheme?.lowercased() == service.scheme?.lowercased(),
+            location.host?.lowercased() == service.host?.lowercased(), location.port == service.port
+        else { return nil }
+        return location
     }
 
     /// After a broken connection, a lost upload or an answer with no place to go on: asks again where the upload

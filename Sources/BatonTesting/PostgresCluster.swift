@@ -126,8 +126,9 @@ public final class PostgresCluster: Sendable {
     }
 
     /// Stops the cluster at once and deletes its directory, as `pg_ctl -m immediate stop` would: SIGQUIT to the
-    /// postmaster that `postmaster.pid` names — only when the file's second line is this cluster's data directory,
-    /// so a stale file never signals another process — then up to ten seconds for the file to go. It runs no
+    /// postmaster that `postmaster.pid` names — only when the file's second line is this cluster's data directory
+    /// (a file another cluster's data was copied with signals nobody; a pid since reused by another process with
+    /// this very file left behind is not told apart) — then up to ten seconds for the file to go. It runs no
     /// program, so a test's `defer` and the end of the test process may call it from anywhere.
     public func stop() {
         let pidFile = dataDirectory.appendingPathComponent("postmaster.pid")

@@ -58,13 +58,16 @@ import Testing
 
     @Test func theServerReachesNoDeviceLibrary() throws {
         let reached = Self.closure(of: "BatonServer", in: try Self.graph())
+        #expect(reached.contains("Hummingbird") && reached.contains("BatonOData"), "the graph is read")
         for device in ["BatonSecureStore", "BatonOffline", "BatonFlows", "BatonClient"] {
             #expect(!reached.contains(device), "BatonServer reaches \(device)")
         }
     }
 
     @Test func thePureTranslatorNeedsNoDatabaseLibrary() throws {
-        let reached = Self.closure(of: "BatonSQL", in: try Self.graph())
+        let graph = try Self.graph()
+        #expect(graph["BatonSQL"] == ["BatonOData"], "the graph is read: BatonSQL depends on BatonOData alone")
+        let reached = Self.closure(of: "BatonSQL", in: graph)
         #expect(!reached.contains("GRDB") && !reached.contains("PostgresNIO"), "\(reached.sorted())")
     }
 

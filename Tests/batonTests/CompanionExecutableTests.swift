@@ -45,6 +45,14 @@ import Testing
         let (_, releaseArguments) = try CompanionExecutable.demo.invocation(
             arguments: ["demo"], executable: release, searchPath: searchPath)
         #expect(releaseArguments == [swift, "run", "--package-path", package, "-c", "release", "baton-demo", "demo"])
+        // A relative entry that does lead to a swift (from this process's working directory) is still skipped.
+        let decoy = try make("decoy/bin/swift", executable: true).deletingLastPathComponent().path
+        let up = String(repeating: "../", count: FileManager.default.currentDirectoryPath.split(separator: "/").count)
+        let relativeDecoy = up + decoy.dropFirst()
+        #expect(FileManager.default.isExecutableFile(atPath: relativeDecoy + "/swift"), "the decoy is reachable")
+        let (skipping, _) = try CompanionExecutable.demo.invocation(
+            arguments: ["demo"], executable: debug, searchPath: "\(relativeDecoy):\(root.path)/toolchain/bin")
+        #expect(skipping == swift)
         // No swift in an absolute directory: a clear error, nothing run from the current directory.
         #expect {
             try CompanionExecutable.demo.invocation(arguments: ["demo"], executable: debug, searchPath: ".:bin")
