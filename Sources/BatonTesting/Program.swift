@@ -45,19 +45,40 @@ public enum Program {
             }
             overrides[key] = value
         }
-        let result = try await Subprocess.run(
-            .path(FilePath(executable.path)), arguments: Arguments(arguments),
-            environment: .inherit.updating(overrides),
-            workingDirectory: workingDirectory.map { FilePath($0.path) },
-            input: .string(input ?? ""), output: .string(limit: limit), error: .string(limit: limit))
-        let (status, signaled): (Int32, Bool) =
-            switch result.terminationStatus {
-            case .exited(let code): (code, false)
-            case .signaled(let signal): (128 + signal, true)
-            }
-        return ProgramResult(
-            status: status, signaled: signaled, output: result.standardOutput, error: result.standardError)
+        func execute(_ input: some InputProtocol) async throws -> ProgramResult {
+            let result = try await Subprocess.run(
+                .path(FilePath(executable.path)), arguments: Arguments(arguments),
+                environment: .inherit.updating(overrides),
+                workingDirectory: workingDirectory.map { FilePath($0.path) },
+                input: input, output: .string(limit: limit), error: .string(limit: limit))
+            let (status, signaled): (Int32, Bool) =
+                switch result.terminationStatus {
+                case .exited(let code): (code, false)
+                case .signaled(let signal): (128 + signal, true)
+                }
+            return ProgramResult(
+                status: status, signaled: signaled, output: result.standardOutput, error: result.standardError)
+        }
+        let bytes = Array((input ?? "").utf8)
+        // swift-subprocess 1.0.2 stops the whole process (`FileDescriptor … was not closed`) when a child ends
+        // before the input it is given as a string is all written. An input that fits a pipe's buffer is written
+        // into a pipe here, whole and closed, before the child starts: the child reads it or not, nothing waits.
+        // Only a larger one (a test of large input, whose child reads it all) is written while the child runs.
+        guard bytes.count <= Self.prefilledInputLimit else { return try await execute(.string(input ?? "")) }
+        let (readEnd, writeEnd) = try FileDescriptor.pipe()
+        do {
+            _ = try writeEnd.writeAll(bytes)
+            try writeEnd.close()
+        } catch {
+            try? writeEnd.close()
+            try? readEnd.close()
+            throw error
+        }
+        return try await execute(.fileDescriptor(readEnd, closeAfterSpawningProcess: true))
     }
+
+    /// The largest input written into a pipe before the child starts: half of Linux's 64 KiB pipe buffer.
+    static let prefilledInputLimit = 32 * 1024
 
     /// ``run(_:_:environment:input:workingDirectory:limit:)`` for code that cannot await (a cluster's set-up): it
     /// blocks the calling thread until the program ends. Call it only off Swift's concurrency pool (from

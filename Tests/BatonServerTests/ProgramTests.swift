@@ -23,6 +23,19 @@ import Testing
         #expect(result.output == input && result.error == input)
     }
 
+    /// A child that ends without reading its input (small or large) is an ordinary result, many times over: the
+    /// runner neither waits for it to read nor stops this process (swift-subprocess 1.0.2 did, on an input still
+    /// being written when the child ended).
+    @Test func aChildThatIgnoresItsInputEndsCleanly() async throws {
+        for round in 0..<200 {
+            let input = round % 2 == 0 ? "passcode-\(round)\n" : String(repeating: "x", count: 20_000)
+            let result = try await Program.run(shell, ["-c", "exit 7"], input: input)
+            #expect(result.status == 7 && !result.signaled)
+        }
+        let read = try await Program.run(shell, ["-c", "cat"], input: "first line\nsecond\n")
+        #expect(read.output == "first line\nsecond\n")
+    }
+
     @Test func theEnvironmentIsAddedToAndTheDirectoryChosen() async throws {
         let result = try await Program.run(
             shell, ["-c", "echo \"$BATON_PROGRAM_TEST:$HOME\"; pwd"], environment: ["BATON_PROGRAM_TEST": "yes"],
