@@ -1,4 +1,4 @@
-import BatonOData
+@testable import BatonOData
 import Foundation
 import Testing
 
@@ -22,6 +22,27 @@ import Testing
         #expect(try parse("$metadata").path == .metadata)
         #expect(try parse("$metadata?$format=json").query.format == "json")
         #expect(try parse("$batch").path == .batch)
+    }
+
+    /// The canonical URL's fast path (left unencoded) is decided by byte: it must agree with the character set
+    /// the encoder uses on every ASCII byte, and send every other literal to the encoder.
+    @Test func canonicalKeysAreLeftPlainExactlyWhenTheEncoderWould() {
+        for byte in UInt8(0)...127 {
+            let scalar = Unicode.Scalar(byte)
+            #expect(ResourcePath.isPlainKeyByte(byte) == ResourcePath.keyLiteralAllowed.contains(scalar), "\(byte)")
+        }
+        for byte in UInt8(128)...255 { #expect(!ResourcePath.isPlainKeyByte(byte)) }
+        #expect(ResourcePath.canonicalURL(entitySet: "Aircraft", key: [KeyValue(name: "ID", value: .string("D-AIBL"))])
+            == "Aircraft('D-AIBL')")
+        // A space, a slash, a quote beside a combining mark, and a non-ASCII letter are encoded as before.
+        let literal = "a b/c'\u{301}é"
+        #expect(
+            ResourcePath.canonicalURL(entitySet: "Aircraft", key: [KeyValue(name: "ID", value: .string(literal))])
+                == "Aircraft(" + (PrimitiveValue.string(literal).urlLiteral.addingPercentEncoding(
+                    withAllowedCharacters: ResourcePath.keyLiteralAllowed) ?? "") + ")")
+        #expect(
+            ResourcePath.canonicalURL(entitySet: "Aircraft", key: [KeyValue(name: "ID", value: .string("a b"))])
+                == "Aircraft('a%20b')")
     }
 
     @Test func keysQuotedStringsAndEscapedQuotes() throws {

@@ -40,6 +40,53 @@ import Testing
         #expect(row["g"] == .text("is ? a placeholder"))
     }
 
+    /// SQLite's statements are bound straight through its C interface: an empty text or blob is not NULL, a NUL
+    /// inside text is kept, a wrong count of arguments is an error (not a crash), and a read statement whose step
+    /// failed (reused from the statement cache) and a write that broke a constraint both run again afterwards.
+    @Test func sqliteBindsEveryValueAsGivenAndReusesAStatementThatFailed() async throws {
+        let server = try await TestServer(backend: .sqlite)
+        defer { server.remove() }
+        let storage = server.server.database.storage
+        let values: [SQLValue] = [.text(""), .blob([]), .text("a\u{0}b"), .null, .text("é\u{301}<")]
+        let row = try await storage.write { db -> SQLRow? in
+            try await db.execute("CREATE TABLE bound (a text, b blob, c text, d text, e text UNIQUE NOT NULL)", [])
+            try await db.execute("INSERT INTO bound VALUES (?, ?, ?, ?, ?)", values)
+            return try await db.fetchOne(
+                "SELECT a, b, c, d, e, typeof(a), typeof(b), length(CAST(c AS blob)) FROM bound WHERE c = ?",
+                SQLValue.text("a\u{0}b"))
+        }
+        let found = try #require(row)
+        #expect(Array(found.values.prefix(5)) == values)
+        #expect(Array(found.values.suffix(3)) == [.text("text"), .text("blob"), .integer(3)])
+        // A text that only starts like the stored one does not find it (a NUL would end a C string there).
+        #expect(try await storage.readStatement { db in try await db.fetchOne("SELECT e FROM bound WHERE c = ?", "a")?[0] }
+            == nil)
+        await #expect(throws: StorageError.self) {
+            try await storage.readStatement { db in try await db.fetchOne("SELECT e FROM bound WHERE c = ?", 1, 2) }
+        }
+        await #expect(throws: StorageError.self) {
+            try await storage.write { db in try await db.execute("INSERT INTO bound (e) VALUES (?)", []) }
+        }
+        let parse = "SELECT json_extract(?, '$.n')"
+        for _ in 0..<3 {
+            await #expect(throws: StorageError.self) {
+                try await storage.readStatement { db in try await db.fetchOne(parse, "not json") }
+            }
+            let read = try await storage.readStatement { db in try await db.fetchOne(parse, #"{"n":7}"#)?[0] }
+            #expect(read == .integer(7))
+        }
+        for _ in 0..<3 {
+            await #expect(throws: StorageError.self) {
+                try await storage.write { db in
+                    try await db.execute("INSERT INTO bound (e) VALUES (?)", values[4])
+                }
+            }
+        }
+        try await storage.write { db in try await db.execute("INSERT INTO bound (e) VALUES (?)", "another") }
+        let count = try await storage.readStatement { db in try await db.fetchOne("SELECT count(*) FROM bound")?[0] }
+        #expect(count == .integer(2))
+    }
+
     /// A single-statement read answers the same on both engines (on PostgreSQL by replaying its body with the
     /// answers sent asynchronously): several statements in order, and a statement's error where the body asked.
     @Test(arguments: StorageBackend.allCases) func singleStatementReadsAnswerTheirStatementsInOrder(

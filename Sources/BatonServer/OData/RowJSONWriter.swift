@@ -165,9 +165,8 @@ struct RowJSONWriter: Sendable {
     /// The general path, for everything else: decode, then format.
     static func convertValue(_ statement: SQLiteStatement, column: Column, name: String, to out: inout [UInt8]) throws {
         let index = column.index
-        let stored = DatabaseValue(sqliteStatement: statement, index: index)
         let decoded = try SQLDialect.sqlite.decode(
-            SQLValue(stored), as: column.type, column: name)
+            SQLValue(sqliteStatement: statement, index: index), as: column.type, column: name)
         out.append(contentsOf: decoded.json(as: column.type).serializedBytes)
     }
 

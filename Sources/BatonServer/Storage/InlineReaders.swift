@@ -1,3 +1,4 @@
+import BatonSQL
 import BatonSQLGRDB
 import Foundation
 import GRDB
@@ -87,16 +88,83 @@ final class InlineReaders: Sendable {
 }
 
 extension Statement {
-    /// Runs the statement and calls `body` with the SQLite statement on each row, until `body` returns
-    /// `false` or the rows end. `body` reads the columns with the `sqlite3_column_*` functions.
+    /// Runs the statement with `values` bound and calls `body` with the SQLite statement on each row, until `body`
+    /// returns `false` or the rows end. `body` reads the columns with the `sqlite3_column_*` functions.
     ///
-    /// For the hot read paths: GRDB's `Row` cursor indexes the column names of every statement it runs (a
-    /// dictionary of lower-cased names), a sixth of a key read; this steps with GRDB's plainest cursor instead,
-    /// which decodes only the first column (a copy, so the column keeps its type for `body`).
-    func forEachRow(arguments: StatementArguments, _ body: (SQLiteStatement) throws -> Bool) throws {
-        let cursor = try DatabaseValue.fetchCursor(self, arguments: arguments)
-        while try cursor.next() != nil {
+    /// For the hot read paths. GRDB's `Row` cursor indexes the column names of every statement it runs (a
+    /// dictionary of lower-cased names), a sixth of a key read; its plainest cursor still decodes a first column,
+    /// and its arguments are built as existentials through an initializer generic over their sequence. A statement
+    /// that only reads (`sqlite3_stmt_readonly`) is therefore stepped here, with its values bound straight
+    /// (``bind(_:)``); it runs no trigger and changes nothing, so GRDB's transaction observers have nothing to
+    /// see. One that writes (`… RETURNING`) goes through GRDB's cursor, which tells the observers.
+    func forEachRow(binding values: [SQLValue], _ body: (SQLiteStatement) throws -> Bool) throws {
+        try bind(values)
+        guard sqlite3_stmt_readonly(sqliteStatement) != 0 else {
+            let cursor = try DatabaseValue.fetchCursor(self)
+            while try cursor.next() != nil {
+                guard try body(sqliteStatement) else { return }
+            }
+            return
+        }
+        // Reset at the end, whole or not: a statement left on a row would keep its read transaction open.
+        defer { sqlite3_reset(sqliteStatement) }
+        while true {
+            let code = sqlite3_step(sqliteStatement)
+            if code == SQLITE_DONE { return }
+            guard code == SQLITE_ROW else { throw failure(code) }
             guard try body(sqliteStatement) else { return }
         }
     }
+
+    /// Binds `values` to the statement's parameters through SQLite's C interface, after GRDB has reset the
+    /// statement and cleared what it held (GRDB then runs it with these bindings: its `execute()` with no
+    /// arguments). Text and blobs are copied by SQLite and bound with their byte length, so a NUL inside text is
+    /// kept rather than ending it. A count other than the statement's parameters is an error, as in GRDB.
+    func bind(_ values: [SQLValue]) throws {
+        setUncheckedArguments(StatementArguments())
+        let handle = sqliteStatement
+        guard Int(sqlite3_bind_parameter_count(handle)) == values.count else {
+            throw DatabaseError(
+                resultCode: .SQLITE_MISUSE,
+                message: "The statement takes \(sqlite3_bind_parameter_count(handle)) arguments, not \(values.count).",
+                sql: sql)
+        }
+        for (offset, value) in values.enumerated() {
+            let index = Int32(offset + 1)
+            let code: Int32
+            switch value {
+            case .null: code = sqlite3_bind_null(handle, index)
+            case .integer(let number): code = sqlite3_bind_int64(handle, index, number)
+            case .real(let number): code = sqlite3_bind_double(handle, index, number)
+            case .text(var text):
+                code = text.withUTF8 { bytes in
+                    // An empty buffer may have no address, which SQLite would bind as NULL.
+                    guard let address = bytes.baseAddress else {
+                        return sqlite3_bind_text(handle, index, "", 0, sqliteTransient)
+                    }
+                    return sqlite3_bind_text64(
+                        handle, index, address, UInt64(bytes.count), sqliteTransient, UInt8(SQLITE_UTF8))
+                }
+            case .blob(let bytes):
+                code = bytes.withUnsafeBytes { bytes in
+                    guard let address = bytes.baseAddress, !bytes.isEmpty else {
+                        return sqlite3_bind_zeroblob(handle, index, 0)
+                    }
+                    return sqlite3_bind_blob64(handle, index, address, UInt64(bytes.count), sqliteTransient)
+                }
+            }
+            guard code == SQLITE_OK else { throw failure(code) }
+        }
+    }
+
+    /// SQLite's error for `code` on this statement's connection, as GRDB reports one.
+    private func failure(_ code: Int32) -> DatabaseError {
+        DatabaseError(
+            resultCode: ResultCode(rawValue: code),
+            message: String(cString: sqlite3_errmsg(sqlite3_db_handle(sqliteStatement))), sql: sql)
+    }
 }
+
+/// SQLite's `SQLITE_TRANSIENT`: it copies the value before the bind returns. The C macro casts -1 to a destructor
+/// pointer, which Swift does not import.
+private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)

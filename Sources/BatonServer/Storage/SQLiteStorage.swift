@@ -87,8 +87,9 @@ struct GRDBConnection: SQLConnection {
     @discardableResult
     func execute(_ sql: String, _ arguments: [SQLValue]) async throws -> Int {
         do {
-            try db.cachedStatement(sql: sql).execute(
-                arguments: StatementArguments(bridging: arguments))
+            let statement = try db.cachedStatement(sql: sql)
+            try statement.bind(arguments)
+            try statement.execute()
         } catch let error as DatabaseError {
             throw StorageError(sqlite: error)
         }
@@ -117,11 +118,7 @@ struct GRDBConnection: SQLConnection {
         do {
             let statement = try db.cachedStatement(sql: sql)
             let cursor = GRDBCursor(statement: statement.sqliteStatement, columnNames: statement.columnNames)
-            try statement.forEachRow(
-                arguments: StatementArguments(bridging: arguments)
-            ) { _ in
-                try body(cursor)
-            }
+            try statement.forEachRow(binding: arguments) { _ in try body(cursor) }
         } catch let error as DatabaseError {
             throw StorageError(sqlite: error)
         }
@@ -182,8 +179,33 @@ struct GRDBCursor: SQLCursor {
 
     var sqliteStatement: OpaquePointer? { statement }
 
-    func value(at index: Int) -> SQLValue {
-        SQLValue(DatabaseValue(sqliteStatement: statement, index: Int32(index)))
+    func value(at index: Int) -> SQLValue { SQLValue(sqliteStatement: statement, index: Int32(index)) }
+}
+
+extension SQLValue {
+    /// The value of column `index` of the row `statement` is on, read by its storage class with its byte length:
+    /// text keeps a NUL it holds (GRDB's `DatabaseValue` reads text as a C string, which ends at the first NUL).
+    init(sqliteStatement statement: SQLiteStatement, index: Int32) {
+        switch sqlite3_column_type(statement, index) {
+        case SQLITE_INTEGER: self = .integer(sqlite3_column_int64(statement, index))
+        case SQLITE_FLOAT: self = .real(sqlite3_column_double(statement, index))
+        case SQLITE_TEXT:
+            // sqlite3_column_text before sqlite3_column_bytes, as SQLite's documentation asks.
+            guard let text = sqlite3_column_text(statement, index) else {
+                self = .text("")
+                return
+            }
+            let count = Int(sqlite3_column_bytes(statement, index))
+            self = .text(String(decoding: UnsafeBufferPointer(start: text, count: count), as: UTF8.self))
+        case SQLITE_BLOB:
+            guard let blob = sqlite3_column_blob(statement, index) else {
+                self = .blob([])
+                return
+            }
+            let count = Int(sqlite3_column_bytes(statement, index))
+            self = .blob(Array(UnsafeRawBufferPointer(start: blob, count: count)))
+        default: self = .null
+        }
     }
 }
 
