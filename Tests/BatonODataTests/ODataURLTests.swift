@@ -1,6 +1,7 @@
-@testable import BatonOData
 import Foundation
 import Testing
+
+@testable import BatonOData
 
 @Suite struct ODataURLTests {
     let model: ServiceModel
@@ -32,13 +33,15 @@ import Testing
             #expect(ResourcePath.isPlainKeyByte(byte) == ResourcePath.keyLiteralAllowed.contains(scalar), "\(byte)")
         }
         for byte in UInt8(128)...255 { #expect(!ResourcePath.isPlainKeyByte(byte)) }
-        #expect(ResourcePath.canonicalURL(entitySet: "Aircraft", key: [KeyValue(name: "ID", value: .string("D-AIBL"))])
-            == "Aircraft('D-AIBL')")
+        #expect(
+            ResourcePath.canonicalURL(entitySet: "Aircraft", key: [KeyValue(name: "ID", value: .string("D-AIBL"))])
+                == "Aircraft('D-AIBL')")
         // A space, a slash, a quote beside a combining mark, and a non-ASCII letter are encoded as before.
         let literal = "a b/c'\u{301}é"
         #expect(
             ResourcePath.canonicalURL(entitySet: "Aircraft", key: [KeyValue(name: "ID", value: .string(literal))])
-                == "Aircraft(" + (PrimitiveValue.string(literal).urlLiteral.addingPercentEncoding(
+                == "Aircraft("
+                + (PrimitiveValue.string(literal).urlLiteral.addingPercentEncoding(
                     withAllowedCharacters: ResourcePath.keyLiteralAllowed) ?? "") + ")")
         #expect(
             ResourcePath.canonicalURL(entitySet: "Aircraft", key: [KeyValue(name: "ID", value: .string("a b"))])

@@ -59,8 +59,9 @@ import Testing
         #expect(Array(found.values.prefix(5)) == values)
         #expect(Array(found.values.suffix(3)) == [.text("text"), .text("blob"), .integer(3)])
         // A text that only starts like the stored one does not find it (a NUL would end a C string there).
-        #expect(try await storage.readStatement { db in try await db.fetchOne("SELECT e FROM bound WHERE c = ?", "a")?[0] }
-            == nil)
+        #expect(
+            try await storage.readStatement { db in try await db.fetchOne("SELECT e FROM bound WHERE c = ?", "a")?[0] }
+                == nil)
         await #expect(throws: StorageError.self) {
             try await storage.readStatement { db in try await db.fetchOne("SELECT e FROM bound WHERE c = ?", 1, 2) }
         }
