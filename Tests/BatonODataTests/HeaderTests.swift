@@ -3,6 +3,22 @@ import Foundation
 import Testing
 
 @Suite struct HeaderTests {
+    /// Header names compare as RFC 9110 tokens: ASCII letters without case, every other byte exactly. A Unicode
+    /// lower-casing would take a Kelvin sign for a `k`.
+    @Test func headerNamesCompareAsASCIITokens() {
+        #expect(HeaderScanner.sameName("Content-Type", "content-TYPE"))
+        #expect(HeaderScanner.sameName("If-Match", "IF-MATCH"))
+        #expect("\u{212A}ey".lowercased() == "key")
+        #expect(!HeaderScanner.sameName("\u{212A}ey", "key"))
+        #expect(!HeaderScanner.sameName("If-Match", "If-Match "))
+        #expect(!HeaderScanner.sameName("If-Matc", "If-Match"))
+        #expect(HeaderScanner.sameName("Ünïcode", "Ünïcode"))
+        #expect(!HeaderScanner.sameName("ünïcode", "Ünïcode"))
+        let request = BatchRequest(id: "1", method: "PATCH", url: "X", headers: [("IF-MATCH", "*"), ("\u{212A}", "v")])
+        #expect(request.header("If-Match") == "*")
+        #expect(request.header("k") == nil)
+    }
+
     @Test func etagsParseAndFormat() throws {
         #expect(try ETag(parsing: "W/\"abc\"") == ETag("abc", isWeak: true))
         #expect(try ETag(parsing: " \"abc\" ") == ETag("abc", isWeak: false))

@@ -18,6 +18,25 @@ import Testing
         #expect(model.supportsRepeatableRequests)
     }
 
+    /// An entity type is found by its simple, namespace-qualified or alias-qualified name, byte for byte, and by
+    /// nothing that only resembles one.
+    @Test func entityTypesAreFoundByTheirNamesExactly() throws {
+        var model = try ServiceModel.aircraftChecks
+        model.alias = "B"
+        for name in ["PreflightCheck", "Baton.PreflightCheck", "B.PreflightCheck"] {
+            #expect(model.entityType(named: name)?.name == "PreflightCheck", "\(name)")
+        }
+        for name in [
+            "", ".", "Baton.", "B.", ".PreflightCheck", "BatonXPreflightCheck", "Baton.PreflightChecks",
+            "Baton.Baton.PreflightCheck", "baton.PreflightCheck", "Baton.PreflightCheck\u{301}", "C.PreflightCheck",
+            "BatonPreflightCheck",
+        ] {
+            #expect(model.entityType(named: name) == nil, "\(name)")
+        }
+        // The first type whose name matches wins, as before.
+        #expect(model.entityType(named: "Baton.Aircraft")?.name == "Aircraft")
+    }
+
     @Test func csdlJSONRoundTripsToAnEqualModel() throws {
         let model = try ServiceModel.aircraftChecks
         let text = model.csdlJSONDocument.serialized

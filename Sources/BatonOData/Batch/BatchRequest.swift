@@ -32,7 +32,7 @@ public struct BatchRequest: Sendable, Hashable {
 
     /// The first header named `name` (case-insensitive).
     public func header(_ name: String) -> String? {
-        headers.first { $0.0.lowercased() == name.lowercased() }?.1
+        headers.first { HeaderScanner.sameName($0.0, name) }?.1
     }
 
     /// The URL with a leading `$n` reference replaced by the location of request `n`'s result
@@ -90,7 +90,7 @@ public struct BatchResponse: Sendable, Hashable {
 
     /// The first header named `name` (case-insensitive).
     public func header(_ name: String) -> String? {
-        headers.first { $0.0.lowercased() == name.lowercased() }?.1
+        headers.first { HeaderScanner.sameName($0.0, name) }?.1
     }
 
     public static func == (lhs: BatchResponse, rhs: BatchResponse) -> Bool {

@@ -140,7 +140,7 @@ public enum MultipartBatch {
         package var headers: [(String, String)]
         package var body: [UInt8]
 
-        package func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
+        package func header(_ name: String) -> String? { headers.first { HeaderScanner.sameName($0.0, name) }?.1 }
         package var contentType: String? { header("Content-Type") }
     }
 
@@ -270,7 +270,8 @@ public enum MultipartBatch {
         var json: JSONValue?
         let trimmed = body.drop { $0 == 0x20 || $0 == 0x0D || $0 == 0x0A }
         if !trimmed.isEmpty {
-            let type = headers.first { $0.0.lowercased() == "content-type" }?.1.lowercased() ?? "application/json"
+            let type =
+                headers.first { HeaderScanner.sameName($0.0, "Content-Type") }?.1.lowercased() ?? "application/json"
             if type.hasPrefix("text/") {
                 // Plain-text bodies ($count, $value) travel as a JSON string.
                 var text = body

@@ -1,6 +1,6 @@
 /// Reads the parts of HTTP header values (RFC 9110): tokens, quoted strings, entity tags. Works on the value's
 /// UTF-8 bytes — header syntax is ASCII; other bytes are only ever inside quoted strings, kept as they are.
-struct HeaderScanner {
+package struct HeaderScanner {
     let bytes: [UInt8]
     var index = 0
 
@@ -23,6 +23,14 @@ struct HeaderScanner {
     /// `byte` with an ASCII capital letter made small (header names and tokens compare case-insensitively).
     static func asciiLowercased(_ byte: UInt8) -> UInt8 {
         (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
+    }
+
+    /// Whether two header names are the same name: ASCII letters compared without case, every other byte exactly
+    /// (RFC 9110 §5.1: a name is a case-insensitive token, so ASCII). A Unicode lower-casing would make a
+    /// name that is no token (a Kelvin sign for a `k`) equal to one, and costs two strings per comparison.
+    package static func sameName(_ first: String, _ second: String) -> Bool {
+        first.utf8.count == second.utf8.count
+            && first.utf8.elementsEqual(second.utf8) { asciiLowercased($0) == asciiLowercased($1) }
     }
 
     /// A media type's `type/subtype`, ASCII lower-cased (leading spaces skipped); `nil` when the value does not

@@ -38,10 +38,23 @@ public struct ServiceModel: Sendable, Hashable {
     }
 
     /// The entity type with the given qualified (`Baton.Aircraft`), alias-qualified or simple name.
+    ///
+    /// Names are compared by their UTF-8 bytes, with no string built per type (an entity set's type is looked up on
+    /// every request, by its qualified name).
     public func entityType(named name: String) -> EntityType? {
         entityTypes.first { type in
-            name == type.name || name == "\(namespace).\(type.name)" || alias.map { "\($0).\(type.name)" } == name
+            name.utf8.elementsEqual(type.name.utf8) || Self.name(name, qualifies: type.name, in: namespace)
+                || alias.map { Self.name(name, qualifies: type.name, in: $0) } == true
         }
+    }
+
+    /// Whether `name` is `qualifier.simple`, byte for byte.
+    static func name(_ name: String, qualifies simple: String, in qualifier: String) -> Bool {
+        let bytes = name.utf8
+        let prefix = qualifier.utf8.count
+        guard bytes.count == prefix + 1 + simple.utf8.count, bytes.starts(with: qualifier.utf8) else { return false }
+        let dot = bytes.index(bytes.startIndex, offsetBy: prefix)
+        return bytes[dot] == UInt8(ascii: ".") && bytes[bytes.index(after: dot)...].elementsEqual(simple.utf8)
     }
 
     /// The entity set named `name`.

@@ -19,16 +19,10 @@ struct DataRequest: Sendable {
     var media: StoredMedia?
 
     /// The first value of the header `name` (case-insensitive).
-    func header(_ name: String) -> String? {
-        let lowered = name.lowercased()
-        return headers.first { $0.0.utf8.count == lowered.utf8.count && $0.0.lowercased() == lowered }?.1
-    }
+    func header(_ name: String) -> String? { headers.first { HeaderScanner.sameName($0.0, name) }?.1 }
 
     /// Every value of the header `name` (case-insensitive).
-    func headers(_ name: String) -> [String] {
-        let lowered = name.lowercased()
-        return headers.filter { $0.0.utf8.count == lowered.utf8.count && $0.0.lowercased() == lowered }.map(\.1)
-    }
+    func headers(_ name: String) -> [String] { headers.filter { HeaderScanner.sameName($0.0, name) }.map(\.1) }
 }
 
 /// The answer to a ``DataRequest``.
