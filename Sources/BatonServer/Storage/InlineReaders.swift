@@ -94,12 +94,15 @@ extension Statement {
     /// For the hot read paths. GRDB's `Row` cursor indexes the column names of every statement it runs (a
     /// dictionary of lower-cased names), a sixth of a key read; its plainest cursor still decodes a first column,
     /// and its arguments are built as existentials through an initializer generic over their sequence. A statement
-    /// that only reads (`sqlite3_stmt_readonly`) is therefore stepped here, with its values bound straight
-    /// (``bind(_:)``); it runs no trigger and changes nothing, so GRDB's transaction observers have nothing to
-    /// see. One that writes (`… RETURNING`) goes through GRDB's cursor, which tells the observers.
+    /// that only reads and returns columns (`sqlite3_stmt_readonly`, `sqlite3_column_count`) is therefore stepped
+    /// here, with its values bound straight (``bind(_:)``); it runs no trigger and changes nothing, so GRDB's
+    /// transaction observers have nothing to see. One that writes (`… RETURNING`) goes through GRDB's cursor,
+    /// which tells the observers.
     func forEachRow(binding values: [SQLValue], _ body: (SQLiteStatement) throws -> Bool) throws {
         try bind(values)
-        guard sqlite3_stmt_readonly(sqliteStatement) != 0 else {
+        // A statement that returns no columns may still end a transaction or a savepoint (BEGIN, COMMIT,
+        // RELEASE … are "read-only" to SQLite): GRDB must see those.
+        guard sqlite3_stmt_readonly(sqliteStatement) != 0, sqlite3_column_count(sqliteStatement) > 0 else {
             let cursor = try DatabaseValue.fetchCursor(self)
             while try cursor.next() != nil {
                 guard try body(sqliteStatement) else { return }
