@@ -820,3 +820,25 @@ extension HTTPField.Name {
     static let preferenceApplied = HTTPField.Name("Preference-Applied") ?? .accept
     static let odataVersionForTests = HTTPField.Name("OData-Version") ?? .accept
 }
+
+/// Next and delta links replace their token options by byte: a combining mark after an `&` neither joins the
+/// option after it to the token (which dropped it) nor hides a token option spelled in another case or
+/// percent-encoded.
+@Suite struct QueryOptionReplacementTests {
+    func replaced(_ url: String) -> String {
+        DataService.replacingQueryOption(in: url, names: ["skiptoken", "deltatoken"], with: ("$skiptoken", "new"))
+    }
+
+    @Test func tokenOptionsAreReplacedByByte() {
+        #expect(replaced("PreflightChecks") == "PreflightChecks?$skiptoken=new")
+        #expect(replaced("PreflightChecks?$top=5") == "PreflightChecks?$top=5&$skiptoken=new")
+        #expect(
+            replaced("PreflightChecks?$top=5&$SkipToken=old&%24deltatoken=d&x=%24skiptoken")
+                == "PreflightChecks?$top=5&x=%24skiptoken&$skiptoken=new")
+        // By Character, `&\u{301}` was no separator, and the option after it went with the token.
+        #expect(replaced("A?$skiptoken=old&\u{301}x=1") == "A?\u{301}x=1&$skiptoken=new")
+        // A name that only lower-cases to a token's under Unicode rules is not one.
+        #expect(replaced("A?$s\u{212A}iptoken=1") == "A?$s\u{212A}iptoken=1&$skiptoken=new")
+        #expect(replaced("A?é=1&&$skiptoken=") == "A?é=1&$skiptoken=new")
+    }
+}

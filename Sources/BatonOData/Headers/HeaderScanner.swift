@@ -21,7 +21,7 @@ package struct HeaderScanner {
     }
 
     /// `byte` with an ASCII capital letter made small (header names and tokens compare case-insensitively).
-    static func asciiLowercased(_ byte: UInt8) -> UInt8 {
+    package static func asciiLowercased(_ byte: UInt8) -> UInt8 {
         (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
     }
 

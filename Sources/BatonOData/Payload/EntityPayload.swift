@@ -32,7 +32,14 @@ public struct EntityPayload: Sendable, Hashable {
     public init(
         decoding body: [UInt8], as type: EntityType, mode: Mode, model: ServiceModel? = nil, serviceRoot: String? = nil
     ) throws(ODataError) {
-        let json = try JSONValue(parsing: body)
+        try self.init(json: try JSONValue(parsing: body), as: type, mode: mode, model: model, serviceRoot: serviceRoot)
+    }
+
+    /// Decodes an entity body already parsed (a request inside a JSON `$batch`), exactly as
+    /// ``init(decoding:as:mode:model:serviceRoot:)`` decodes its bytes.
+    public init(
+        json: JSONValue, as type: EntityType, mode: Mode, model: ServiceModel? = nil, serviceRoot: String? = nil
+    ) throws(ODataError) {
         guard let members = json.objectMembers else {
             throw ODataError(.invalidPayload, "An entity body must be a JSON object, but this one is \(json.kindName)")
         }

@@ -11,12 +11,15 @@ struct DataRequest: Sendable {
     var url: String
     /// Header fields, names as sent.
     var headers: [(String, String)]
-    /// The body.
-    var body: [UInt8]
+    /// The body. Replacing it forgets ``json``.
+    var body: [UInt8] { didSet { json = nil } }
     /// For a media entity's bytes (a `POST` of a photo, a `PUT` of its `$value`): the stored media, whose SHA-256
     /// an author's signature covers in place of the body's; ``body`` then holds the entity's properties as JSON
     /// (from `Slug`), or nothing.
     var media: StoredMedia?
+    /// ``body`` as parsed JSON, when it came parsed (a request inside a JSON `$batch`, whose ``body`` is its
+    /// serialization, for signatures and repeatability): decoded from here rather than parsed again.
+    var json: JSONValue?
 
     /// The first value of the header `name` (case-insensitive).
     func header(_ name: String) -> String? { headers.first { HeaderScanner.sameName($0.0, name) }?.1 }

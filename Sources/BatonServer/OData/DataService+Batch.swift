@@ -250,8 +250,9 @@ extension DataService {
                     "A photo's bytes and $value reads go in a $batch outside atomicity groups (changesets), each on its own."
                 )
             }
-            let data = DataRequest(
+            var data = DataRequest(
                 method: request.method, url: url, headers: request.headers, body: request.body?.serializedBytes ?? [])
+            data.json = request.body
             if request.method == "GET" {
                 if let budget = context.budget, budget.isSpent {
                     throw ServerError(

@@ -13,13 +13,12 @@ extension DataService {
             throw ServerError.badRequest("The $deltatoken is not one this server issued.", target: "$deltatoken")
         }
         let (from, heldThrough) = token
-        let now = try await Watermark.current(db)
+        let (now, horizons) = try await Watermark.currentWithHorizons(db)
         let gone = ServerError(
             .gone, "Gone",
             "The delta token is older than the \(Int(configuration.deltaRetention / 86_400))-day retention window; read the collection again."
         )
         let notIssued = ServerError.badRequest("The $deltatoken is not one this server issued.", target: "$deltatoken")
-        let horizons = try await DataStore.horizons(db)
         switch (from, heldThrough, now) {
         case (.sequence(let from), .sequence(let held), .sequence(let value)):
             guard from >= horizons.sequence else { throw gone }

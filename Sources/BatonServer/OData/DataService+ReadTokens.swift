@@ -136,15 +136,20 @@ extension DataService {
     /// The relative URL with the named query options (with or without `$`, any case) removed and `option`
     /// appended.
     static func replacingQueryOption(in url: String, names: Set<String>, with option: (String, String)) -> String {
-        let parts = url.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
-        var items = parts.count > 1 ? parts[1].split(separator: "&").map(String.init) : []
+        // Split by byte: `?`, `&` and `=` are ASCII, and a combining mark after one would hide it from a split by
+        // Character (taking the option after it into the one before).
+        let bytes = Array(url.utf8)
+        let question = bytes.firstIndex(of: UInt8(ascii: "?"))
+        var items = question.map { bytes[($0 + 1)...].split(separator: UInt8(ascii: "&")) } ?? []
         items.removeAll { item in
-            let name =
-                (item.split(separator: "=", maxSplits: 1).first.map(String.init) ?? "").removingPercentEncoding ?? ""
-            let bare = (name.hasPrefix("$") ? String(name.dropFirst()) : name).lowercased()
-            return names.contains(bare)
+            let rawName = item.split(separator: UInt8(ascii: "="), maxSplits: 1).first ?? []
+            var name = Array((String(decoding: rawName, as: UTF8.self).removingPercentEncoding ?? "").utf8)
+            if name.first == UInt8(ascii: "$") { name.removeFirst() }
+            return names.contains(String(decoding: name.map(HeaderScanner.asciiLowercased), as: UTF8.self))
         }
-        items.append("\(option.0)=\(option.1)")
-        return String(parts[0]) + "?" + items.joined(separator: "&")
+        let path = String(decoding: bytes[..<(question ?? bytes.endIndex)], as: UTF8.self)
+        return path + "?"
+            + (items.map { String(decoding: $0, as: UTF8.self) } + ["\(option.0)=\(option.1)"])
+            .joined(separator: "&")
     }
 }

@@ -157,6 +157,7 @@ extension DataService {
         // A media entity's bytes come with their properties in `Slug`, or none.
         if request.media != nil, request.body.isEmpty { return EntityPayload(values: [:]) }
         do {
+            if let json = request.json { return try EntityPayload(json: json, as: type, mode: mode, model: model) }
             return try EntityPayload(decoding: request.body, as: type, mode: mode, model: model)
         } catch {
             throw ServerError(error)

@@ -98,6 +98,16 @@ enum Watermark: Hashable, Sendable {
         }
     }
 
+    /// ``current(_:)`` and ``DataStore/horizons(_:)`` together: on SQLite both are the one `$sequence` row, read
+    /// once (a delta page read it twice).
+    static func currentWithHorizons(_ db: any SQLConnection) async throws
+        -> (now: Watermark, horizons: (sequence: Int64, transaction: Int64))
+    {
+        guard db.dialect == .sqlite else { return (try await current(db), try await DataStore.horizons(db)) }
+        let state = try await DataStore.sequenceState(db)
+        return (.sequence(state.value), (state.horizon, 0))
+    }
+
     /// The window of changes after `self` up to `through`, for the SQL translator.
     func window(through: Watermark, after: Int64?) throws -> ColumnRange {
         switch (self, through) {
