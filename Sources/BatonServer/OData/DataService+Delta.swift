@@ -179,11 +179,13 @@ extension DataService {
     /// element of its `value`.
     static func splicing(_ raw: [UInt8], into payload: JSONValue, headers: [(String, String)]) throws -> DataResponse {
         let envelope = payload.serializedBytes
-        guard let found = envelope.firstRange(of: Array(#""\u0000"]"#.utf8)) else {
+        // Searched from the end by byte (the marker is the value's last element; Foundation's generic
+        // `firstRange(of:)` was a fiftieth of a delta page).
+        guard let start0 = Self.lastMarker(in: envelope) else {
             throw ServerError(.internalServerError, "InternalError", "The response could not be assembled.")
         }
-        var start = found.lowerBound
-        let end = found.upperBound - 1
+        var start = start0
+        let end = start0 + markerBytes.count - 1
         // No rows: the marker goes with the comma before it (when other elements precede it).
         if raw.isEmpty, start > envelope.startIndex, envelope[start - 1] == UInt8(ascii: ",") { start -= 1 }
         var body = Array(envelope[..<start])
@@ -191,6 +193,23 @@ extension DataService {
         body += raw
         body += envelope[end...]
         return DataResponse(status: 200, headers: headers, body: .rawJSON(body))
+    }
+
+    /// The serialized ``marker`` and the `]` that closes the value after it.
+    static let markerBytes = Array(#""\u0000"]"#.utf8)
+
+    /// Where the last ``markerBytes`` start in `envelope`.
+    static func lastMarker(in envelope: [UInt8]) -> Int? {
+        let count = markerBytes.count
+        guard envelope.count >= count else { return nil }
+        var start = envelope.count - count
+        while start >= 0 {
+            if envelope[start] == markerBytes[0], envelope[start..<(start + count)].elementsEqual(markerBytes) {
+                return start
+            }
+            start -= 1
+        }
+        return nil
     }
 
     func fetchRange(_ target: Target, options: QueryOptions, range: ColumnRange, in db: any SQLConnection) async throws

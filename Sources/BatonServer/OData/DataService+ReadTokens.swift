@@ -141,11 +141,15 @@ extension DataService {
         let bytes = Array(url.utf8)
         let question = bytes.firstIndex(of: UInt8(ascii: "?"))
         var items = question.map { bytes[($0 + 1)...].split(separator: UInt8(ascii: "&")) } ?? []
+        let wanted = names.map { Array($0.utf8) }
         items.removeAll { item in
-            let rawName = item.split(separator: UInt8(ascii: "="), maxSplits: 1).first ?? []
-            var name = Array((String(decoding: rawName, as: UTF8.self).removingPercentEncoding ?? "").utf8)
-            if name.first == UInt8(ascii: "$") { name.removeFirst() }
-            return names.contains(String(decoding: name.map(HeaderScanner.asciiLowercased), as: UTF8.self))
+            var name = item.split(separator: UInt8(ascii: "="), maxSplits: 1).first ?? []
+            // Percent-decoded only when it holds a `%` (Foundation's decoder was a fortieth of a delta page).
+            if name.contains(UInt8(ascii: "%")) {
+                name = ArraySlice((String(decoding: name, as: UTF8.self).removingPercentEncoding ?? "").utf8)
+            }
+            if name.first == UInt8(ascii: "$") { name = name.dropFirst() }
+            return wanted.contains { $0.elementsEqual(name.lazy.map(HeaderScanner.asciiLowercased)) }
         }
         let path = String(decoding: bytes[..<(question ?? bytes.endIndex)], as: UTF8.self)
         return path + "?"
