@@ -25,6 +25,11 @@ struct Benchmark: AsyncParsableCommand {
     @Option(help: "Pre-flight checks to seed.") var checks = 100_000
     @Option(help: "Seconds per measurement.") var duration = 10
     @Option(help: "Concurrent connections.") var connections = 16
+    @Option(
+        help:
+            "Slices per row: each row after the bare route is measured in this many slices, each right after a slice of the bare route, and its share is against those."
+    )
+    var slices = 3
     @Option(help: "Run only the measurements whose name contains this text (for profiling), besides the bare route.")
     var only: String?
 
@@ -262,6 +267,10 @@ struct Benchmark: AsyncParsableCommand {
         for url in [bare + "/bare", server + "/odata/PreflightChecks(\(key))"] {
             _ = try await NIOThreadPool.singleton.runIfActive { try wrk(url, script: warmUp, seconds: 2) }
         }
+        let bareScript = directory.appendingPathComponent("bare.lua")
+        guard FileManager.default.createFile(atPath: bareScript.path, contents: Data()) else {
+            throw ValidationError("Cannot write \(bareScript.path).")
+        }
         for (index, (name, url, script, telemetry)) in runs.enumerated()
         where index == 0 || only.map({ name.contains($0) }) ?? true {
             // The token goes in a private script file, never on wrk's command line.
@@ -274,26 +283,52 @@ struct Benchmark: AsyncParsableCommand {
             else { throw ValidationError("Cannot write \(file.path).") }
             metrics.isEnabled = telemetry
             metrics.readsTraceContext = metrics.isEnabled
-            let before = CPUTime.now()
-            let postgresBefore = onPostgres ? ProcessCPU.postgres() : 0
-            let rate = try await NIOThreadPool.singleton.runIfActive { try wrk(url, script: file) }
-            let used = CPUTime.now() - before
-            let postgresUsed = onPostgres ? ProcessCPU.postgres() - postgresBefore : 0
+            // Every row after the first is measured in slices, each right after a slice of the bare route, and its
+            // share is against those: the machine's speed drifts within a run, and against one bare measurement
+            // at the start the same binary's key read ranged from 37% to 61% of it in one hour.
+            let reference = index == 0
+            let parts = reference ? 1 : max(1, slices)
+            let sliceSeconds = max(1, duration / parts)
+            var requests = 0.0
+            var bareRequests = 0.0
+            var used = CPUTime(server: 0, generator: 0, switches: 0)
+            var postgresUsed = 0.0
+            for _ in 0..<parts {
+                if !reference {
+                    let bareRate = try await NIOThreadPool.singleton.runIfActive {
+                        try wrk(bare + "/bare", script: bareScript, seconds: sliceSeconds)
+                    }
+                    bareRequests += bareRate * Double(sliceSeconds)
+                }
+                let before = CPUTime.now()
+                let postgresBefore = onPostgres ? ProcessCPU.postgres() : 0
+                let sliceRate = try await NIOThreadPool.singleton.runIfActive {
+                    try wrk(url, script: file, seconds: reference ? duration : sliceSeconds)
+                }
+                let sliceUsed = CPUTime.now() - before
+                used = CPUTime(
+                    server: used.server + sliceUsed.server, generator: used.generator + sliceUsed.generator,
+                    switches: used.switches + sliceUsed.switches)
+                if onPostgres { postgresUsed += ProcessCPU.postgres() - postgresBefore }
+                requests += sliceRate * Double(reference ? duration : sliceSeconds)
+            }
+            let seconds = Double(reference ? duration : parts * sliceSeconds)
+            let rate = requests / seconds
             if baseline == 0 { baseline = rate }
-            let share = baseline > 0 ? String(format: "%5.1f%%", rate / baseline * 100) : "-"
-            if name.hasPrefix("floor") { floorShare = baseline > 0 ? rate / baseline * 100 : nil }
+            let rowBaseline = reference ? rate : bareRequests / seconds
+            let share = rowBaseline > 0 ? String(format: "%5.1f%%", rate / rowBaseline * 100) : "-"
+            if name.hasPrefix("floor") { floorShare = rowBaseline > 0 ? rate / rowBaseline * 100 : nil }
             // What each request cost the server, and how much of the two cores each side used.
-            let requests = rate * Double(duration)
             print(
                 name.padding(toLength: 28, withPad: " ", startingAt: 0)
                     + String(
                         format: "%-8.0f %@  %7.1f µs  %5.2f  %5.2f / %4.2f", rate, share, used.server / requests * 1e6,
-                        used.switches / requests, used.server / Double(duration), used.generator / Double(duration))
+                        used.switches / requests, used.server / seconds, used.generator / seconds)
                     + String(format: "  %4.0f", memoryMegabytes("VmRSS"))
                     + (onPostgres && !name.hasPrefix("bare")
                         ? String(format: "  %7.1f µs", postgresUsed / requests * 1e6) : "")
                     + Self.verdict(
-                        name, share: baseline > 0 ? rate / baseline * 100 : 0,
+                        name, share: rowBaseline > 0 ? rate / rowBaseline * 100 : 0,
                         cpuPerRequest: used.server / requests * 1e6, postgres: onPostgres, floor: floorShare))
         }
         metrics.isEnabled = true
