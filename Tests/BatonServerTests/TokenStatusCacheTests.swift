@@ -82,6 +82,30 @@ import Testing
         }
     }
 
+    /// A `COMMIT` sent through a read statement (SQLite calls it read-only, and the storage steps such statements
+    /// itself) still goes through GRDB, whose transaction observers empty the cache: a user disabled in that
+    /// transaction is refused at once (the attacker's review of the direct stepping).
+    @Test func aCommitSentThroughAReadStillEmptiesTheCache() async throws {
+        let server = try await TestServer(backend: .sqlite)
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.test { client in
+            let token = try await client.signIn("alice").access
+            #expect(try await client.get("/me", token: token).0 == .ok)
+            #expect(Self.entries(server) == 1)
+            // GRDB's own commit after the body may find no transaction left; the change is on disk either way.
+            _ = try? await server.server.database.storage.write { db in
+                try await db.execute("UPDATE users SET disabled = 1 WHERE name = ?", "alice")
+                _ = try await db.fetchAll("COMMIT", [])
+            }
+            let disabled = try await server.server.database.storage.read { db in
+                try await db.fetchOne("SELECT disabled FROM users WHERE name = ?", "alice")?[0]
+            }
+            #expect(disabled == .integer(1))
+            #expect(try await client.get("/me", token: token).0 == .unauthorized)
+        }
+    }
+
     /// Only a change empties the cache: revoking a token already revoked, or replaying a used code, changes nothing
     /// and so costs nobody their cached status (anyone may send them).
     @Test func aRevocationThatChangesNothingEmptiesNoCache() async throws {
