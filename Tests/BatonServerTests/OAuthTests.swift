@@ -89,6 +89,12 @@ import Testing
             parameters: [
                 ("grant_type", "password"), ("client_id", "nobody"), ("username", "alice"), ("password", "x"),
             ], status: 401, error: "invalid_client"),
+        // A NUL after the name is not alice (SQLite used to be handed the name as a C string, which ended there,
+        // while the throttle counted the whole name: a new suffix per guess got round alice's limit).
+        .init(
+            parameters: [
+                ("grant_type", "password"), device, ("username", "alice\u{0}x"), ("password", "correct-horse-battery"),
+            ], status: 400, error: "invalid_grant"),
         .init(
             parameters: [("grant_type", "client_credentials"), device], status: 400, error: "unsupported_grant_type"),
         .init(parameters: [("grant_type", "authorization_code"), device], status: 400, error: "unauthorized_client"),

@@ -49,7 +49,10 @@ public struct UserDirectory: Sendable {
 
     /// The user named `name`, if any.
     public func user(named name: String) async throws -> User? {
-        try await database.storage.read { db in
+        // No user's name holds a NUL (PostgreSQL cannot store one, and names are made by checked paths): such a
+        // name is no one's, and is not sent to the database, which on PostgreSQL refused it (a 500 at sign-in).
+        guard !name.utf8.contains(0) else { return nil }
+        return try await database.storage.read { db in
             try await db.fetchOne("SELECT \(User.columns) FROM users WHERE name = ?", name).map(User.init(row:))
         }
     }
