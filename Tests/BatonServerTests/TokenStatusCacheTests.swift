@@ -18,6 +18,21 @@ import Testing
     /// Whether `server` uses its cache now (judged as a request would: the listener's heartbeat must be recent).
     static func live(_ server: TestServer) -> Bool { server.server.tokens.statusCache.generation() != nil }
 
+    /// A SQLite server with alice signed in, her token's status read once and cached.
+    static func withAliceCached(
+        _ body: @Sendable (TestServer, any TestClientProtocol, String) async throws -> Void
+    ) async throws {
+        let server = try await TestServer(backend: .sqlite)
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.test { client in
+            let token = try await client.signIn("alice").access
+            #expect(try await client.get("/me", token: token).0 == .ok)
+            #expect(Self.entries(server) == 1)
+            try await body(server, client, token)
+        }
+    }
+
     static func invalidations(_ server: TestServer) -> Int {
         server.server.tokens.statusCache.state.withLock { $0.invalidations }
     }
@@ -60,13 +75,7 @@ import Testing
     }
 
     @Test func anAdminCommandInAnotherProcessStopsACachedTokenAtOnce() async throws {
-        let server = try await TestServer(backend: .sqlite)
-        defer { server.remove() }
-        try await server.addUser("alice")
-        try await server.test { client in
-            let token = try await client.signIn("alice").access
-            #expect(try await client.get("/me", token: token).0 == .ok)
-            #expect(Self.entries(server) == 1)
+        try await Self.withAliceCached { server, client, token in
             #expect(try await client.get("/me", token: token).0 == .ok)
             // `baton-server user disable` runs as a process of its own on the same data directory.
             let admin = Process()
@@ -86,13 +95,7 @@ import Testing
     /// itself) still goes through GRDB, whose transaction observers empty the cache: a user disabled in that
     /// transaction is refused at once (the attacker's review of the direct stepping).
     @Test func aCommitSentThroughAReadStillEmptiesTheCache() async throws {
-        let server = try await TestServer(backend: .sqlite)
-        defer { server.remove() }
-        try await server.addUser("alice")
-        try await server.test { client in
-            let token = try await client.signIn("alice").access
-            #expect(try await client.get("/me", token: token).0 == .ok)
-            #expect(Self.entries(server) == 1)
+        try await Self.withAliceCached { server, client, token in
             // GRDB's own commit after the body may find no transaction left; the change is on disk either way.
             _ = try? await server.server.database.storage.write { db in
                 try await db.execute("UPDATE users SET disabled = 1 WHERE name = ?", "alice")
