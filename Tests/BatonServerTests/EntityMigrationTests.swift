@@ -34,6 +34,14 @@ import Testing
         return rows.compactMap { $0[0].text }.sorted()
     }
 
+    /// Migrates `store` to `model` in one write and returns the schema it leaves.
+    static func migrated(_ store: DataStore, to model: ServiceModel) async throws -> [String] {
+        try await store.storage.write { db in
+            try await DataStore.migrate(db, model: model)
+            return try await Self.schema(db)
+        }
+    }
+
     /// The model with one more property on `PreflightCheck`.
     static func model(_ model: ServiceModel, adding property: Property) -> ServiceModel {
         var model = model
@@ -55,17 +63,11 @@ import Testing
         #expect(before.contains { $0.hasPrefix("index $repeatabilityAnswered") })
         #expect(before.contains { $0.hasPrefix("$removed.seq ") })
         #expect(before.contains { $0.hasPrefix("$mediaBlob.") } == (backend == .postgres))
-        let again = try await store.storage.write { db in
-            try await DataStore.migrate(db, model: store.model)
-            return try await Self.schema(db)
-        }
+        let again = try await Self.migrated(store, to: store.model)
         #expect(again == before)
 
         let remark = Property(name: "SecondRemark", type: .string, isNullable: true)
-        let after = try await store.storage.write { db in
-            try await DataStore.migrate(db, model: Self.model(store.model, adding: remark))
-            return try await Self.schema(db)
-        }
+        let after = try await Self.migrated(store, to: Self.model(store.model, adding: remark))
         #expect(
             Set(after).subtracting(before).map { $0.components(separatedBy: " ")[0] } == [
                 "PreflightChecks.SecondRemark"
@@ -108,15 +110,8 @@ import Testing
         // Just short enough: made, and a second start finds it whole.
         var fitting = store.model
         fitting.entitySets.append(EntitySet(name: String(repeating: "S", count: 55), entityType: "Aircraft"))
-        let fits = fitting
-        let first = try await store.storage.write { db in
-            try await DataStore.migrate(db, model: fits)
-            return try await Self.schema(db)
-        }
-        let second = try await store.storage.write { db in
-            try await DataStore.migrate(db, model: fits)
-            return try await Self.schema(db)
-        }
+        let first = try await Self.migrated(store, to: fitting)
+        let second = try await Self.migrated(store, to: fitting)
         #expect(first == second && first.count > before.count)
     }
 
@@ -134,10 +129,7 @@ import Testing
             return try await Self.schema(db)
         }
         #expect(!dropped.contains { $0.hasPrefix("Aircraft.$origin ") })
-        let after = try await store.storage.write { db in
-            try await DataStore.migrate(db, model: store.model)
-            return try await Self.schema(db)
-        }
+        let after = try await Self.migrated(store, to: store.model)
         #expect(after == before)
     }
 
