@@ -287,11 +287,12 @@ struct Benchmark: AsyncParsableCommand {
             // share is against those: the machine's speed drifts within a run, and against one bare measurement
             // at the start the same binary's key read ranged from 37% to 61% of it in one hour.
             let reference = index == 0
+            // The bare route's own row is one slice of the whole duration.
             let parts = reference ? 1 : max(1, slices)
             let sliceSeconds = max(1, duration / parts)
             var requests = 0.0
             var bareRequests = 0.0
-            var used = CPUTime(server: 0, generator: 0, switches: 0)
+            var used = CPUTime.zero
             var postgresUsed = 0.0
             for _ in 0..<parts {
                 if !reference {
@@ -303,16 +304,13 @@ struct Benchmark: AsyncParsableCommand {
                 let before = CPUTime.now()
                 let postgresBefore = onPostgres ? ProcessCPU.postgres() : 0
                 let sliceRate = try await NIOThreadPool.singleton.runIfActive {
-                    try wrk(url, script: file, seconds: reference ? duration : sliceSeconds)
+                    try wrk(url, script: file, seconds: sliceSeconds)
                 }
-                let sliceUsed = CPUTime.now() - before
-                used = CPUTime(
-                    server: used.server + sliceUsed.server, generator: used.generator + sliceUsed.generator,
-                    switches: used.switches + sliceUsed.switches)
+                used = used + (CPUTime.now() - before)
                 if onPostgres { postgresUsed += ProcessCPU.postgres() - postgresBefore }
-                requests += sliceRate * Double(reference ? duration : sliceSeconds)
+                requests += sliceRate * Double(sliceSeconds)
             }
-            let seconds = Double(reference ? duration : parts * sliceSeconds)
+            let seconds = Double(parts * sliceSeconds)
             let rate = requests / seconds
             if baseline == 0 { baseline = rate }
             let rowBaseline = reference ? rate : bareRequests / seconds

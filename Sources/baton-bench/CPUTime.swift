@@ -36,6 +36,15 @@ struct CPUTime {
             switches: Double(own.ru_nvcsw + own.ru_nivcsw))
     }
 
+    /// Nothing used yet: where slices of a measurement are added up.
+    static let zero = CPUTime(server: 0, generator: 0, switches: 0)
+
+    static func + (lhs: CPUTime, rhs: CPUTime) -> CPUTime {
+        CPUTime(
+            server: lhs.server + rhs.server, generator: lhs.generator + rhs.generator,
+            switches: lhs.switches + rhs.switches)
+    }
+
     static func - (lhs: CPUTime, rhs: CPUTime) -> CPUTime {
         CPUTime(
             server: lhs.server - rhs.server, generator: lhs.generator - rhs.generator,
