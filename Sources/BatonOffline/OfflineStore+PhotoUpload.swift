@@ -151,6 +151,9 @@ extension OfflineStore {
         var location: URL?
         var setbacks = 0
         var lastOffset = -1
+        // Whether the answer is to asking again: its offset repeats the last one by design, and asking again has
+        // counted its setback already (a lost chunk is one setback, not two).
+        var askedAgain = false
         while true {
             // An upload in progress says `Upload-Complete: ?0` and where it stands; any other answer is the
             // photo's (its entity, or why it was refused).
@@ -159,16 +162,13 @@ extension OfflineStore {
             else { return response }
             // An upload that stands still (a server answering the same offset again) is a setback: a few, then
             // the photo waits for the next sync instead of the upload going round for ever.
-            if offset <= lastOffset {
-                setbacks += 1
-                guard setbacks < Self.busyAttempts else {
-                    throw OfflineError(.offline, "The photo's upload did not get through; it is retried later.")
-                }
-            }
+            if offset <= lastOffset, !askedAgain { try Self.noteSetback(&setbacks) }
             lastOffset = offset
+            askedAgain = false
             if let created = Self.uploadLocation(response.header("Location"), service: url) { location = created }
             guard let location, offset < bytes.count else {
                 response = try await askAgain(ask, setbacks: &setbacks, session: session)
+                askedAgain = true
                 continue
             }
             let end = min(bytes.count, offset + chunk)
@@ -181,9 +181,13 @@ extension OfflineStore {
             do {
                 response = try await sendBusy(patch, doing: "upload the photo", session: session)
                 // Gone (it expired, or was removed): the creation starts it again, or finds the photo's answer.
-                if response.status == 404 { response = try await askAgain(ask, setbacks: &setbacks, session: session) }
+                if response.status == 404 {
+                    response = try await askAgain(ask, setbacks: &setbacks, session: session)
+                    askedAgain = true
+                }
             } catch {
                 response = try await askAgain(ask, setbacks: &setbacks, session: session, after: error)
+                askedAgain = true
             }
         }
     }
@@ -192,10 +196,17 @@ extension OfflineStore {
     /// service's own scheme, host and port — the session's token goes with every chunk, and never to another place.
     static func uploadLocation(_ header: String?, service: URL) -> URL? {
         guard let header, let location = URL(string: header, relativeTo: service)?.absoluteURL,
-            location.scheme?.lowercased() == service.scheme?.lowercased(),
-            location.host?.lowercased() == service.host?.lowercased(), location.port == service.port
+            Self.sameASCII(location.scheme, service.scheme), Self.sameASCII(location.host, service.host),
+            location.port == service.port
         else { return nil }
         return location
+    }
+
+    /// Whether two URL parts are equal with ASCII case folded, byte by byte (a Unicode lower-casing would take a
+    /// Kelvin sign in a host for a `k`); both missing counts as equal.
+    static func sameASCII(_ first: String?, _ second: String?) -> Bool {
+        guard let first, let second else { return first == nil && second == nil }
+        return HeaderScanner.sameName(first, second)
     }
 
     /// After a broken connection, a lost upload or an answer with no place to go on: asks again where the upload
@@ -203,11 +214,17 @@ extension OfflineStore {
     func askAgain(
         _ ask: ClientRequest, setbacks: inout Int, session: AuthorizedSession, after error: OfflineError? = nil
     ) async throws(OfflineError) -> ClientResponse {
+        try Self.noteSetback(&setbacks, after: error)
+        return try await sendBusy(ask, doing: "upload the photo", session: session)
+    }
+
+    /// One more setback in a photo's upload; past a few, the photo waits for the next sync (with `error`, the last
+    /// one, when there was one).
+    static func noteSetback(_ setbacks: inout Int, after error: OfflineError? = nil) throws(OfflineError) {
         setbacks += 1
-        guard setbacks < Self.busyAttempts else {
+        guard setbacks < busyAttempts else {
             throw error ?? OfflineError(.offline, "The photo's upload did not get through; it is retried later.")
         }
-        return try await sendBusy(ask, doing: "upload the photo", session: session)
     }
 
     /// Sends `request`, waiting and sending it again while the server answers 429 (a few times).

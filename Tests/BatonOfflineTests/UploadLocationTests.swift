@@ -21,9 +21,14 @@ import Testing
         "https://baton.example.com/odata/$uploads/1", "https://baton.example.com:8444/odata/$uploads/1",
         "//attacker.example/odata/$uploads/1", "https://baton.example.com:8443@attacker.example/x",
         "https://baton.example.com.attacker.example:8443/x",
+        // Hosts and schemes compare by byte with ASCII case folded: a combining mark makes another host.
+        "https://baton.example.com\u{301}:8443/x",
     ])
     func anotherPlaceIsRefused(location: String) {
         #expect(OfflineStore.uploadLocation(location, service: service) == nil)
+    }
+
+    @Test func noLocationIsNoPlace() {
         #expect(OfflineStore.uploadLocation(nil, service: service) == nil)
     }
 }
