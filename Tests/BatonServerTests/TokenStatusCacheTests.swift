@@ -96,6 +96,7 @@ import Testing
     /// transaction is refused at once (the attacker's review of the direct stepping).
     @Test func aCommitSentThroughAReadStillEmptiesTheCache() async throws {
         try await Self.withAliceCached { server, client, token in
+            let before = Self.invalidations(server)
             // GRDB's own commit after the body may find no transaction left; the change is on disk either way.
             _ = try? await server.server.database.storage.write { db in
                 try await db.execute("UPDATE users SET disabled = 1 WHERE name = ?", "alice")
@@ -105,6 +106,9 @@ import Testing
                 try await db.fetchOne("SELECT disabled FROM users WHERE name = ?", "alice")?[0]
             }
             #expect(disabled == .integer(1))
+            // The cache was emptied by the commit itself (a cache no longer used would refuse the token too).
+            #expect(Self.invalidations(server) > before)
+            #expect(Self.entries(server) == 0)
             #expect(try await client.get("/me", token: token).0 == .unauthorized)
         }
     }
