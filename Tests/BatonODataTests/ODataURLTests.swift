@@ -46,6 +46,12 @@ import Testing
                 == "Aircraft('a%20b')")
     }
 
+    /// System query option names fold by ASCII only: `$SKIP` is `$skip`, a Kelvin sign is not a `k`.
+    @Test func optionNamesFoldByASCIIOnly() throws {
+        #expect(try parse("PreflightChecks?$SKIP=2&$Top=1").query.skip == 2)
+        #expect(failure("PreflightChecks?$s%E2%84%AAip=2")?.code == .unknownName)
+    }
+
     @Test func keysQuotedStringsAndEscapedQuotes() throws {
         let url = try parse("Aircraft('D-''AIBL')")
         #expect(

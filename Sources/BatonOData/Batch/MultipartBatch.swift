@@ -30,7 +30,7 @@ public enum MultipartBatch {
             guard scanner.take("=") else { break }
             scanner.skipSpaces()
             guard let value = scanner.token() ?? scanner.quotedString(), scanner.endsParameter() else { break }
-            guard name.utf8.map(HeaderScanner.asciiLowercased) == Array("boundary".utf8) else { continue }
+            guard HeaderScanner.sameName(String(name), "boundary") else { continue }
             let allowed = Set("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ'()+_,-./:=? ".utf8)
             guard (1...70).contains(value.utf8.count), value.utf8.allSatisfy(allowed.contains),
                 value.utf8.last != UInt8(ascii: " ")

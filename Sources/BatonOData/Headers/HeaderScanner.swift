@@ -25,6 +25,13 @@ package struct HeaderScanner {
         (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 : byte
     }
 
+    /// `text` with its ASCII capital letters made small and every other byte kept: how names that compare without
+    /// case (header names, query option names, media types) are folded. Unicode's lower-casing would make a Kelvin
+    /// sign a `k`.
+    package static func asciiLowercased(_ text: some StringProtocol) -> String {
+        String(decoding: text.utf8.map(asciiLowercased), as: UTF8.self)
+    }
+
     /// Whether two header names are the same name: ASCII letters compared without case, every other byte exactly
     /// (RFC 9110 §5.1: a name is a case-insensitive token, so ASCII). A Unicode lower-casing would make a
     /// name that is no token (a Kelvin sign for a `k`) equal to one, and costs two strings per comparison.

@@ -65,7 +65,7 @@ public struct ODataURL: Sendable, Hashable {
             let pieces = part.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
             let name = try SourceText(raw: pieces[0], baseOffset: offset).string
             let value = try SourceText(raw: pieces.count > 1 ? pieces[1] : "", baseOffset: offset + pieces[0].count + 1)
-            let bare = (name.hasPrefix("$") ? String(name.dropFirst()) : name).lowercased()
+            let bare = HeaderScanner.asciiLowercased(name.hasPrefix("$") ? name.dropFirst() : name[...])
             if bare == "format" {
                 options.format = value.string
             } else if name.hasPrefix("$") || QueryOptionsParser.systemOptions.contains(bare) {

@@ -34,7 +34,8 @@ struct QueryOptionsParser {
                 )
             }
             let bare = name.hasPrefix("$") ? String(name.dropFirst()) : name
-            let lowered = bare.lowercased()
+            // Folded by ASCII only, as next and delta links fold the names they replace.
+            let lowered = HeaderScanner.asciiLowercased(bare)
             guard Self.systemOptions.contains(lowered) else {
                 if name.hasPrefix("$") {
                     throw ODataError(

@@ -138,7 +138,9 @@ extension DataService {
     static func replacingQueryOption(in url: String, names: Set<String>, with option: (String, String)) -> String {
         // Split by byte: `?`, `&` and `=` are ASCII, and a combining mark after one would hide it from a split by
         // Character (taking the option after it into the one before).
-        let bytes = Array(url.utf8)
+        // A fragment is no part of the request (the parser drops it): the link goes without it.
+        let whole = Array(url.utf8)
+        let bytes = whole.firstIndex(of: UInt8(ascii: "#")).map { Array(whole[..<$0]) } ?? whole
         let question = bytes.firstIndex(of: UInt8(ascii: "?"))
         var items = question.map { bytes[($0 + 1)...].split(separator: UInt8(ascii: "&")) } ?? []
         let wanted = names.map { Array($0.utf8) }
@@ -149,7 +151,8 @@ extension DataService {
                 name = ArraySlice((String(decoding: name, as: UTF8.self).removingPercentEncoding ?? "").utf8)
             }
             if name.first == UInt8(ascii: "$") { name = name.dropFirst() }
-            return wanted.contains { $0.elementsEqual(name.lazy.map(HeaderScanner.asciiLowercased)) }
+            let folded = HeaderScanner.asciiLowercased(String(decoding: name, as: UTF8.self))
+            return wanted.contains { $0.elementsEqual(folded.utf8) }
         }
         let path = String(decoding: bytes[..<(question ?? bytes.endIndex)], as: UTF8.self)
         return path + "?"
