@@ -32,9 +32,10 @@ extension SQLQuery {
 }
 
 extension StatementArguments {
-    /// GRDB statement arguments from SQL values, each read through a closure. GRDB's initializer from a sequence of
-    /// concrete values maps them through a key path it builds at run time on every call: on a key read of one
-    /// argument that was a twentieth of the request.
+    /// GRDB statement arguments from SQL values, each read through a closure (GRDB's initializer from a sequence of
+    /// concrete values maps them through a key path it builds at run time on every call). For the device's store and
+    /// the demo; the server binds straight through SQLite's C interface (`Statement.bind` in BatonServer), where
+    /// text keeps a NUL that GRDB's C-string binding would cut.
     public init(bridging values: [SQLValue]) {
         self.init(values.map { value -> (any DatabaseValueConvertible)? in value.databaseValue })
     }

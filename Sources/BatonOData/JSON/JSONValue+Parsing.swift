@@ -213,7 +213,7 @@ struct JSONParser {
                         code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
                     }
                     guard let scalar = Unicode.Scalar(code) else { throw error("Invalid \\u escape") }
-                    // Stored text ends at a NUL in SQLite's C API: refused rather than cut short on the way back.
+                    // PostgreSQL stores no NUL in text, and the device's store reads text as a C string: refused.
                     guard code != 0 else { throw error("\\u0000 (NUL) is not allowed in a string") }
                     scalars.append(scalar)
                 default: throw error("Invalid escape '\\\(Character(Unicode.Scalar(escape)))'")
