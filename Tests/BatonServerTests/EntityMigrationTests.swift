@@ -34,6 +34,18 @@ import Testing
         return rows.compactMap { $0[0].text }.sorted()
     }
 
+    /// A server on `backend`, its data store, and the schema the store starts with.
+    static func opened(_ backend: StorageBackend) async throws -> (TestServer, DataStore, [String]) {
+        let server = try await TestServer(backend: backend)
+        let store = server.server.data.store
+        do {
+            return (server, store, try await store.storage.write { db in try await Self.schema(db) })
+        } catch {
+            server.remove()
+            throw error
+        }
+    }
+
     /// Migrates `store` to `model` in one write and returns the schema it leaves.
     static func migrated(_ store: DataStore, to model: ServiceModel) async throws -> [String] {
         try await store.storage.write { db in
@@ -54,10 +66,8 @@ import Testing
     @Test(arguments: StorageBackend.allCases) func aSecondRunChangesNothingAndANewPropertyBecomesAColumn(
         backend: StorageBackend
     ) async throws {
-        let server = try await TestServer(backend: backend)
+        let (server, store, before) = try await Self.opened(backend)
         defer { server.remove() }
-        let store = server.server.data.store
-        let before = try await store.storage.write { db in try await Self.schema(db) }
         #expect(before.contains { $0.hasPrefix("PreflightChecks.$origin ") })
         #expect(before.contains { $0.hasPrefix("index PreflightChecks$changes") })
         #expect(before.contains { $0.hasPrefix("index $repeatabilityAnswered") })
@@ -89,10 +99,8 @@ import Testing
     @Test(arguments: StorageBackend.allCases) func namesPostgreSQLWouldCutShortAreRefused(backend: StorageBackend)
         async throws
     {
-        let server = try await TestServer(backend: backend)
+        let (server, store, before) = try await Self.opened(backend)
         defer { server.remove() }
-        let store = server.server.data.store
-        let before = try await store.storage.write { db in try await Self.schema(db) }
         var longSet = store.model
         longSet.entitySets.append(EntitySet(name: String(repeating: "S", count: 56), entityType: "Aircraft"))
         let longProperty = Self.model(
@@ -119,10 +127,8 @@ import Testing
     @Test(arguments: StorageBackend.allCases) func aMissingSystemColumnAndIndexAreAdded(backend: StorageBackend)
         async throws
     {
-        let server = try await TestServer(backend: backend)
+        let (server, store, before) = try await Self.opened(backend)
         defer { server.remove() }
-        let store = server.server.data.store
-        let before = try await store.storage.write { db in try await Self.schema(db) }
         let dropped = try await store.storage.write { db in
             try await db.execute(#"DROP INDEX "Aircraft$changes""#, [])
             try await db.execute(#"ALTER TABLE "Aircraft" DROP COLUMN "$origin""#, [])
@@ -138,10 +144,8 @@ import Testing
     @Test(arguments: StorageBackend.allCases) func aStreamTableFromBeforeOwnersGetsTheColumn(backend: StorageBackend)
         async throws
     {
-        let server = try await TestServer(backend: backend)
+        let (server, store, before) = try await Self.opened(backend)
         defer { server.remove() }
-        let store = server.server.data.store
-        let before = try await store.storage.write { db in try await Self.schema(db) }
         let (text, integer) = backend == .postgres ? ("text", "bigint") : ("TEXT", "INTEGER")
         try await store.storage.write { db in
             try await db.execute(#"DROP TABLE "$stream""#, [])
