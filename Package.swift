@@ -9,6 +9,12 @@ let swiftSettings: [SwiftSetting] = [
     .treatAllWarnings(as: .error),
 ]
 
+/// The server's settings add `NonisolatedNonsendingByDefault` (SE-0461): an async function without isolation runs on
+/// its caller's executor instead of hopping to the global one. The server makes NIO's event loops Swift concurrency's
+/// global executor (`BatonServer.runConcurrencyOnEventLoops()`), whose jobs run as the loop's serial executor, so
+/// every such hop was a job enqueued on the loop and run at its next tick: about 30 of a key read's 64.
+let serverSwiftSettings = swiftSettings + [.enableUpcomingFeature("NonisolatedNonsendingByDefault")]
+
 let package = Package(
     name: "Baton",
     platforms: [.macOS(.v14), .iOS(.v17)],
@@ -179,7 +185,7 @@ let package = Package(
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
-            swiftSettings: swiftSettings
+            swiftSettings: serverSwiftSettings
         ),
         // The fault and load harness: a fault-injecting HTTP proxy, simulated devices, one invariant checker.
         .target(
@@ -336,7 +342,7 @@ let package = Package(
                 .product(name: "PropertyBased", package: "swift-property-based"),
             ],
             resources: [.copy("Interop")],
-            swiftSettings: swiftSettings
+            swiftSettings: serverSwiftSettings
         ),
         .testTarget(
             name: "BatonClientTests",

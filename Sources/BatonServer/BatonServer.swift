@@ -406,6 +406,10 @@ extension BatonServer {
     /// thread for long, as it would stall the connections of its event loop: bcrypt runs on NIO's thread pool,
     /// database writes on GRDB's writer queue, and the reads done in place take microseconds.
     ///
+    /// NIO runs a global job as its loop's serial executor, so each call into code that asks for the generic
+    /// executor would queue the task on the loop again; a request therefore runs preferring its loop as a task
+    /// executor (``EventLoopTaskExecutor``), where such calls go straight on.
+    ///
     /// - Returns: whether the executor was installed (it is not on every platform, and only once).
     @discardableResult
     public static func runConcurrencyOnEventLoops() -> Bool {

@@ -21,8 +21,11 @@ public final class Gate: Sendable {
     }
 
     /// Waits in the gate until ``open()``, with `pause` between looks, from an asynchronous body (a PostgreSQL
-    /// transaction whose `pg_sleep` keeps the session busy in the database).
-    public func hold(pausing pause: () async throws -> Void) async rethrows {
+    /// transaction whose `pg_sleep` keeps the session busy in the database). It runs on its caller's executor, as
+    /// `pause` does: the server's storage bodies run so, and `pause` uses their connection.
+    nonisolated(nonsending) public func hold(pausing pause: nonisolated(nonsending) () async throws -> Void)
+        async rethrows
+    {
         entered.store(true, ordering: .relaxed)
         while !opened.load(ordering: .relaxed) { try await pause() }
     }

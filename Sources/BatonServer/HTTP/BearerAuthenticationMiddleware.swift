@@ -9,7 +9,9 @@ struct BearerAuthenticationMiddleware: RouterMiddleware {
     let tokens: TokenService
     let settings: SettingsStore
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+    @concurrent func handle(
+        _ request: Request, context: Context, next: @concurrent (Request, Context) async throws -> Response
+    ) async throws
         -> Response
     {
         guard let header = request.headers[.authorization] else {

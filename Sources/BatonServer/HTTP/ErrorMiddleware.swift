@@ -8,7 +8,9 @@ import Logging
 /// OData JSON error bodies, ``OAuthError`` becomes an RFC 6749 body, anything else a 500 that names the
 /// request id and nothing more. No stack trace, SQL or secret reaches a client.
 struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+    @concurrent func handle(
+        _ request: Request, context: Context, next: @concurrent (Request, Context) async throws -> Response
+    ) async throws
         -> Response
     {
         do {

@@ -4,19 +4,25 @@ import Hummingbird
 /// Takes the client's address from `X-Forwarded-For` — only when the connection comes from a configured load
 /// balancer (``BatonServerConfiguration/trustedProxies``). From anyone else the header is ignored, so a client
 /// cannot pick the address it is throttled and audited under.
+///
+/// The first middleware: the rest of the request runs preferring the event loop it arrived on
+/// (``EventLoopTaskExecutor``).
 struct ForwardedAddressMiddleware: RouterMiddleware {
     typealias Context = BatonRequestContext
     let trustedProxies: Set<String>
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+    @concurrent func handle(
+        _ request: Request, context: Context, next: @concurrent (Request, Context) async throws -> Response
+    ) async throws
         -> Response
     {
-        guard let peer = context.remoteAddress?.ipAddress, trustedProxies.contains(peer),
-            let header = request.headers[values: .xForwardedFor].last
-        else { return try await next(request, context) }
         var context = context
-        context.forwardedAddress = Self.client(in: header, trusted: trustedProxies)
-        return try await next(request, context)
+        if let peer = context.remoteAddress?.ipAddress, trustedProxies.contains(peer),
+            let header = request.headers[values: .xForwardedFor].last
+        {
+            context.forwardedAddress = Self.client(in: header, trusted: trustedProxies)
+        }
+        return try await EventLoopTaskExecutor.onCurrentLoop { [context] in try await next(request, context) }
     }
 
     /// The right-most address in an `X-Forwarded-For` list that is not a trusted proxy (the left part is

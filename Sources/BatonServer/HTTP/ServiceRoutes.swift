@@ -345,7 +345,9 @@ struct DeviceProofMiddleware: RouterMiddleware {
     let bearer: BearerAuthenticationMiddleware
     let devices: DeviceRegistry
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws
+    @concurrent func handle(
+        _ request: Request, context: Context, next: @concurrent (Request, Context) async throws -> Response
+    ) async throws
         -> Response
     {
         guard request.headers[.authorization] == nil, let proof = request.headers[.batonDeviceProof] else {

@@ -332,7 +332,7 @@ enum MediaReader: Sendable {
     }
 
     /// Calls `body` with each part in order, reading the next only when `body` returned.
-    func forEachPart(_ body: ([UInt8]) async throws -> Void) async throws {
+    func forEachPart(_ body: @concurrent ([UInt8]) async throws -> Void) async throws {
         switch self {
         case .file(let url):
             let handle = try FileHandle(forReadingFrom: url)

@@ -187,7 +187,7 @@ extension ODataRoutes {
     /// Refused with nothing stored: bytes past the upload's end; a first chunk whose first bytes are no JPEG, PNG
     /// or HEIC (or not the one `Content-Type` declared); a chunk shorter than ``minimumAppend`` that does not end
     /// the upload.
-    func receive<Body: AsyncSequence>(_ body: Body, into upload: ResumableUpload, at offset: Int64)
+    @concurrent func receive<Body: AsyncSequence>(_ body: Body, into upload: ResumableUpload, at offset: Int64)
         async throws -> Int64 where Body.Element == ByteBuffer
     {
         var received = offset

@@ -159,7 +159,10 @@ extension DataService {
     ) async -> (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>) {
         assert(requests.allSatisfy { ($0.method == "GET") == reads })
         do {
-            let body = { @Sendable (db: any SQLConnection, savepoints: Bool) in
+            typealias Outcome = (
+                responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>
+            )
+            let body: @Sendable (any SQLConnection, Bool) async throws -> Outcome = { db, savepoints in
                 var responses: [BatchResponse] = []
                 var audit: [AuditEntry] = []
                 var locations = locations

@@ -11,6 +11,8 @@ struct DataService: Sendable {
     let clock: ServerClock
     /// The JSON writers of the read statements seen so far.
     let writers = RowJSONWriter.Cache()
+    /// The SQL of the reads by key seen so far, by shape.
+    let keyReads = KeyReadCache()
     /// Where the audit entries of changes wait, committed with the change, for the audit log; on PostgreSQL the
     /// log itself, in the change's transaction.
     let outbox: AuditOutbox
@@ -113,7 +115,7 @@ struct DataService: Sendable {
                 case .metadata: return (metadata(url, request: request), [])
                 case .batch, .resource: break
                 }
-                let body = { @Sendable (db: any SQLConnection) in
+                let body: @Sendable (any SQLConnection) async throws -> DataResponse = { db in
                     try await read(url, request: request, in: db, context: context)
                 }
                 // An entity by key or a plain page is one SELECT: atomic on its own, without a transaction.
@@ -180,6 +182,8 @@ struct DataService: Sendable {
         var stream: String?
         /// The canonical URL of the addressed entity, when `single`.
         var canonical: String?
+        /// The key, when the path is `Set(key)` (its conditions are the key's alone).
+        var key: [KeyValue]?
     }
 
     func resolve(_ url: ODataURL, in db: any SQLConnection) async throws -> Target {
@@ -190,6 +194,7 @@ struct DataService: Sendable {
         for segment in segments.dropFirst() {
             switch segment {
             case .key(let values):
+                target.key = target.conditions.isEmpty ? values : nil
                 target.conditions += ODataExpression.keyConditions(values, of: target.type)
                 target.single = true
                 target.canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: values)
@@ -279,11 +284,21 @@ struct DataService: Sendable {
         _ target: Target, options: QueryOptions, limit: Int, range: ColumnRange? = nil,
         after: [PrimitiveValue]? = nil, positioned: Bool = false, in db: any SQLConnection, to out: inout [UInt8]
     ) async throws -> (count: Int, more: Bool, sequence: Int64?, lastKey: [PrimitiveValue]?) {
-        var options = options
-        options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
-        let query = try translator.select(
-            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range,
-            after: after)
+        let query: SQLQuery
+        if let key = target.key, range == nil, after == nil, options.filter == nil, options.search == nil,
+            options.orderBy.isEmpty, options.top == nil, options.skip == nil
+        {
+            // An entity by key: its SQL is translated once per shape (``KeyReadCache``).
+            query = try translator.select(
+                from: target.set.name, key: key, select: options.select, extraColumns: [DataStore.sequenceColumn],
+                cache: keyReads)
+        } else {
+            var options = options
+            options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
+            query = try translator.select(
+                from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range,
+                after: after)
+        }
         var writer: RowJSONWriter?
         var count = 0
         var more = false

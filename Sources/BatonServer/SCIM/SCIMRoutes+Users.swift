@@ -27,14 +27,15 @@ extension SCIMRoutes {
     ) async throws -> Response {
         let start = max(1, start.flatMap { Int($0) } ?? 1)
         let count = min(Self.maxCount, max(0, count.flatMap { Int($0) } ?? 100))
-        var condition = "idp = ? AND idpIssuer = ?"
-        var arguments: [SQLValue] = [.text(provider.name), .text(provider.issuer)]
+        var filterCondition = "idp = ? AND idpIssuer = ?"
+        var filterArguments: [SQLValue] = [.text(provider.name), .text(provider.issuer)]
         if let filter {
             let (attribute, value) = try Self.equalityFilter(filter)
-            condition += attribute == "userName" ? " AND lower(name) = lower(?)" : " AND externalId = ?"
-            arguments.append(.text(value))
+            filterCondition += attribute == "userName" ? " AND lower(name) = lower(?)" : " AND externalId = ?"
+            filterArguments.append(.text(value))
         }
-        let (total, page) = try await database.storage.read { [condition, arguments] db in
+        let (condition, arguments) = (filterCondition, filterArguments)
+        let (total, page) = try await database.storage.read { db in
             let total =
                 try await db.fetchAll("SELECT count(*) FROM users WHERE \(condition)", arguments).first?[0].integer ?? 0
             let rows = try await db.fetchAll(
