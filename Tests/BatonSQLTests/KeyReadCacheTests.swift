@@ -31,6 +31,20 @@ import Testing
         return try translator.select(from: set.name, options: options, extraColumns: extra)
     }
 
+    /// Reads `key` through `cache`, expects exactly the full translation of the same read, and returns the read.
+    @discardableResult
+    func expectTheFullTranslation(
+        _ translator: SQLTranslator, set: EntitySet, key: [KeyValue], select: [String]? = nil, extra: [String] = [],
+        cache: KeyReadCache, sourceLocation: SourceLocation = #_sourceLocation
+    ) throws -> SQLQuery {
+        let cached = try translator.select(
+            from: set.name, key: key, select: select, extraColumns: extra, cache: cache)
+        let full = try fullTranslation(translator, set: set, key: key, select: select, extra: extra)
+        #expect(cached.sql == full.sql, "\(set.name) \(select ?? []) \(extra)", sourceLocation: sourceLocation)
+        #expect(cached.arguments == full.arguments, sourceLocation: sourceLocation)
+        return cached
+    }
+
     @Test(arguments: [SQLDialect.sqlite, .postgres])
     func aKeyReadIsTheFullTranslationBeforeAndAfterItsShapeIsKept(dialect: SQLDialect) throws {
         let translator = SQLTranslator(model: model, dialect: dialect)
@@ -46,11 +60,8 @@ import Testing
                         let key = type.keyProperties.map {
                             KeyValue(name: $0.name, value: Self.value(of: $0.type, seed: seed))
                         }
-                        let cached = try translator.select(
-                            from: set.name, key: key, select: select, extraColumns: extra, cache: cache)
-                        let full = try fullTranslation(translator, set: set, key: key, select: select, extra: extra)
-                        #expect(cached.sql == full.sql, "\(set.name) \(select ?? []) \(extra)")
-                        #expect(cached.arguments == full.arguments, "\(set.name) \(select ?? []) \(extra)")
+                        let cached = try expectTheFullTranslation(
+                            translator, set: set, key: key, select: select, extra: extra, cache: cache)
                         #expect(cached.arguments.count == key.count)
                     }
                 }
@@ -67,10 +78,7 @@ import Testing
         let asGUID = [KeyValue(name: keyName, value: .guid(UUID()))]
         let asText = [KeyValue(name: keyName, value: .string("not-a-guid"))]
         for key in [asGUID, asText, asGUID, asText] {
-            let cached = try translator.select(from: set.name, key: key, cache: cache)
-            let full = try fullTranslation(translator, set: set, key: key, select: nil, extra: [])
-            #expect(cached.sql == full.sql)
-            #expect(cached.arguments == full.arguments)
+            try expectTheFullTranslation(translator, set: set, key: key, cache: cache)
         }
         #expect(cache.count == 2)
     }
@@ -81,10 +89,7 @@ import Testing
         let set = try #require(model.entitySet(named: "PreflightChecks"))
         let keyName = try #require(model.entityType(of: set)?.key.first)
         let key = [KeyValue(name: keyName, value: .null)]
-        let cached = try translator.select(from: set.name, key: key, cache: cache)
-        let full = try fullTranslation(translator, set: set, key: key, select: nil, extra: [])
-        #expect(cached.sql == full.sql)
-        #expect(cached.arguments == full.arguments)
+        let cached = try expectTheFullTranslation(translator, set: set, key: key, cache: cache)
         #expect(cached.sql.contains(" IS "))
         #expect(cache.count == 0)
     }
@@ -103,19 +108,14 @@ import Testing
         try #require(selects.count > KeyReadCache.capacity + 10)
         for select in selects.prefix(KeyReadCache.capacity + 10) {
             let key = type.keyProperties.map { KeyValue(name: $0.name, value: Self.value(of: $0.type, seed: 1)) }
-            let cached = try translator.select(from: set.name, key: key, select: select, cache: cache)
-            let full = try fullTranslation(translator, set: set, key: key, select: select, extra: [])
-            #expect(cached.sql == full.sql)
-            #expect(cached.arguments == full.arguments)
+            try expectTheFullTranslation(translator, set: set, key: key, select: select, cache: cache)
         }
         #expect(cache.count == KeyReadCache.capacity)
         // The server's own shapes (no `$select`) are kept still: a client's lists cannot take their place.
         for set in model.entitySets {
             let type = try #require(model.entityType(of: set))
             let key = type.keyProperties.map { KeyValue(name: $0.name, value: Self.value(of: $0.type, seed: 2)) }
-            let cached = try translator.select(from: set.name, key: key, cache: cache)
-            let full = try fullTranslation(translator, set: set, key: key, select: nil, extra: [])
-            #expect(cached.sql == full.sql)
+            try expectTheFullTranslation(translator, set: set, key: key, cache: cache)
         }
         #expect(cache.count == KeyReadCache.capacity + model.entitySets.count)
     }
@@ -129,10 +129,7 @@ import Testing
         try #require(names.count == 3)
         for select in [names, names.reversed(), [names[1], names[0], names[2], names[0]]] {
             let key = type.keyProperties.map { KeyValue(name: $0.name, value: Self.value(of: $0.type, seed: 3)) }
-            let cached = try translator.select(from: set.name, key: key, select: select, cache: cache)
-            let full = try fullTranslation(translator, set: set, key: key, select: select, extra: [])
-            #expect(cached.sql == full.sql)
-            #expect(cached.arguments == full.arguments)
+            try expectTheFullTranslation(translator, set: set, key: key, select: select, cache: cache)
         }
         #expect(cache.count == 1)
     }
