@@ -408,7 +408,7 @@ extension BatonServer {
     ///
     /// NIO runs a global job as its loop's serial executor, so each call into code that asks for the generic
     /// executor would queue the task on the loop again; a request therefore runs preferring its loop as a task
-    /// executor (``EventLoopTaskExecutor``), where such calls go straight on.
+    /// executor (`EventLoopTaskExecutor`), where such calls go straight on.
     ///
     /// - Returns: whether the executor was installed (it is not on every platform, and only once).
     @discardableResult
