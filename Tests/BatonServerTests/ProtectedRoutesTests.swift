@@ -1,4 +1,3 @@
-import BatonServer
 import BatonTestSupport
 import BatonTesting
 import Crypto
@@ -7,6 +6,8 @@ import HTTPTypes
 import HummingbirdTesting
 import NIOCore
 import Testing
+
+@testable import BatonServer
 
 @Suite(.serverSlot, .timeLimit(.minutes(10))) struct ProtectedRoutesTests {
     @Test(arguments: StorageBackend.allCases) func missingOrBadTokensGet401WithAChallenge(backend: StorageBackend)
@@ -29,6 +30,39 @@ import Testing
             let (basicStatus, _, _) = try await client.get(
                 "/settings", token: nil, headers: [.authorization: "Basic YWxpY2U6eA=="])
             #expect(basicStatus == .unauthorized)
+        }
+    }
+
+    @Test func theBearerSchemeIsSplitByByteAndComparedWithoutASCIICaseOnly() {
+        #expect(BearerAuthenticationMiddleware.bearerToken("Bearer abc") == "abc")
+        #expect(BearerAuthenticationMiddleware.bearerToken("bEaReR abc") == "abc")
+        #expect(BearerAuthenticationMiddleware.bearerToken("Bearer  abc") == " abc")
+        // A combining mark after the space no longer hides it: the token is what follows, and is refused as a token.
+        #expect(BearerAuthenticationMiddleware.bearerToken("Bearer \u{301}abc") == "\u{301}abc")
+        for refused in [
+            "Bearer", "Bearer ", "Basic abc", "Bearer\u{301} abc", "B\u{435}arer abc", "BEARER\u{0} abc", " Bearer abc",
+            "Bearerabc", "",
+        ] {
+            #expect(BearerAuthenticationMiddleware.bearerToken(refused) == nil, "\(Array(refused.utf8))")
+        }
+    }
+
+    @Test func anyCaseOfTheSchemeIsAcceptedAndAMarkedSpaceIsRefusedNotCrashed() async throws {
+        let server = try await TestServer()
+        defer { server.remove() }
+        try await server.addUser("alice")
+        try await server.test { client in
+            let tokens = try await client.signIn("alice")
+            let (status, _, _) = try await client.get(
+                "/me", token: nil, headers: [.authorization: "bEaReR \(tokens.access)"])
+            #expect(status == .ok)
+            for value in ["Bearer \u{301}\(tokens.access)", "Bearer\u{301} \(tokens.access)"] {
+                let (refused, body, headers) = try await client.get(
+                    "/me", token: nil, headers: [.authorization: value])
+                #expect(refused == .unauthorized)
+                #expect(headers[.wwwAuthenticate]?.hasPrefix("Bearer realm=\"baton\"") == true)
+                #expect((body["error"] as? [String: Any])?["code"] as? String == "Unauthorized")
+            }
         }
     }
 

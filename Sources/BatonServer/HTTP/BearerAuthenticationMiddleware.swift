@@ -18,13 +18,12 @@ struct BearerAuthenticationMiddleware: RouterMiddleware {
             throw ServerError.unauthorized(
                 "This resource needs an access token: send 'Authorization: Bearer <token>'.", error: nil)
         }
-        let parts = header.split(separator: " ", maxSplits: 1)
-        guard parts.count == 2, parts[0].lowercased() == "bearer", !parts[1].isEmpty else {
+        guard let token = Self.bearerToken(header) else {
             throw ServerError.unauthorized(
                 "The Authorization header must be 'Bearer <token>'.", error: "invalid_request")
         }
         var context = context
-        let verified = try await tokens.verifyAccessToken(String(parts[1]))
+        let verified = try await tokens.verifyAccessToken(token)
         if let scope = Self.requiredScope(request.uri.path), !verified.claims.grants(scope) {
             var error = ServerError(
                 .forbidden, "InsufficientScope", "This access token was not granted the '\(scope)' scope this needs.")
@@ -48,6 +47,20 @@ struct BearerAuthenticationMiddleware: RouterMiddleware {
 }
 
 extension BearerAuthenticationMiddleware {
+    /// The token of an `Authorization` value `Bearer <token>`, split by byte at the first space: the scheme compared
+    /// with only ASCII letters folded (RFC 9110 §11.1: a scheme is a case-insensitive token), the rest the token;
+    /// `nil` when the value has no scheme, another scheme or no token. Split by `Character`, a combining mark after
+    /// the space joined it to the token's first character and hid the space.
+    static func bearerToken(_ value: String) -> String? {
+        let bytes = value.utf8
+        guard let space = bytes.firstIndex(of: UInt8(ascii: " ")),
+            bytes[..<space].elementsEqual("bearer".utf8, by: { HeaderScanner.asciiLowercased($0) == $1 })
+        else { return nil }
+        let token = bytes[bytes.index(after: space)...]
+        guard !token.isEmpty else { return nil }
+        return String(decoding: token, as: UTF8.self)
+    }
+
     /// The OAuth scope a protected path needs (RFC 6750 §3.1): `odata` for the data service, `settings` for the
     /// settings exchange, `devices` for device registration, store keys and backups; none for `/me`. Anything
     /// else behind a token counts as data, so a path spelled another way never needs less.
