@@ -19,6 +19,27 @@ import Testing
         #expect(request.header("k") == nil)
     }
 
+    /// A `Content-Type`'s media type is read by byte, ASCII letters folded: a Kelvin sign, a combining mark glued to
+    /// the subtype or a longer subtype is another type, not JSON.
+    @Test func mediaTypesAreReadByByte() {
+        #expect(HeaderScanner.mediaType(of: "application/json") == "application/json")
+        #expect(HeaderScanner.mediaType(of: " APPLICATION/Json ; charset=utf-8") == "application/json")
+        #expect(HeaderScanner.mediaType(of: "application/json;odata.metadata=minimal") == "application/json")
+        #expect(HeaderScanner.mediaType(of: "text/plain") == "text/plain")
+        #expect("application/json\u{301}".lowercased().hasPrefix("application/json") == false)
+        #expect("application/jsonx".lowercased().hasPrefix("application/json"))
+        for other in [
+            "application/jsonx", "application/json-seq", "application/json\u{301}", "applicati\u{2C9}n/json",
+            "\u{212A}ey/json",
+        ] {
+            #expect(HeaderScanner.mediaType(of: other) != "application/json", "\(Array(other.utf8))")
+        }
+        for malformed: String? in [nil, "", "application", "application/", "/json", "application/json\u{301}", "a b/c"]
+        {
+            #expect(HeaderScanner.mediaType(of: malformed) == nil, "\(Array((malformed ?? "").utf8))")
+        }
+    }
+
     @Test func etagsParseAndFormat() throws {
         #expect(try ETag(parsing: "W/\"abc\"") == ETag("abc", isWeak: true))
         #expect(try ETag(parsing: " \"abc\" ") == ETag("abc", isWeak: false))

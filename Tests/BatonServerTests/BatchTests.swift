@@ -125,6 +125,27 @@ import Testing
         }
     }
 
+    /// A JSON `$batch` is told by its media type read by byte: any case and parameters are JSON; a longer subtype or one
+    /// glued to a combining mark is not, and is refused as an unsupported type (it was read as JSON by a Unicode
+    /// prefix before).
+    @Test func aJSONBatchIsToldByItsMediaTypeReadByByte() async throws {
+        try await Fixtures.world(backend: .sqlite) { _, client, alice, _ in
+            let body = #"{"requests":[{"id":"1","method":"GET","url":"Aircraft/$count"}]}"#
+            for (contentType, status) in [
+                ("APPLICATION/JSON; charset=utf-8", HTTPResponse.Status.ok), ("application/json", .ok),
+                ("application/jsonx", .unsupportedMediaType), ("application/json-seq", .unsupportedMediaType),
+                ("application/json\u{301}", .unsupportedMediaType),
+            ] {
+                let reply = try await client.execute(
+                    uri: "/odata/$batch", method: .post,
+                    headers: [.authorization: "Bearer \(alice)", .contentType: contentType],
+                    body: ByteBuffer(string: body)
+                ) { $0.status }
+                #expect(reply == status, "\(Array(contentType.utf8))")
+            }
+        }
+    }
+
     @Test(arguments: StorageBackend.allCases) func malformedAndOversizedBatchesAreRefused(backend: StorageBackend)
         async throws
     {

@@ -189,7 +189,7 @@ public enum MultipartBatch {
         if isBinary(contentType), let text = body.stringValue, let bytes = Data(base64URLEncoded: text) {
             return Array(bytes)
         }
-        let plain = contentType?.lowercased().hasPrefix("text/") ?? false
+        let plain = HeaderScanner.mediaType(of: contentType)?.hasPrefix("text/") ?? false
         return Array((plain ? body.stringValue ?? body.serialized : body.serialized).utf8)
     }
 

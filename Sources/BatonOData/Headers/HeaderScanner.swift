@@ -52,6 +52,15 @@ package struct HeaderScanner {
         return String(decoding: Array("\(type)/\(subtype)".utf8).map(Self.asciiLowercased), as: UTF8.self)
     }
 
+    /// The media type `type/subtype` a `Content-Type` value starts with, ASCII lower-cased; `nil` without one (a missing
+    /// value, or one whose type is not a token pair ending where a parameter may). Compared by byte: Unicode
+    /// lower-casing and `Character` prefixes read a value glued to a combining mark, or a Kelvin sign, as another.
+    package static func mediaType(of value: String?) -> String? {
+        guard let value else { return nil }
+        var scanner = HeaderScanner(value)
+        return scanner.mediaType()
+    }
+
     /// Whether what was just read ends where a parameter may end: at the end, a space or tab, or a `;` (anything
     /// else — a combining mark, a CR — glued to a token makes the whole value malformed, not the token shorter).
     func endsParameter() -> Bool {

@@ -46,7 +46,7 @@ extension ODataRoutes {
         case "GET" where segments.last == .value: return .read
         case "PUT" where segments.last == .value: return .replace
         case "POST" where segments.count == 1:
-            let json = (contentType ?? "").lowercased().hasPrefix("application/json")
+            let json = HeaderScanner.mediaType(of: contentType) == "application/json"
             return json ? nil : .create
         default: return nil
         }
@@ -59,7 +59,7 @@ extension ODataRoutes {
     static func mayNameMedia(method: String, url: String, contentType: String?, model: ServiceModel) -> Bool {
         switch method {
         case "POST":
-            return !(contentType ?? "").lowercased().hasPrefix("application/json")
+            return HeaderScanner.mediaType(of: contentType) != "application/json"
         case "GET", "PUT":
             let bytes = url.utf8
             // As the parser reads the path: up to the first `#` or `?`, one trailing `/` dropped.

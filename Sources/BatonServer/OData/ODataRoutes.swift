@@ -131,7 +131,7 @@ struct ODataRoutes {
             if multipart {
                 requests = try MultipartBatch.decodeRequests(
                     request.body, boundary: try MultipartBatch.boundary(fromContentType: contentType))
-            } else if contentType.lowercased().hasPrefix("application/json") {
+            } else if HeaderScanner.mediaType(of: contentType) == "application/json" {
                 requests = try JSONBatch.decodeRequests(request.body)
             } else {
                 throw ServerError(

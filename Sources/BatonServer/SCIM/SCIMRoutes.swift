@@ -190,8 +190,8 @@ struct SCIMRoutes {
     ) async throws -> Response {
         do {
             guard let header = request.headers[.authorization], header.utf8.count <= 256,
-                header.lowercased().hasPrefix("bearer "),
-                let provider = try await providers.provider(scimToken: String(header.dropFirst(7)))
+                let token = BearerAuthenticationMiddleware.bearerToken(header),
+                let provider = try await providers.provider(scimToken: token)
             else { throw SCIMError(.unauthorized, nil, "Send a provider's SCIM token: Authorization: Bearer scim_….") }
             return try await body(provider, context)
         } catch let error as SCIMError {
