@@ -49,19 +49,20 @@ extension SQLTranslator {
         cache: KeyReadCache
     ) throws(BatonSQLError) -> SQLQuery {
         let (_, type) = try resolve(entitySet)
+        let conditions = ODataExpression.keyConditions(key, of: type)
         var options = QueryOptions()
         options.select = select
-        options.filter = ODataExpression.conjunction(ODataExpression.keyConditions(key, of: type))
+        options.filter = ODataExpression.conjunction(conditions)
         // The arguments, bound as the translation binds the conditions' literals (in their order); and the shape.
         var builder = SQLBuilder(dialect: dialect)
         var shape = (dialect == .sqlite ? "sqlite\u{0}" : "postgres\u{0}") + entitySet
-        for value in key where type.property(named: value.name) != nil {
-            guard let literalType = value.value.literalType else {
+        for case .comparison(_, .property(let path), .literal(let literal)) in conditions {
+            guard let literalType = literal.literalType else {
                 // A null key matches with `IS`, not `=`: not a shape this cache keeps.
                 return try self.select(from: entitySet, options: options, extraColumns: extraColumns)
             }
-            _ = bindLiteral(value.value, builder: &builder)
-            shape += "\u{0}" + value.name + "\u{1}" + literalType.rawValue
+            _ = bindLiteral(literal, builder: &builder)
+            shape += "\u{0}" + path.property + "\u{1}" + literalType.rawValue
         }
         // The translation keeps the model's order of the selected properties and ignores repeats: so does the shape.
         shape += "\u{0}\u{2}" + (select.map { Set($0).sorted().joined(separator: "\u{1}") } ?? "\u{3}")

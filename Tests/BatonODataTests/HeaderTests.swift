@@ -66,6 +66,11 @@ import Testing
         ])
         #expect(preferences.maxPageSize == 50)
         #expect(preferences.trackChanges)
+        // Preference names fold by ASCII only: a Kelvin sign is not a `k` (and is no token: the header is refused).
+        #expect(throws: ODataError.self) { try Preferences(parsing: ["odata.trac\u{212A}-changes"]) }
+        #expect(Preference(name: "odata.trac\u{212A}-changes").name != "odata.track-changes")
+        #expect(Preference(name: "ODATA.Track-Changes").name == "odata.track-changes")
+        #expect(try Preferences(parsing: ["RETURN=Minimal"]).returnPreference == "minimal")
         #expect(preferences.returnPreference == "minimal")
         #expect(preferences["odata.include-annotations"]?.value == "*")
         #expect(

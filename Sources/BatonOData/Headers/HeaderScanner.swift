@@ -49,7 +49,7 @@ package struct HeaderScanner {
             index = start
             return nil
         }
-        return String(decoding: Array("\(type)/\(subtype)".utf8).map(Self.asciiLowercased), as: UTF8.self)
+        return Self.asciiLowercased("\(type)/\(subtype)")
     }
 
     /// The media type `type/subtype` a `Content-Type` value starts with, ASCII lower-cased; `nil` without one (a missing

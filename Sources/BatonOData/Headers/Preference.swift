@@ -9,7 +9,7 @@ public struct Preference: Sendable, Hashable, CustomStringConvertible {
 
     /// Creates a preference.
     public init(name: String, value: String? = nil, parameters: [String: String] = [:]) {
-        self.name = name.lowercased()
+        self.name = HeaderScanner.asciiLowercased(name)
         self.value = value
         self.parameters = parameters
     }
@@ -67,10 +67,10 @@ public struct Preferences: Sendable, Hashable {
                         scanner.skipSpaces()
                         parameterValue = scanner.quotedString() ?? scanner.token() ?? ""
                     }
-                    parameters[parameter.lowercased()] = parameterValue
+                    parameters[HeaderScanner.asciiLowercased(parameter)] = parameterValue
                     scanner.skipSpaces()
                 }
-                if !all.contains(where: { $0.name == name.lowercased() }) {
+                if !all.contains(where: { $0.name == HeaderScanner.asciiLowercased(name) }) {
                     all.append(Preference(name: name, value: preferenceValue, parameters: parameters))
                 }
                 scanner.skipSpaces()
@@ -91,7 +91,7 @@ public struct Preferences: Sendable, Hashable {
 
     /// The preference named `name` (case-insensitive).
     public subscript(name: String) -> Preference? {
-        all.first { $0.name == name.lowercased() }
+        all.first { $0.name == HeaderScanner.asciiLowercased(name) }
     }
 
     /// `odata.maxpagesize` (or 4.01's `maxpagesize`).
@@ -103,12 +103,12 @@ public struct Preferences: Sendable, Hashable {
     public var trackChanges: Bool { self["odata.track-changes"] != nil || self["track-changes"] != nil }
 
     /// `return=minimal` or `return=representation`.
-    public var returnPreference: String? { self["return"]?.value?.lowercased() }
+    public var returnPreference: String? { self["return"]?.value.map(HeaderScanner.asciiLowercased) }
 
     /// Whether `odata.continue-on-error` (or `continue-on-error`) is requested and not `false`.
     public var continueOnError: Bool {
         let preference = self["odata.continue-on-error"] ?? self["continue-on-error"]
-        return preference != nil && preference?.value?.lowercased() != "false"
+        return preference != nil && preference?.value.map(HeaderScanner.asciiLowercased) != "false"
     }
 
     /// The `Preference-Applied` header value for the given applied preferences.

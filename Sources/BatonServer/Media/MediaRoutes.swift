@@ -198,7 +198,7 @@ extension ODataRoutes {
             digest = parsed
         }
         var headers = fields.map { ($0.name.rawName, $0.value) }
-        headers.removeAll { $0.0.lowercased() == "content-type" }
+        headers.removeAll { HeaderScanner.sameName($0.0, "Content-Type") }
         headers.append(("Content-Type", "application/json"))
         return MediaIntent(
             slug: slug, declared: declared, digest: digest,
@@ -270,8 +270,10 @@ extension ODataRoutes {
             let parts = member.split(separator: UInt8(ascii: "="), maxSplits: 1)
             let space = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
             guard parts.count == 2,
-                String(decoding: parts[0].drop(while: space).reversed().drop(while: space).reversed(), as: UTF8.self)
-                    .lowercased() == "sha-256"
+                HeaderScanner.sameName(
+                    String(
+                        decoding: parts[0].drop(while: space).reversed().drop(while: space).reversed(), as: UTF8.self),
+                    "sha-256")
             else { continue }
             let value = Array(parts[1].drop(while: space).reversed().drop(while: space).reversed())
             guard value.count > 2, value.first == UInt8(ascii: ":"), value.last == UInt8(ascii: ":"),

@@ -49,7 +49,7 @@ struct ResumableUpload: Sendable {
     /// device, the preconditions and the signature).
     func isSameRequest(as other: ResumableUpload) -> Bool {
         func value(_ upload: ResumableUpload, _ name: String) -> String? {
-            upload.request.headers.first { $0.first?.lowercased() == name }?.last
+            upload.request.headers.first { $0.first.map { HeaderScanner.sameName($0, name) } ?? false }?.last
         }
         let names = [
             "slug", "content-digest", "content-type", "baton-author", "baton-device", "baton-author-signature",
