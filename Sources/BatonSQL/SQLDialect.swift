@@ -101,7 +101,7 @@ public enum SQLDialect: Sendable, Hashable {
             return .decimal(number)
         case (.text(let text), .string): return .string(text)
         case (.text(let text), .guid):
-            guard let uuid = UUID(uuidString: text) else { throw fail() }
+            guard let uuid = UUID(canonicalText: text) else { throw fail() }
             return .guid(uuid)
         case (.text(let text), .date):
             guard let date = ODataDate(parsing: text) else { throw fail() }

@@ -26,6 +26,32 @@ import Testing
         } catch { return error as? ODataError }
     }
 
+    @Test func aGUIDIsReadByByteAsEightFourFourFourTwelveHexDigitsAndNothingElse() throws {
+        for _ in 0..<64 {
+            let uuid = UUID()
+            #expect(UUID(canonicalText: uuid.uuidString) == uuid)
+            #expect(UUID(canonicalText: uuid.uuidString.lowercased()) == uuid)
+        }
+        let good = "0f8fad5b-d9cb-469f-a165-70867728950e"
+        #expect(UUID(canonicalText: good)?.uuidString == good.uppercased())
+        for bad in [
+            "+f8fad5b-d9cb-469f-a165-70867728950e", " f8fad5b-d9cb-469f-a165-70867728950e",
+            "0x8fad5b-d9cb-469f-a165-70867728950e", "0f8fad5bd-9cb-469f-a165-70867728950e",
+            "0f8fad5b-d9cb-469f-a165-70867728950", "0f8fad5b-d9cb-469f-a165-70867728950e0",
+            "0f8fad5b-d9cb-469f-a165-7086772895 e", "0f8fad5b-d9cb-469f-a165-70867728950g",
+            // A non-ASCII digit, and a combining mark that leaves 36 characters.
+            "0f8fad5b-d9cb-469f-a165-70867728950\u{FF10}", "0f8fad5b-d9cb-469f-a165-7086772895\u{301}0e",
+            "0f8fad5b_d9cb_469f_a165_70867728950e", "",
+        ] {
+            #expect(UUID(canonicalText: bad) == nil, "\(bad.debugDescription)")
+        }
+        // In a payload, the same GUIDs are refused with a clear error.
+        for bad in ["0f8fad5b-d9cb-469f-a165-7086772895\u{301}0e", "+f8fad5b-d9cb-469f-a165-70867728950e"] {
+            let body = Self.valid.replacingOccurrences(of: good, with: bad)
+            #expect(throws: ODataError.self) { try decode(body) }
+        }
+    }
+
     @Test func validBodyDecodesAndComputedPropertiesAreIgnored() throws {
         let payload = try decode(Self.valid)
         #expect(payload.values["FuelKg"] == .decimal(Decimal(string: "5200.5") ?? 0))

@@ -797,6 +797,37 @@ extension TestClientProtocol {
         }
     }
 
+    /// An entity addressed by a key after a navigation is the parent's only: another aircraft's check is not found
+    /// through this one, read or changed (a key after a navigation keeps the navigation's conditions; only
+    /// `Set(key)` alone reads by key).
+    @Test(arguments: StorageBackend.allCases) func aKeyAfterANavigationFindsOnlyTheParentsEntity(
+        backend: StorageBackend
+    ) async throws {
+        try await Fixtures.world(backend: backend) { _, client, alice, sam in
+            let other = Fixtures.aircraft.replacingOccurrences(of: "D-AIBL", with: "D-AIBX")
+            #expect(try await client.odata(.post, "Aircraft", token: sam, body: other).status == .created)
+            let mine = Fixtures.id(1)
+            let theirs = Fixtures.id(2)
+            #expect(
+                try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(mine)).status
+                    == .created)
+            #expect(
+                try await client.odata(
+                    .post, "PreflightChecks", token: alice, body: Fixtures.check(theirs, tail: "D-AIBX")
+                ).status == .created)
+            #expect(try await client.odata(.get, "Aircraft('D-AIBL')/Checks(\(mine))", token: alice).status == .ok)
+            for path in ["Aircraft('D-AIBL')/Checks(\(theirs))", "Aircraft('D-AIBL')/Checks/\(theirs)"] {
+                #expect(try await client.odata(.get, path, token: alice).status == .notFound, "\(path)")
+                let changed = try await client.odata(
+                    .patch, path, token: alice, headers: [("If-Match", "*")], body: #"{"Remarks":"not yours"}"#)
+                #expect(changed.status == .notFound, "\(path)")
+            }
+            let unchanged = try await client.odata(.get, "PreflightChecks(\(theirs))", token: alice)
+            #expect(unchanged.status == .ok)
+            #expect(unchanged.json["Remarks"] is NSNull || unchanged.json["Remarks"] == nil)
+        }
+    }
+
     @Test(arguments: StorageBackend.allCases) func expandSelectAndNavigation(backend: StorageBackend) async throws {
         try await Fixtures.world(backend: backend) { _, client, alice, _ in
             _ = try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1)))

@@ -78,13 +78,11 @@ import Testing
         try await Self.withAliceCached { server, client, token in
             #expect(try await client.get("/me", token: token).0 == .ok)
             // `baton-server user disable` runs as a process of its own on the same data directory.
-            let admin = Process()
-            admin.executableURL = builtExecutable("baton-server")
-            admin.arguments = ["user", "disable", "alice", "--data-dir", server.directory.path]
-            admin.standardOutput = FileHandle.nullDevice
-            try admin.run()
-            admin.waitUntilExit()
-            #expect(admin.terminationStatus == 0)
+            // Through the kit's `Program` (swift-subprocess), run to its end: Foundation's `Process` walks
+            // `/proc/self/fd` while this test process holds hundreds of descriptors, and corrupted its heap.
+            let admin = try await Program.run(
+                builtExecutable("baton-server"), ["user", "disable", "alice", "--data-dir", server.directory.path])
+            #expect(admin.status == 0, "\(admin.error)")
             let (status, body, _) = try await client.get("/me", token: token)
             #expect(status == .unauthorized)
             #expect((body["error"] as? [String: Any])?["code"] as? String == "UserWithdrawn")

@@ -536,27 +536,11 @@ struct ExpressionParser {
         return uuid
     }
 
-    /// The UUID of 36 scalars already checked to be `8-4-4-4-12` hex digits (Foundation's `UUID(uuidString:)`
-    /// goes through `sscanf`, a sixth of parsing a key URL).
+    /// The UUID of 36 scalars already checked to be `8-4-4-4-12` hex digits, read by byte
+    /// (`UUID(canonicalText:)`).
     static func uuid(_ scalars: ArraySlice<Unicode.Scalar>) -> UUID? {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(16)
-        var high: UInt8?
-        for scalar in scalars where scalar != "-" {
-            guard scalar.isASCII, let digit = hexDigitValue(UInt8(scalar.value)) else { return nil }
-            if let first = high {
-                bytes.append(first << 4 | digit)
-                high = nil
-            } else {
-                high = digit
-            }
-        }
-        guard bytes.count == 16, high == nil else { return nil }
-        return UUID(
-            uuid: (
-                bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7], bytes[8], bytes[9],
-                bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]
-            ))
+        guard scalars.allSatisfy(\.isASCII) else { return nil }
+        return scalars.map { UInt8(truncatingIfNeeded: $0.value) }.withUnsafeBufferPointer { UUID(canonicalText: $0) }
     }
 
     mutating func parseNumber(start: Int) throws(ODataError) -> PrimitiveValue? {

@@ -102,7 +102,7 @@ extension PrimitiveValue {
             }
             self = .string(value)
         case .guid:
-            guard let text = json.stringValue, text.count == 36, let value = UUID(uuidString: text) else {
+            guard let text = json.stringValue, let value = UUID(canonicalText: text) else {
                 throw fail("a GUID string like \"01234567-89ab-cdef-0123-456789abcdef\"")
             }
             self = .guid(value)

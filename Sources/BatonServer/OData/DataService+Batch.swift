@@ -99,7 +99,7 @@ extension DataService {
                     var entries: [AuditEntry] = []
                     var unitLocations = known
                     for (position, request) in members.enumerated() {
-                        let response = try await run(
+                        let response = try await self.run(
                             request, locations: unitLocations, in: db, context: context, audit: &entries)
                         if group != nil, response.status >= 400 {
                             throw GroupFailure(index: position, response: response)
@@ -109,7 +109,7 @@ extension DataService {
                         }
                         results.append((request, response))
                     }
-                    try await outbox.stage(&entries, in: db)
+                    try await self.outbox.stage(&entries, in: db)
                     return (results, entries, unitLocations)
                 }
                 for (request, response) in outcome.0 {
@@ -178,12 +178,12 @@ extension DataService {
                     var entries: [AuditEntry] = []
                     if savepoints {
                         try await db.inSavepoint {
-                            response = try await run(
+                            response = try await self.run(
                                 request, locations: locations, in: db, context: context, audit: &entries)
                             return response.status < 400
                         }
                     } else {
-                        response = try await run(
+                        response = try await self.run(
                             request, locations: locations, in: db, context: context, audit: &entries)
                         if response.status >= 400 { throw NeedsSavepoints() }
                     }
@@ -197,7 +197,7 @@ extension DataService {
                     }
                     responses.append(Self.batchResponse(request, response))
                 }
-                if !reads { try await outbox.stage(&audit, in: db) }
+                if !reads { try await self.outbox.stage(&audit, in: db) }
                 return (responses, audit, locations, failed)
             }
             if reads { return try await store.storage.read { try await body($0, true) } }

@@ -285,7 +285,8 @@ extension DataService {
         }
         let sequence = try await DataStore.nextSequence(db)
         let update = try translator.update(
-            target.set.name, key: key, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))])
+            target.set.name, key: key, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))],
+            cache: updates)
         do {
             try await db.perform(update.sql, update.arguments)
         } catch let error as StorageError where error.kind == .constraintViolation || error.kind == .uniqueViolation {

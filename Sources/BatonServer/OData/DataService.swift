@@ -5,14 +5,16 @@ import Foundation
 /// The OData v4.01 data service: executes ``DataRequest``s against the ``DataStore``. Transport-independent,
 /// so `$batch` runs the same code for each of its requests: inside one transaction per atomicity group, per run of
 /// consecutive other changes, and per run of consecutive reads.
-struct DataService: Sendable {
+final class DataService: Sendable {
     let store: DataStore
     let configuration: DataServiceConfiguration
     let clock: ServerClock
     /// The JSON writers of the read statements seen so far.
     let writers = RowJSONWriter.Cache()
     /// The SQL of the reads by key seen so far, by shape.
-    let keyReads = KeyReadCache()
+    let keyReads = SQLTextCache()
+    /// The SQL text of updates by key, per shape (``SQLTextCache``).
+    let updates = SQLTextCache()
     /// Where the audit entries of changes wait, committed with the change, for the audit log; on PostgreSQL the
     /// log itself, in the change's transaction.
     let outbox: AuditOutbox
@@ -116,7 +118,7 @@ struct DataService: Sendable {
                 case .batch, .resource: break
                 }
                 let body: @Sendable (any SQLConnection) async throws -> DataResponse = { db in
-                    try await read(url, request: request, in: db, context: context)
+                    try await self.read(url, request: request, in: db, context: context)
                 }
                 // An entity by key or a plain page is one SELECT: atomic on its own, without a transaction.
                 let response =
@@ -127,8 +129,8 @@ struct DataService: Sendable {
             }
             return try await store.write { db in
                 var audit: [AuditEntry] = []
-                let response = try await change(url, request: request, in: db, context: context, audit: &audit)
-                try await outbox.stage(&audit, in: db)
+                let response = try await self.change(url, request: request, in: db, context: context, audit: &audit)
+                try await self.outbox.stage(&audit, in: db)
                 return (response, audit)
             }
         } catch let error as ServerError {
@@ -171,8 +173,9 @@ struct DataService: Sendable {
     struct Target {
         var set: EntitySet
         var type: EntityType
-        /// Conditions from keys and navigation, to AND with `$filter`.
-        var conditions: [ODataExpression]
+        /// Conditions from keys and navigation, to AND with `$filter`. Changing them drops ``key``: a read by key
+        /// alone ignores them.
+        var conditions: [ODataExpression] { didSet { key = nil } }
         /// Whether the path addresses one entity (a key or a single-valued navigation).
         var single: Bool
         var property: String?
@@ -182,7 +185,7 @@ struct DataService: Sendable {
         var stream: String?
         /// The canonical URL of the addressed entity, when `single`.
         var canonical: String?
-        /// The key, when the path is `Set(key)` (its conditions are the key's alone).
+        /// The key, when the path is `Set(key)` and its conditions are the key's alone (set after them).
         var key: [KeyValue]?
     }
 
@@ -194,8 +197,9 @@ struct DataService: Sendable {
         for segment in segments.dropFirst() {
             switch segment {
             case .key(let values):
-                target.key = target.conditions.isEmpty ? values : nil
+                let first = target.conditions.isEmpty
                 target.conditions += ODataExpression.keyConditions(values, of: target.type)
+                target.key = first ? values : nil
                 target.single = true
                 target.canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: values)
             case .navigation(let name):
@@ -268,11 +272,27 @@ struct DataService: Sendable {
         async
         throws -> [SQLRow]
     {
+        let query = try selection(target, options: options, after: after)
+        return try await db.fetchAll(query.sql, query.arguments)
+    }
+
+    /// The `select` of a read of `target` (model properties, then `$seq`): for an entity by key with no filter or
+    /// paging, its text once per shape (``SQLTextCache``); otherwise translated in full with the target's conditions.
+    func selection(
+        _ target: Target, options: QueryOptions, range: ColumnRange? = nil, after: [PrimitiveValue]? = nil
+    ) throws -> SQLQuery {
+        if let key = target.key, range == nil, after == nil, options.filter == nil, options.search == nil,
+            options.orderBy.isEmpty, options.top == nil, options.skip == nil
+        {
+            return try translator.select(
+                from: target.set.name, key: key, select: options.select, extraColumns: [DataStore.sequenceColumn],
+                cache: keyReads)
+        }
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
-        let query = try translator.select(
-            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], after: after)
-        return try await db.fetchAll(query.sql, query.arguments)
+        return try translator.select(
+            from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range,
+            after: after)
     }
 
     /// Runs a read's `select` and writes up to `limit` entities, comma-separated, straight from SQLite's buffers
@@ -284,21 +304,7 @@ struct DataService: Sendable {
         _ target: Target, options: QueryOptions, limit: Int, range: ColumnRange? = nil,
         after: [PrimitiveValue]? = nil, positioned: Bool = false, in db: any SQLConnection, to out: inout [UInt8]
     ) async throws -> (count: Int, more: Bool, sequence: Int64?, lastKey: [PrimitiveValue]?) {
-        let query: SQLQuery
-        if let key = target.key, range == nil, after == nil, options.filter == nil, options.search == nil,
-            options.orderBy.isEmpty, options.top == nil, options.skip == nil
-        {
-            // An entity by key: its SQL is translated once per shape (``KeyReadCache``).
-            query = try translator.select(
-                from: target.set.name, key: key, select: options.select, extraColumns: [DataStore.sequenceColumn],
-                cache: keyReads)
-        } else {
-            var options = options
-            options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
-            query = try translator.select(
-                from: target.set.name, options: options, extraColumns: [DataStore.sequenceColumn], range: range,
-                after: after)
-        }
+        let query = try selection(target, options: options, range: range, after: after)
         var writer: RowJSONWriter?
         var count = 0
         var more = false
