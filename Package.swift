@@ -12,7 +12,8 @@ let swiftSettings: [SwiftSetting] = [
 /// The server's settings add `NonisolatedNonsendingByDefault` (SE-0461): an async function without isolation runs on
 /// its caller's executor instead of hopping to the global one. The server makes NIO's event loops Swift concurrency's
 /// global executor (`BatonServer.runConcurrencyOnEventLoops()`), whose jobs run as the loop's serial executor, so
-/// every such hop was a job enqueued on the loop and run at its next tick: about 30 of a key read's 64.
+/// every such hop was a job enqueued on the loop and run at its next tick: it took a key read from 64 such jobs to 49
+/// (`EventLoopTaskExecutor` took the rest down to 26; docs/BENCHMARKS.md).
 let serverSwiftSettings = swiftSettings + [.enableUpcomingFeature("NonisolatedNonsendingByDefault")]
 
 let package = Package(

@@ -59,7 +59,7 @@ extension SQLTranslator {
         options.filter = ODataExpression.conjunction(conditions)
         // The arguments, bound as the translation binds the conditions' literals (in their order); and the shape.
         var builder = SQLBuilder(dialect: dialect)
-        var shape = (dialect == .sqlite ? "sqlite\u{0}" : "postgres\u{0}") + entitySet
+        var shape = shapeStart("select", entitySet)
         for case .comparison(_, .property(let path), .literal(let literal)) in conditions {
             guard let literalType = literal.literalType else {
                 // A null key matches with `IS`, not `=`: not a shape this cache keeps.
@@ -94,7 +94,7 @@ extension SQLTranslator {
         // the key's parts in the key's order. Anything the translation would refuse goes to it.
         var arguments: [SQLValue] = []
         arguments.reserveCapacity(values.count + systemValues.count + key.count)
-        var shape = (dialect == .sqlite ? "sqlite\u{0}" : "postgres\u{0}") + entitySet + "\u{0}"
+        var shape = shapeStart("update", entitySet) + "\u{0}"
         for property in type.properties {
             guard let value = values[property.name] else { continue }
             arguments.append(dialect.encode(value, as: property.type))
@@ -119,5 +119,13 @@ extension SQLTranslator {
         let query = try update(entitySet, key: key, values: values, systemValues: systemValues)
         if query.arguments == arguments { cache.keep(query.sql, for: shape, chosen: true) }
         return query
+    }
+}
+
+extension SQLTranslator {
+    /// The start of every shape ``SQLTextCache`` keeps: the statement's kind, the dialect and the entity set, so that
+    /// no two kinds of statement, nor two dialects, ever share a shape — even in one cache.
+    func shapeStart(_ kind: String, _ entitySet: String) -> String {
+        kind + (dialect == .sqlite ? "\u{0}sqlite\u{0}" : "\u{0}postgres\u{0}") + entitySet
     }
 }

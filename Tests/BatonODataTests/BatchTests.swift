@@ -1,4 +1,5 @@
 import BatonOData
+import Foundation
 import Testing
 
 @Suite struct BatchTests {
@@ -118,6 +119,29 @@ import Testing
         #expect(requests[1].id == "1")
         #expect(requests[1].body?["FuelKg"] == .number("5200.50"))
         #expect(requests[2].header("If-Match") == "*")
+    }
+
+    /// A part's media types are read by byte, as a request sent alone is told from a photo: `application/http` with
+    /// parameters is a part, a body of `application/jsonx` travels as bytes (base64url), not as JSON, and `TEXT/plain`
+    /// as text.
+    @Test func aPartsMediaTypesAreReadByByte() throws {
+        #expect(!MultipartBatch.isBinary(nil))
+        #expect(!MultipartBatch.isBinary("Application/JSON; odata.metadata=minimal"))
+        #expect(!MultipartBatch.isBinary("text/plain; charset=utf-8"))
+        for bytes in ["application/jsonx", "application/json-seq", "image/jpeg", "application/json\u{301}", ""] {
+            #expect(MultipartBatch.isBinary(bytes), "\(bytes.debugDescription)")
+        }
+        func part(_ type: String, body: String) -> String {
+            "--b\r\nContent-Type: application/http; msgtype=request\r\n\r\nPOST CheckPhotos HTTP/1.1\r\n"
+                + "Content-Type: \(type)\r\n\r\n\(body)\r\n"
+        }
+        let body = part("application/jsonx", body: #"{"a":1}"#) + part("TEXT/plain", body: "seven") + "--b--\r\n"
+        let requests = try MultipartBatch.decodeRequests(Array(body.utf8), boundary: "b")
+        #expect(requests.count == 2)
+        #expect(requests.first?.body == .string(Data(#"{"a":1}"#.utf8).base64URLEncoded))
+        #expect(requests.last?.body == .string("seven"))
+        let notAPart = "--b\r\nContent-Type: application/httpx\r\n\r\nGET A HTTP/1.1\r\n\r\n--b--\r\n"
+        #expect(throws: ODataError.self) { try MultipartBatch.decodeRequests(Array(notAPart.utf8), boundary: "b") }
     }
 
     /// The boundary is read by byte and must be RFC 2046's: a combining mark beside `;`, `=` or a quote neither hides

@@ -72,6 +72,10 @@ import Testing
         #expect(ImageKind(contentType: "image/jpeg;\u{301} charset=x") == .jpeg)
         #expect(ImageKind(contentType: "image/png\u{301}") == nil)
         #expect(ImageKind(contentType: "text/html\u{20DD}") == nil)
+        // The type is a token pair, whole: spaces inside it or a longer subtype name no image.
+        #expect(ImageKind(contentType: "image/ jpeg") == nil)
+        #expect(ImageKind(contentType: "image/jpegx") == nil)
+        #expect(ImageKind(contentType: " image/png ; q=1") == .png)
     }
 
     @Test func theBundledModelHasAMediaEntitySetThatRoundTrips() throws {

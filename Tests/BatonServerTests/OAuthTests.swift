@@ -143,6 +143,16 @@ import Testing
             ) { ($0.status, TestClient.Response.object($0.body)) }
             #expect(wrongType.0 == .badRequest)
             #expect(wrongType.1["error"] as? String == "invalid_request")
+            // The form's media type is read by byte, whole: a longer type or one glued to a mark is not the form.
+            for type in ["application/x-www-form-urlencodedx", "application/x-www-form-urlencoded\u{301}"] {
+                let glued = try await client.execute(
+                    uri: "/oauth/token", method: .post, headers: [.contentType: type],
+                    body: ByteBuffer(string: "grant_type=password")
+                ) { ($0.status, TestClient.Response.object($0.body)) }
+                #expect(glued.0 == .badRequest, "\(type.debugDescription)")
+                #expect(
+                    glued.1["error_description"] as? String == "The body must be application/x-www-form-urlencoded.")
+            }
             let huge = try await client.execute(
                 uri: "/oauth/token", method: .post, headers: formHeaders,
                 body: ByteBuffer(string: "grant_type=" + String(repeating: "x", count: 200_000))

@@ -46,9 +46,7 @@ public enum MultipartBatch {
     /// - Parameter contentType: a `Content-Type` value, if any.
     /// - Returns: whether it names `multipart/mixed`.
     public static func isMultipartMixed(_ contentType: String?) -> Bool {
-        guard let contentType else { return false }
-        var scanner = HeaderScanner(contentType)
-        return scanner.mediaType() == "multipart/mixed"
+        HeaderScanner.mediaType(of: contentType) == "multipart/mixed"
     }
 
     // MARK: Requests
@@ -175,13 +173,16 @@ public enum MultipartBatch {
     }
 
     /// Whether a body of `contentType` travels as bytes (neither JSON nor text): in a multipart batch as they are,
-    /// in memory and in a JSON batch as a base64url string.
+    /// in memory and in a JSON batch as a base64url string. The media type is read by byte
+    /// (`HeaderScanner.mediaType(of:)`), as a request sent alone is told from a photo: `application/jsonx` is bytes,
+    /// and so is a value that names no media type. No `Content-Type` at all is JSON, a batch request's default.
     ///
     /// - Parameter contentType: the body's `Content-Type`, if any.
     /// - Returns: whether the body is bytes.
     public static func isBinary(_ contentType: String?) -> Bool {
-        guard let type = contentType?.lowercased() else { return false }
-        return !type.hasPrefix("application/json") && !type.hasPrefix("text/")
+        guard let contentType else { return false }
+        guard let type = HeaderScanner.mediaType(of: contentType) else { return true }
+        return type != "application/json" && !type.hasPrefix("text/")
     }
 
     /// A body as it goes into a multipart message.
@@ -258,7 +259,7 @@ public enum MultipartBatch {
     }
 
     static func firstLine(_ part: Part) throws(ODataError) -> (String, [(String, String)], JSONValue?) {
-        if let type = part.contentType, type.lowercased() != "application/http" {
+        if let type = part.contentType, HeaderScanner.mediaType(of: type) != "application/http" {
             throw ODataError(.invalidBatch, "A batch part must have Content-Type application/http, not '\(type)'")
         }
         guard let newline = part.body.firstIndex(of: 0x0A) else {
@@ -270,14 +271,15 @@ public enum MultipartBatch {
         var json: JSONValue?
         let trimmed = body.drop { $0 == 0x20 || $0 == 0x0D || $0 == 0x0A }
         if !trimmed.isEmpty {
-            let type =
-                headers.first { HeaderScanner.sameName($0.0, "Content-Type") }?.1.lowercased() ?? "application/json"
-            if type.hasPrefix("text/") {
+            let type = headers.first { HeaderScanner.sameName($0.0, "Content-Type") }.map { header in
+                HeaderScanner.mediaType(of: header.1) ?? ""
+            }
+            if type?.hasPrefix("text/") == true {
                 // Plain-text bodies ($count, $value) travel as a JSON string.
                 var text = body
                 while text.last == 0x0A || text.last == 0x0D { text.removeLast() }
                 json = .string(String(decoding: text, as: UTF8.self))
-            } else if type.hasPrefix("application/json") {
+            } else if type == nil || type == "application/json" {
                 json = try JSONValue(parsing: Array(trimmed))
             } else {
                 // Any other body (a photo's bytes) as the JSON batch format carries it: a base64url string,

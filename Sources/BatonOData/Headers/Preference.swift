@@ -35,6 +35,7 @@ public struct Preferences: Sendable, Hashable {
     ///   `odata.maxpagesize`.
     public init(parsing values: [String]) throws(ODataError) {
         var all: [Preference] = []
+        var seen: Set<String> = []
         for value in values {
             var scanner = HeaderScanner(value)
             repeat {
@@ -70,9 +71,9 @@ public struct Preferences: Sendable, Hashable {
                     parameters[HeaderScanner.asciiLowercased(parameter)] = parameterValue
                     scanner.skipSpaces()
                 }
-                if !all.contains(where: { $0.name == HeaderScanner.asciiLowercased(name) }) {
-                    all.append(Preference(name: name, value: preferenceValue, parameters: parameters))
-                }
+                // The first of a name counts; a set keeps a long header of many names from comparing each with all.
+                let preference = Preference(name: name, value: preferenceValue, parameters: parameters)
+                if seen.insert(preference.name).inserted { all.append(preference) }
                 scanner.skipSpaces()
             } while scanner.take(",")
             guard scanner.isAtEnd else {
@@ -91,7 +92,8 @@ public struct Preferences: Sendable, Hashable {
 
     /// The preference named `name` (case-insensitive).
     public subscript(name: String) -> Preference? {
-        all.first { $0.name == HeaderScanner.asciiLowercased(name) }
+        let folded = HeaderScanner.asciiLowercased(name)
+        return all.first { $0.name == folded }
     }
 
     /// `odata.maxpagesize` (or 4.01's `maxpagesize`).

@@ -49,13 +49,10 @@ public enum ImageKind: String, Sendable, Hashable, CaseIterable, Codable {
         }
     }
 
-    /// The kind a `Content-Type` names (parameters ignored, ASCII case-insensitive), or `nil`. Read byte by byte: a
-    /// mark combined with a `;` or a space does not hide it.
+    /// The kind a `Content-Type` names (parameters ignored, ASCII case-insensitive), or `nil`. Read byte by byte
+    /// (`HeaderScanner.mediaType(of:)`): a mark combined with a `;` or a space does not hide it.
     public init?(contentType: String) {
-        let essence = contentType.utf8.prefix { $0 != UInt8(ascii: ";") }
-            .filter { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") }
-            .map { (65...90).contains($0) ? $0 + 32 : $0 }
-        switch String(decoding: essence, as: UTF8.self) {
+        switch HeaderScanner.mediaType(of: contentType) {
         case "image/jpeg", "image/jpg": self = .jpeg
         case "image/png": self = .png
         case "image/heic", "image/heif": self = .heic

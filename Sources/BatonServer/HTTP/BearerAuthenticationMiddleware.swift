@@ -54,7 +54,7 @@ extension BearerAuthenticationMiddleware {
     static func bearerToken(_ value: String) -> String? {
         let bytes = value.utf8
         guard let space = bytes.firstIndex(of: UInt8(ascii: " ")),
-            bytes[..<space].elementsEqual("bearer".utf8, by: { HeaderScanner.asciiLowercased($0) == $1 })
+            HeaderScanner.sameName(String(decoding: bytes[..<space], as: UTF8.self), "Bearer")
         else { return nil }
         let token = bytes[bytes.index(after: space)...]
         guard !token.isEmpty else { return nil }

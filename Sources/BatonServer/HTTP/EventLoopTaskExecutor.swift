@@ -8,7 +8,9 @@ import Synchronization
 /// `BatonServer.runConcurrencyOnEventLoops()` makes NIO's loops Swift concurrency's global executor. NIO runs each
 /// global job *as the loop's serial executor*, so the runtime sees every call into code that runs on the generic
 /// executor (every Hummingbird middleware's `handle`, every `@concurrent` function) as a change of executor: it
-/// queues the task on the loop and runs it at the loop's next tick — about 30 times for a key read, 9% of its CPU.
+/// queues the task on the loop and runs it at the loop's next tick. With the server built `NonisolatedNonsendingByDefault`
+/// a key read still did so 49 times; preferring this executor took it to 26, 14 of them the in-process harness's
+/// (docs/BENCHMARKS.md).
 /// A job run through this executor runs on the generic executor with this task executor preferred, which is what
 /// that code asks for: the runtime goes on without queuing it. The thread is the same loop's either way.
 ///

@@ -1,3 +1,4 @@
+import BatonOData
 import Foundation
 import Hummingbird
 
@@ -13,8 +14,7 @@ struct FormBody: Sendable {
     /// - Throws: ``OAuthError`` (`invalid_request`) for a wrong content type, a malformed or repeated
     ///   parameter; 413 for an oversized body.
     static func read(_ request: Request, context: some RequestContext) async throws -> FormBody {
-        let type = request.headers[.contentType]?.lowercased() ?? ""
-        guard type.hasPrefix("application/x-www-form-urlencoded") else {
+        guard HeaderScanner.mediaType(of: request.headers[.contentType]) == "application/x-www-form-urlencoded" else {
             throw OAuthError.invalidRequest("The body must be application/x-www-form-urlencoded.")
         }
         var request = request
