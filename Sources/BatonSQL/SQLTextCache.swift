@@ -53,26 +53,30 @@ extension SQLTranslator {
         cache: SQLTextCache
     ) throws(BatonSQLError) -> SQLQuery {
         let (_, type) = try resolve(entitySet)
-        let conditions = ODataExpression.keyConditions(key, of: type)
-        var options = QueryOptions()
-        options.select = select
-        options.filter = ODataExpression.conjunction(conditions)
-        // The arguments, bound as the translation binds the conditions' literals (in their order); and the shape.
+        // The full translation's options, made only when it runs: the key's conditions are four allocations a read.
+        func options() -> QueryOptions {
+            var options = QueryOptions()
+            options.select = select
+            options.filter = ODataExpression.conjunction(ODataExpression.keyConditions(key, of: type))
+            return options
+        }
+        // The arguments, bound as the translation binds the conditions' literals — the key's parts that name a
+        // property, in their order — and the shape.
         var builder = SQLBuilder(dialect: dialect)
         var shape = shapeStart("select", entitySet)
-        for case .comparison(_, .property(let path), .literal(let literal)) in conditions {
-            guard let literalType = literal.literalType else {
+        for part in key where type.property(named: part.name) != nil {
+            guard let literalType = part.value.literalType else {
                 // A null key matches with `IS`, not `=`: not a shape this cache keeps.
-                return try self.select(from: entitySet, options: options, extraColumns: extraColumns)
+                return try self.select(from: entitySet, options: options(), extraColumns: extraColumns)
             }
-            _ = bindLiteral(literal, builder: &builder)
-            shape += "\u{0}" + path.property + "\u{1}" + literalType.rawValue
+            _ = bindLiteral(part.value, builder: &builder)
+            shape += "\u{0}" + part.name + "\u{1}" + literalType.rawValue
         }
         // The translation keeps the model's order of the selected properties and ignores repeats: so does the shape.
         shape += "\u{0}\u{2}" + (select.map { Set($0).sorted().joined(separator: "\u{1}") } ?? "\u{3}")
         shape += "\u{0}\u{2}" + extraColumns.joined(separator: "\u{1}")
         if let sql = cache.sql(for: shape) { return SQLQuery(sql: sql, arguments: builder.arguments) }
-        let query = try self.select(from: entitySet, options: options, extraColumns: extraColumns)
+        let query = try self.select(from: entitySet, options: options(), extraColumns: extraColumns)
         if query.arguments == builder.arguments { cache.keep(query.sql, for: shape, chosen: select != nil) }
         return query
     }

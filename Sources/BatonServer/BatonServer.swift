@@ -375,13 +375,17 @@ extension BatonServer {
 
 /// The issuer URL, fixed before the first request: with `--port 0` it is known only once the socket is bound.
 final class IssuerBox: Sendable {
-    let storage: Mutex<String>
+    /// The issuer and the data service's root under it, made once per change (read on every request).
+    let storage: Mutex<(value: String, serviceRoot: String)>
 
-    init(_ value: String) { storage = Mutex(value) }
+    init(_ value: String) { storage = Mutex((value, value + "/odata/")) }
 
-    var value: String { storage.withLock { $0 } }
+    var value: String { storage.withLock { $0.value } }
 
-    func set(_ value: String) { storage.withLock { $0 = value } }
+    /// The data service's root: the issuer followed by `/odata/`.
+    var serviceRoot: String { storage.withLock { $0.serviceRoot } }
+
+    func set(_ value: String) { storage.withLock { $0 = (value, value + "/odata/") } }
 
     /// Whether the issuer is plain HTTP on loopback (tests, a laptop): cookies may then go without `Secure`.
     var isLoopbackHTTP: Bool { BatonServer.isLoopbackHTTP(value) }

@@ -117,6 +117,45 @@ import Testing
         #expect(failure("PreflightChecks(0f8fad5b-d9cb-469f-a165-70867728950g)")?.code == .syntax)
     }
 
+    /// `Set(GUID)` is read by scalar without the expression parser (``ODataURL/guidKey(_:type:)``): for every text
+    /// it takes, the parser — reached through the named form `(ID=…)`, which it never takes — gives the same key; what
+    /// it refuses (other lengths and characters, escapes, a key of another type) is the parser's, with its errors.
+    @Test func theGUIDKeysShortPathAgreesWithTheParser() throws {
+        let check = try #require(model.entityType(named: "PreflightCheck"))
+        let aircraft = try #require(model.entityType(named: "Aircraft"))
+        var texts = ["0f8fad5b-d9cb-469f-a165-70867728950e", "0F8FAD5B-D9CB-469F-A165-70867728950E"]
+        for _ in 0..<100 {
+            var text = Array(UUID().uuidString.utf8)
+            // One scalar changed, anywhere, to something a GUID may or may not hold.
+            let position = Int.random(in: 0..<36)
+            let replacement = Array("0aF-g+ .x(')%".utf8).randomElement() ?? UInt8(ascii: "0")
+            text[position] = replacement
+            texts.append(String(decoding: text, as: UTF8.self))
+        }
+        texts += [
+            " f8fad5b-d9cb-469f-a165-70867728950e", "0f8fad5bd9cb-469f-a165-70867728950e-",
+            "0f8fad5b-d9cb-469f-a165-70867728950",
+            "0f8fad5b-d9cb-469f-a165-70867728950e0", "０f8fad5b-d9cb-469f-a165-70867728950e",
+            "0f8fad5b-d9cb-469f-a165-70867728950\u{301}",
+        ]
+        for text in texts {
+            // A `%` not followed by two hex digits stops the text before any key is read.
+            guard let source = try? SourceText(raw: "(\(text))") else { continue }
+            let short = ODataURL.guidKey(source, type: check)
+            let named = try? ODataURL.parseKeyPredicate(SourceText(raw: "(ID=\(text))"), type: check, model: model)
+            #expect(short.map { [$0] } == named, "\(text)")
+            if let short {
+                #expect(try ODataURL.parseKeyPredicate(source, type: check, model: model) == [short])
+            }
+            // Aircraft's key is a string: never the short path.
+            #expect(ODataURL.guidKey(source, type: aircraft) == nil)
+        }
+        // An escaped parenthesis or digit is the parser's.
+        let id = "0f8fad5b-d9cb-469f-a165-70867728950e"
+        #expect(ODataURL.guidKey(try SourceText(raw: "(\(id)%29"), type: check) == nil)
+        #expect(ODataURL.guidKey(try SourceText(raw: "(%30\(id.dropFirst()))"), type: check) == nil)
+    }
+
     /// Error positions count characters of the raw URL the same on the plain-ASCII fast path and on the
     /// percent-decoding path.
     @Test func errorPositionsAgreeWithAndWithoutEscapes() throws {

@@ -92,6 +92,8 @@ public struct Preferences: Sendable, Hashable {
 
     /// The preference named `name` (case-insensitive).
     public subscript(name: String) -> Preference? {
+        // Most requests state no preference: nothing to fold the name for.
+        guard !all.isEmpty else { return nil }
         let folded = HeaderScanner.asciiLowercased(name)
         return all.first { $0.name == folded }
     }

@@ -1,38 +1,86 @@
 /// An entity type: a keyed structure of primitive properties and navigation properties.
 public struct EntityType: Sendable, Hashable {
+    /// What an entity type is made of, compared and hashed as the type.
+    struct Parts: Sendable, Hashable {
+        var name: String
+        var key: [String]
+        var properties: [Property]
+        var navigationProperties: [NavigationProperty]
+        var hasStream: Bool
+        var streamProperties: [String]
+    }
+
+    /// The parts in one shared, immutable box: an entity type is copied into every parsed URL, target and parser of a
+    /// request, and a copy is one reference instead of six. A change makes a new box.
+    final class Storage: Sendable {
+        let parts: Parts
+        /// Where each structural property is in `properties`, by name: looked up for every column of every row.
+        let propertyIndex: [String: Int]
+
+        init(_ parts: Parts) {
+            self.parts = parts
+            propertyIndex = EntityType.index(parts.properties)
+        }
+    }
+
+    private var storage: Storage
+
+    private mutating func change(_ body: (inout Parts) -> Void) {
+        var parts = storage.parts
+        body(&parts)
+        storage = Storage(parts)
+    }
+
     /// The simple (unqualified) name.
-    public var name: String
+    public var name: String {
+        get { storage.parts.name }
+        set { change { $0.name = newValue } }
+    }
     /// The names of the key properties, in key order.
-    public var key: [String]
+    public var key: [String] {
+        get { storage.parts.key }
+        set { change { $0.key = newValue } }
+    }
     /// The structural properties, in declaration order.
     public var properties: [Property] {
-        didSet { propertyIndex = Self.index(properties) }
+        get { storage.parts.properties }
+        set { change { $0.properties = newValue } }
     }
-    /// Where each structural property is in ``properties``, by name: looked up for every column of every row.
-    private var propertyIndex: [String: Int]
     /// The navigation properties, in declaration order.
-    public var navigationProperties: [NavigationProperty]
+    public var navigationProperties: [NavigationProperty] {
+        get { storage.parts.navigationProperties }
+        set { change { $0.navigationProperties = newValue } }
+    }
     /// Whether its entities are media entities (CSDL `HasStream`): each has a media resource — a photo's bytes —
     /// read and replaced at `…/$value`, besides its properties.
-    public var hasStream: Bool
+    public var hasStream: Bool {
+        get { storage.parts.hasStream }
+        set { change { $0.hasStream = newValue } }
+    }
     /// The stream properties (`Edm.Stream`), in declaration order: each names a media resource of its own — a
     /// photo's bytes — read and replaced at `…/Name`. They are not structural properties: no column, no value in a
     /// payload, only their annotations (`Name@odata.mediaReadLink`).
-    public var streamProperties: [String]
+    public var streamProperties: [String] {
+        get { storage.parts.streamProperties }
+        set { change { $0.streamProperties = newValue } }
+    }
 
     /// Creates an entity type.
     public init(
         name: String, key: [String], properties: [Property], navigationProperties: [NavigationProperty] = [],
         hasStream: Bool = false, streamProperties: [String] = []
     ) {
-        self.name = name
-        self.key = key
-        self.properties = properties
-        self.navigationProperties = navigationProperties
-        self.hasStream = hasStream
-        self.streamProperties = streamProperties
-        propertyIndex = Self.index(properties)
+        storage = Storage(
+            Parts(
+                name: name, key: key, properties: properties, navigationProperties: navigationProperties,
+                hasStream: hasStream, streamProperties: streamProperties))
     }
+
+    public static func == (lhs: EntityType, rhs: EntityType) -> Bool {
+        lhs.storage === rhs.storage || lhs.storage.parts == rhs.storage.parts
+    }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(storage.parts) }
 
     /// Whether `name` is one of the ``streamProperties`` (exact match).
     public func isStreamProperty(_ name: String) -> Bool {
@@ -41,10 +89,13 @@ public struct EntityType: Sendable, Hashable {
 
     /// The structural property named `name` (exact, case-sensitive match, as OData requires).
     public func property(named name: String) -> Property? {
-        guard let index = propertyIndex[name], properties[index].name.utf8.elementsEqual(name.utf8) else {
+        let storage = storage
+        guard let index = storage.propertyIndex[name],
+            storage.parts.properties[index].name.utf8.elementsEqual(name.utf8)
+        else {
             return nil
         }
-        return properties[index]
+        return storage.parts.properties[index]
     }
 
     /// Each property's position by name; the first one wins where a (refused) model repeats a name.

@@ -4,20 +4,100 @@
 /// A model is validated when it is created: every type resolves, every entity type has a key, every
 /// navigation property, partner, constraint and binding points at something that exists.
 public struct ServiceModel: Sendable, Hashable {
+    /// What a model is made of, compared and hashed as the model.
+    struct Parts: Sendable, Hashable {
+        var namespace: String
+        var alias: String?
+        var containerName: String
+        var entityTypes: [EntityType]
+        var entitySets: [EntitySet]
+        var supportsRepeatableRequests: Bool
+        var enumTypes: [EnumType]
+    }
+
+    /// The parts in one shared, immutable box, with the lookups every request makes: a model is copied into every
+    /// parser and translator of a request, and a copy is one reference. A change makes a new box.
+    final class Storage: Sendable {
+        let parts: Parts
+        /// The position of each entity type by its simple, qualified and alias-qualified name, the first type first:
+        /// the answer when its name is the one asked for byte for byte (a `String` key also finds a name that is only
+        /// canonically equivalent; those are looked up one by one, as before).
+        let typeIndex: [String: Int]
+        /// The position of each entity set by name, the first one first.
+        let setIndex: [String: Int]
+        /// Every stream property name of every entity type, without repeats.
+        let streamPropertyNames: [String]
+
+        init(_ parts: Parts) {
+            self.parts = parts
+            var types: [String: Int] = [:]
+            for (position, type) in parts.entityTypes.enumerated() {
+                var names = [type.name, parts.namespace + "." + type.name]
+                if let alias = parts.alias { names.append(alias + "." + type.name) }
+                for name in names where types[name] == nil { types[name] = position }
+            }
+            typeIndex = types
+            var sets: [String: Int] = [:]
+            for (position, set) in parts.entitySets.enumerated() where sets[set.name] == nil {
+                sets[set.name] = position
+            }
+            setIndex = sets
+            var streams: [String] = []
+            for type in parts.entityTypes {
+                for name in type.streamProperties where !streams.contains(where: { $0.utf8.elementsEqual(name.utf8) }) {
+                    streams.append(name)
+                }
+            }
+            streamPropertyNames = streams
+        }
+    }
+
+    private var storage: Storage
+
+    private mutating func change(_ body: (inout Parts) -> Void) {
+        var parts = storage.parts
+        body(&parts)
+        storage = Storage(parts)
+    }
+
     /// The schema namespace (`Baton`).
-    public var namespace: String
+    public var namespace: String {
+        get { storage.parts.namespace }
+        set { change { $0.namespace = newValue } }
+    }
     /// The schema alias, if the CSDL declares one.
-    public var alias: String?
+    public var alias: String? {
+        get { storage.parts.alias }
+        set { change { $0.alias = newValue } }
+    }
     /// The entity container's simple name.
-    public var containerName: String
+    public var containerName: String {
+        get { storage.parts.containerName }
+        set { change { $0.containerName = newValue } }
+    }
     /// The entity types, in declaration order.
-    public var entityTypes: [EntityType]
+    public var entityTypes: [EntityType] {
+        get { storage.parts.entityTypes }
+        set { change { $0.entityTypes = newValue } }
+    }
     /// The entity sets, in declaration order.
-    public var entitySets: [EntitySet]
+    public var entitySets: [EntitySet] {
+        get { storage.parts.entitySets }
+        set { change { $0.entitySets = newValue } }
+    }
     /// Whether the service supports OASIS Repeatable Requests (`Repeatability.Supported`).
-    public var supportsRepeatableRequests: Bool
+    public var supportsRepeatableRequests: Bool {
+        get { storage.parts.supportsRepeatableRequests }
+        set { change { $0.supportsRepeatableRequests = newValue } }
+    }
     /// The enumeration types, in declaration order.
-    public var enumTypes: [EnumType]
+    public var enumTypes: [EnumType] {
+        get { storage.parts.enumTypes }
+        set { change { $0.enumTypes = newValue } }
+    }
+
+    /// Every stream property name of the model's entity types, without repeats.
+    package var streamPropertyNames: [String] { storage.streamPropertyNames }
 
     /// Creates and validates a model.
     ///
@@ -27,25 +107,34 @@ public struct ServiceModel: Sendable, Hashable {
         entityTypes: [EntityType], entitySets: [EntitySet], supportsRepeatableRequests: Bool = false,
         enumTypes: [EnumType] = []
     ) throws(ODataError) {
-        self.enumTypes = enumTypes
-        self.namespace = namespace
-        self.alias = alias
-        self.containerName = containerName
-        self.entityTypes = entityTypes
-        self.entitySets = entitySets
-        self.supportsRepeatableRequests = supportsRepeatableRequests
+        storage = Storage(
+            Parts(
+                namespace: namespace, alias: alias, containerName: containerName, entityTypes: entityTypes,
+                entitySets: entitySets, supportsRepeatableRequests: supportsRepeatableRequests, enumTypes: enumTypes))
         try validate()
     }
+
+    public static func == (lhs: ServiceModel, rhs: ServiceModel) -> Bool {
+        lhs.storage === rhs.storage || lhs.storage.parts == rhs.storage.parts
+    }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(storage.parts) }
 
     /// The entity type with the given qualified (`Baton.Aircraft`), alias-qualified or simple name.
     ///
     /// Names are compared by their UTF-8 bytes, with no string built per type (an entity set's type is looked up on
     /// every request, by its qualified name).
     public func entityType(named name: String) -> EntityType? {
-        entityTypes.first { type in
-            name.utf8.elementsEqual(type.name.utf8) || Self.name(name, qualifies: type.name, in: namespace)
-                || alias.map { Self.name(name, qualifies: type.name, in: $0) } == true
+        let storage = storage
+        let parts = storage.parts
+        func matches(_ type: EntityType) -> Bool {
+            name.utf8.elementsEqual(type.name.utf8) || Self.name(name, qualifies: type.name, in: parts.namespace)
+                || parts.alias.map { Self.name(name, qualifies: type.name, in: $0) } == true
         }
+        if let position = storage.typeIndex[name], matches(parts.entityTypes[position]) {
+            return parts.entityTypes[position]
+        }
+        return parts.entityTypes.first(where: matches)
     }
 
     /// Whether `name` is `qualifier.simple`, byte for byte.
@@ -59,7 +148,9 @@ public struct ServiceModel: Sendable, Hashable {
 
     /// The entity set named `name`.
     public func entitySet(named name: String) -> EntitySet? {
-        entitySets.first { $0.name == name }
+        let storage = storage
+        guard let position = storage.setIndex[name] else { return nil }
+        return storage.parts.entitySets[position]
     }
 
     /// The entity type of an entity set.

@@ -10,8 +10,11 @@ public struct BatonRequestContext: RequestContext, RemoteAddressRequestContext {
     public let remoteAddress: SocketAddress?
     /// The client's address as a trusted load balancer reported it (``ForwardedAddressMiddleware``).
     var forwardedAddress: String?
-    /// The authenticated user's claims, set by ``BearerAuthenticationMiddleware``.
-    var claims: AccessTokenClaims?
+    /// The authenticated user's token, set by ``BearerAuthenticationMiddleware``: one reference, so the context's
+    /// copies through the middleware do not copy the claims' strings.
+    var token: VerifiedToken?
+    /// The authenticated user's claims.
+    var claims: AccessTokenClaims? { token?.claims }
     /// The authenticated user's current role, read with the token checks.
     var role: User.Role?
     /// The device that signed this request with its own key (``DeviceProofMiddleware``).

@@ -24,7 +24,7 @@ struct BearerAuthenticationMiddleware: RouterMiddleware {
         }
         var context = context
         let verified = try await tokens.verifyAccessToken(token)
-        if let scope = Self.requiredScope(request.uri.path), !verified.claims.grants(scope) {
+        if let scope = Self.requiredScope(request.uri.path), !verified.token.claims.grants(scope) {
             var error = ServerError(
                 .forbidden, "InsufficientScope", "This access token was not granted the '\(scope)' scope this needs.")
             error.headers = [
@@ -32,7 +32,7 @@ struct BearerAuthenticationMiddleware: RouterMiddleware {
             ]
             throw error
         }
-        context.claims = verified.claims
+        context.token = verified.token
         context.role = verified.role
         if let version = request.headers[.batonAppVersion] {
             let inactive = try await settings.current().appVersions.inactive

@@ -76,12 +76,10 @@ extension ODataRoutes {
             // compared as the parser compares names.
             guard segment.allSatisfy({ $0 < 0x80 && $0 != UInt8(ascii: "%") }) else {
                 guard let name = String(Substring(segment)).removingPercentEncoding else { return true }
-                return name == "$value" || model.entityTypes.contains { $0.streamProperties.contains(name) }
+                return name == "$value" || model.streamPropertyNames.contains(name)
             }
             return segment.elementsEqual("$value".utf8)
-                || model.entityTypes.contains { type in
-                    type.streamProperties.contains { segment.elementsEqual($0.utf8) }
-                }
+                || model.streamPropertyNames.contains { segment.elementsEqual($0.utf8) }
         default:
             return false
         }

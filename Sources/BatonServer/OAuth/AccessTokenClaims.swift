@@ -23,7 +23,14 @@ struct AccessTokenClaims: JWTPayload, Equatable {
     /// mark after a space cannot join two scopes into one), without building strings on every request. Empty
     /// pieces are dropped, so the empty scope is never granted.
     func grants(_ wanted: String) -> Bool {
-        scope.utf8.split(separator: UInt8(ascii: " ")).contains { $0.elementsEqual(wanted.utf8) }
+        let bytes = scope.utf8
+        var start = bytes.startIndex
+        while start < bytes.endIndex {
+            let end = bytes[start...].firstIndex(of: UInt8(ascii: " ")) ?? bytes.endIndex
+            if start < end, bytes[start..<end].elementsEqual(wanted.utf8) { return true }
+            start = end < bytes.endIndex ? bytes.index(after: end) : end
+        }
+        return false
     }
 
     /// Signature is checked by the key collection; time and audience are checked by ``TokenService`` with the

@@ -7,10 +7,10 @@ import Synchronization
 extension TokenService {
     // MARK: Verifying and revoking
 
-    /// The claims of a valid access token: signature, issuer, audience and expiry checked with the injected
+    /// A valid access token and its claims: signature, issuer, audience and expiry checked with the injected
     /// clock, not revoked, and its user still active.
-    func verifyAccessToken(_ token: String) async throws(ServerError) -> (claims: AccessTokenClaims, role: User.Role) {
-        let claims: AccessTokenClaims
+    func verifyAccessToken(_ token: String) async throws(ServerError) -> (token: VerifiedToken, role: User.Role) {
+        let verifiedToken: VerifiedToken
         let keys: SigningKeys.Loaded
         do {
             keys = try await signingKeys.current()
@@ -18,8 +18,8 @@ extension TokenService {
             throw .databaseUnavailable("The server cannot check the token right now; try again.")
         }
         // A remembered token counts only while its key is listed: a key rotated out stops its tokens.
-        if let cached = verified.claims(for: token), keys.ids.contains(cached.keyID) {
-            claims = cached.claims
+        if let cached = verified.token(token), keys.ids.contains(cached.keyID) {
+            verifiedToken = cached
         } else {
             guard let keyID = Self.strictES256KeyID(token) else {
                 throw .unauthorized("The access token is malformed or its signature is invalid.")
@@ -27,12 +27,14 @@ extension TokenService {
             do {
                 let usable = keys.ids.contains(keyID) ? keys : try await signingKeys.verifying(keyID: keyID)
                 guard usable.ids.contains(keyID) else { throw ServerError.unauthorized("Unknown key.") }
-                claims = try await usable.collection.verify(token, as: AccessTokenClaims.self)
+                verifiedToken = VerifiedToken(
+                    claims: try await usable.collection.verify(token, as: AccessTokenClaims.self), keyID: keyID)
             } catch {
                 throw .unauthorized("The access token is malformed or its signature is invalid.")
             }
-            verified.remember(token, claims, keyID: keyID)
+            verified.remember(token, verifiedToken)
         }
+        let claims = verifiedToken.claims
         let now = clock.now()
         guard claims.exp.value > now else { throw .unauthorized("The access token has expired; refresh it.") }
         guard claims.iat.value <= now.addingTimeInterval(60) else {
@@ -48,7 +50,7 @@ extension TokenService {
         // in this process, through the epoch file from an admin command on SQLite, through NOTIFY from another
         // instance on PostgreSQL (while that is not heard, the cache is not used).
         let family = claims.family ?? ""
-        let key = user + "\u{0}" + jti + "\u{0}" + family
+        let key = verifiedToken.statusKey
         let generation = statusCache.generation()
         let status: TokenStatusCache.Status?
         if let generation, let cached = statusCache.status(key, at: generation) {
@@ -95,7 +97,7 @@ extension TokenService {
             throw error
         }
         guard !status.revoked else { throw .unauthorized("The access token was revoked.") }
-        return (claims, role)
+        return (verifiedToken, role)
     }
 
     /// The `kid` of `token` if it is a compact JWS of this server's form: header `alg` ES256 with a `kid`, and a

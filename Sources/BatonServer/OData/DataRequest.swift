@@ -25,7 +25,11 @@ struct DataRequest: Sendable {
     func header(_ name: String) -> String? { headers.first { HeaderScanner.sameName($0.0, name) }?.1 }
 
     /// Every value of the header `name` (case-insensitive).
-    func headers(_ name: String) -> [String] { headers.filter { HeaderScanner.sameName($0.0, name) }.map(\.1) }
+    func headers(_ name: String) -> [String] {
+        var values: [String] = []
+        for (field, value) in headers where HeaderScanner.sameName(field, name) { values.append(value) }
+        return values
+    }
 }
 
 /// The answer to a ``DataRequest``.

@@ -1,6 +1,7 @@
 import BatonOData
 import BatonSQL
 import Foundation
+import NIOCore
 
 /// The OData v4.01 data service: executes ``DataRequest``s against the ``DataStore``. Transport-independent,
 /// so `$batch` runs the same code for each of its requests: inside one transaction per atomicity group, per run of
@@ -66,8 +67,11 @@ final class DataService: Sendable {
         var user: String
         /// Their role.
         var role: User.Role
-        /// Their address, for the audit log.
-        var address: String
+        /// The address a trusted load balancer reported (``ForwardedAddressMiddleware``), and the socket's peer.
+        var forwardedAddress: String?
+        var remoteAddress: SocketAddress?
+        /// Their address, for the audit log: written out when asked for (a read never asks).
+        var address: String { forwardedAddress ?? remoteAddress?.ipAddress ?? "local" }
         /// The absolute service root URL, ending in `/`.
         var serviceRoot: String
         /// The negotiated OData version.
@@ -183,8 +187,18 @@ final class DataService: Sendable {
         var value = false
         /// A stream property of the addressed entity (`Set(key)/Photo`).
         var stream: String?
-        /// The canonical URL of the addressed entity, when `single`.
-        var canonical: String?
+        /// The canonical URL of the addressed entity, when `single`: made when first asked for (a read by key never
+        /// asks).
+        var canonical: String? {
+            get { canonicalText ?? canonicalKey.map { ResourcePath.canonicalURL(entitySet: set.name, key: $0) } }
+            set {
+                canonicalText = newValue
+                canonicalKey = nil
+            }
+        }
+        var canonicalText: String?
+        /// The key ``canonical`` is made of, when the path ended in `Set(key)`.
+        var canonicalKey: [KeyValue]?
         /// The key, when the path is `Set(key)` and its conditions are the key's alone (set after them).
         var key: [KeyValue]?
     }
@@ -201,7 +215,8 @@ final class DataService: Sendable {
                 target.conditions += ODataExpression.keyConditions(values, of: target.type)
                 target.key = first ? values : nil
                 target.single = true
-                target.canonical = ResourcePath.canonicalURL(entitySet: target.set.name, key: values)
+                target.canonicalText = nil
+                target.canonicalKey = values
             case .navigation(let name):
                 guard let navigation = target.type.navigationProperty(named: name),
                     let nextSet = model.targetSet(of: navigation, from: target.set),

@@ -42,8 +42,8 @@ struct ODataRoutes {
         path = path.hasPrefix("/odata/") ? String(path.dropFirst("/odata/".count)) : ""
         let url = path + (request.uri.query.map { "?" + $0 } ?? "")
         let dataContext = DataService.Context(
-            user: name, role: role, address: context.clientAddress, serviceRoot: issuer.value + "/odata/",
-            version: version)
+            user: name, role: role, forwardedAddress: context.forwardedAddress, remoteAddress: context.remoteAddress,
+            serviceRoot: issuer.serviceRoot, version: version)
         if path.hasPrefix("$uploads/")
             || (path.hasPrefix("%24") && path.removingPercentEncoding?.hasPrefix("$uploads/") == true)
         {
@@ -290,25 +290,35 @@ struct ODataRoutes {
     }
 
     static func httpResponse(_ response: DataResponse, version: ODataVersion) -> Response {
-        var headers: HTTPFields = [.odataVersion: version.rawValue]
+        // The fields are gathered in an array and made `HTTPFields` once: setting them one by one through its
+        // subscript copied every field already set, each time.
+        var fields: [HTTPField] = []
+        fields.reserveCapacity(response.headers.count + 2)
+        // As `HTTPFields`' subscript does: a value replaces every earlier one of its name.
+        func set(_ name: HTTPField.Name, _ value: String) {
+            fields.removeAll { $0.name == name }
+            fields.append(HTTPField(name: name, value: value))
+        }
+        set(.odataVersion, version.rawValue)
         for (name, value) in response.headers {
-            if let field = HTTPField.Name(name) { headers[field] = value }
+            if let field = HTTPField.Name(name) { set(field, value) }
         }
         let status = HTTPResponse.Status(code: response.status)
+        let body: ResponseBody
         switch response.body {
         case .none:
-            return Response(status: status, headers: headers)
+            return Response(status: status, headers: HTTPFields(fields))
         case .json(let json):
-            headers[.contentType] = "application/json; odata.metadata=minimal"
-            return Response(
-                status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: json.serialized)))
+            set(.contentType, "application/json; odata.metadata=minimal")
+            body = .init(byteBuffer: ByteBuffer(string: json.serialized))
         case .rawJSON(let bytes):
-            headers[.contentType] = "application/json; odata.metadata=minimal"
-            return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+            set(.contentType, "application/json; odata.metadata=minimal")
+            body = .init(byteBuffer: ByteBuffer(bytes: bytes))
         case .text(let text, let contentType):
-            headers[.contentType] = contentType
-            return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: text)))
+            set(.contentType, contentType)
+            body = .init(byteBuffer: ByteBuffer(string: text))
         }
+        return Response(status: status, headers: HTTPFields(fields), body: body)
     }
 }
 
