@@ -70,11 +70,20 @@ extension SQLTranslator {
                 return try self.select(from: entitySet, options: options(), extraColumns: extraColumns)
             }
             _ = bindLiteral(part.value, builder: &builder)
-            shape += "\u{0}" + part.name + "\u{1}" + literalType.rawValue
+            // Appended piece by piece: `+` made a string for each intermediate.
+            shape.append("\u{0}")
+            shape.append(part.name)
+            shape.append("\u{1}")
+            shape.append(literalType.rawValue)
         }
         // The translation keeps the model's order of the selected properties and ignores repeats: so does the shape.
-        shape += "\u{0}\u{2}" + (select.map { Set($0).sorted().joined(separator: "\u{1}") } ?? "\u{3}")
-        shape += "\u{0}\u{2}" + extraColumns.joined(separator: "\u{1}")
+        shape.append("\u{0}\u{2}")
+        shape.append(select.map { Set($0).sorted().joined(separator: "\u{1}") } ?? "\u{3}")
+        shape.append("\u{0}\u{2}")
+        for (position, column) in extraColumns.enumerated() {
+            if position > 0 { shape.append("\u{1}") }
+            shape.append(column)
+        }
         if let sql = cache.sql(for: shape) { return SQLQuery(sql: sql, arguments: builder.arguments) }
         let query = try self.select(from: entitySet, options: options(), extraColumns: extraColumns)
         if query.arguments == builder.arguments { cache.keep(query.sql, for: shape, chosen: select != nil) }
@@ -98,16 +107,19 @@ extension SQLTranslator {
         // the key's parts in the key's order. Anything the translation would refuse goes to it.
         var arguments: [SQLValue] = []
         arguments.reserveCapacity(values.count + systemValues.count + key.count)
-        var shape = shapeStart("update", entitySet) + "\u{0}"
+        var shape = shapeStart("update", entitySet)
+        shape.append("\u{0}")
         for property in type.properties {
             guard let value = values[property.name] else { continue }
             arguments.append(dialect.encode(value, as: property.type))
-            shape += property.name + "\u{1}"
+            shape.append(property.name)
+            shape.append("\u{1}")
         }
-        shape += "\u{0}"
+        shape.append("\u{0}")
         for (column, value) in systemValues {
             arguments.append(value)
-            shape += column + "\u{1}"
+            shape.append(column)
+            shape.append("\u{1}")
         }
         let keyProperties = type.keyProperties
         guard arguments.count == values.count + systemValues.count, key.count == keyProperties.count else {
@@ -130,6 +142,12 @@ extension SQLTranslator {
     /// The start of every shape ``SQLTextCache`` keeps: the statement's kind, the dialect and the entity set, so that
     /// no two kinds of statement, nor two dialects, ever share a shape — even in one cache.
     func shapeStart(_ kind: String, _ entitySet: String) -> String {
-        kind + (dialect == .sqlite ? "\u{0}sqlite\u{0}" : "\u{0}postgres\u{0}") + entitySet
+        // One buffer for the whole shape: most fit in it, so a read's shape is one allocation.
+        var shape = ""
+        shape.reserveCapacity(128)
+        shape.append(kind)
+        shape.append(dialect == .sqlite ? "\u{0}sqlite\u{0}" : "\u{0}postgres\u{0}")
+        shape.append(entitySet)
+        return shape
     }
 }

@@ -156,6 +156,30 @@ import Testing
         #expect(ODataURL.guidKey(try SourceText(raw: "(%30\(id.dropFirst()))"), type: check) == nil)
     }
 
+    /// A named key part is the model's key property byte for byte. Compared with `==`, a Kelvin sign (U+212A, which
+    /// decomposes to `K`) named the key `K`, and the key kept the name as typed: the read's conditions, which look the
+    /// name up byte for byte, then dropped it, and the read had no condition on that part.
+    @Test func aNamedKeyPartIsTheKeyPropertyByteForByte() throws {
+        let type = EntityType(
+            name: "T", key: ["K", "L"],
+            properties: [
+                Property(name: "K", type: .int32, isNullable: false),
+                Property(name: "L", type: .int32, isNullable: false),
+            ])
+        let model = try ServiceModel(
+            namespace: "N", entityTypes: [type], entitySets: [EntitySet(name: "Ts", entityType: "N.T")])
+        let expected = PathSegment.key([
+            KeyValue(name: "K", value: .integer(1)), KeyValue(name: "L", value: .integer(2)),
+        ])
+        #expect(try ODataURL(parsing: "Ts(K=1,L=2)", model: model).path == .resource([.entitySet("Ts"), expected]))
+        #expect(try ODataURL(parsing: "Ts(L=2,K=1)", model: model).path == .resource([.entitySet("Ts"), expected]))
+        for url in ["Ts(\u{212A}=1,L=2)", "Ts(L=2,\u{212A}=1)", "Ts(K=1,L=2,\u{212A}=3)"] {
+            #expect(throws: ODataError.self, "\(url)") { try ODataURL(parsing: url, model: model) }
+        }
+        let kelvin = try? ODataURL(parsing: "Ts(\u{212A}=1,L=2)", model: model)
+        #expect(kelvin == nil)
+    }
+
     /// Error positions count characters of the raw URL the same on the plain-ASCII fast path and on the
     /// percent-decoding path.
     @Test func errorPositionsAgreeWithAndWithoutEscapes() throws {

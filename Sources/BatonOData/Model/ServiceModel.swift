@@ -20,8 +20,8 @@ public struct ServiceModel: Sendable, Hashable {
     final class Storage: Sendable {
         let parts: Parts
         /// The position of each entity type by its simple, qualified and alias-qualified name, the first type first:
-        /// the answer when its name is the one asked for byte for byte (a `String` key also finds a name that is only
-        /// canonically equivalent; those are looked up one by one, as before).
+        /// the answer when the key found is the name asked for byte for byte (a `String` key also finds a name that
+        /// is only canonically equivalent; those are looked up one by one, as before).
         let typeIndex: [String: Int]
         /// The position of each entity set by name, the first one first.
         let setIndex: [String: Int]
@@ -131,8 +131,10 @@ public struct ServiceModel: Sendable, Hashable {
             name.utf8.elementsEqual(type.name.utf8) || Self.name(name, qualifies: type.name, in: parts.namespace)
                 || parts.alias.map { Self.name(name, qualifies: type.name, in: $0) } == true
         }
-        if let position = storage.typeIndex[name], matches(parts.entityTypes[position]) {
-            return parts.entityTypes[position]
+        // The name the index holds is the one asked for, byte for byte: that type is the first that answers to it.
+        if let entry = storage.typeIndex.index(forKey: name), storage.typeIndex[entry].key.utf8.elementsEqual(name.utf8)
+        {
+            return parts.entityTypes[storage.typeIndex[entry].value]
         }
         return parts.entityTypes.first(where: matches)
     }

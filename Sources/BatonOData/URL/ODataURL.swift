@@ -108,7 +108,8 @@ public struct ODataURL: Sendable, Hashable {
             if let terminal {
                 throw ODataError(.syntax, "Nothing may follow '\(terminal)' in a resource path", position: offset)
             }
-            if position == 0 {
+            // Only a name that starts with `$` can be one of these: nearly every path names an entity set first.
+            if position == 0, name.utf8.first == UInt8(ascii: "$") {
                 switch name {
                 case "$metadata" where rawSegments.count == 1 && keyText == nil: return (.metadata, nil)
                 case "$batch" where rawSegments.count == 1 && keyText == nil: return (.batch, nil)
@@ -119,6 +120,8 @@ public struct ODataURL: Sendable, Hashable {
                         .notImplemented, "The '\(name)' resource is not implemented", position: offset, target: name)
                 default: break
                 }
+            }
+            if position == 0 {
                 guard let entitySet = model.entitySet(named: name) else {
                     if keyText != nil, model.entitySet(named: name) == nil {
                         throw ODataError(
@@ -252,17 +255,18 @@ public struct ODataURL: Sendable, Hashable {
                     throw parser.error(.syntax, "Expected a key property name \(parser.foundDescription)")
                 }
                 parser.index = parser.wordEnd(from: parser.index)
-                guard let property = keys.first(where: { $0.name == name }) else {
+                // Compared byte for byte, as every name of the model is: `==` took a Kelvin sign for a `K`.
+                guard let property = keys.first(where: { $0.name.utf8.elementsEqual(name.utf8) }) else {
                     throw parser.error(
                         .unknownName,
                         "'\(name)' is not a key property of '\(type.name)'; its key is (\(type.key.joined(separator: ",")))",
                         at: start, target: name)
                 }
-                guard !values.contains(where: { $0.name == name }) else {
+                guard !values.contains(where: { $0.name.utf8.elementsEqual(name.utf8) }) else {
                     throw parser.error(.syntax, "Key property '\(name)' is given twice", at: start, target: name)
                 }
                 try parser.expect("=", "'=' after '\(name)'")
-                values.append(KeyValue(name: name, value: try keyLiteral(&parser, for: property)))
+                values.append(KeyValue(name: property.name, value: try keyLiteral(&parser, for: property)))
             } while parser.take(",")
             guard values.count == keys.count else {
                 throw parser.error(

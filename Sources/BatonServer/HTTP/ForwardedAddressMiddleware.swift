@@ -16,13 +16,15 @@ struct ForwardedAddressMiddleware: RouterMiddleware {
     ) async throws
         -> Response
     {
-        var context = context
-        if let peer = context.remoteAddress?.ipAddress, trustedProxies.contains(peer),
+        // The peer's address is written out only when a load balancer could have sent the request.
+        guard !trustedProxies.isEmpty, let peer = context.remoteAddress?.ipAddress, trustedProxies.contains(peer),
             let header = request.headers[values: .xForwardedFor].last
-        {
-            context.forwardedAddress = Self.client(in: header, trusted: trustedProxies)
+        else {
+            return try await EventLoopTaskExecutor.onCurrentLoop { try await next(request, context) }
         }
-        return try await EventLoopTaskExecutor.onCurrentLoop { [context] in try await next(request, context) }
+        var forwarded = context
+        forwarded.forwardedAddress = Self.client(in: header, trusted: trustedProxies)
+        return try await EventLoopTaskExecutor.onCurrentLoop { [forwarded] in try await next(request, forwarded) }
     }
 
     /// The right-most address in an `X-Forwarded-For` list that is not a trusted proxy (the left part is

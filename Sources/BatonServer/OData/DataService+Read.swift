@@ -41,8 +41,8 @@ extension DataService {
                 body.reserveCapacity(512)
                 body.append(contentsOf: #"{"@odata.context":"#.utf8)
                 RowJSONWriter.string(
-                    "\(context.serviceRoot)$metadata#\(contextPath(target.set.name, select: url.query.select))/$entity",
-                    to: &body)
+                    joining: context.serviceRoot, "$metadata#", contextPath(target.set.name, select: url.query.select),
+                    "/$entity", to: &body)
                 let start = body.count
                 let written = try await writeEntities(
                     target, options: url.query.withoutPaging, limit: 1, in: db, to: &body)

@@ -55,7 +55,9 @@ struct ODataRoutes {
             throw ServerError(.methodNotAllowed, "MethodNotAllowed", "HEAD answers only for an upload in progress.")
         }
         // A media entity's bytes stream to storage; they are never collected into one body.
-        if let media = mediaRequest(method: request.method, url: url, contentType: request.headers[.contentType]) {
+        // Only a POST's media type tells whether it is media: no other request looks its Content-Type up here.
+        let contentType = request.method == .post ? request.headers[.contentType] : nil
+        if let media = mediaRequest(method: request.method, url: url, contentType: contentType) {
             return try await handleMedia(
                 media, request: request, url: url, dataContext: dataContext, context: context, version: version)
         }
@@ -294,7 +296,8 @@ struct ODataRoutes {
         // subscript copied every field already set, each time.
         var fields: [HTTPField] = []
         fields.reserveCapacity(response.headers.count + 2)
-        // As `HTTPFields`' subscript does: a value replaces every earlier one of its name.
+        // As `HTTPFields`' subscript does, a value replaces every earlier one of its name (here it goes last: the
+        // order of fields of different names means nothing in HTTP).
         func set(_ name: HTTPField.Name, _ value: String) {
             fields.removeAll { $0.name == name }
             fields.append(HTTPField(name: name, value: value))
@@ -303,11 +306,17 @@ struct ODataRoutes {
         for (name, value) in response.headers {
             if let field = HTTPField.Name(name) { set(field, value) }
         }
+        func headers() -> HTTPFields {
+            var headers = HTTPFields()
+            headers.reserveCapacity(fields.count)
+            headers.append(contentsOf: fields)
+            return headers
+        }
         let status = HTTPResponse.Status(code: response.status)
         let body: ResponseBody
         switch response.body {
         case .none:
-            return Response(status: status, headers: HTTPFields(fields))
+            return Response(status: status, headers: headers())
         case .json(let json):
             set(.contentType, "application/json; odata.metadata=minimal")
             body = .init(byteBuffer: ByteBuffer(string: json.serialized))
@@ -318,7 +327,7 @@ struct ODataRoutes {
             set(.contentType, contentType)
             body = .init(byteBuffer: ByteBuffer(string: text))
         }
-        return Response(status: status, headers: HTTPFields(fields), body: body)
+        return Response(status: status, headers: headers(), body: body)
     }
 }
 

@@ -253,4 +253,19 @@ struct RowJSONWriter: Sendable {
             out.append(contentsOf: JSONValue.string(text).serializedBytes)
         }
     }
+
+    /// The JSON string of `pieces` joined, without joining them first: escaping goes scalar by scalar, so each piece
+    /// escaped on its own is the same as the whole.
+    static func string(joining pieces: String..., to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for piece in pieces {
+            if piece.utf8.allSatisfy(isPlainStringByte) {
+                out.append(contentsOf: piece.utf8)
+            } else {
+                // The serializer's quotes dropped.
+                out.append(contentsOf: JSONValue.string(piece).serializedBytes.dropFirst().dropLast())
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
 }

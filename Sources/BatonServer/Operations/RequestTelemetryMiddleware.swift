@@ -26,6 +26,7 @@ struct RequestTelemetryMiddleware<Context: RequestContext>: RouterMiddleware {
         -> Response
     {
         let start = ContinuousClock.now
+        // The trace's ids go into this copy's logger: the access line below is written with them.
         var context = context
         let response: Response
         do {
@@ -62,9 +63,12 @@ struct RequestTelemetryMiddleware<Context: RequestContext>: RouterMiddleware {
 
     func record(_ request: Request, context: Context, status: Int, since start: ContinuousClock.Instant) {
         let elapsed = ContinuousClock.now - start
-        let method = countedMethods.contains(request.method) ? request.method.rawValue : "other"
-        metrics.request(
-            route: context.endpointPath ?? "NotFound", method: method, status: status, duration: elapsed)
+        // The series' names are made only when metrics are on (off by default).
+        if metrics.isEnabled {
+            let method = countedMethods.contains(request.method) ? request.method.rawValue : "other"
+            metrics.request(
+                route: context.endpointPath ?? "NotFound", method: method, status: status, duration: elapsed)
+        }
         let level: Logger.Level = accessLog ? .info : .debug
         guard context.logger.logLevel <= level else { return }
         let milliseconds = elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
