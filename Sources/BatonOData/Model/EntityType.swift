@@ -89,13 +89,9 @@ public struct EntityType: Sendable, Hashable {
 
     /// The structural property named `name` (exact, case-sensitive match, as OData requires).
     public func property(named name: String) -> Property? {
-        let storage = storage
-        guard let index = storage.propertyIndex[name],
-            storage.parts.properties[index].name.utf8.elementsEqual(name.utf8)
-        else {
-            return nil
-        }
-        return storage.parts.properties[index]
+        guard let index = storage.propertyIndex[name] else { return nil }
+        let property = storage.parts.properties[index]
+        return property.name.utf8.elementsEqual(name.utf8) ? property : nil
     }
 
     /// Each property's position by name; the first one wins where a (refused) model repeats a name.

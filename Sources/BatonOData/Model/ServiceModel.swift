@@ -23,8 +23,6 @@ public struct ServiceModel: Sendable, Hashable {
         /// the answer when the key found is the name asked for byte for byte (a `String` key also finds a name that
         /// is only canonically equivalent; those are looked up one by one, as before).
         let typeIndex: [String: Int]
-        /// The position of each entity set by name, the first one first.
-        let setIndex: [String: Int]
         /// Every stream property name of every entity type, without repeats.
         let streamPropertyNames: [String]
 
@@ -37,11 +35,6 @@ public struct ServiceModel: Sendable, Hashable {
                 for name in names where types[name] == nil { types[name] = position }
             }
             typeIndex = types
-            var sets: [String: Int] = [:]
-            for (position, set) in parts.entitySets.enumerated() where sets[set.name] == nil {
-                sets[set.name] = position
-            }
-            setIndex = sets
             var streams: [String] = []
             for type in parts.entityTypes {
                 for name in type.streamProperties where !streams.contains(where: { $0.utf8.elementsEqual(name.utf8) }) {
@@ -150,9 +143,8 @@ public struct ServiceModel: Sendable, Hashable {
 
     /// The entity set named `name`.
     public func entitySet(named name: String) -> EntitySet? {
-        let storage = storage
-        guard let position = storage.setIndex[name] else { return nil }
-        return storage.parts.entitySets[position]
+        // A model has a handful of sets: comparing them in turn is cheaper than hashing the name (measured on a batch).
+        storage.parts.entitySets.first { $0.name == name }
     }
 
     /// The entity type of an entity set.
