@@ -29,7 +29,13 @@ public struct BatonRequestContext: RequestContext, RemoteAddressRequestContext {
     public var maxUploadSize: Int { 64 * 1024 }
 
     /// The client address as text, for throttling and the audit log.
-    var clientAddress: String { forwardedAddress ?? remoteAddress?.ipAddress ?? "local" }
+    var clientAddress: String { Self.clientAddress(forwarded: forwardedAddress, remote: remoteAddress) }
+
+    /// The client's address as text: the load balancer's word when it gave one, else the socket's peer, else
+    /// `local` (a request that came over no socket). The data service's context writes it out the same way, later.
+    static func clientAddress(forwarded: String?, remote: SocketAddress?) -> String {
+        forwarded ?? remote?.ipAddress ?? "local"
+    }
 
     /// The signed-in user's name.
     func userName() throws(ServerError) -> String {

@@ -1,7 +1,4 @@
-import BatonOData
-import Foundation
 import JWTKit
-import Logging
 import Synchronization
 
 /// An access token whose ES256 signature verified, with what every request of it reads, made once per token: a

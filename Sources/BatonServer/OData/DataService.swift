@@ -71,7 +71,9 @@ final class DataService: Sendable {
         var forwardedAddress: String?
         var remoteAddress: SocketAddress?
         /// Their address, for the audit log: written out when asked for (a read never asks).
-        var address: String { forwardedAddress ?? remoteAddress?.ipAddress ?? "local" }
+        var address: String {
+            BatonRequestContext.clientAddress(forwarded: forwardedAddress, remote: remoteAddress)
+        }
         /// The absolute service root URL, ending in `/`.
         var serviceRoot: String
         /// The negotiated OData version.

@@ -247,25 +247,26 @@ struct RowJSONWriter: Sendable {
 
     /// A JSON string, copied as is when nothing needs escaping.
     static func string(_ text: String, to out: inout [UInt8]) {
-        if text.utf8.allSatisfy(isPlainStringByte) {
-            quoted(text.utf8, to: &out)
-        } else {
-            out.append(contentsOf: JSONValue.string(text).serializedBytes)
-        }
+        out.append(UInt8(ascii: "\""))
+        stringContent(text, to: &out)
+        out.append(UInt8(ascii: "\""))
     }
 
     /// The JSON string of `pieces` joined, without joining them first: escaping goes scalar by scalar, so each piece
     /// escaped on its own is the same as the whole.
     static func string(joining pieces: String..., to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for piece in pieces {
-            if piece.utf8.allSatisfy(isPlainStringByte) {
-                out.append(contentsOf: piece.utf8)
-            } else {
-                // The serializer's quotes dropped.
-                out.append(contentsOf: JSONValue.string(piece).serializedBytes.dropFirst().dropLast())
-            }
-        }
+        for piece in pieces { stringContent(piece, to: &out) }
         out.append(UInt8(ascii: "\""))
+    }
+
+    /// What goes between a JSON string's quotes: the text as is when nothing needs escaping, else the serializer's
+    /// escapes (its quotes dropped).
+    static func stringContent(_ text: String, to out: inout [UInt8]) {
+        if text.utf8.allSatisfy(isPlainStringByte) {
+            out.append(contentsOf: text.utf8)
+        } else {
+            out.append(contentsOf: JSONValue.string(text).serializedBytes.dropFirst().dropLast())
+        }
     }
 }
