@@ -108,6 +108,8 @@ public struct BatonServer: Sendable {
     /// Seals the cookie of a sign-in through a provider (derived from the master key, so every instance opens it).
     let providerSignInKey: SymmetricKey
     let logger: Logger
+    /// Whether `logger`'s handler takes a request's trace ids from `Logger.MetadataProvider.requestTrace`.
+    let tracesThroughProvider: Bool
     let database: ServerDatabase
 
     /// Opens (creating on first use) the data directory, database and keys.
@@ -115,7 +117,18 @@ public struct BatonServer: Sendable {
     /// - Throws: ``ServerSetupError`` when the data directory, database or key files cannot be used.
     public init(configuration: BatonServerConfiguration, logger: Logger) async throws {
         self.configuration = configuration
+        // A request's trace ids reach its log lines through the handler's metadata provider, read only when a line
+        // is written, on the handlers known to keep one (swift-log's default setter drops it, with a warning in
+        // debug builds; a multiplexing handler answers for any of its handlers). Any other handler gets them as the
+        // request's metadata, written per request.
+        var logger = logger
+        let keepsProvider = logger.handler is StreamLogHandler || logger.handler is JSONLogHandler
+        if keepsProvider {
+            logger.handler.metadataProvider = .multiplex(
+                [logger.handler.metadataProvider, .requestTrace].compactMap { $0 })
+        }
         self.logger = logger
+        tracesThroughProvider = keepsProvider
         let directory = try DataDirectory(configuration.dataDirectory)
         // What this opens is closed again when a later step fails (a wrong master key, a newer schema): the
         // connections and files go with the failed start, not with the process.
@@ -242,7 +255,10 @@ public struct BatonServer: Sendable {
     {
         let router = Router(context: BatonRequestContext.self)
         router.add(middleware: ForwardedAddressMiddleware(trustedProxies: configuration.trustedProxies))
-        router.add(middleware: RequestTelemetryMiddleware(metrics: metrics, accessLog: configuration.accessLog))
+        router.add(
+            middleware: RequestTelemetryMiddleware(
+                metrics: metrics, accessLog: configuration.accessLog,
+                tracesThroughProvider: tracesThroughProvider))
         router.add(middleware: ErrorMiddleware())
         OAuthRoutes(
             tokens: tokens, configuration: configuration.oauth, metrics: metrics, settings: settings,

@@ -211,6 +211,30 @@ import Testing
         #expect(value["s"]?.stringValue == "quote \" backslash \\ tab \t nl \n é 😀 \u{01}")
         #expect(try JSONValue(parsing: value.serialized) == value)
     }
+
+    /// Strings are escaped by byte into the serializer's bytes: the escapes are exact, a combining mark after a
+    /// quote does not hide it, and every scalar reads back (through Baton's parser and Foundation's) as itself.
+    @Test func jsonStringsAreEscapedByteForByte() throws {
+        let text = "a\"\u{301}\\\n\r\t\u{1}\u{1F}\u{7F}é😀"
+        #expect(JSONValue.string(text).serialized == #""a\"\#u{301}\\\n\r\t\u0001\u001f\#u{7F}é😀""#)
+        var scalars = (UInt8(0)..<0x80).map(Unicode.Scalar.init)
+        scalars += ["\u{300}", "\u{2028}", "\u{10FFFF}", "K", "\u{212A}"]
+        for scalar in scalars {
+            let string = "x" + String(scalar) + "\"" + String(scalar)
+            let value = JSONValue.object([(string, .string(string))])
+            #expect(value.serializedBytes == Array(value.serialized.utf8))
+            // Baton's parser refuses NUL in a string (PostgreSQL cannot store it); Foundation's reads it below.
+            if scalar != "\u{0}" {
+                #expect(try JSONValue(parsing: value.serialized) == value, "U+\(String(scalar.value, radix: 16))")
+            }
+            let parsed = try JSONSerialization.jsonObject(with: Data(value.serializedBytes)) as? [String: String]
+            let pair = try #require(parsed?.first, "U+\(String(scalar.value, radix: 16))")
+            #expect(
+                pair.key.unicodeScalars.elementsEqual(string.unicodeScalars), "U+\(String(scalar.value, radix: 16))")
+            #expect(
+                pair.value.unicodeScalars.elementsEqual(string.unicodeScalars), "U+\(String(scalar.value, radix: 16))")
+        }
+    }
 }
 
 /// Decimal literals are plain numerals (never exponent notation), whatever the value's shape.

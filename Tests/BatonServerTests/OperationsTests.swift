@@ -194,6 +194,72 @@ import Testing
         #expect((cut["message"] as? String)?.count ?? 0 < 300)
     }
 
+    /// A log handler that keeps no metadata provider (swift-log's default for a handler written before them):
+    /// each line's message with the handler's metadata and the line's own.
+    struct ProviderlessHandler: LogHandler {
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .info
+        let lines: Lines
+
+        final class Lines: Sendable {
+            let written = Mutex<[(String, Logger.Metadata)]>([])
+        }
+
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+
+        func log(event: LogEvent) {
+            let merged = metadata.merging(event.metadata ?? [:]) { _, new in new }
+            lines.written.withLock { $0.append((event.message.description, merged)) }
+        }
+    }
+
+    /// Trace ids reach a log line through the handler's metadata provider; a handler without one, alone or among
+    /// others (a multiplexing handler answers for any of its handlers), gets them as the request's metadata, so its
+    /// access line carries them too, a request without a trace none, and no line warns of a provider it dropped.
+    @Test(arguments: [false, true]) func aHandlerWithoutAMetadataProviderStillLogsTheTraceIDs(multiplexed: Bool)
+        async throws
+    {
+        let lines = ProviderlessHandler.Lines()
+        let captured = CapturedLog()
+        var logger = Logger(label: "baton-server") { label in
+            let providerless = ProviderlessHandler(lines: lines)
+            guard multiplexed else { return providerless }
+            let json = JSONLogHandler(label: label) { line in captured.lines.withLock { $0.append(line) } }
+            return MultiplexLogHandler([json, providerless])
+        }
+        logger.logLevel = .info
+        let server = try await TestServer(logger: logger) { $0.accessLog = true }
+        defer { server.remove() }
+        let trace = "0af7651916cd43dd8448eb211c80319c"
+        try await server.test { client in
+            let traced = try await client.execute(
+                uri: "/health", method: .get,
+                headers: [HTTPField.Name("traceparent")!: "00-\(trace)-b7ad6b7169203331-01"]
+            ) { $0.status }
+            #expect(traced == .ok)
+            let plain = try await client.execute(uri: "/health", method: .get) { $0.status }
+            #expect(plain == .ok)
+        }
+        let written = lines.written.withLock { $0 }
+        #expect(!written.contains { $0.0.contains("metadataProvider") }, "\(written.map(\.0))")
+        let access = written.filter { $0.0 == "GET /health 200" }
+        #expect(access.count == 2)
+        #expect(access.first?.1["trace_id"]?.description == trace)
+        #expect(access.first?.1["parent_span_id"]?.description == "b7ad6b7169203331")
+        #expect(access.first?.1["span_id"]?.description.count == 16)
+        #expect(access.last?.1["trace_id"] == nil)
+        if multiplexed {
+            let json = captured.objects.filter { $0["message"] as? String == "GET /health 200" }
+            #expect(json.count == 2)
+            #expect(json.first?["trace_id"] as? String == trace)
+            #expect(json.first?["span_id"] as? String == access.first?.1["span_id"]?.description)
+            #expect(json.last?["trace_id"] == nil)
+        }
+    }
+
     @Test func withoutAccessLogRequestsAreLoggedAtDebugOnly() async throws {
         let log = CapturedLog()
         let server = try await TestServer(logger: log.logger)

@@ -33,6 +33,31 @@ import Testing
         }
     }
 
+    /// A header read without the subscript's join reads what the subscript reads: none, one field as it is, several
+    /// joined (cookies with `; `), whatever the other fields and the name's case.
+    @Test func aHeaderReadWithoutJoiningIsTheSubscriptsValue() {
+        let other = HTTPField.Name("X-Other")!
+        let cases: [[HTTPField]] = [
+            [],
+            [HTTPField(name: other, value: "x")],
+            [HTTPField(name: .authorization, value: "Bearer " + String(repeating: "a", count: 900))],
+            [HTTPField(name: other, value: "x"), HTTPField(name: HTTPField.Name("AUTHORIZATION")!, value: "Bearer b")],
+            [
+                HTTPField(name: .authorization, value: "Bearer a"), HTTPField(name: other, value: "x"),
+                HTTPField(name: .authorization, value: "Bearer b"),
+            ],
+            [HTTPField(name: .authorization, value: ""), HTTPField(name: .authorization, value: "")],
+            [HTTPField(name: .cookie, value: "a=1"), HTTPField(name: .cookie, value: "b=2")],
+        ]
+        for fields in cases {
+            var headers = HTTPFields()
+            headers.append(contentsOf: fields)
+            for name in [HTTPField.Name.authorization, .cookie, other] {
+                #expect(headers.value(name) == headers[name], "\(fields) \(name)")
+            }
+        }
+    }
+
     @Test func theBearerSchemeIsSplitByByteAndComparedWithoutASCIICaseOnly() {
         #expect(BearerAuthenticationMiddleware.bearerToken("Bearer abc") == "abc")
         #expect(BearerAuthenticationMiddleware.bearerToken("bEaReR abc") == "abc")

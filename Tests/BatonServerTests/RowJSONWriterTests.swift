@@ -29,4 +29,31 @@ import Testing
             }
         }
     }
+
+    /// The eight-at-a-time check of string bytes agrees with the byte-by-byte one: every byte value at every place
+    /// of buffers of 0 to 20 bytes (so in a word and in the tail), and random buffers of plain bytes with one
+    /// other byte dropped in.
+    @Test func stringBytesReadEightAtATimeAreJudgedAsOneByOne() {
+        for count in 0...20 {
+            for place in 0..<max(count, 1) {
+                for value in UInt8.min...UInt8.max {
+                    var bytes = [UInt8](repeating: UInt8(ascii: "a"), count: count)
+                    if count > 0 { bytes[place] = value }
+                    let expected = bytes.allSatisfy(RowJSONWriter.isPlainStringByte)
+                    let judged = bytes.withUnsafeBufferPointer { RowJSONWriter.allPlainStringBytes($0) }
+                    #expect(judged == expected, "\(bytes)")
+                    if judged != expected { return }
+                }
+            }
+        }
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2_000 {
+            var bytes = (0..<Int.random(in: 1...64, using: &generator)).map { _ in
+                UInt8.random(in: 0x20...0x7E, using: &generator)
+            }
+            bytes[Int.random(in: bytes.indices, using: &generator)] = UInt8.random(in: .min ... .max, using: &generator)
+            let expected = bytes.allSatisfy(RowJSONWriter.isPlainStringByte)
+            #expect(bytes.withUnsafeBufferPointer { RowJSONWriter.allPlainStringBytes($0) } == expected, "\(bytes)")
+        }
+    }
 }

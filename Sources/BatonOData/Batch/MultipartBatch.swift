@@ -191,7 +191,8 @@ public enum MultipartBatch {
             return Array(bytes)
         }
         let plain = HeaderScanner.mediaType(of: contentType)?.hasPrefix("text/") ?? false
-        return Array((plain ? body.stringValue ?? body.serialized : body.serialized).utf8)
+        if plain, let text = body.stringValue { return Array(text.utf8) }
+        return body.serializedBytes
     }
 
     /// Splits a multipart body at its boundary delimiters; the preamble and epilogue are ignored.

@@ -14,7 +14,7 @@ struct BearerAuthenticationMiddleware: RouterMiddleware {
     ) async throws
         -> Response
     {
-        guard let header = request.headers[.authorization] else {
+        guard let header = request.headers.value(.authorization) else {
             throw ServerError.unauthorized(
                 "This resource needs an access token: send 'Authorization: Bearer <token>'.", error: nil)
         }
@@ -34,7 +34,7 @@ struct BearerAuthenticationMiddleware: RouterMiddleware {
         }
         context.token = verified.token
         context.role = verified.role
-        if let version = request.headers[.batonAppVersion] {
+        if let version = request.headers.value(.batonAppVersion) {
             let inactive = try await settings.current().appVersions.inactive
             if inactive.contains(version) {
                 throw ServerError(

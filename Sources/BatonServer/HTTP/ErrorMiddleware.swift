@@ -25,7 +25,8 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
                 ("error", .string(error.error)), ("error_description", .string(error.description)),
             ])
             return Response(
-                status: error.status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body.serialized)))
+                status: error.status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body.serializedBytes))
+            )
         } catch let error as any HTTPResponseError {
             let message: String =
                 switch error.status {
@@ -57,6 +58,6 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         if let target = error.target { members.append(("target", .string(target))) }
         let body = JSONValue.object([("error", .object(members))])
         return Response(
-            status: error.status, headers: headers, body: .init(byteBuffer: ByteBuffer(string: body.serialized)))
+            status: error.status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body.serializedBytes)))
     }
 }

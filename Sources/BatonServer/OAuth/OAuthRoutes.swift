@@ -368,7 +368,7 @@ struct OAuthRoutes {
 func json(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
     Response(
         status: status, headers: [.contentType: "application/json"],
-        body: .init(byteBuffer: ByteBuffer(string: value.serialized)))
+        body: .init(byteBuffer: ByteBuffer(bytes: value.serializedBytes)))
 }
 
 /// An HTML response. `formTargets` are the origins a form may lead to besides Baton itself: a sign-in page's

@@ -34,7 +34,7 @@ struct ODataRoutes {
         let version: ODataVersion
         do {
             version = try ODataVersion.negotiate(
-                version: request.headers[.odataVersion], maxVersion: request.headers[.odataMaxVersion])
+                version: request.headers.value(.odataVersion), maxVersion: request.headers.value(.odataMaxVersion))
         } catch {
             throw ServerError(error)
         }
@@ -56,7 +56,7 @@ struct ODataRoutes {
         }
         // A media entity's bytes stream to storage; they are never collected into one body.
         // Only a POST's media type tells whether it is media: no other request looks its Content-Type up here.
-        let contentType = request.method == .post ? request.headers[.contentType] : nil
+        let contentType = request.method == .post ? request.headers.value(.contentType) : nil
         if let media = mediaRequest(method: request.method, url: url, contentType: contentType) {
             return try await handleMedia(
                 media, request: request, url: url, dataContext: dataContext, context: context, version: version)
@@ -219,7 +219,7 @@ struct ODataRoutes {
         headers[.contentType] = "application/json"
         return Response(
             status: .ok, headers: headers,
-            body: .init(byteBuffer: ByteBuffer(string: JSONBatch.encodeResponses(responses).serialized)))
+            body: .init(byteBuffer: ByteBuffer(bytes: JSONBatch.encodeResponses(responses).serializedBytes)))
     }
 
     /// Counts applied changes (each has one audit entry, its actor the author): the uploader's own, or on behalf.
@@ -319,7 +319,7 @@ struct ODataRoutes {
             return Response(status: status, headers: headers())
         case .json(let json):
             set(.contentType, "application/json; odata.metadata=minimal")
-            body = .init(byteBuffer: ByteBuffer(string: json.serialized))
+            body = .init(byteBuffer: ByteBuffer(bytes: json.serializedBytes))
         case .rawJSON(let bytes):
             set(.contentType, "application/json; odata.metadata=minimal")
             body = .init(byteBuffer: ByteBuffer(bytes: bytes))

@@ -101,6 +101,6 @@ extension SCIMRoutes {
     static func scim(_ value: JSONValue, status: HTTPResponse.Status = .ok) -> Response {
         Response(
             status: status, headers: [.contentType: "application/scim+json", .cacheControl: "no-store"],
-            body: .init(byteBuffer: ByteBuffer(string: value.serialized)))
+            body: .init(byteBuffer: ByteBuffer(bytes: value.serializedBytes)))
     }
 }
