@@ -50,6 +50,51 @@ import Testing
         #expect(try value() == 99)
     }
 
+    /// A read that throws ends its transaction: the connection goes back with none open (which would pin an old
+    /// snapshot for the next read on it), the error is the body's, and reads on it go on.
+    @Test func aReadThatThrowsLeavesNoTransactionOpen() throws {
+        defer { try? FileManager.default.removeItem(at: directory) }
+        struct Refused: Error {}
+        for round in 1...3 {
+            #expect(throws: Refused.self) {
+                try readers.read { db in
+                    _ = try Int.fetchOne(db, sql: "SELECT value FROM counter WHERE id = 1")
+                    throw Refused()
+                }
+            }
+            try pool.write { db in try db.execute(sql: "UPDATE counter SET value = ? WHERE id = 1", arguments: [round])
+            }
+            let (open, read) = try readers.read { db in
+                (db.isInsideTransaction, try Int.fetchOne(db, sql: "SELECT value FROM counter WHERE id = 1"))
+            }
+            #expect(open)
+            #expect(read == round)
+            #expect(try readers.readStatement { $0.isInsideTransaction } == false)
+        }
+    }
+
+    /// A body that ends the transaction itself: its own error is the one thrown; without one, the read's COMMIT
+    /// fails (there is nothing to commit) and says so; and reads on the connection go on either way.
+    @Test func aBodyThatEndsTheTransactionItselfIsToldAndLeavesTheConnectionUsable() throws {
+        defer { try? FileManager.default.removeItem(at: directory) }
+        struct Refused: Error {}
+        #expect(throws: Refused.self) {
+            try readers.read { db in
+                try db.execute(sql: "COMMIT")
+                throw Refused()
+            }
+        }
+        #expect(throws: DatabaseError.self) {
+            try readers.read { db in
+                try db.execute(sql: "COMMIT")
+                return 1
+            }
+        }
+        try pool.write { db in try db.execute(sql: "UPDATE counter SET value = 3 WHERE id = 1") }
+        #expect(try readers.read { db in try Int.fetchOne(db, sql: "SELECT value FROM counter WHERE id = 1") } == 3)
+        #expect(try value() == 3)
+    }
+
     @Test func theConnectionsRefuseWrites() throws {
         defer { try? FileManager.default.removeItem(at: directory) }
         #expect(throws: DatabaseError.self) {

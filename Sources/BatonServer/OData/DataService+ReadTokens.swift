@@ -134,29 +134,56 @@ extension DataService {
         "The $skiptoken is not one this server issued; follow @odata.nextLink as given.", target: "$skiptoken")
 
     /// The relative URL with the named query options (with or without `$`, any case) removed and `option`
-    /// appended.
+    /// appended; empty options are dropped.
     static func replacingQueryOption(in url: String, names: Set<String>, with option: (String, String)) -> String {
         // Split by byte: `?`, `&` and `=` are ASCII, and a combining mark after one would hide it from a split by
-        // Character (taking the option after it into the one before).
-        // A fragment is no part of the request (the parser drops it): the link goes without it.
-        let whole = Array(url.utf8)
-        let bytes = whole.firstIndex(of: UInt8(ascii: "#")).map { Array(whole[..<$0]) } ?? whole
-        let question = bytes.firstIndex(of: UInt8(ascii: "?"))
-        var items = question.map { bytes[($0 + 1)...].split(separator: UInt8(ascii: "&")) } ?? []
-        let wanted = names.map { Array($0.utf8) }
-        items.removeAll { item in
-            var name = item.split(separator: UInt8(ascii: "="), maxSplits: 1).first ?? []
-            // Percent-decoded only when it holds a `%` (Foundation's decoder was a fortieth of a delta page).
-            if name.contains(UInt8(ascii: "%")) {
-                name = ArraySlice((String(decoding: name, as: UTF8.self).removingPercentEncoding ?? "").utf8)
+        // Character (taking the option after it into the one before). Written in one pass into one buffer: split
+        // into arrays of pieces and strings, the link was a sixtieth of a delta page.
+        var url = url
+        return url.withUTF8 { whole in
+            // A fragment is no part of the request (the parser drops it): the link goes without it.
+            let end = whole.firstIndex(of: UInt8(ascii: "#")) ?? whole.endIndex
+            let question = whole[..<end].firstIndex(of: UInt8(ascii: "?"))
+            var link: [UInt8] = []
+            link.reserveCapacity(end + option.0.utf8.count + option.1.utf8.count + 2)
+            link.append(contentsOf: whole[..<(question ?? end)])
+            link.append(UInt8(ascii: "?"))
+            if let question {
+                var start = question + 1
+                while start < end {
+                    let stop = whole[start..<end].firstIndex(of: UInt8(ascii: "&")) ?? end
+                    let item = whole[start..<stop]
+                    if !item.isEmpty, !Self.isQueryOption(item, namedOneOf: names) {
+                        link.append(contentsOf: item)
+                        link.append(UInt8(ascii: "&"))
+                    }
+                    start = stop + 1
+                }
             }
-            if name.first == UInt8(ascii: "$") { name = name.dropFirst() }
-            let folded = HeaderScanner.asciiLowercased(String(decoding: name, as: UTF8.self))
-            return wanted.contains { $0.elementsEqual(folded.utf8) }
+            link.append(contentsOf: option.0.utf8)
+            link.append(UInt8(ascii: "="))
+            link.append(contentsOf: option.1.utf8)
+            return String(decoding: link, as: UTF8.self)
         }
-        let path = String(decoding: bytes[..<(question ?? bytes.endIndex)], as: UTF8.self)
-        return path + "?"
-            + (items.map { String(decoding: $0, as: UTF8.self) } + ["\(option.0)=\(option.1)"])
-            .joined(separator: "&")
+    }
+
+    /// Whether a query option's name — before its first `=`, percent-decoded when it holds a `%`, without a leading
+    /// `$` — is one of `names` (small ASCII letters), its ASCII letters compared without case.
+    static func isQueryOption(_ item: Slice<UnsafeBufferPointer<UInt8>>, namedOneOf names: Set<String>) -> Bool {
+        let raw = item[..<(item.firstIndex(of: UInt8(ascii: "=")) ?? item.endIndex)]
+        // Percent-decoded only when it holds a `%` (Foundation's decoder was a fortieth of a delta page).
+        guard raw.contains(UInt8(ascii: "%")) else {
+            return isOneOf(raw.first == UInt8(ascii: "$") ? raw.dropFirst() : raw, names)
+        }
+        let decoded = ArraySlice((String(decoding: raw, as: UTF8.self).removingPercentEncoding ?? "").utf8)
+        return isOneOf(decoded.first == UInt8(ascii: "$") ? decoded.dropFirst() : decoded, names)
+    }
+
+    /// Whether `name`'s bytes, ASCII letters folded to small ones, are one of `names`.
+    static func isOneOf(_ name: some Collection<UInt8>, _ names: Set<String>) -> Bool {
+        names.contains { wanted in
+            wanted.utf8.count == name.count
+                && wanted.utf8.elementsEqual(name) { $0 == HeaderScanner.asciiLowercased($1) }
+        }
     }
 }

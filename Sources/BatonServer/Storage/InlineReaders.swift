@@ -37,18 +37,25 @@ final class InlineReaders: Sendable {
         return try connection.unsafeRead(body)
     }
 
-    /// Runs a read in one read transaction, so its statements see one snapshot.
+    /// Runs a read in one read transaction, so its statements see one snapshot; a read that throws is rolled back.
+    ///
+    /// Its `BEGIN` and `COMMIT` are the connection's cached statements: `Database.inTransaction` parsed and prepared
+    /// both again for every read, a sixtieth of a delta page.
     func read<T>(_ body: (Database) throws -> T) throws -> T {
         guard let connection = try take() else { return try pool.read(body) }
         defer { give(connection) }
         return try connection.unsafeRead { db in
-            var result: Result<T, any Error>?
-            try db.inTransaction(.deferred) {
-                result = Result { try body(db) }
-                return .commit
+            try db.cachedStatement(sql: "BEGIN DEFERRED TRANSACTION").execute()
+            let result: T
+            do {
+                result = try body(db)
+                try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+            } catch {
+                // GRDB's rollback: it retries once after resetting statements an interrupt left active.
+                if db.isInsideTransaction { try? db.rollback() }
+                throw error
             }
-            guard let result else { throw DatabaseError(resultCode: .SQLITE_MISUSE, message: "No read result") }
-            return try result.get()
+            return result
         }
     }
 
