@@ -108,8 +108,11 @@ public struct BatonServer: Sendable {
     /// Seals the cookie of a sign-in through a provider (derived from the master key, so every instance opens it).
     let providerSignInKey: SymmetricKey
     let logger: Logger
-    /// Whether `logger`'s handler takes a request's trace ids from `Logger.MetadataProvider.requestTrace`.
-    let tracesThroughProvider: Bool
+    /// Whether `logger`'s handler keeps a metadata provider (so takes a request's trace ids from
+    /// `Logger.MetadataProvider.requestTrace`): swift-log's `StreamLogHandler` and Baton's `JSONLogHandler`.
+    static func keepsMetadataProvider(_ logger: Logger) -> Bool {
+        logger.handler is StreamLogHandler || logger.handler is JSONLogHandler
+    }
     let database: ServerDatabase
 
     /// Opens (creating on first use) the data directory, database and keys.
@@ -122,13 +125,11 @@ public struct BatonServer: Sendable {
         // debug builds; a multiplexing handler answers for any of its handlers). Any other handler gets them as the
         // request's metadata, written per request.
         var logger = logger
-        let keepsProvider = logger.handler is StreamLogHandler || logger.handler is JSONLogHandler
-        if keepsProvider {
+        if Self.keepsMetadataProvider(logger) {
             logger.handler.metadataProvider = .multiplex(
                 [logger.handler.metadataProvider, .requestTrace].compactMap { $0 })
         }
         self.logger = logger
-        tracesThroughProvider = keepsProvider
         let directory = try DataDirectory(configuration.dataDirectory)
         // What this opens is closed again when a later step fails (a wrong master key, a newer schema): the
         // connections and files go with the failed start, not with the process.
@@ -258,7 +259,7 @@ public struct BatonServer: Sendable {
         router.add(
             middleware: RequestTelemetryMiddleware(
                 metrics: metrics, accessLog: configuration.accessLog,
-                tracesThroughProvider: tracesThroughProvider))
+                tracesThroughProvider: Self.keepsMetadataProvider(logger)))
         router.add(middleware: ErrorMiddleware())
         OAuthRoutes(
             tokens: tokens, configuration: configuration.oauth, metrics: metrics, settings: settings,

@@ -180,6 +180,23 @@ import Testing
         #expect(kelvin == nil)
     }
 
+    /// An entity set is named by its bytes: a Kelvin sign is no `K`, and a set found is named in the path as the
+    /// model names it.
+    @Test func anEntitySetIsNamedByteForByte() throws {
+        let type = EntityType(
+            name: "T", key: ["ID"], properties: [Property(name: "ID", type: .int32, isNullable: false)])
+        let model = try ServiceModel(
+            namespace: "N", entityTypes: [type], entitySets: [EntitySet(name: "Ks", entityType: "N.T")])
+        #expect(
+            try ODataURL(parsing: "Ks(1)", model: model).path
+                == .resource([.entitySet("Ks"), .key([KeyValue(name: "ID", value: .integer(1))])]))
+        #expect(model.entitySet(named: "Ks")?.name == "Ks")
+        #expect(model.entitySet(named: "\u{212A}s") == nil)
+        for url in ["\u{212A}s", "\u{212A}s(1)", "%E2%84%AAs(1)"] {
+            #expect(throws: ODataError.self, "\(url)") { try ODataURL(parsing: url, model: model) }
+        }
+    }
+
     /// Error positions count characters of the raw URL the same on the plain-ASCII fast path and on the
     /// percent-decoding path.
     @Test func errorPositionsAgreeWithAndWithoutEscapes() throws {

@@ -15,8 +15,7 @@ import Testing
         for start in pieces.indices {
             for count in 1...min(4, pieces.count - start) {
                 let chosen = Array(pieces[start..<start + count])
-                var joined: [UInt8] = []
-                RowJSONWriter.string(chosen.joined(), to: &joined)
+                let joined = JSONValue.string(chosen.joined()).serializedBytes
                 var inPieces: [UInt8] = []
                 switch chosen.count {
                 case 1: RowJSONWriter.string(joining: chosen[0], to: &inPieces)

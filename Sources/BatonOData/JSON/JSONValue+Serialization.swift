@@ -39,14 +39,20 @@ extension JSONValue {
 
     private static let hexDigits = Array("0123456789abcdef".utf8)
 
-    /// A JSON string: `"`, `\` and the control characters escaped, every other scalar as its UTF-8 bytes. Escapes
-    /// are decided by byte: no byte of a multi-byte scalar is below 0x80, so none is taken for a quote.
-    static func writeString(_ text: String, to output: inout [UInt8]) {
+    /// A JSON string: ``writeStringContent(_:to:)`` between quotes.
+    package static func writeString(_ text: String, to output: inout [UInt8]) {
         output.append(UInt8(ascii: "\""))
+        writeStringContent(text, to: &output)
+        output.append(UInt8(ascii: "\""))
+    }
+
+    /// What goes between a JSON string's quotes: `"`, `\` and the control characters escaped, every other scalar as
+    /// its UTF-8 bytes. Escapes are decided by byte: no byte of a multi-byte scalar is below 0x80, so none is taken
+    /// for a quote, and text escaped in pieces is the whole text escaped.
+    package static func writeStringContent(_ text: String, to output: inout [UInt8]) {
         // Fast path: nothing to escape (the usual case for names, ids and values).
         if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
             output.append(contentsOf: text.utf8)
-            output.append(UInt8(ascii: "\""))
             return
         }
         for byte in text.utf8 {
@@ -63,6 +69,5 @@ extension JSONValue {
             default: output.append(byte)
             }
         }
-        output.append(UInt8(ascii: "\""))
     }
 }

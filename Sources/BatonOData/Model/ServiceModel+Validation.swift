@@ -75,8 +75,7 @@ extension ServiceModel {
                         "Entity set '\(set.name)' binds unknown navigation property '\(path)' of '\(type.name)'.",
                         path)
                 }
-                guard entitySet(named: targetSet) != nil || entitySets.contains(where: { $0.name == targetSet })
-                else {
+                guard entitySet(named: targetSet) != nil else {
                     throw fail(
                         "Entity set '\(set.name)' binds '\(path)' to unknown entity set '\(targetSet)'.", targetSet)
                 }

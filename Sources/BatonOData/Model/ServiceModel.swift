@@ -141,10 +141,11 @@ public struct ServiceModel: Sendable, Hashable {
         return bytes[dot] == UInt8(ascii: ".") && bytes[bytes.index(after: dot)...].elementsEqual(simple.utf8)
     }
 
-    /// The entity set named `name`.
+    /// The entity set named `name`, compared byte for byte as every name of the model is (`==` takes canonically
+    /// equivalent text as equal: a Kelvin sign for a `K`).
     public func entitySet(named name: String) -> EntitySet? {
-        // A model has a handful of sets: comparing them in turn is cheaper than hashing the name (measured on a batch).
-        storage.parts.entitySets.first { $0.name == name }
+        // Compared in turn: for the handful of sets a model has, cheaper than hashing the name (measured on a batch).
+        storage.parts.entitySets.first { $0.name.utf8.elementsEqual(name.utf8) }
     }
 
     /// The entity type of an entity set.

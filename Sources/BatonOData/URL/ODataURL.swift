@@ -123,7 +123,7 @@ public struct ODataURL: Sendable, Hashable {
             }
             if position == 0 {
                 guard let entitySet = model.entitySet(named: name) else {
-                    if keyText != nil, model.entitySet(named: name) == nil {
+                    if keyText != nil {
                         throw ODataError(
                             .notImplemented, "Function and action imports ('\(name)') are not implemented",
                             position: offset, target: name)
@@ -137,7 +137,7 @@ public struct ODataURL: Sendable, Hashable {
                 set = entitySet
                 type = model.entityType(of: entitySet)
                 isCollection = true
-                segments.append(.entitySet(name))
+                segments.append(.entitySet(entitySet.name))
             } else {
                 guard let currentType = type, let currentSet = set else { break }
                 if ["$ref", "$query", "$each", "$filter", "$entity"].contains(name) || name.contains(".")

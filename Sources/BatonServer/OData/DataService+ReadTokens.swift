@@ -172,16 +172,14 @@ extension DataService {
     static func isQueryOption(_ item: Slice<UnsafeBufferPointer<UInt8>>, namedOneOf names: Set<String>) -> Bool {
         let raw = item[..<(item.firstIndex(of: UInt8(ascii: "=")) ?? item.endIndex)]
         // Percent-decoded only when it holds a `%` (Foundation's decoder was a fortieth of a delta page).
-        guard raw.contains(UInt8(ascii: "%")) else {
-            return isOneOf(raw.first == UInt8(ascii: "$") ? raw.dropFirst() : raw, names)
-        }
-        let decoded = ArraySlice((String(decoding: raw, as: UTF8.self).removingPercentEncoding ?? "").utf8)
-        return isOneOf(decoded.first == UInt8(ascii: "$") ? decoded.dropFirst() : decoded, names)
+        guard raw.contains(UInt8(ascii: "%")) else { return isOneOf(raw, names) }
+        return isOneOf(ArraySlice((String(decoding: raw, as: UTF8.self).removingPercentEncoding ?? "").utf8), names)
     }
 
-    /// Whether `name`'s bytes, ASCII letters folded to small ones, are one of `names`.
-    static func isOneOf(_ name: some Collection<UInt8>, _ names: Set<String>) -> Bool {
-        names.contains { wanted in
+    /// Whether `name`'s bytes, without one leading `$` and ASCII letters folded to small ones, are one of `names`.
+    static func isOneOf<Name: Collection<UInt8>>(_ name: Name, _ names: Set<String>) -> Bool {
+        let name = name.first == UInt8(ascii: "$") ? name.dropFirst() : name[...]
+        return names.contains { wanted in
             wanted.utf8.count == name.count
                 && wanted.utf8.elementsEqual(name) { $0 == HeaderScanner.asciiLowercased($1) }
         }

@@ -57,7 +57,7 @@ struct RowJSONWriter: Sendable {
             guard let property = type.property(named: name) else { continue }
             let start = keys.count
             keys.append(UInt8(ascii: ","))
-            Self.string(property.name, to: &keys)
+            JSONValue.writeString(property.name, to: &keys)
             keys.append(UInt8(ascii: ":"))
             columns.append(Column(index: Int32(index), type: property.type, key: start..<keys.count))
             names.append(property.name)
@@ -279,30 +279,11 @@ struct RowJSONWriter: Sendable {
         return rest.dropFirst().allSatisfy(isDigit)
     }
 
-    /// A JSON string, copied as is when nothing needs escaping.
-    static func string(_ text: String, to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
-        stringContent(text, to: &out)
-        out.append(UInt8(ascii: "\""))
-    }
-
-    /// The JSON string of `pieces` joined, without joining them first: escaping goes scalar by scalar, so each piece
+    /// The JSON string of `pieces` joined, without joining them first: escaping goes byte by byte, so each piece
     /// escaped on its own is the same as the whole.
     static func string(joining pieces: String..., to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for piece in pieces { stringContent(piece, to: &out) }
+        for piece in pieces { JSONValue.writeStringContent(piece, to: &out) }
         out.append(UInt8(ascii: "\""))
-    }
-
-    /// What goes between a JSON string's quotes: the text as is when nothing needs escaping, else the serializer's
-    /// escapes (its quotes dropped).
-    static func stringContent(_ text: String, to out: inout [UInt8]) {
-        let plain =
-            text.utf8.withContiguousStorageIfAvailable(allPlainStringBytes) ?? text.utf8.allSatisfy(isPlainStringByte)
-        if plain {
-            out.append(contentsOf: text.utf8)
-        } else {
-            out.append(contentsOf: JSONValue.string(text).serializedBytes.dropFirst().dropLast())
-        }
     }
 }

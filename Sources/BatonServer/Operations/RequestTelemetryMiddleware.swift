@@ -43,9 +43,7 @@ struct RequestTelemetryMiddleware<Context: RequestContext>: RouterMiddleware {
         var context = context
         if !tracesThroughProvider {
             // One write of the handler's metadata, not three: a StreamLogHandler formats all of it at each write.
-            var metadata = context.logger.handler.metadata
-            for (key, value) in requestTrace.metadata { metadata[key] = value }
-            context.logger.handler.metadata = metadata
+            context.logger.handler.metadata.merge(requestTrace.metadata) { _, trace in trace }
         }
         var serviceContext = ServiceContext.current ?? .topLevel
         serviceContext.requestTrace = requestTrace
@@ -129,7 +127,7 @@ final class SpanIDs: Sendable {
         }
     }
 
-    /// A generator that gives one value drawn already.
+    /// A generator that gives one value drawn already: `SpanID.random(using:)` takes its 8 bytes from one `next()`.
     struct Drawn: RandomNumberGenerator {
         let value: UInt64
         func next() -> UInt64 { value }
@@ -162,9 +160,6 @@ extension ServiceContext {
         get { self[RequestTraceKey.self] }
         set { self[RequestTraceKey.self] = newValue }
     }
-
-    /// The W3C trace context of the request being served (its span), when its client sent one.
-    var traceContext: TraceContext? { requestTrace?.span }
 }
 
 extension Logger.MetadataProvider {
