@@ -266,6 +266,64 @@ import Testing
         #expect(try #require(ODataDate(parsing: "12026-01-31")).year == 12_026)
     }
 
+    /// The stored form of a date-time, written into bytes for years 0000–9999, is the interpolated text it was
+    /// before, for every field at its edges and random values, whatever the offset; other years keep the old text.
+    @Test func theSortableUTCTextIsTheFixedWidthForm() throws {
+        func interpolated(_ value: ODataDateTimeOffset) -> String {
+            func two(_ number: Int) -> String { number < 10 ? "0\(number)" : String(number) }
+            let fraction = String(value.time.picoseconds)
+            return "\(value.date)T\(two(value.time.hour)):\(two(value.time.minute)):\(two(value.time.second))."
+                + String(repeating: "0", count: 12 - fraction.count) + fraction + "Z"
+        }
+        var generator = SystemRandomNumberGenerator()
+        var values: [ODataDateTimeOffset] = []
+        for year in [0, 1, 9, 10, 999, 1000, 1970, 2026, 9999] {
+            let date = try #require(ODataDate(year: year, month: 1, day: 1))
+            for (hour, minute, second, picoseconds) in [
+                (0, 0, 0, Int64(0)), (23, 59, 59, 999_999_999_999), (8, 5, 3, 1),
+            ] {
+                let time = try #require(
+                    ODataTimeOfDay(hour: hour, minute: minute, second: second, picoseconds: picoseconds))
+                values.append(try #require(ODataDateTimeOffset(date: date, time: time)))
+            }
+        }
+        for _ in 0..<2_000 {
+            let date = try #require(
+                ODataDate(
+                    year: Int.random(in: 0...9999, using: &generator), month: Int.random(in: 1...12, using: &generator),
+                    day: Int.random(in: 1...28, using: &generator)))
+            let time = try #require(
+                ODataTimeOfDay(
+                    hour: Int.random(in: 0...23, using: &generator), minute: Int.random(in: 0...59, using: &generator),
+                    second: Int.random(in: 0...59, using: &generator),
+                    picoseconds: Int64.random(in: 0..<1_000_000_000_000, using: &generator)))
+            values.append(
+                try #require(
+                    ODataDateTimeOffset(
+                        date: date, time: time, offsetMinutes: Int.random(in: -840...840, using: &generator))))
+        }
+        for value in values {
+            #expect(value.sortableUTCText == interpolated(value.utc), "\(value)")
+            #expect(value.sortableUTCText.utf8.count == 33 || !(0...9999).contains(value.utc.date.year), "\(value)")
+        }
+        let early = try #require(ODataDateTimeOffset(parsing: "0000-01-01T00:30:00+01:00"))
+        #expect(early.sortableUTCText == interpolated(early.utc))
+        #expect(early.sortableUTCText.hasPrefix("-0001-12-31T23:30:00."))
+    }
+
+    /// A GUID's literal is the lower-case hyphenated form Foundation writes.
+    @Test func aGUIDsLiteralIsFoundationsTextLowerCased() {
+        for _ in 0..<1_000 {
+            let id = UUID()
+            #expect(PrimitiveValue.guid(id).urlLiteral == id.uuidString.lowercased())
+        }
+        let edges = [
+            UUID(uuid: (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
+            UUID(uuid: (255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255)),
+        ]
+        for id in edges { #expect(PrimitiveValue.guid(id).urlLiteral == id.uuidString.lowercased()) }
+    }
+
     @Test func combiningMarksAndMalformedFormsAreRefused() {
         for text in [
             "2026-11-21T08:30:00Z\u{301}", "2026-11-21T08:30:00\u{301}Z", "2026-11-2\u{301}1T08:30:00Z",

@@ -35,6 +35,35 @@ import Testing
         }
     }
 
+    /// A `$batch` writes its client's address out once for all its changes: each change's audit entry carries the
+    /// address a change sent alone carries.
+    @Test(arguments: StorageBackend.allCases) func aBatchsChangesAreAuditedWithTheClientsAddress(
+        backend: StorageBackend
+    ) async throws {
+        try await Fixtures.world(backend: backend) { server, client, alice, _ in
+            let alone = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1)))
+            #expect(alone.status == .created)
+            let responses = try await Self.jsonBatch(
+                client, token: alice,
+                #"""
+                {"id":"1","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(2)))},
+                {"id":"2","method":"PATCH","url":"PreflightChecks(\#(Fixtures.id(1)))","headers":{"If-Match":"*"},"body":{"Remarks":"r"}},
+                {"id":"3","method":"DELETE","url":"PreflightChecks(\#(Fixtures.id(2)))","headers":{"If-Match":"*"},"dependsOn":["1"]}
+                """#)
+            #expect(responses.map { $0["status"] as? Int } == [201, 204, 204])
+            // The world's aircraft, the check sent alone, and the batch's three changes.
+            let entries = try await server.server.audit.entries(limit: 100).filter { $0.action.hasPrefix("entity-") }
+            #expect(
+                entries.map(\.action).sorted() == [
+                    "entity-created", "entity-created", "entity-created", "entity-deleted", "entity-updated",
+                ])
+            let addresses = Set(entries.map(\.address))
+            #expect(addresses.count == 1)
+            #expect(addresses.first??.isEmpty == false)
+        }
+    }
+
     /// Changes outside atomicity groups each apply or fail alone, in one transaction: first run without
     /// savepoints (each a round trip on PostgreSQL), then, once one fails, all again with a savepoint each. A
     /// failed statement (a key taken: on PostgreSQL it ends the transaction) and a refused body leave the other

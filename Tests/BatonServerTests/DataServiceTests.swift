@@ -95,6 +95,54 @@ extension TestClientProtocol {
         }
     }
 
+    /// An update or a delete reads of the entity only what decides it (its key, ETag, author and status): who may
+    /// change a final check is still decided on what is stored, and the minimal answer carries the new ETag.
+    @Test(arguments: StorageBackend.allCases) func whoMayChangeAFinalCheckIsDecidedOnWhatIsStored(
+        backend: StorageBackend
+    ) async throws {
+        try await Fixtures.world(backend: backend) { _, client, alice, sam in
+            let samsID = Fixtures.id(5)
+            let alicesID = Fixtures.id(6)
+            #expect(
+                try await client.odata(.post, "PreflightChecks", token: sam, body: Fixtures.check(samsID)).status
+                    == .created)
+            #expect(
+                try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(alicesID)).status
+                    == .created)
+            // sam's final check: alice (ground staff) may neither change nor remove it.
+            let patch = try await client.odata(
+                .patch, "PreflightChecks(\(samsID))", token: alice, headers: [("If-Match", "*")],
+                body: #"{"Remarks":"not mine"}"#)
+            #expect(patch.status == .forbidden)
+            #expect((patch.json["error"] as? [String: Any])?["code"] as? String == "NotTheAuthor")
+            let delete = try await client.odata(
+                .delete, "PreflightChecks(\(samsID))", token: alice, headers: [("If-Match", "*")])
+            #expect(delete.status == .forbidden)
+            let kept = try await client.odata(.get, "PreflightChecks(\(samsID))", token: sam)
+            #expect(kept.json["Remarks"] is NSNull && kept.json["CheckedBy"] as? String == "sam")
+            // Her own: changed, with the new ETag in the minimal answer; a stale ETag is refused.
+            let before = try await client.odata(.get, "PreflightChecks(\(alicesID))", token: alice)
+            let own = try await client.odata(
+                .patch, "PreflightChecks(\(alicesID))", token: alice, headers: [("If-Match", before.etag ?? "")],
+                body: #"{"Remarks":"mine"}"#)
+            #expect(own.status == .noContent)
+            let after = try await client.odata(.get, "PreflightChecks(\(alicesID))", token: alice)
+            #expect(own.etag != nil && own.etag == after.etag && own.etag != before.etag)
+            #expect(
+                after.json["Remarks"] as? String == "mine" && (after.json["FuelKg"] as? NSNumber)?.doubleValue == 5200.5
+            )
+            let stale = try await client.odata(
+                .patch, "PreflightChecks(\(alicesID))", token: alice, headers: [("If-Match", before.etag ?? "")],
+                body: #"{"Remarks":"again"}"#)
+            #expect(stale.status == .preconditionFailed)
+            // A supervisor may change anyone's.
+            let bySam = try await client.odata(
+                .patch, "PreflightChecks(\(samsID))", token: sam, headers: [("If-Match", "*")],
+                body: #"{"Remarks":"checked"}"#)
+            #expect(bySam.status == .noContent)
+        }
+    }
+
     @Test(arguments: StorageBackend.allCases) func groundStaffCannotChangeAircraftButSupervisorsCan(
         backend: StorageBackend
     ) async throws {

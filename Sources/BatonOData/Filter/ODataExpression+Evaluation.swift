@@ -123,7 +123,7 @@ extension ODataExpression {
             let y = b.unicodeScalars.map { $0.value }
             return x == y ? 0 : (x.lexicographicallyPrecedes(y) ? -1 : 1)
         case (.boolean(let a), .boolean(let b)): return sign(a ? 1 : 0, b ? 1 : 0)
-        case (.guid(let a), .guid(let b)): return sign(a.uuidString.lowercased(), b.uuidString.lowercased())
+        case (.guid(let a), .guid(let b)): return sign(a.lowercasedString, b.lowercasedString)
         case (.date(let a), .date(let b)): return sign(a, b)
         case (.dateTimeOffset(let a), .dateTimeOffset(let b)): return sign(a, b)
         case (.timeOfDay(let a), .timeOfDay(let b)): return sign(a, b)

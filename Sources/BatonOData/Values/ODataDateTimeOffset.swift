@@ -118,8 +118,29 @@ public struct ODataDateTimeOffset: Sendable, Hashable, Comparable, CustomStringC
     /// for years 0000–9999. This is how SQL storage keeps the value.
     public var sortableUTCText: String {
         let value = utc
-        return "\(value.date)T\(twoDigits(value.time.hour)):\(twoDigits(value.time.minute)):"
-            + "\(twoDigits(value.time.second)).\(value.time.fixedFractionText)Z"
+        guard (0...9999).contains(value.date.year) else {
+            return "\(value.date)T\(twoDigits(value.time.hour)):\(twoDigits(value.time.minute)):"
+                + "\(twoDigits(value.time.second)).\(value.time.fixedFractionText)Z"
+        }
+        // Formatted into bytes directly: the interpolation made a string for every piece, and every change a server
+        // stores writes one (its ChangedAt).
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(33)
+        appendDigits(value.date.year, width: 4, to: &bytes)
+        bytes.append(UInt8(ascii: "-"))
+        appendDigits(value.date.month, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: "-"))
+        appendDigits(value.date.day, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: "T"))
+        appendDigits(value.time.hour, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        appendDigits(value.time.minute, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        appendDigits(value.time.second, width: 2, to: &bytes)
+        bytes.append(UInt8(ascii: "."))
+        appendDigits(Int(value.time.picoseconds), width: 12, to: &bytes)
+        bytes.append(UInt8(ascii: "Z"))
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     public static func == (lhs: ODataDateTimeOffset, rhs: ODataDateTimeOffset) -> Bool {

@@ -11,7 +11,7 @@ extension PrimitiveValue {
         case .decimal(let value): Self.decimalText(value)
         case .double(let value): Self.doubleText(value)
         case .string(let value): Self.quoted(value)
-        case .guid(let value): value.uuidString.lowercased()
+        case .guid(let value): value.lowercasedString
         case .date(let value): value.description
         case .dateTimeOffset(let value): value.description
         case .timeOfDay(let value): value.description

@@ -15,6 +15,9 @@ extension DataService {
     /// request whose dependency failed is not run and answers 424; `$n` in a URL stands for the entity that
     /// request `n` created.
     func batch(_ requests: [BatchRequest], context: Context) async -> ([BatchResponse], [AuditEntry]) {
+        var written = context
+        written.writtenAddress = context.address
+        let context = written
         var responses: [BatchResponse] = []
         var audit: [AuditEntry] = []
         var failed: Set<String> = []

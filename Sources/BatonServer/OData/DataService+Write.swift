@@ -224,10 +224,11 @@ extension DataService {
     }
 
     /// Checks `If-Match` against the stored entity: 428 without it, 412 when it does not match, 404 when the
-    /// entity does not exist.
-    func checkPrecondition(_ target: Target, request: DataRequest, in db: any SQLConnection) async throws
-        -> StoredEntity
-    {
+    /// entity does not exist. `columns` are the properties of the entity to read (``changeColumns(_:)``); all of
+    /// them when `nil`. Returns the entity as stored, with those properties.
+    func checkPrecondition(
+        _ target: Target, request: DataRequest, columns: [String]? = nil, in db: any SQLConnection
+    ) async throws -> StoredEntity {
         guard let header = request.header("If-Match") else {
             throw ServerError(
                 .preconditionRequired, "PreconditionRequired",
@@ -235,7 +236,9 @@ extension DataService {
         }
         let condition: ETagCondition
         do { condition = try ETagCondition(parsing: header) } catch { throw ServerError(error) }
-        guard let current = try await fetch(target, options: QueryOptions(), in: db).first else {
+        var options = QueryOptions()
+        options.select = columns
+        guard let current = try await fetch(target, options: options, in: db).first else {
             throw ServerError.notFound("No entity at \(target.canonical ?? target.set.name).")
         }
         guard condition.matches(current.etag) else {
@@ -247,13 +250,28 @@ extension DataService {
         return current
     }
 
+    /// The properties an update or a delete reads of the entity it changes, besides its ETag: its key, and what
+    /// decides who may change it (``checkOwnership(_:current:attribution:)``). `nil` — all of them — for a media
+    /// entity or one with stream properties, whose checks read more. Reading and decoding every property of the
+    /// entity was a tenth of a change in a `$batch`.
+    func changeColumns(_ target: Target) -> [String]? {
+        guard !target.type.hasStream, target.type.streamProperties.isEmpty else { return nil }
+        var names = target.type.key
+        if let author = configuration.authoredEntities[target.set.name] { names.append(author) }
+        if let rule = configuration.finalEntities[target.set.name] {
+            names += [rule.statusProperty, rule.authorProperty]
+        }
+        // A configured name the type does not have reads as null, as it did when every property was read.
+        return names.filter { target.type.property(named: $0) != nil }
+    }
+
     func update(
         _ target: Target, request: DataRequest, replace: Bool, attribution: Attribution, preferences: Preferences,
         in db: any SQLConnection,
         context: Context, audit: inout [AuditEntry]
     ) async throws -> DataResponse {
         try await checkSignedPrecondition(request, attribution: attribution, in: db)
-        let current = try await checkPrecondition(target, request: request, in: db)
+        let current = try await checkPrecondition(target, request: request, columns: changeColumns(target), in: db)
         try checkOwnership(target, current: current, attribution: attribution)
         // A media entity's new bytes (`PUT …/$value`) change only what the server keeps about them.
         let payload =
@@ -300,7 +318,8 @@ extension DataService {
             }
             entity = stored
         } else {
-            entity = StoredEntity(values: current.values.merging(values) { $1 }, sequence: sequence)
+            // Any other answer to an update is minimal (204 and the new ETag): no values are written out.
+            entity = StoredEntity(values: [:], sequence: sequence)
         }
         let canonical = target.canonical ?? ResourcePath.canonicalURL(entitySet: target.set.name, key: key)
         audit.append(auditEntry("entity-updated", canonical, attribution: attribution, context: context))
@@ -314,7 +333,7 @@ extension DataService {
         audit: inout [AuditEntry]
     ) async throws -> DataResponse {
         try await checkSignedPrecondition(request, attribution: attribution, in: db)
-        let current = try await checkPrecondition(target, request: request, in: db)
+        let current = try await checkPrecondition(target, request: request, columns: changeColumns(target), in: db)
         try checkOwnership(target, current: current, attribution: attribution)
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
         let delete = try translator.delete(from: target.set.name, key: key)

@@ -70,10 +70,14 @@ final class DataService: Sendable {
         /// The address a trusted load balancer reported (``ForwardedAddressMiddleware``), and the socket's peer.
         var forwardedAddress: String?
         var remoteAddress: SocketAddress?
-        /// Their address, for the audit log: written out when asked for (a read never asks).
+        /// Their address, for the audit log: written out when asked for (a read never asks), once for all of a
+        /// `$batch`'s changes (``writtenAddress``).
         var address: String {
-            BatonRequestContext.clientAddress(forwarded: forwardedAddress, remote: remoteAddress)
+            writtenAddress ?? BatonRequestContext.clientAddress(forwarded: forwardedAddress, remote: remoteAddress)
         }
+        /// ``address``, written out by a `$batch` before its requests run: each change's audit entry asked for it
+        /// again (the socket's address as text, a microsecond a change).
+        var writtenAddress: String?
         /// The absolute service root URL, ending in `/`.
         var serviceRoot: String
         /// The negotiated OData version.
