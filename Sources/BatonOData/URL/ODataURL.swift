@@ -140,7 +140,8 @@ public struct ODataURL: Sendable, Hashable {
                 segments.append(.entitySet(entitySet.name))
             } else {
                 guard let currentType = type, let currentSet = set else { break }
-                if ["$ref", "$query", "$each", "$filter", "$entity"].contains(name) || name.contains(".")
+                if ["$ref", "$query", "$each", "$filter", "$entity"].contains(name)
+                    || name.utf8.contains(UInt8(ascii: "."))
                     || (isCollection && keyText != nil && !name.isEmpty)
                 {
                     throw ODataError(

@@ -179,7 +179,7 @@ struct QueryOptionsParser {
                     throw parser.error(.syntax, "Expected a property name in $select \(parser.foundDescription)")
                 }
                 parser.index = parser.wordEnd(from: parser.index)
-                if name.hasSuffix(".*") || name.contains(".") {
+                if name.utf8.contains(UInt8(ascii: ".")) {
                     throw parser.error(
                         .notImplemented, "Qualified names in $select ('\(name)') are not implemented", at: start,
                         target: name)
@@ -262,7 +262,7 @@ struct QueryOptionsParser {
             }
             parser.index = parser.wordEnd(from: parser.index)
             guard let navigation = entityType.navigationProperty(named: name) else {
-                if name.contains(".") {
+                if name.utf8.contains(UInt8(ascii: ".")) {
                     throw parser.error(
                         .notImplemented, "Type casts in $expand ('\(name)') are not implemented", at: start,
                         target: name)
