@@ -32,6 +32,37 @@ import Testing
     /// The eight-at-a-time check of string bytes agrees with the byte-by-byte one: every byte value at every place
     /// of buffers of 0 to 20 bytes (so in a word and in the tail), and random buffers of plain bytes with one
     /// other byte dropped in.
+    /// The byte classes a column's text is judged by, for every byte value, and the plain-number check against the
+    /// grammar it names, `-?(0|[1-9][0-9]*)(\.[0-9]+)?`, on edge texts and 20,000 random ones.
+    @Test func columnTextIsJudgedByTheClassesItsTypeAllows() throws {
+        for value in 0...255 {
+            let byte = UInt8(value)
+            let digit = (48...57).contains(byte)
+            #expect(RowJSONWriter.isDigit(byte) == digit, "\(value)")
+            #expect(
+                RowJSONWriter.isLowerHexOrDash(byte) == (digit || (97...102).contains(byte) || byte == 45), "\(value)")
+            #expect(RowJSONWriter.isDateTimeByte(byte) == (digit || [45, 58, 84].contains(byte)), "\(value)")
+        }
+        let number = try Regex(#"^-?(0|[1-9][0-9]*)(\.[0-9]+)?$"#)
+        func judged(_ text: String) -> Bool {
+            Array(text.utf8).withUnsafeBufferPointer { RowJSONWriter.isPlainJSONNumber($0) }
+        }
+        var texts = [
+            "", "-", "0", "-0", "00", "01", "-01", "1.", ".5", "1.5", "-1.50", "1..5", "1.5.", "1e5", "+1", "10", "0.0",
+            "12345678901234567890.000001", "٣", "1 ", " 1", "-.5", "0x1",
+        ]
+        var generator = SystemRandomNumberGenerator()
+        let pieces = ["0", "1", "9", "-", ".", "e", "+", " ", "a", "٣"]
+        for _ in 0..<20_000 {
+            texts.append(
+                (0..<Int.random(in: 1...6, using: &generator)).map { _ in pieces.randomElement(using: &generator)! }
+                    .joined())
+        }
+        for text in texts {
+            #expect(judged(text) == (text.wholeMatch(of: number) != nil), "\(text)")
+        }
+    }
+
     @Test func stringBytesReadEightAtATimeAreJudgedAsOneByOne() {
         for count in 0...20 {
             for place in 0..<max(count, 1) {

@@ -181,7 +181,8 @@ struct RowJSONWriter: Sendable {
             guard isPlainJSONNumber(bytes) else { return false }
             out.append(contentsOf: bytes)
         case .guid:
-            guard bytes.count == 36, bytes.allSatisfy(isLowerHexOrDash) else { return false }
+            guard bytes.count == 36 else { return false }
+            for byte in bytes where !isLowerHexOrDash(byte) { return false }
             quoted(bytes, to: &out)
         case .dateTimeOffset:
             // SQLite's text has 12 fractional digits, PostgreSQL's (microseconds) 6.
@@ -257,26 +258,36 @@ struct RowJSONWriter: Sendable {
         return control | delete | quoteZero | backslashZero == 0
     }
 
-    static func isDigit(_ byte: UInt8) -> Bool { (48...57).contains(byte) }
+    // The byte classes are compared with wrapping subtraction and inlined: as `ClosedRange.contains` calls through
+    // `allSatisfy`, the checks were a call per byte, a twentieth of a delta page's CPU.
 
-    static func isLowerHexOrDash(_ byte: UInt8) -> Bool {
-        isDigit(byte) || (97...102).contains(byte) || byte == UInt8(ascii: "-")
+    @inline(__always) static func isDigit(_ byte: UInt8) -> Bool { byte &- UInt8(ascii: "0") < 10 }
+
+    @inline(__always) static func isLowerHexOrDash(_ byte: UInt8) -> Bool {
+        isDigit(byte) || byte &- UInt8(ascii: "a") < 6 || byte == UInt8(ascii: "-")
     }
 
-    static func isDateTimeByte(_ byte: UInt8) -> Bool {
+    @inline(__always) static func isDateTimeByte(_ byte: UInt8) -> Bool {
         isDigit(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ":") || byte == UInt8(ascii: "T")
     }
 
     /// Whether `bytes` are a JSON number without exponent: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`.
     static func isPlainJSONNumber(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
-        var rest = bytes[...]
-        if rest.first == UInt8(ascii: "-") { rest = rest.dropFirst() }
-        let integer = rest.prefix(while: isDigit)
-        guard !integer.isEmpty, integer.count == 1 || integer.first != UInt8(ascii: "0") else { return false }
-        rest = rest.dropFirst(integer.count)
-        guard let point = rest.first else { return true }
-        guard point == UInt8(ascii: "."), rest.count > 1 else { return false }
-        return rest.dropFirst().allSatisfy(isDigit)
+        let count = bytes.count
+        var index = 0
+        if index < count, bytes[index] == UInt8(ascii: "-") { index += 1 }
+        let integerStart = index
+        while index < count, isDigit(bytes[index]) { index += 1 }
+        let integerCount = index - integerStart
+        guard integerCount > 0, integerCount == 1 || bytes[integerStart] != UInt8(ascii: "0") else { return false }
+        guard index < count else { return true }
+        guard bytes[index] == UInt8(ascii: "."), index + 1 < count else { return false }
+        index += 1
+        while index < count {
+            guard isDigit(bytes[index]) else { return false }
+            index += 1
+        }
+        return true
     }
 
     /// The JSON string of `pieces` joined, without joining them first: escaping goes byte by byte, so each piece
