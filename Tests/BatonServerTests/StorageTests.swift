@@ -43,6 +43,24 @@ import Testing
     /// SQLite's statements are bound straight through its C interface: an empty text or blob is not NULL, a NUL
     /// inside text is kept, a wrong count of arguments is an error (not a crash), and a read statement whose step
     /// failed (reused from the statement cache) and a write that broke a constraint both run again afterwards.
+    /// A row's column is found by name with ASCII letters' case ignored, byte for byte: no Unicode folding (a Kelvin
+    /// sign is not a K, `ß` is not `SS`), every pair of ASCII bytes as ASCII folds them, and on rows of both engines.
+    @Test func aColumnIsFoundByNameWithASCIICaseIgnoredOnly() throws {
+        for a in 0..<128 {
+            for b in 0..<128 {
+                let x = String(UnicodeScalar(UInt8(a)))
+                let y = String(UnicodeScalar(UInt8(b)))
+                #expect(SQLRow.sameIgnoringASCIICase(x, y) == (x.lowercased() == y.lowercased()), "\(a) \(b)")
+            }
+        }
+        let row = SQLRow(
+            columns: ["value", "Horizon", "\u{212A}ey", "straße"],
+            values: [.integer(1), .integer(2), .integer(3), .integer(4)])
+        #expect(row["VALUE"].integer == 1 && row["value"].integer == 1 && row["horizon"].integer == 2)
+        #expect(row["Key"] == .null && row["\u{212A}ey"].integer == 3)
+        #expect(row["STRASSE"] == .null && row["STRAßE"].integer == 4 && row["values"] == .null && row["valu"] == .null)
+    }
+
     @Test func sqliteBindsEveryValueAsGivenAndReusesAStatementThatFailed() async throws {
         let server = try await TestServer(backend: .sqlite)
         defer { server.remove() }

@@ -331,22 +331,22 @@ final class DataService: Sendable {
         var more = false
         var sequence: Int64?
         var lastKey: [PrimitiveValue]?
+        // Asked once, not once a row.
+        let dialect = db.dialect
+        let annotatesMedia = target.type.hasStream || !target.type.streamProperties.isEmpty
         try await db.forEachRow(query.sql, query.arguments) { row in
             guard count < limit else {
                 more = true
                 return false
             }
             if count > 0 { out.append(UInt8(ascii: ",")) }
-            let rowWriter =
-                writer
-                ?? writers.writer(for: query.sql) { RowJSONWriter(names: row.columnNames, type: target.type) }
-            writer = rowWriter
-            sequence = try rowWriter.write(row, dialect: db.dialect, to: &out)
-            if target.type.hasStream || !target.type.streamProperties.isEmpty {
-                try Self.appendMediaAnnotations(row, target: target, dialect: db.dialect, to: &out)
+            if writer == nil {
+                writer = writers.writer(for: query.sql) { RowJSONWriter(names: row.columnNames, type: target.type) }
             }
+            sequence = try writer?.write(row, dialect: dialect, to: &out)
+            if annotatesMedia { try Self.appendMediaAnnotations(row, target: target, dialect: dialect, to: &out) }
             count += 1
-            if positioned, count == limit { lastKey = try Self.key(of: row, type: target.type, dialect: db.dialect) }
+            if positioned, count == limit { lastKey = try Self.key(of: row, type: target.type, dialect: dialect) }
             return true
         }
         return (count, more, sequence, lastKey)
