@@ -71,10 +71,8 @@ public struct ODataDateTimeOffset: Sendable, Hashable, Comparable, CustomStringC
         return ODataDateTimeOffset(date: date, time: time, offsetMinutes: 0)
     }
 
-    /// ``description`` formatted into bytes directly (years 0000–9999).
-    var fastDescription: String {
-        var bytes = [UInt8]()
-        bytes.reserveCapacity(33)
+    /// `2026-11-21T08:00:00`, this value's own date and time of day (years 0000–9999), appended to `bytes`.
+    func appendDateAndTime(to bytes: inout [UInt8]) {
         appendDigits(date.year, width: 4, to: &bytes)
         bytes.append(UInt8(ascii: "-"))
         appendDigits(date.month, width: 2, to: &bytes)
@@ -86,6 +84,13 @@ public struct ODataDateTimeOffset: Sendable, Hashable, Comparable, CustomStringC
         appendDigits(time.minute, width: 2, to: &bytes)
         bytes.append(UInt8(ascii: ":"))
         appendDigits(time.second, width: 2, to: &bytes)
+    }
+
+    /// ``description`` formatted into bytes directly (years 0000–9999).
+    var fastDescription: String {
+        var bytes = [UInt8]()
+        bytes.reserveCapacity(33)
+        appendDateAndTime(to: &bytes)
         if time.picoseconds > 0 {
             bytes.append(UInt8(ascii: "."))
             var fraction: [UInt8] = []
@@ -126,17 +131,7 @@ public struct ODataDateTimeOffset: Sendable, Hashable, Comparable, CustomStringC
         // stores writes one (its ChangedAt).
         var bytes = [UInt8]()
         bytes.reserveCapacity(33)
-        appendDigits(value.date.year, width: 4, to: &bytes)
-        bytes.append(UInt8(ascii: "-"))
-        appendDigits(value.date.month, width: 2, to: &bytes)
-        bytes.append(UInt8(ascii: "-"))
-        appendDigits(value.date.day, width: 2, to: &bytes)
-        bytes.append(UInt8(ascii: "T"))
-        appendDigits(value.time.hour, width: 2, to: &bytes)
-        bytes.append(UInt8(ascii: ":"))
-        appendDigits(value.time.minute, width: 2, to: &bytes)
-        bytes.append(UInt8(ascii: ":"))
-        appendDigits(value.time.second, width: 2, to: &bytes)
+        value.appendDateAndTime(to: &bytes)
         bytes.append(UInt8(ascii: "."))
         appendDigits(Int(value.time.picoseconds), width: 12, to: &bytes)
         bytes.append(UInt8(ascii: "Z"))
