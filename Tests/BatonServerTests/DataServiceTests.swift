@@ -1,4 +1,5 @@
 import BatonOData
+import BatonSQL
 import BatonTestSupport
 import BatonTesting
 import Foundation
@@ -140,6 +141,37 @@ extension TestClientProtocol {
                 .patch, "PreflightChecks(\(samsID))", token: sam, headers: [("If-Match", "*")],
                 body: #"{"Remarks":"checked"}"#)
             #expect(bySam.status == .noContent)
+        }
+    }
+
+    /// An update's read of what decides who may change the entity is the server's own `$select`: an account that
+    /// fills the key reads' cache with `$select` lists of its own does not take its place (the review's finding: it
+    /// counted as a client's, and every change was translated again once the cache was full).
+    @Test func aChangesOwnReadKeepsItsTextWhenClientsFilledTheCache() async throws {
+        try await Fixtures.world { server, client, alice, _ in
+            let id = Fixtures.id(9)
+            #expect(
+                try await client.odata(.post, "PreflightChecks", token: alice, body: Fixtures.check(id)).status
+                    == .created)
+            let names = [
+                "TailNumber", "FlightNumber", "FuelKg", "TyrePressureMainPsi", "TyrePressureNosePsi", "OilQuarts",
+                "Remarks", "Status", "CheckedBy", "UploadedBy",
+            ]
+            // More distinct `$select` lists (subsets of these names) than the cache keeps for clients.
+            for subset in 1...(SQLTextCache.capacity + 8) {
+                let select = names.indices.filter { subset & (1 << $0) != 0 }.map { names[$0] }
+                let read = try await client.odata(
+                    .get, "PreflightChecks(\(id))?$select=\(select.joined(separator: ","))", token: alice)
+                #expect(read.status == .ok)
+            }
+            let full = server.server.data.keyReads.count
+            let again = try await client.odata(.get, "PreflightChecks(\(id))?$select=ID,FuelKg", token: alice)
+            #expect(again.status == .ok && server.server.data.keyReads.count == full)
+            let patch = try await client.odata(
+                .patch, "PreflightChecks(\(id))", token: alice, headers: [("If-Match", "*")],
+                body: #"{"Remarks":"ok"}"#)
+            #expect(patch.status == .noContent)
+            #expect(server.server.data.keyReads.count == full + 1)
         }
     }
 

@@ -10,7 +10,7 @@ import Testing
 /// A delta page's `select` is read in the order of the entity set's changes index, as SQLite plans it on the
 /// server's own schema: ordered by the sequence alone (unique: every write takes the next value), so no page is
 /// sorted again after it is read, and with every change of the range once.
-@Suite(.serverSlot, .timeLimit(.minutes(5))) struct DeltaPlanTests {
+@Suite(.serverSlot, .timeLimit(.minutes(10))) struct DeltaPlanTests {
     @Test func aDeltaPageIsReadInTheChangesIndexsOrderWithoutASort() async throws {
         let server = try await TestServer(backend: .sqlite)
         defer { server.remove() }

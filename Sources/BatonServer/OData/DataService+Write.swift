@@ -238,7 +238,8 @@ extension DataService {
         do { condition = try ETagCondition(parsing: header) } catch { throw ServerError(error) }
         var options = QueryOptions()
         options.select = columns
-        guard let current = try await fetch(target, options: options, in: db).first else {
+        // The server's own `$select`: it does not count against the places clients' `$select` shapes take.
+        guard let current = try await fetch(target, options: options, serversOwn: columns != nil, in: db).first else {
             throw ServerError.notFound("No entity at \(target.canonical ?? target.set.name).")
         }
         guard condition.matches(current.etag) else {

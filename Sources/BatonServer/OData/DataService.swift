@@ -283,31 +283,37 @@ final class DataService: Sendable {
         var etag: ETag { ETag(String(sequence)) }
     }
 
-    func fetch(_ target: Target, options: QueryOptions, in db: any SQLConnection) async throws -> [StoredEntity] {
+    /// The stored entities `target` addresses. `serversOwn` says whether `options`' `$select` is the server's own
+    /// choice, not a client's (``SQLTranslator/select(from:key:select:extraColumns:cache:chosen:)``).
+    func fetch(_ target: Target, options: QueryOptions, serversOwn: Bool = false, in db: any SQLConnection)
+        async throws -> [StoredEntity]
+    {
         try await Self.entities(
-            from: fetchRows(target, options: options, in: db), type: target.type, dialect: db.dialect)
+            from: fetchRows(target, options: options, serversOwn: serversOwn, in: db), type: target.type,
+            dialect: db.dialect)
     }
 
     /// The rows a read selects (model properties, then `$seq`), with the target's conditions applied.
-    func fetchRows(_ target: Target, options: QueryOptions, after: [PrimitiveValue]? = nil, in db: any SQLConnection)
-        async
-        throws -> [SQLRow]
-    {
-        let query = try selection(target, options: options, after: after)
+    func fetchRows(
+        _ target: Target, options: QueryOptions, after: [PrimitiveValue]? = nil, serversOwn: Bool = false,
+        in db: any SQLConnection
+    ) async throws -> [SQLRow] {
+        let query = try selection(target, options: options, after: after, serversOwn: serversOwn)
         return try await db.fetchAll(query.sql, query.arguments)
     }
 
     /// The `select` of a read of `target` (model properties, then `$seq`): for an entity by key with no filter or
     /// paging, its text once per shape (``SQLTextCache``); otherwise translated in full with the target's conditions.
     func selection(
-        _ target: Target, options: QueryOptions, range: ColumnRange? = nil, after: [PrimitiveValue]? = nil
+        _ target: Target, options: QueryOptions, range: ColumnRange? = nil, after: [PrimitiveValue]? = nil,
+        serversOwn: Bool = false
     ) throws -> SQLQuery {
         if let key = target.key, range == nil, after == nil, options.filter == nil, options.search == nil,
             options.orderBy.isEmpty, options.top == nil, options.skip == nil
         {
             return try translator.select(
                 from: target.set.name, key: key, select: options.select, extraColumns: [DataStore.sequenceColumn],
-                cache: keyReads)
+                cache: keyReads, chosen: serversOwn ? false : nil)
         }
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
