@@ -34,8 +34,8 @@ import Testing
         }
         #expect(
             plan.contains {
-                $0.contains("USING INDEX \"PreflightChecks$changes\"")
-                    || $0.contains("USING INDEX PreflightChecks$changes")
+                // SQLite quotes the index's name or not, by version.
+                $0.contains("USING INDEX") && $0.contains("PreflightChecks$changes")
             }, "\(plan)")
         #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "\(plan)")
         // A page without a range: read in key order.

@@ -1,3 +1,4 @@
+import BatonOData
 import BatonSQL
 import Foundation
 
@@ -149,18 +150,13 @@ public struct SQLRow: Sendable {
     /// The value at a column position.
     public subscript(_ index: Int) -> SQLValue { values[index] }
 
-    /// The value of the named column, its name compared byte for byte with ASCII letters' case ignored (PostgreSQL
-    /// folds an unquoted name to lower case; SQLite keeps it as written); `.null` when there is no such column.
-    /// Foundation's `caseInsensitiveCompare` went through `NSString` and folded by Unicode's rules besides.
+    /// The value of the named column, its name compared as header names are (`HeaderScanner.sameName`:
+    /// byte for byte, ASCII letters' case ignored; PostgreSQL folds an unquoted name to lower case, SQLite keeps it as
+    /// written); `.null` when there is no such column. Foundation's `caseInsensitiveCompare` went through `NSString`
+    /// and folded by Unicode's rules besides.
     public subscript(_ name: String) -> SQLValue {
-        guard let index = columns.firstIndex(where: { Self.sameIgnoringASCIICase($0, name) }) else { return .null }
+        guard let index = columns.firstIndex(where: { HeaderScanner.sameName($0, name) }) else { return .null }
         return values[index]
-    }
-
-    static func sameIgnoringASCIICase(_ a: String, _ b: String) -> Bool {
-        a.utf8.elementsEqual(b.utf8) { x, y in
-            x == y || (x | 0x20 == y | 0x20 && (x | 0x20) &- UInt8(ascii: "a") < 26)
-        }
     }
 }
 
