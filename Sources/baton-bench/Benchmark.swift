@@ -158,7 +158,8 @@ struct Benchmark: AsyncParsableCommand {
             floorSource = .sqlite(
                 try SQLiteReaders(path: directory.appendingPathComponent("data.sqlite").path, count: 8))
         }
-        FloorRoutes(source: floorSource).add(to: bareRouter)
+        let floorAnswers = FloorAnswers()
+        FloorRoutes(source: floorSource, answers: floorAnswers).add(to: bareRouter)
         let bare = Application(
             router: bareRouter, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
             onServerRunning: { ports.continuation.yield($0.localAddress?.port ?? 0) }, logger: logger)
@@ -176,7 +177,7 @@ struct Benchmark: AsyncParsableCommand {
             let barePort = serverPort == found[0] ? found[1] : found[0]
             let baseline = try await measure(
                 server: "http://127.0.0.1:\(serverPort)", bare: "http://127.0.0.1:\(barePort)", directory: directory,
-                metrics: server.metrics)
+                metrics: server.metrics, floorAnswers: floorAnswers)
             if let location, only.map({ "key read".contains($0) }) ?? true {
                 try await StatementCost(location: location).run()
             }
@@ -196,14 +197,22 @@ struct Benchmark: AsyncParsableCommand {
 
     /// Runs the measurements and returns the bare route's rate.
     @discardableResult
-    func measure(server: String, bare: String, directory: URL, metrics: ServerMetrics) async throws -> Double {
+    func measure(
+        server: String, bare: String, directory: URL, metrics: ServerMetrics, floorAnswers: FloorAnswers
+    ) async throws -> Double {
         let auth = try await signIn(server)
-        func get(_ path: String, prefer: String? = nil) async throws -> [String: Any] {
-            var request = URLRequest(url: try url(server + "/odata/" + path))
+        func answer(_ address: String, prefer: String? = nil) async throws -> Data {
+            var request = URLRequest(url: try url(address))
             request.setValue(auth, forHTTPHeaderField: "Authorization")
             if let prefer { request.setValue(prefer, forHTTPHeaderField: "Prefer") }
-            return
-                (try JSONSerialization.jsonObject(with: try await URLSession.shared.data(for: request).0)
+            let (data, response) = try await URLSession.shared.data(for: request)
+            guard (response as? HTTPURLResponse)?.statusCode == 200 else {
+                throw ValidationError("GET \(address) did not answer 200.")
+            }
+            return data
+        }
+        func get(_ path: String, prefer: String? = nil) async throws -> [String: Any] {
+            (try JSONSerialization.jsonObject(with: try await answer(server + "/odata/" + path, prefer: prefer))
                 as? [String: Any]) ?? [:]
         }
         let sample = (try await get("PreflightChecks?$top=100&$select=ID")["value"] as? [[String: Any]] ?? [])
@@ -232,6 +241,11 @@ struct Benchmark: AsyncParsableCommand {
         _ = try await URLSession.shared.data(for: first)
 
         let filtered = "PreflightChecks?$filter=FuelKg%20gt%2050000%20and%20Status%20eq%20'final'&$top=50"
+        // Each floor sends the bytes the data service answers to its request.
+        floorAnswers.set(.key, try await answer(server + "/odata/PreflightChecks(\(key))"))
+        floorAnswers.set(.page, try await answer(server + "/odata/" + filtered))
+        floorAnswers.set(.delta, try await answer(deltaLink))
+        let sizes = floorAnswers.sizes
         // A client's trace context, as devices send it: the server reads it and logs its id.
         let traced = #"wrk.headers["traceparent"] = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"; "#
         // The last field: whether metrics and trace context are on (off for one run, to measure their cost).
@@ -327,7 +341,8 @@ struct Benchmark: AsyncParsableCommand {
                         ? String(format: "  %7.1f µs", postgresUsed / requests * 1e6) : "")
                     + Self.verdict(
                         name, share: rowBaseline > 0 ? rate / rowBaseline * 100 : 0,
-                        cpuPerRequest: used.server / requests * 1e6, postgres: onPostgres, floor: floorShare))
+                        cpuPerRequest: used.server / requests * 1e6, postgres: onPostgres, floor: floorShare,
+                        answerBytes: Self.floorRead(name).flatMap { sizes[$0] }))
         }
         metrics.isEnabled = true
         metrics.readsTraceContext = true
@@ -345,7 +360,8 @@ struct Benchmark: AsyncParsableCommand {
                 + "100-change batch (SQLite ≤ 30 µs; PostgreSQL ≤ 60 µs, twice SQLite's). A floor row is the bare "
                 + "route reading the next rows' columns and rows plainly — "
                 + (onPostgres ? "a plain postgres-nio client, prepared" : "plain GRDB on the server's file, in place")
-                + " — and answering a fixed body: no token, no OData, no JSON. A target above its floor's share "
+                + " — and sending the bytes the data service answered to the same request: no token, no OData, no "
+                + "JSON written. A target above its floor's share "
                 + "cannot be met on this machine; one below it is Baton's own cost to cut."
                 + (onPostgres
                     ? " On PostgreSQL the plain client is a comparison, not a strict floor: Baton's own connection "
@@ -385,10 +401,13 @@ struct Benchmark: AsyncParsableCommand {
     }
 
     /// Each measured row's target, and whether this run met it.
-    static func verdict(_ name: String, share: Double, cpuPerRequest: Double, postgres: Bool, floor: Double?)
-        -> String
-    {
-        if name.hasPrefix("floor") { return "  the rows read plainly: no token, no OData, no JSON" }
+    static func verdict(
+        _ name: String, share: Double, cpuPerRequest: Double, postgres: Bool, floor: Double?, answerBytes: Int? = nil
+    ) -> String {
+        if name.hasPrefix("floor") {
+            return "  the rows read plainly and the data service's answer sent (\(answerBytes ?? 0) bytes): "
+                + "no token, no OData, no JSON written"
+        }
         let shares: [String: (sqlite: Double, postgres: Double)] = [
             "key read": (57, 25), "key read, no metrics/trace": (60, 25), "filtered page of 50": (30, 10),
             "delta page (100 changes)": (25, 8),
@@ -409,6 +428,14 @@ struct Benchmark: AsyncParsableCommand {
                 perChange <= wanted ? "met" : "NOT MET")
         }
         return ""
+    }
+
+    /// The read whose answer a floor row sends.
+    static func floorRead(_ name: String) -> FloorAnswers.Read? {
+        if name.hasPrefix("floor: key") { return .key }
+        if name.hasPrefix("floor: filtered") { return .page }
+        if name.hasPrefix("floor: delta") { return .delta }
+        return nil
     }
 
     /// Whether the measured server runs on PostgreSQL.

@@ -6,11 +6,11 @@ import PostgresNIO
 import Synchronization
 
 /// Routes on the bare Hummingbird application that read what the data service's key read, filtered page and delta
-/// page read, plainly, and answer a fixed body: on SQLite by GRDB from the server's data file (read-only
-/// connections used in place, on the request's thread, as the server reads), on PostgreSQL by a plain postgres-nio
-/// client with prepared statements. No token, no OData, no JSON: a floor under each read, measured beside it, so
-/// a target above its share cannot be met on this machine, and the distance from a row to its floor is the
-/// server's own cost.
+/// page read, plainly, and answer the bytes the data service answers to that request, captured before they run: on
+/// SQLite by GRDB from the server's data file (read-only connections used in place, on the request's thread, as the
+/// server reads), on PostgreSQL by a plain postgres-nio client with prepared statements. No token, no OData, no JSON
+/// written: a floor under each read — its rows read and its answer sent — measured beside it, so a target above its
+/// share cannot be met on this machine, and the distance from a row to its floor is the server's own cost.
 struct FloorRoutes: Sendable {
     enum Source: Sendable {
         case sqlite(SQLiteReaders)
@@ -18,6 +18,7 @@ struct FloorRoutes: Sendable {
     }
 
     let source: Source
+    let answers: FloorAnswers
 
     static let columns =
         #""ID", "TailNumber", "FlightNumber", "FuelKg", "TyrePressureMainPsi", "TyrePressureNosePsi", "OilQuarts", "Remarks", "Status", "CheckedBy", "UploadedBy", "ChangedAt""#
@@ -25,16 +26,18 @@ struct FloorRoutes: Sendable {
     func add(to router: Router<BasicRequestContext>) {
         router.get("/floor/key/:id") { _, context in
             let id = try context.parameters.require("id")
-            return try answer(try await keyRead(id))
+            return try answer(try await keyRead(id), .key)
         }
-        router.get("/floor/page") { _, _ in try answer(try await page()) }
-        router.get("/floor/delta") { _, _ in try answer(try await delta()) }
+        router.get("/floor/page") { _, _ in try answer(try await page(), .page) }
+        router.get("/floor/delta") { _, _ in try answer(try await delta(), .delta) }
     }
 
-    /// `{"rows":N}` for the N rows read; 404 for none.
-    func answer(_ count: Int) throws -> String {
+    /// The data service's answer to the same request, with its media type, for N rows read; 404 for none.
+    func answer(_ count: Int, _ read: FloorAnswers.Read) throws -> Response {
         guard count > 0 else { throw HTTPError(.notFound) }
-        return #"{"rows":\#(count)}"#
+        return Response(
+            status: .ok, headers: [.contentType: "application/json; odata.metadata=minimal"],
+            body: .init(byteBuffer: answers.body(read)))
     }
 
     func keyRead(_ id: String) async throws -> Int {
@@ -74,6 +77,26 @@ struct FloorRoutes: Sendable {
         for try await _ in rows { count += 1 }
         return count
     }
+}
+
+/// The data service's answers to the key read, the filtered page and the delta page, captured once the data is in
+/// place, for the floors to send: sending an answer of that size is part of what any server does for the read.
+final class FloorAnswers: Sendable {
+    enum Read: Sendable { case key, page, delta }
+
+    private let bodies = Mutex<[Read: ByteBuffer]>([:])
+
+    func set(_ read: Read, _ bytes: Data) {
+        bodies.withLock { $0[read] = ByteBuffer(bytes: bytes) }
+    }
+
+    /// The captured answer; `{}` before one is.
+    func body(_ read: Read) -> ByteBuffer {
+        bodies.withLock { $0[read] } ?? ByteBuffer(string: "{}")
+    }
+
+    /// The captured answers' sizes, in bytes.
+    var sizes: [Read: Int] { bodies.withLock { $0.mapValues(\.readableBytes) } }
 }
 
 /// Read-only GRDB connections to one file, taken in turn and used in place on the caller's thread (a connection
