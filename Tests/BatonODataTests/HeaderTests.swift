@@ -40,6 +40,32 @@ import Testing
         }
     }
 
+    /// An `Accept` value weighs a media type by the `q` of its most specific matching range (RFC 9110 §12.5.1), read by
+    /// byte: names folded only in ASCII, a malformed list `nil`.
+    @Test func acceptWeighsAMediaTypeByItsMostSpecificRange() {
+        let json = "application/json"
+        let cases: [(String, Int)] = [
+            ("application/json", 1000), ("application/xml", 0), ("", 0), (" , application/json ,", 1000),
+            ("*/*;q=0.2, application/*;q=0.5", 500), ("application/*;q=0.5, */*;q=0.2", 500),
+            // The most specific range decides, wherever it stands and whatever the others weigh.
+            ("application/json;q=0, */*", 0), ("*/*, application/json;q=0.001", 1),
+            ("Application/JSON;odata.metadata=minimal;Q=0.75", 750), ("text/*, application/json;q=1.000", 1000),
+            (#"application/json;charset="utf-8";q=0.3"#, 300), ("application/json ; q=0.25 , text/plain", 250),
+            ("application/jsonx, application/json-seq, text/json", 0), ("application/json,application/xml;q=0.1", 1000),
+        ]
+        for (accept, weight) in cases {
+            #expect(HeaderScanner.acceptWeight(accept, for: json) == weight, "\(accept)")
+        }
+        #expect("text/\u{212A}".lowercased() == "text/k")
+        for malformed in [
+            "application/json;q=2", "application/json;q=1.5", "application/json;q=0.0001", "application/json;q=",
+            "application/json;q", "application/json;q=.5", "application/json;", "json", "application/json\u{301}",
+            "application/json, x", "application/json\r\nX-Injected: 1", "text/\u{212A}", "application/json;q=0.5x",
+        ] {
+            #expect(HeaderScanner.acceptWeight(malformed, for: json) == nil, "\(Array(malformed.utf8))")
+        }
+    }
+
     @Test func etagsParseAndFormat() throws {
         #expect(try ETag(parsing: "W/\"abc\"") == ETag("abc", isWeak: true))
         #expect(try ETag(parsing: " \"abc\" ") == ETag("abc", isWeak: false))

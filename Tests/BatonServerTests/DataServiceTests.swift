@@ -51,6 +51,37 @@ extension TestClientProtocol {
 }
 
 @Suite(.serverSlot, .timeLimit(.minutes(10))) struct DataServiceTests {
+    /// `$metadata` answers CSDL XML unless `$format` asks for JSON or `Accept` weighs JSON above XML. A client
+    /// listing JSON first and XML at a tenth got XML while the header was searched for "xml".
+    @Test func metadataAnswersInTheFormatAskedFor() async throws {
+        try await Fixtures.world { _, client, alice, _ in
+            func answersJSON(_ path: String, accept: String?) async throws -> Bool {
+                let reply = try await client.odata(
+                    .get, path, token: alice, headers: accept.map { [("Accept", $0)] } ?? [])
+                #expect(reply.status == .ok)
+                let json = reply.json["$Version"] != nil
+                #expect(json != reply.text.contains("<edmx:Edmx"), "\(path) \(accept ?? "")")
+                return json
+            }
+            let cases: [(String, String?, Bool)] = [
+                ("$metadata", nil, false), ("$metadata", "application/json", true),
+                ("$metadata", "application/xml", false), ("$metadata", "*/*", false),
+                ("$metadata", "application/json, application/xml;q=0.1", true),
+                ("$metadata", "application/json;q=0.5, application/xml", false),
+                ("$metadata", "application/json, application/xml", false),
+                ("$metadata", "APPLICATION/JSON;odata.metadata=minimal", true),
+                ("$metadata", "application/json\u{301}", false), ("$metadata", "application/jsonx", false),
+                ("$metadata?$format=json", "application/xml", true),
+                ("$metadata?$format=application/json;odata.metadata=full", nil, true),
+                ("$metadata?$format=xml", "application/json", false),
+            ]
+            for (path, accept, json) in cases {
+                let answered = try await answersJSON(path, accept: accept)
+                #expect(answered == json, "\(path) \(accept ?? "")")
+            }
+        }
+    }
+
     @Test(arguments: StorageBackend.allCases) func createReadUpdateDeleteWithETags(backend: StorageBackend) async throws
     {
         try await Fixtures.world(backend: backend) { _, client, alice, _ in

@@ -61,6 +61,70 @@ package struct HeaderScanner {
         return scanner.mediaType()
     }
 
+    /// The weight, in thousandths, that an `Accept` value gives `mediaType` (`type/subtype`, lower-case): the `q` of
+    /// its most specific matching range — `type/subtype` over `type/*` over `*/*` — 1000 without one, 0 when no range
+    /// matches (RFC 9110 §12.5.1). `nil` when the value is not a list of media ranges, each with optional parameters
+    /// and an optional weight (RFC 9110 §12.4.2: `0` to `1` with at most three decimals). Read by byte, ASCII letters
+    /// folded: a range glued to a combining mark, or spelled with a Kelvin sign, matches nothing.
+    package static func acceptWeight(_ accept: String, for mediaType: String) -> Int? {
+        var scanner = HeaderScanner(accept)
+        var best: (specificity: Int, weight: Int) = (0, 0)
+        while true {
+            scanner.skipSpaces()
+            if scanner.isAtEnd { return best.weight }
+            if scanner.take(",") { continue }
+            guard let type = scanner.token(), scanner.take("/"), let subtype = scanner.token(),
+                scanner.endsParameter() || scanner.peek() == UInt8(ascii: ",")
+            else { return nil }
+            let range = asciiLowercased("\(type)/\(subtype)")
+            var weight = 1000
+            while true {
+                scanner.skipSpaces()
+                guard scanner.take(";") else { break }
+                scanner.skipSpaces()
+                guard let name = scanner.token(), scanner.take("=") else { return nil }
+                if sameName(name, "q") {
+                    guard let value = scanner.token(), let parsed = qualityValue(value) else { return nil }
+                    weight = parsed
+                } else {
+                    guard scanner.token() != nil || scanner.quotedString() != nil else { return nil }
+                }
+            }
+            scanner.skipSpaces()
+            guard scanner.isAtEnd || scanner.take(",") else { return nil }
+            let specificity: Int
+            if range == mediaType {
+                specificity = 3
+            } else if range == "*/*" {
+                specificity = 1
+            } else if range.utf8.last == UInt8(ascii: "*"), range.utf8.count >= 2,
+                mediaType.utf8.starts(with: range.utf8.dropLast())
+            {
+                specificity = 2
+            } else {
+                specificity = 0
+            }
+            if specificity > best.specificity { best = (specificity, weight) }
+        }
+    }
+
+    /// An RFC 9110 `qvalue` in thousandths: `0`, `0.` and up to three digits, `1`, or `1.` and up to three zeros.
+    static func qualityValue(_ text: String) -> Int? {
+        let bytes = Array(text.utf8)
+        guard let first = bytes.first, first == UInt8(ascii: "0") || first == UInt8(ascii: "1") else { return nil }
+        guard bytes.count > 1 else { return first == UInt8(ascii: "1") ? 1000 : 0 }
+        guard bytes[1] == UInt8(ascii: "."), bytes.count <= 5 else { return nil }
+        var thousandths = 0
+        var scale = 100
+        for byte in bytes[2...] {
+            guard byte &- UInt8(ascii: "0") < 10 else { return nil }
+            thousandths += Int(byte &- UInt8(ascii: "0")) * scale
+            scale /= 10
+        }
+        if first == UInt8(ascii: "1") { return thousandths == 0 ? 1000 : nil }
+        return thousandths
+    }
+
     /// Whether what was just read ends where a parameter may end: at the end, a space or tab, or a `;` (anything
     /// else — a combining mark, a CR — glued to a token makes the whole value malformed, not the token shorter).
     func endsParameter() -> Bool {

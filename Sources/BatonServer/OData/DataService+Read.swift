@@ -79,14 +79,24 @@ extension DataService {
     }
 
     func metadata(_ url: ODataURL, request: DataRequest) -> DataResponse {
-        let format = url.query.format?.lowercased() ?? ""
-        let accept = request.header("Accept")?.lowercased() ?? ""
-        if format == "json" || format.hasPrefix("application/json")
-            || (format.isEmpty && accept.contains("application/json") && !accept.contains("xml"))
-        {
+        if Self.wantsJSONMetadata(format: url.query.format, accept: request.header("Accept")) {
             return DataResponse(status: 200, body: .json(model.csdlJSONDocument))
         }
         return DataResponse(status: 200, body: .text(model.csdlXML, contentType: "application/xml"))
+    }
+
+    /// Whether `$metadata` answers in CSDL JSON rather than XML, its default: `$format` `json` or
+    /// `application/json` (with parameters), else an `Accept` that weighs JSON above XML (RFC 9110 §12.5.1; a tie,
+    /// `*/*` or a malformed value keep XML). Read by byte: Unicode lower-casing and `Character` search read a
+    /// Kelvin sign as a `k`, and took `application/json, application/xml;q=0.1` for XML.
+    static func wantsJSONMetadata(format: String?, accept: String?) -> Bool {
+        if let format, !format.isEmpty {
+            return HeaderScanner.sameName(format, "json") || HeaderScanner.mediaType(of: format) == "application/json"
+        }
+        guard let accept else { return false }
+        let json = HeaderScanner.acceptWeight(accept, for: "application/json") ?? 0
+        let xml = HeaderScanner.acceptWeight(accept, for: "application/xml") ?? 0
+        return json > xml
     }
 
     func single(_ entity: StoredEntity, target: Target, url: ODataURL, in db: any SQLConnection, context: Context)
