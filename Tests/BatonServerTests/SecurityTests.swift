@@ -752,6 +752,21 @@ import Testing
 
     // MARK: Sign-in throttling
 
+    /// `X-Forwarded-For` is split and trimmed by byte. Fails before: a mark that joins what follows it (U+0600) at
+    /// the end of the client's part glued the proxy's `,` to it, the list read as one malformed entry, and the
+    /// request counted as the proxy's own (nil), throttled and audited under the proxy's address.
+    @Test func aForwardedListIsSplitByByte() {
+        let trusted: Set = ["10.0.0.2"]
+        let cases: [(String, String?)] = [
+            ("1.2.3.4\u{0600}, 203.0.113.7", "203.0.113.7"), ("1.2.3.4\u{301},203.0.113.7, 10.0.0.2", "203.0.113.7"),
+            ("203.0.113.7", "203.0.113.7"), (" 2001:DB8::1 ,\t10.0.0.2", "2001:DB8::1"), ("203.0.113.7\u{0600}", nil),
+            ("203.0.113.7\r\nX-Injected: 1", nil), ("<b>", nil), ("", nil), ("10.0.0.2", nil), ("a,,", nil),
+        ]
+        for (header, client) in cases {
+            #expect(ForwardedAddressMiddleware.client(in: header, trusted: trusted) == client, "\(Array(header.utf8))")
+        }
+    }
+
     @Test func guessingFromElsewhereNeverLocksAUserOutOfTheirOwnTablet() async throws {
         try await Self.live(configure: { $0.trustedProxies = ["127.0.0.1"] }) { server, client in
             func signIn(_ password: String, from address: String) async throws -> HTTPResponse.Status {
