@@ -181,13 +181,28 @@ public struct BatonClient: Sendable {
             throw BatonClientError(.invalidServerURL, "The server URL must be https://host[:port].")
         }
         if scheme == "https" { return }
-        let loopback = host == "localhost" || host == "::1" || host == "[::1]" || host.hasPrefix("127.")
+        let loopback = host == "localhost" || host == "::1" || host == "[::1]" || Self.isIPv4Loopback(host)
         guard scheme == "http", loopback else {
             throw BatonClientError(
                 .invalidServerURL,
                 "Use https:// for \(host): passwords and tokens are never sent unencrypted (http:// only to this machine)."
             )
         }
+    }
+
+    /// Whether `host` is an IPv4 address in 127.0.0.0/8 written as four decimal numbers (`127.0.0.1`): a name that
+    /// only starts with `127.` (`127.example.org`) is anybody's host.
+    static func isIPv4Loopback(_ host: String) -> Bool {
+        let parts = host.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
+        guard parts.count == 4 else { return false }
+        var numbers: [Int] = []
+        for part in parts {
+            guard (1...3).contains(part.count), part.allSatisfy({ $0 &- UInt8(ascii: "0") < 10 }) else { return false }
+            let number = part.reduce(0) { $0 * 10 + Int($1 - UInt8(ascii: "0")) }
+            guard number <= 255 else { return false }
+            numbers.append(number)
+        }
+        return numbers[0] == 127
     }
 
     func endpoint(_ template: String, deviceID: String? = nil) throws(BatonClientError) -> URL {

@@ -49,7 +49,10 @@ import Testing
     @Test(arguments: [
         ("https://baton.example.org", true), ("http://127.0.0.1:8080", true), ("http://localhost:8080", true),
         ("http://[::1]:8080", true), ("http://baton.example.org", false), ("http://10.1.2.3:8080", false),
-        ("ftp://baton.example.org", false),
+        ("ftp://baton.example.org", false), ("http://127.1.2.3:8080", true),
+        // Names that only start like a loopback address are anybody's host.
+        ("http://127.evil.example", false), ("http://127.0.0.1.evil.example:8080", false),
+        ("http://127.0.0.256", false), ("http://127.0.0", false),
     ])
     func passwordsAndTokensGoUnencryptedOnlyToThisMachine(url: String, allowed: Bool) throws {
         let parsed = try #require(URL(string: url))
