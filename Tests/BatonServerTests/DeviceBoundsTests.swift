@@ -320,6 +320,21 @@ import Testing
         }
     }
 
+    /// Fails before: the refused change was audited as the admin's, the name its unchecked `Baton-Author` claimed;
+    /// it is the account that sent it, with the claim in the detail.
+    @Test func aRefusedChangeIsAuditedUnderTheAccountThatSentIt() async throws {
+        try await SecurityTests.live { server, client in
+            let mallory = try await client.signIn("mallory").access
+            let reply = try await client.odata(
+                .patch, "Aircraft('NOPE')", token: mallory, headers: [("Baton-Author", "admin")],
+                body: #"{"Status":"grounded"}"#)
+            #expect(reply.status == .forbidden, "\(reply.text)")
+            let refused = try await server.server.audit.entries(limit: 100).filter { $0.action == "change-refused" }
+            #expect(refused.map(\.actor) == ["mallory"])
+            #expect(refused.first?.detail?.contains("uploaded by mallory, for author admin (unchecked)") == true)
+        }
+    }
+
     /// Fails before: every refused change was its own audit row (50 rows).
     @Test(arguments: StorageBackend.allCases) func refusedChangesOfOneMinuteAreOneAuditEntryCounted(
         backend: StorageBackend

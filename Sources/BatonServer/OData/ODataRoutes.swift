@@ -243,12 +243,18 @@ struct ODataRoutes {
         let now = service.clock.now()
         let entries = refused.map { request, code in
             (
+                // The actor is the account that sent the change: a refused change's `Baton-Author` is a claim the
+                // server may not have checked (a bad signature is one reason to refuse), so it goes in the detail.
                 entry: AuditEntry(
-                    at: now, actor: request.header("Baton-Author") ?? uploader, action: "change-refused",
+                    at: now, actor: uploader, action: "change-refused",
                     subject: String(
                         ("\(request.method) " + (request.url.split(separator: "?").first.map(String.init) ?? ""))
                             .prefix(200)),
-                    address: address, detail: "\(code), uploaded by \(uploader)"),
+                    address: address,
+                    detail: "\(code), uploaded by \(uploader)"
+                        + (request.header("Baton-Author").map {
+                            ", for author \(String(String.UnicodeScalarView($0.unicodeScalars.prefix(64)))) (unchecked)"
+                        } ?? "")),
                 key: AuditLog.countingKey(["change-refused", uploader, code], at: now)
             )
         }
