@@ -52,6 +52,8 @@ import Testing
             ("Application/JSON;odata.metadata=minimal;Q=0.75", 750), ("text/*, application/json;q=1.000", 1000),
             (#"application/json;charset="utf-8";q=0.3"#, 300), ("application/json ; q=0.25 , text/plain", 250),
             ("application/jsonx, application/json-seq, text/json", 0), ("application/json,application/xml;q=0.1", 1000),
+            // `*` stands for a whole subtype or type only.
+            ("application/js*, application/json*, applic*/*", 0), ("*/json", 0),
         ]
         for (accept, weight) in cases {
             #expect(HeaderScanner.acceptWeight(accept, for: json) == weight, "\(accept)")

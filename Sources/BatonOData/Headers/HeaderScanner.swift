@@ -97,9 +97,7 @@ package struct HeaderScanner {
                 specificity = 3
             } else if range == "*/*" {
                 specificity = 1
-            } else if range.utf8.last == UInt8(ascii: "*"), range.utf8.count >= 2,
-                mediaType.utf8.starts(with: range.utf8.dropLast())
-            {
+            } else if subtype == "*", mediaType.utf8.starts(with: range.utf8.dropLast()) {
                 specificity = 2
             } else {
                 specificity = 0
