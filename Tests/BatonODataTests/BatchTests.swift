@@ -13,6 +13,23 @@ import Testing
         ]}
         """
 
+    /// A batch request's method is upper-cased in ASCII only. Fails before: Unicode's upper-casing made `poſt` (a long
+    /// s) a `POST`, so the server ran a method the request did not name.
+    @Test func aMethodIsUpperCasedInASCIIOnly() throws {
+        func json(_ method: String) -> [UInt8] {
+            Array(#"{"requests":[{"id":"1","method":"\#(method)","url":"Aircraft"}]}"#.utf8)
+        }
+        #expect(try JSONBatch.decodeRequests(json("get")).map(\.method) == ["GET"])
+        let error = #expect(throws: ODataError.self) { try JSONBatch.decodeRequests(json("po\u{017F}t")) }
+        #expect(error?.message.contains("PO\u{017F}T") == true)
+        func multipart(_ method: String) -> [UInt8] {
+            Array("--b\r\nContent-Type: application/http\r\n\r\n\(method) Aircraft HTTP/1.1\r\n\r\n\r\n--b--\r\n".utf8)
+        }
+        #expect(try MultipartBatch.decodeRequests(multipart("get"), boundary: "b").map(\.method) == ["GET"])
+        let parts = try? MultipartBatch.decodeRequests(multipart("po\u{017F}t"), boundary: "b")
+        #expect(parts?.first?.method != "POST")
+    }
+
     @Test func jsonBatchRequestsDecodeAndRoundTrip() throws {
         let requests = try JSONBatch.decodeRequests(Array(Self.jsonBatch.utf8))
         #expect(requests.map(\.id) == ["1", "2", "3"])

@@ -87,6 +87,16 @@ import Testing
         #expect(throws: ODataError.self) { try ETagCondition(parsing: "\"a\" \"b\"") }
     }
 
+    /// A preference's value is quoted and escaped by Unicode scalar. Fails before: a `"` followed by a combining mark
+    /// is one `Character`, which the search for `"` did not find, so the value ended the quoted string early.
+    @Test func aPreferenceValueIsEscapedByScalar() {
+        #expect(Preference(name: "x", value: "a\"\u{301}b").description == "x=\"a\\\"\u{301}b\"")
+        #expect(Preference(name: "x", value: "a\\\u{301}").description == "x=\"a\\\\\u{301}\"")
+        #expect(Preference(name: "x", value: "plain").description == "x=plain")
+        #expect(Preference(name: "x", value: "two words").description == "x=\"two words\"")
+        #expect(Preference(name: "x", value: "").description == "x=\"\"")
+    }
+
     @Test func preferencesParse() throws {
         let preferences = try Preferences(parsing: [
             "odata.maxpagesize=50, odata.track-changes", "return=minimal, odata.include-annotations=\"*\"",

@@ -45,7 +45,8 @@ public enum JSONBatch {
             }
             requests.append(
                 BatchRequest(
-                    id: id, atomicityGroup: group, dependsOn: dependsOn, method: method.uppercased(), url: url,
+                    id: id, atomicityGroup: group, dependsOn: dependsOn, method: HeaderScanner.asciiUppercased(method),
+                    url: url,
                     headers: headers, body: item["body"]))
         }
         try BatchValidation.validate(requests)

@@ -300,7 +300,8 @@ public enum MultipartBatch {
                 target: id)
         }
         return BatchRequest(
-            id: id, method: String(pieces[0]).uppercased(), url: String(pieces[1]), headers: headers, body: body)
+            id: id, method: HeaderScanner.asciiUppercased(pieces[0]), url: String(pieces[1]), headers: headers,
+            body: body)
     }
 
     static func parseResponse(_ part: Part, id: String) throws(ODataError) -> BatchResponse {

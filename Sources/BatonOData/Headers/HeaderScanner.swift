@@ -32,6 +32,12 @@ package struct HeaderScanner {
         String(decoding: text.utf8.map(asciiLowercased), as: UTF8.self)
     }
 
+    /// `text` with its ASCII small letters made capital and every other byte kept: a request's method (a token).
+    /// Unicode's upper-casing would make `poſt` a `POST`.
+    package static func asciiUppercased(_ text: some StringProtocol) -> String {
+        String(decoding: text.utf8.map { $0 &- UInt8(ascii: "a") < 26 ? $0 - 32 : $0 }, as: UTF8.self)
+    }
+
     /// Whether two header names are the same name: ASCII letters compared without case, every other byte exactly
     /// (RFC 9110 §5.1: a name is a case-insensitive token, so ASCII). A Unicode lower-casing would make a
     /// name that is no token (a Kelvin sign for a `k`) equal to one, and costs two strings per comparison.

@@ -17,10 +17,17 @@ public struct Preference: Sendable, Hashable, CustomStringConvertible {
     /// The header form: `name`, `name=value` or `name="value with spaces"`.
     public var description: String {
         guard let value else { return name }
-        let needsQuotes = value.isEmpty || value.contains { !$0.isASCII || " \",;=\\".contains($0) }
-        return needsQuotes
-            ? "\(name)=\"\(value.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))\""
-            : "\(name)=\(value)"
+        // By Unicode scalar: a `"` or `\` followed by a combining mark is one `Character`, which a search for `"`
+        // does not find.
+        let special = " \",;=\\".unicodeScalars
+        let needsQuotes = value.isEmpty || value.unicodeScalars.contains { !$0.isASCII || special.contains($0) }
+        guard needsQuotes else { return "\(name)=\(value)" }
+        var quoted = String.UnicodeScalarView()
+        for scalar in value.unicodeScalars {
+            if scalar == "\\" || scalar == "\"" { quoted.append("\\") }
+            quoted.append(scalar)
+        }
+        return "\(name)=\"\(String(quoted))\""
     }
 }
 
