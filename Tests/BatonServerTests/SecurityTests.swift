@@ -767,6 +767,26 @@ import Testing
         }
     }
 
+    /// Bounds on stored text count Unicode scalars, not only characters (a character may carry any number of
+    /// combining marks). Fails before: a display name of one character and 300 marks was valid, and a redirect URI
+    /// with a Kelvin sign was taken for the registered one with a `K`.
+    @Test func boundsAndComparisonsOfStoredTextGoByScalarOrByte() {
+        let heavy = "a" + String(repeating: "\u{301}", count: 300)
+        #expect(heavy.count == 1)
+        #expect(!User.isValidDisplayName(heavy))
+        #expect(User.isValidDisplayName("a" + String(repeating: "\u{301}", count: 100)))
+        #expect(User.isValidDisplayName(String(repeating: "x", count: 64)))
+        #expect(!User.isValidDisplayName(String(repeating: "x", count: 65)))
+        #expect(
+            DeviceRegistry.shortAppVersion("2" + String(repeating: "\u{301}", count: 10_000)).unicodeScalars.count == 32
+        )
+        #expect(DeviceRegistry.shortAppVersion("2.4.1") == "2.4.1")
+        let client = OAuthClient(id: "app", grants: ["authorization_code"], redirectURIs: ["https://app.example/OK"])
+        #expect(client.accepts(redirectURI: "https://app.example/OK", issuer: "https://baton.example"))
+        #expect("https://app.example/O\u{212A}" == "https://app.example/OK")
+        #expect(!client.accepts(redirectURI: "https://app.example/O\u{212A}", issuer: "https://baton.example"))
+    }
+
     @Test func guessingFromElsewhereNeverLocksAUserOutOfTheirOwnTablet() async throws {
         try await Self.live(configure: { $0.trustedProxies = ["127.0.0.1"] }) { server, client in
             func signIn(_ password: String, from address: String) async throws -> HTTPResponse.Status {

@@ -29,10 +29,11 @@ public struct User: Sendable, Hashable, Codable {
     public var subject: String?
 
     /// Whether `text` may be shown as a name (a display name from a provider, SCIM or an admin): 1 to 64
-    /// characters, none of them a control, a format character (bidi overrides, zero-width joiners that make one
-    /// name look like another) or a line or paragraph separator.
+    /// characters of at most 256 Unicode scalars in all (a character may carry any number of combining marks, so
+    /// a count of characters alone bounds nothing that is stored), none of them a control, a format character (bidi
+    /// overrides, zero-width joiners that make one name look like another) or a line or paragraph separator.
     static func isValidDisplayName(_ text: String) -> Bool {
-        (1...64).contains(text.count)
+        text.unicodeScalars.count <= 256 && (1...64).contains(text.count)
             && !text.unicodeScalars.contains {
                 [.control, .format, .lineSeparator, .paragraphSeparator].contains($0.properties.generalCategory)
             }

@@ -39,9 +39,14 @@ public struct OAuthClient: Sendable, Hashable {
     public static let web = OAuthClient(
         id: "baton-web", grants: ["authorization_code", "refresh_token"], allowsLoopbackRedirects: true)
 
-    /// Whether `uri` is a redirect URI this client may use.
+    /// Whether `uri` is a redirect URI this client may use: a registered one byte for byte (`==` takes a Kelvin sign
+    /// for a `K`, so another URI than the one registered would get the code).
     func accepts(redirectURI uri: String, issuer: String) -> Bool {
-        if redirectURIs.contains(uri) || issuerRedirectPaths.contains(where: { issuer + $0 == uri }) { return true }
+        if redirectURIs.contains(where: { $0.utf8.elementsEqual(uri.utf8) })
+            || issuerRedirectPaths.contains(where: { (issuer + $0).utf8.elementsEqual(uri.utf8) })
+        {
+            return true
+        }
         guard allowsLoopbackRedirects, let components = URLComponents(string: uri), components.scheme == "http",
             components.host == "127.0.0.1" || components.host == "localhost" || components.host == "[::1]",
             components.fragment == nil, components.user == nil

@@ -248,8 +248,9 @@ struct ODataRoutes {
                 entry: AuditEntry(
                     at: now, actor: uploader, action: "change-refused",
                     subject: String(
-                        ("\(request.method) " + (request.url.split(separator: "?").first.map(String.init) ?? ""))
-                            .prefix(200)),
+                        String.UnicodeScalarView(
+                            ("\(request.method) " + (request.url.split(separator: "?").first.map(String.init) ?? ""))
+                                .unicodeScalars.prefix(200))),
                     address: address,
                     detail: "\(code), uploaded by \(uploader)"
                         + (request.header("Baton-Author").map {
