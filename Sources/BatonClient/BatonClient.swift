@@ -1,6 +1,12 @@
 import BatonOData
 import Foundation
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// The device's client for baton-server: discovery, settings exchange, the signed-in user, device
 /// registration, the device store key, and a connectivity check. Stateless; calls that need a user take
 /// their access token (``AuthorizedSession`` keeps tokens fresh).
@@ -190,19 +196,11 @@ public struct BatonClient: Sendable {
         }
     }
 
-    /// Whether `host` is an IPv4 address in 127.0.0.0/8 written as four decimal numbers (`127.0.0.1`): a name that
-    /// only starts with `127.` (`127.example.org`) is anybody's host.
+    /// Whether `host` is an IPv4 address in 127.0.0.0/8, as `inet_pton` reads one (four decimal numbers,
+    /// `127.0.0.1`): a name that only starts with `127.` (`127.example.org`) is anybody's host.
     static func isIPv4Loopback(_ host: String) -> Bool {
-        let parts = host.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard parts.count == 4 else { return false }
-        var numbers: [Int] = []
-        for part in parts {
-            guard (1...3).contains(part.count), part.allSatisfy({ $0 &- UInt8(ascii: "0") < 10 }) else { return false }
-            let number = part.reduce(0) { $0 * 10 + Int($1 - UInt8(ascii: "0")) }
-            guard number <= 255 else { return false }
-            numbers.append(number)
-        }
-        return numbers[0] == 127
+        var address = [UInt8](repeating: 0, count: 4)
+        return inet_pton(AF_INET, host, &address) == 1 && address[0] == 127
     }
 
     func endpoint(_ template: String, deviceID: String? = nil) throws(BatonClientError) -> URL {
