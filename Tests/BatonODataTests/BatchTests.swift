@@ -28,6 +28,10 @@ import Testing
         #expect(try MultipartBatch.decodeRequests(multipart("get"), boundary: "b").map(\.method) == ["GET"])
         let parts = try? MultipartBatch.decodeRequests(multipart("po\u{017F}t"), boundary: "b")
         #expect(parts?.first?.method != "POST")
+        let partError = #expect(throws: ODataError.self) {
+            try MultipartBatch.decodeRequests(multipart("po\u{017F}t"), boundary: "b")
+        }
+        #expect(partError?.message.contains("PO\u{017F}T") == true)
     }
 
     @Test func jsonBatchRequestsDecodeAndRoundTrip() throws {

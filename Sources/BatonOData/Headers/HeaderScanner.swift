@@ -47,11 +47,14 @@ package struct HeaderScanner {
     }
 
     /// A media type's `type/subtype`, ASCII lower-cased (leading spaces skipped); `nil` when the value does not
-    /// start with one. The scanner stops after it, at the parameters.
-    mutating func mediaType() -> String? {
+    /// start with one. The scanner stops after it, at the parameters — or, `inList` (an `Accept` value), at the `,`
+    /// before the next one.
+    mutating func mediaType(inList: Bool = false) -> String? {
         skipSpaces()
         let start = index
-        guard let type = token(), take("/"), let subtype = token(), endsParameter() else {
+        guard let type = token(), take("/"), let subtype = token(),
+            endsParameter() || (inList && peek() == UInt8(ascii: ","))
+        else {
             index = start
             return nil
         }
@@ -79,10 +82,7 @@ package struct HeaderScanner {
             scanner.skipSpaces()
             if scanner.isAtEnd { return best.weight }
             if scanner.take(",") { continue }
-            guard let type = scanner.token(), scanner.take("/"), let subtype = scanner.token(),
-                scanner.endsParameter() || scanner.peek() == UInt8(ascii: ",")
-            else { return nil }
-            let range = asciiLowercased("\(type)/\(subtype)")
+            guard let range = scanner.mediaType(inList: true) else { return nil }
             var weight = 1000
             while true {
                 scanner.skipSpaces()
@@ -103,7 +103,8 @@ package struct HeaderScanner {
                 specificity = 3
             } else if range == "*/*" {
                 specificity = 1
-            } else if subtype == "*", mediaType.utf8.starts(with: range.utf8.dropLast()) {
+            } else if range.utf8.suffix(2).elementsEqual("/*".utf8), mediaType.utf8.starts(with: range.utf8.dropLast())
+            {
                 specificity = 2
             } else {
                 specificity = 0
