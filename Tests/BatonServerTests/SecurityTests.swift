@@ -778,13 +778,30 @@ import Testing
         #expect(User.isValidDisplayName(String(repeating: "x", count: 64)))
         #expect(!User.isValidDisplayName(String(repeating: "x", count: 65)))
         #expect(
-            DeviceRegistry.shortAppVersion("2" + String(repeating: "\u{301}", count: 10_000)).unicodeScalars.count == 32
+            ("2" + String(repeating: "\u{301}", count: 10_000)).prefix(scalars: 32).unicodeScalars.count == 32
         )
-        #expect(DeviceRegistry.shortAppVersion("2.4.1") == "2.4.1")
+        #expect("2.4.1".prefix(scalars: 32) == "2.4.1")
         let client = OAuthClient(id: "app", grants: ["authorization_code"], redirectURIs: ["https://app.example/OK"])
         #expect(client.accepts(redirectURI: "https://app.example/OK", issuer: "https://baton.example"))
         #expect("https://app.example/O\u{212A}" == "https://app.example/OK")
         #expect(!client.accepts(redirectURI: "https://app.example/O\u{212A}", issuer: "https://baton.example"))
+    }
+
+    /// An error names text from outside by its first scalars. Fails before: cut to 64 characters, a claimed author of
+    /// one character and 10,000 combining marks came back whole in the refusal's message.
+    @Test func anErrorNamesOutsideTextByItsFirstScalars() async throws {
+        try await Self.live { _, client in
+            let mallory = try await client.signIn("mallory").access
+            let heavy = "a" + String(repeating: "\u{301}", count: 10_000)
+            let reply = try await client.odata(
+                .patch, "Aircraft('NOPE')", token: mallory, headers: [("Baton-Author", heavy)],
+                body: #"{"Status":"grounded"}"#)
+            #expect(reply.status == .forbidden)
+            let message = try #require(reply.error)
+            #expect(message.unicodeScalars.count < 400, "\(message.unicodeScalars.count) scalars")
+            // The name's first 64 scalars: the letter and 63 of its marks.
+            #expect(message.unicodeScalars.filter { $0 == "\u{301}" }.count == 63)
+        }
     }
 
     @Test func guessingFromElsewhereNeverLocksAUserOutOfTheirOwnTablet() async throws {

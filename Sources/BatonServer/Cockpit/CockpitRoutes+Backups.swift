@@ -9,7 +9,7 @@ extension CockpitRoutes {
     func showBackups(_ request: Request) async throws -> Response {
         try await viewing(request) { session in
             let query = request.uri.queryParameters
-            let search = query["q"].map { String($0.prefix(128)) } ?? ""
+            let search = query["q"].map { $0.prefix(scalars: 128) } ?? ""
             let before = query["before"].flatMap { Int64(String($0)) }.flatMap { $0 > 0 ? $0 : nil }
             var shown = try await devices.discardedChanges(
                 search: search, before: before, limit: Self.backupsPageSize + 1)

@@ -10,7 +10,7 @@ extension CockpitRoutes {
         try await viewing(request) { session in
             let query = request.uri.queryParameters
             return try await devicesPage(
-                session, search: query["q"].map { String($0.prefix(128)) } ?? "",
+                session, search: query["q"].map { $0.prefix(scalars: 128) } ?? "",
                 page: max(0, min(100_000, query["page"].flatMap { Int(String($0)) } ?? 0)))
         }
     }
@@ -54,7 +54,7 @@ extension CockpitRoutes {
     /// `GET /admin/devices/:device/logs`.
     func showDeviceLogs(_ request: Request, _ context: BatonRequestContext) async throws -> Response {
         try await viewing(request) { session in
-            let device = String((context.parameters.get("device") ?? "").prefix(128))
+            let device = (context.parameters.get("device") ?? "").prefix(scalars: 128)
             let formatter = ISO8601DateFormatter()
             let uploads: [[String: Any]] = try await devices.logs(device: device, limit: 20).map {
                 [

@@ -20,7 +20,7 @@ extension CockpitRoutes {
             } catch let error as ServerError {
                 return try await settingsPage(session, error: error.message)
             }
-            try await record(session, context, ("settings-changed", key, "value \(value.prefix(64))"))
+            try await record(session, context, ("settings-changed", key, "value \(value.prefix(scalars: 64))"))
             return try await settingsPage(session, notice: "\(key) is now '\(value)'.")
         }
     }

@@ -12,8 +12,8 @@ extension CockpitRoutes {
             return try await usersPage(
                 // A browser's form writes a space as '+' (names have neither).
                 session,
-                search: String(
-                    (query["q"].map(String.init) ?? "").replacingOccurrences(of: "+", with: " ").prefix(64)),
+                search: (query["q"].map(String.init) ?? "").replacingOccurrences(of: "+", with: " ").prefix(
+                    scalars: 64),
                 page: max(0, min(10_000, query["page"].flatMap { Int(String($0)) } ?? 0)))
         }
     }

@@ -265,18 +265,12 @@ extension DeviceRegistry {
     }
 
     /// Notes that a device made contact, with the app version it sent and the sign-in (token family) it used.
-    /// The first 32 Unicode scalars of an app version as a device reports it: cut by `Character`, one with combining
-    /// marks without end kept them all.
-    static func shortAppVersion(_ version: String) -> String {
-        String(String.UnicodeScalarView(version.unicodeScalars.prefix(32)))
-    }
-
     func noteContact(device: String, appVersion: String?, family: String?) async throws {
         let now = clock.now()
         try await database.storage.write { db in
             try await db.execute(
                 "UPDATE devices SET lastSeenAt = ?, appVersion = coalesce(?, appVersion) WHERE id = ?", now,
-                appVersion.map(Self.shortAppVersion), device)
+                appVersion.map { $0.prefix(scalars: 32) }, device)
             if let family {
                 try await db.execute(
                     "INSERT INTO deviceTokenFamilies (family, device) VALUES (?, ?) ON CONFLICT DO NOTHING", family,

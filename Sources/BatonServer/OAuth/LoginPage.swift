@@ -63,7 +63,7 @@ enum LoginPage {
 enum DevicePage {
     static func html(userCode: String, choices: SignInChoices = .init(), error: String? = nil) -> String {
         let message = error.map { "<p role=\"alert\">\(Markup.html($0))</p>" } ?? ""
-        let shown = String(String.UnicodeScalarView(userCode.unicodeScalars.prefix(16)))
+        let shown = userCode.prefix(scalars: 16)
         let code = DeviceAuthorizations.normalized(userCode).map(DeviceAuthorizations.display)
         let passwords =
             choices.localPasswords

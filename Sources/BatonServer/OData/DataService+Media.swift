@@ -49,7 +49,7 @@ extension DataService {
         guard used - replaced + media.size <= configuration.mediaQuotaPerUser else {
             throw ServerError(
                 .contentTooLarge, "MediaQuotaExceeded",
-                "The photos '\(author.prefix(64))' took would hold more than \(configuration.mediaQuotaPerUser / (1024 * 1024)) MiB; remove some first."
+                "The photos '\(author.prefix(scalars: 64))' took would hold more than \(configuration.mediaQuotaPerUser / (1024 * 1024)) MiB; remove some first."
             )
         }
         guard let device, current == nil else { return }
@@ -60,7 +60,7 @@ extension DataService {
         guard onDevice + media.size <= configuration.mediaQuotaPerDevice else {
             throw ServerError(
                 .contentTooLarge, "MediaQuotaExceeded",
-                "The photos recorded on device '\(device.prefix(128))' would hold more than \(configuration.mediaQuotaPerDevice / (1024 * 1024)) MiB; remove some first."
+                "The photos recorded on device '\(device.prefix(scalars: 128))' would hold more than \(configuration.mediaQuotaPerDevice / (1024 * 1024)) MiB; remove some first."
             )
         }
     }
@@ -152,7 +152,7 @@ extension DataService {
                 continue
             }
             let named = navigation.referentialConstraints.map {
-                "\($0.property) \((values[$0.property] ?? .null).urlLiteral.prefix(80))"
+                "\($0.property) \((values[$0.property] ?? .null).urlLiteral.prefix(scalars: 80))"
             }.joined(separator: ", ")
             throw ServerError.badRequest(
                 "No \(principalSet.name) entity for \(navigation.name) (\(named)); upload it first.",

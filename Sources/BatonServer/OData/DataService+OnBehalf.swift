@@ -77,19 +77,19 @@ extension DataService {
         else {
             throw refuse(
                 "OnBehalfIncomplete",
-                "A change uploaded on behalf of '\(author.prefix(64))' needs Baton-Author-Signature, Baton-Device, Baton-Created-At and Repeatability-Request-ID."
+                "A change uploaded on behalf of '\(author.prefix(scalars: 64))' needs Baton-Author-Signature, Baton-Device, Baton-Created-At and Repeatability-Request-ID."
             )
         }
         guard context.onBehalf.allowed else {
             throw refuse(
                 "OnBehalfNotAllowed",
-                "This server does not accept changes uploaded on behalf of another user (setting shared-devices.upload-pending-changes-of-previous-user is false); '\(author.prefix(64))' must upload them."
+                "This server does not accept changes uploaded on behalf of another user (setting shared-devices.upload-pending-changes-of-previous-user is false); '\(author.prefix(scalars: 64))' must upload them."
             )
         }
         guard context.onBehalf.uploaderDevices.contains(device) else {
             throw refuse(
                 "UploaderNotOnDevice",
-                "Only a user registered on device '\(device.prefix(128))' uploads its changes on another user's behalf."
+                "Only a user registered on device '\(device.prefix(scalars: 128))' uploads its changes on another user's behalf."
             )
         }
         guard let created = ODataDateTimeOffset(parsing: createdText) else {
@@ -99,7 +99,7 @@ extension DataService {
         guard let record = context.onBehalf.authors[author], record.active, let role = record.role else {
             throw refuse(
                 "AuthorInactive",
-                "'\(author.prefix(64))' is disabled or unknown; changes signed by them are not accepted.")
+                "'\(author.prefix(scalars: 64))' is disabled or unknown; changes signed by them are not accepted.")
         }
         guard let signatureData = Data(base64URLEncoded: signatureText),
             let signature = (try? P256.Signing.ECDSASignature(rawRepresentation: signatureData))
@@ -112,7 +112,7 @@ extension DataService {
         guard createdDate <= clock.now().addingTimeInterval(Self.signedTimeSkew) else {
             throw refuse(
                 "SignedTimeInFuture",
-                "Baton-Created-At \(createdText.prefix(40)) lies in the future; a change is signed when it is recorded."
+                "Baton-Created-At \(createdText.prefix(scalars: 40)) lies in the future; a change is signed when it is recorded."
             )
         }
         let signed = SignedFields(
@@ -125,7 +125,7 @@ extension DataService {
         guard keys.contains(where: { $0.publicKey.isValidSignature(signature, for: message) }) else {
             throw refuse(
                 "SignatureInvalid",
-                "The signature does not verify with any key registered for '\(author.prefix(64))' on device '\(device.prefix(128))' at \(createdText.prefix(40))."
+                "The signature does not verify with any key registered for '\(author.prefix(scalars: 64))' on device '\(device.prefix(scalars: 128))' at \(createdText.prefix(scalars: 40))."
             )
         }
         var attribution = Attribution(author: author, uploader: context.user, authorRole: role, signed: signed)
@@ -151,7 +151,7 @@ extension DataService {
         }
         throw ServerError(
             .forbidden, "IfMatchNotSigned",
-            "If-Match is neither the one '\(attribution.author.prefix(64))' signed (Baton-If-Match) nor a version their device made; the change is refused. Read the entity again and record the change anew.",
+            "If-Match is neither the one '\(attribution.author.prefix(scalars: 64))' signed (Baton-If-Match) nor a version their device made; the change is refused. Read the entity again and record the change anew.",
             target: "If-Match")
     }
 }

@@ -57,7 +57,7 @@ extension DataService {
             guard row["fingerprint"].text == fingerprint else {
                 var error = ServerError(
                     .conflict, "RepeatabilityConflict",
-                    "Repeatability-Request-ID '\(repeatability.requestID.prefix(64))' was already used for a different request; use a new id for a new request."
+                    "Repeatability-Request-ID '\(repeatability.requestID.prefix(scalars: 64))' was already used for a different request; use a new id for a new request."
                 )
                 error.headers = [(.repeatabilityResult, Repeatability.Result.rejected.rawValue)]
                 throw error

@@ -51,7 +51,9 @@ extension DataService {
         }
         guard attribution.authorRole != .groundStaff || configuration.groundStaffWritableSets.contains(target.set.name)
         else {
-            let who = attribution.author == context.user ? "" : " ('\(attribution.author.prefix(64))' is ground staff)"
+            let who =
+                attribution.author == context.user
+                ? "" : " ('\(attribution.author.prefix(scalars: 64))' is ground staff)"
             throw ServerError.forbidden("Only supervisors and admins change \(target.set.name)\(who).")
         }
         return target

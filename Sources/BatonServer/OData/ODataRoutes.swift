@@ -247,15 +247,15 @@ struct ODataRoutes {
                 // server may not have checked (a bad signature is one reason to refuse), so it goes in the detail.
                 entry: AuditEntry(
                     at: now, actor: uploader, action: "change-refused",
-                    subject: String(
-                        String.UnicodeScalarView(
-                            ("\(request.method) " + (request.url.split(separator: "?").first.map(String.init) ?? ""))
-                                .unicodeScalars.prefix(200))),
+                    // The path without its query, cut at the first `?` byte (a `?` with a mark after it is one
+                    // `Character`, which a split by `Character` passes over).
+                    subject:
+                        "\(request.method) \(String(decoding: request.url.utf8.prefix { $0 != UInt8(ascii: "?") }, as: UTF8.self))"
+                        .prefix(scalars: 200),
                     address: address,
                     detail: "\(code), uploaded by \(uploader)"
-                        + (request.header("Baton-Author").map {
-                            ", for author \(String(String.UnicodeScalarView($0.unicodeScalars.prefix(64)))) (unchecked)"
-                        } ?? "")),
+                        + (request.header("Baton-Author").map { ", for author \($0.prefix(scalars: 64)) (unchecked)" }
+                            ?? "")),
                 key: AuditLog.countingKey(["change-refused", uploader, code], at: now)
             )
         }
