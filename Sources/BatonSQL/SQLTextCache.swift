@@ -47,14 +47,14 @@ extension SQLTranslator {
     /// ``select(from:options:extraColumns:range:after:)`` given the key's conditions as `$filter` and `select` as
     /// `$select` — with its text from `cache` after the first read of its shape.
     ///
-    /// `chosen` says whether the shape is a client's choice, which counts against ``SQLTextCache/capacity``: by
-    /// default, whether it has a `select`. The server's own `select` lists (one per entity set) pass `false`, so no
-    /// account's `$select` lists can take their place.
+    /// A shape with a `select` is a client's choice and counts against ``SQLTextCache/capacity``, unless
+    /// `serversOwn` says the server chose it (its own `select` lists, one per entity set): so no account's `$select`
+    /// lists can take their place.
     ///
     /// - Throws: ``BatonSQLError`` as ``select(from:options:extraColumns:range:after:)``.
     public func select(
         from entitySet: String, key: [KeyValue], select: [String]? = nil, extraColumns: [String] = [],
-        cache: SQLTextCache, chosen: Bool? = nil
+        cache: SQLTextCache, serversOwn: Bool = false
     ) throws(BatonSQLError) -> SQLQuery {
         let (_, type) = try resolve(entitySet)
         // The full translation's options, made only when it runs: the key's conditions are four allocations a read.
@@ -91,7 +91,7 @@ extension SQLTranslator {
         if let sql = cache.sql(for: shape) { return SQLQuery(sql: sql, arguments: builder.arguments) }
         let query = try self.select(from: entitySet, options: options(), extraColumns: extraColumns)
         if query.arguments == builder.arguments {
-            cache.keep(query.sql, for: shape, chosen: chosen ?? (select != nil))
+            cache.keep(query.sql, for: shape, chosen: select != nil && !serversOwn)
         }
         return query
     }

@@ -284,7 +284,7 @@ final class DataService: Sendable {
     }
 
     /// The stored entities `target` addresses. `serversOwn` says whether `options`' `$select` is the server's own
-    /// choice, not a client's (``SQLTranslator/select(from:key:select:extraColumns:cache:chosen:)``).
+    /// choice, not a client's (``SQLTranslator/select(from:key:select:extraColumns:cache:serversOwn:)``).
     func fetch(_ target: Target, options: QueryOptions, serversOwn: Bool = false, in db: any SQLConnection)
         async throws -> [StoredEntity]
     {
@@ -313,7 +313,7 @@ final class DataService: Sendable {
         {
             return try translator.select(
                 from: target.set.name, key: key, select: options.select, extraColumns: [DataStore.sequenceColumn],
-                cache: keyReads, chosen: serversOwn ? false : nil)
+                cache: keyReads, serversOwn: serversOwn)
         }
         var options = options
         options.filter = ODataExpression.conjunction(target.conditions + (options.filter.map { [$0] } ?? []))
