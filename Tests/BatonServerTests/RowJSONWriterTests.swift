@@ -29,9 +29,6 @@ import Testing
         }
     }
 
-    /// The eight-at-a-time check of string bytes agrees with the byte-by-byte one: every byte value at every place
-    /// of buffers of 0 to 20 bytes (so in a word and in the tail), and random buffers of plain bytes with one
-    /// other byte dropped in.
     /// The byte classes a column's text is judged by, for every byte value, and the plain-number check against the
     /// grammar it names, `-?(0|[1-9][0-9]*)(\.[0-9]+)?`, on edge texts and 20,000 random ones.
     @Test func columnTextIsJudgedByTheClassesItsTypeAllows() throws {
@@ -63,6 +60,9 @@ import Testing
         }
     }
 
+    /// The eight-at-a-time check of string bytes agrees with the byte-by-byte one: every byte value at every place
+    /// of buffers of 0 to 20 bytes (so in a word and in the tail), and random buffers of plain bytes with one
+    /// other byte dropped in.
     @Test func stringBytesReadEightAtATimeAreJudgedAsOneByOne() {
         for count in 0...20 {
             for place in 0..<max(count, 1) {

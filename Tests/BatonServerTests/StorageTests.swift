@@ -40,11 +40,9 @@ import Testing
         #expect(row["g"] == .text("is ? a placeholder"))
     }
 
-    /// SQLite's statements are bound straight through its C interface: an empty text or blob is not NULL, a NUL
-    /// inside text is kept, a wrong count of arguments is an error (not a crash), and a read statement whose step
-    /// failed (reused from the statement cache) and a write that broke a constraint both run again afterwards.
     /// A row's column is found by name with ASCII letters' case ignored, byte for byte: no Unicode folding (a Kelvin
-    /// sign is not a K, `ß` is not `SS`), every pair of ASCII bytes as ASCII folds them, and on rows of both engines.
+    /// sign is not a K, `ß` is not `SS`), and every pair of ASCII bytes as ASCII folds them (PostgreSQL hands back
+    /// unquoted names lower-cased, SQLite as written).
     @Test func aColumnIsFoundByNameWithASCIICaseIgnoredOnly() throws {
         for a in 0..<128 {
             for b in 0..<128 {
@@ -61,6 +59,9 @@ import Testing
         #expect(row["STRASSE"] == .null && row["STRAßE"].integer == 4 && row["values"] == .null && row["valu"] == .null)
     }
 
+    /// SQLite's statements are bound straight through its C interface: an empty text or blob is not NULL, a NUL
+    /// inside text is kept, a wrong count of arguments is an error (not a crash), and a read statement whose step
+    /// failed (reused from the statement cache) and a write that broke a constraint both run again afterwards.
     @Test func sqliteBindsEveryValueAsGivenAndReusesAStatementThatFailed() async throws {
         let server = try await TestServer(backend: .sqlite)
         defer { server.remove() }
