@@ -1,4 +1,7 @@
 import BatonOData
+import BatonSQL
+import GRDB
+import GRDBSQLite
 import Testing
 
 @testable import BatonServer
@@ -36,10 +39,22 @@ import Testing
             let byte = UInt8(value)
             let digit = (48...57).contains(byte)
             #expect(RowJSONWriter.isDigit(byte) == digit, "\(value)")
-            #expect(
-                RowJSONWriter.isLowerHexOrDash(byte) == (digit || (97...102).contains(byte) || byte == 45), "\(value)")
-            #expect(RowJSONWriter.isDateTimeByte(byte) == (digit || [45, 58, 84].contains(byte)), "\(value)")
+            #expect(RowJSONWriter.isLowerHex(byte) == (digit || (97...102).contains(byte)), "\(value)")
         }
+        // A shape holds its classes at their places only.
+        func shaped(_ text: String, _ shape: [UInt8]) -> Bool {
+            Array(text.utf8).withUnsafeBufferPointer { RowJSONWriter.has($0, shape: shape) }
+        }
+        #expect(shaped("0f8fad5b-d9cb-469f-a165-70867728950e", RowJSONWriter.guidShape))
+        #expect(!shaped("0f8fad5bd-9cb-469f-a165-70867728950e", RowJSONWriter.guidShape))
+        #expect(!shaped("0f8fad5b-d9cb-469f-a165-70867728950E", RowJSONWriter.guidShape))
+        #expect(!shaped("0f8fad5b-d9cb-469f-a165-70867728950", RowJSONWriter.guidShape))
+        #expect(shaped("2026-11-28", RowJSONWriter.dateShape))
+        #expect(!shaped("----------", RowJSONWriter.dateShape))
+        #expect(!shaped("2026-11:28", RowJSONWriter.dateShape))
+        #expect(shaped("2026-11-28T12:00:59", RowJSONWriter.dateTimeShape))
+        #expect(!shaped("TTTTTTTTTTTTTTTTTTT", RowJSONWriter.dateTimeShape))
+        #expect(!shaped("2026-11-28T12-00:59", RowJSONWriter.dateTimeShape))
         let number = try Regex(#"^-?(0|[1-9][0-9]*)(\.[0-9]+)?$"#)
         func judged(_ text: String) -> Bool {
             Array(text.utf8).withUnsafeBufferPointer { RowJSONWriter.isPlainJSONNumber($0) }
@@ -85,5 +100,106 @@ import Testing
             let expected = bytes.allSatisfy(RowJSONWriter.isPlainStringByte)
             #expect(bytes.withUnsafeBufferPointer { RowJSONWriter.allPlainStringBytes($0) } == expected, "\(bytes)")
         }
+    }
+
+    /// A value copied as it is is the general path's bytes (decoded, then formatted), for every type the copy takes
+    /// and on each edge of its shapes (a fraction of all zeros, of some, of one digit, PostgreSQL's six digits;
+    /// decimals as the server stores them, canonical); a value of another shape — the right classes of bytes in the
+    /// wrong places among them — leaves the page as it was, for the general path to write or refuse.
+    @Test func aValueCopiedAsItIsIsWhatTheGeneralPathWrites() throws {
+        let prefix = Array("[earlier".utf8)
+        let copied: [(EdmPrimitiveType, SQLValue)] = [
+            (.string, .text("Ready for departure")), (.string, .text("")), (.decimal, .text("-12.5")),
+            (.decimal, .text("0")), (.guid, .text("0f8fad5b-d9cb-469f-a165-70867728950e")),
+            (.dateTimeOffset, .text("2026-11-28T12:00:00.000000000000Z")),
+            (.dateTimeOffset, .text("2026-11-28T12:00:00.120000000000Z")),
+            (.dateTimeOffset, .text("2026-11-28T12:00:00.123456Z")),
+            (.dateTimeOffset, .text("2026-11-28T12:00:00.000000000001Z")),
+            (.dateTimeOffset, .text("2026-11-28T12:00:00.5Z")), (.dateTimeOffset, .text("2026-11-28T12:00:00.0Z")),
+            (.date, .text("2026-11-28")), (.boolean, .integer(1)), (.boolean, .integer(0)), (.int32, .integer(-42)),
+            (.int64, .integer(.max)), (.int64, .integer(.min)), (.string, .null),
+        ]
+        for (type, value) in copied {
+            var out = prefix
+            let column = RowJSONWriter.Column(index: 0, type: type, key: 0..<0)
+            let wrote = RowJSONWriter.copyValue(value, column: column, to: &out)
+            let general = try SQLDialect.sqlite.decode(value, as: type, column: "Name").json(as: type).serializedBytes
+            #expect(wrote, "\(type) \(value)")
+            #expect(out == prefix + general, "\(type) \(value)")
+        }
+        let refused: [(EdmPrimitiveType, SQLValue)] = [
+            (.string, .text("say \"hi\"")), (.string, .text("Prüfung")), (.decimal, .text("1e5")),
+            (.decimal, .text("01")), (.guid, .text("0F8FAD5B-D9CB-469F-A165-70867728950E")),
+            (.dateTimeOffset, .text("2026-11-28T12:00:00Z")), (.dateTimeOffset, .text("2026-11-28T12:00:00.Z")),
+            (.dateTimeOffset, .text("2026-11-28T12:00:00.0000000000000Z")),
+            (.dateTimeOffset, .text("TTTTTTTTTTTTTTTTTTT.1Z")), (.date, .text("2026-11-2x")),
+            (.date, .text("----------")), (.date, .text("2026111128")),
+            (.dateTimeOffset, .text("2026-11-28112:00:00.1Z")), (.guid, .text("0f8fad5b0d9cb0469f0a165070867728950e")),
+            (.guid, .text("0f8fad5bd-9cb-469f-a165-70867728950e")),
+            (.double, .text("1.5")),
+            (.double, .real(1.5)), (.string, .integer(3)),
+        ]
+        for (type, value) in refused {
+            var out = prefix
+            let column = RowJSONWriter.Column(index: 0, type: type, key: 0..<0)
+            let wrote = RowJSONWriter.copyValue(value, column: column, to: &out)
+            #expect(!wrote, "\(type) \(value)")
+            #expect(out == prefix, "\(type) \(value)")
+        }
+    }
+
+    /// A whole row whose copied and converted columns alternate names each property once, in order, with the
+    /// general path's bytes: through SQLite's statement, and through the values of another engine's cursor.
+    @Test func aRowMixingCopiedAndConvertedColumnsNamesEachPropertyOnce() throws {
+        let type = EntityType(
+            name: "Check", key: ["ID"],
+            properties: [
+                Property(name: "ID", type: .guid), Property(name: "Note", type: .string),
+                Property(name: "Fuel", type: .decimal), Property(name: "Done", type: .boolean),
+                Property(name: "At", type: .dateTimeOffset), Property(name: "Ratio", type: .double),
+                Property(name: "Crew", type: .string),
+            ])
+        let names = ["ID", "Note", "Fuel", "Done", "At", "Ratio", "Crew", "$seq"]
+        let values: [SQLValue] = [
+            .text("0f8fad5b-d9cb-469f-a165-70867728950e"), .text("say \"hi\" to Prüfung"), .text("12.5"),
+            .integer(1), .text("2026-11-28T12:00:00.120000000000Z"), .real(0.5), .null, .integer(7),
+        ]
+        var expected = Array(#"{"@odata.etag":"W/\"7\"""#.utf8)
+        for (name, value) in zip(names.dropLast(), values) {
+            let property = try #require(type.property(named: name))
+            expected += Array(",\(JSONValue.string(name).serialized):".utf8)
+            expected += try SQLDialect.sqlite.decode(value, as: property.type, column: name).json(as: property.type)
+                .serializedBytes
+        }
+        expected.append(UInt8(ascii: "}"))
+        let writer = RowJSONWriter(names: names, type: type)
+
+        struct Row: SQLCursor {
+            let columnNames: [String]
+            let values: [SQLValue]
+            func value(at index: Int) -> SQLValue { values[index] }
+        }
+        var fromValues: [UInt8] = []
+        #expect(try writer.write(Row(columnNames: names, values: values), dialect: .sqlite, to: &fromValues) == 7)
+        #expect(fromValues == expected, "\(String(decoding: fromValues, as: UTF8.self))")
+
+        let database = try DatabaseQueue()
+        let fromSQLite = try database.read { db in
+            let statement = try db.makeStatement(
+                sql: "SELECT " + names.indices.map { "? AS \"\(names[$0])\"" }.joined(separator: ", "))
+            try statement.bind(values)
+            #expect(sqlite3_step(statement.sqliteStatement) == SQLITE_ROW)
+            var out: [UInt8] = []
+            #expect(try writer.write(statement.sqliteStatement, to: &out) == 7)
+            sqlite3_reset(statement.sqliteStatement)
+            return out
+        }
+        #expect(fromSQLite == expected, "\(String(decoding: fromSQLite, as: UTF8.self))")
+        let parsed = try JSONValue(parsing: fromSQLite)
+        guard case .object(let members) = parsed else {
+            Issue.record("Not an object: \(parsed)")
+            return
+        }
+        #expect(members.map(\.0) == ["@odata.etag"] + names.dropLast())
     }
 }

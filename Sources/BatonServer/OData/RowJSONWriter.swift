@@ -76,7 +76,8 @@ final class RowJSONWriter: Sendable {
     private static let null = Array("null".utf8)
 
     /// Writes the row a cursor is on, and returns its sequence (the entity's ETag): from SQLite's buffers when the
-    /// cursor is SQLite's, else each value decoded in `dialect` and formatted.
+    /// cursor is SQLite's, else from its values — copied when they have the expected shape (PostgreSQL's arrive as the
+    /// same canonical text), else decoded in `dialect` and formatted.
     @discardableResult
     func write(_ row: any SQLCursor, dialect: SQLDialect, to out: inout [UInt8]) throws -> Int64 {
         if let statement = row.sqliteStatement { return try write(statement, to: &out) }
@@ -89,8 +90,7 @@ final class RowJSONWriter: Sendable {
             let value = row.value(at: Int(column.index))
             // PostgreSQL's values arrive as the same canonical text (``PostgresSQLConnection/value(_:)``).
             guard !Self.copyValue(value, column: column, to: &out) else { continue }
-            let decoded = try dialect.decode(value, as: column.type, column: names[position])
-            out.append(contentsOf: decoded.json(as: column.type).serializedBytes)
+            try Self.convert(value, column: column, name: names[position], dialect: dialect, to: &out)
         }
         out.append(UInt8(ascii: "}"))
         return sequence
@@ -106,9 +106,10 @@ final class RowJSONWriter: Sendable {
         try keys.withUnsafeBufferPointer { keys in
             for (position, column) in columns.enumerated() {
                 out.append(contentsOf: UnsafeBufferPointer(rebasing: keys[column.key]))
-                if !Self.copyValue(statement, column: column, to: &out) {
-                    try Self.convertValue(statement, column: column, name: names[position], to: &out)
-                }
+                guard !Self.copyValue(statement, column: column, to: &out) else { continue }
+                try Self.convert(
+                    SQLValue(sqliteStatement: statement, index: column.index), column: column, name: names[position],
+                    dialect: .sqlite, to: &out)
             }
         }
         out.append(UInt8(ascii: "}"))
@@ -116,7 +117,7 @@ final class RowJSONWriter: Sendable {
     }
 
     /// Writes a value of the expected storage and shape straight from SQLite's buffer; `false` when it needs
-    /// ``convertValue(_:column:name:to:)``.
+    /// ``convert(_:column:name:dialect:to:)``.
     static func copyValue(_ statement: SQLiteStatement, column: Column, to out: inout [UInt8]) -> Bool {
         let index = column.index
         switch sqlite3_column_type(statement, index) {
@@ -165,15 +166,16 @@ final class RowJSONWriter: Sendable {
         }
     }
 
-    /// The general path, for everything else: decode, then format.
-    static func convertValue(_ statement: SQLiteStatement, column: Column, name: String, to out: inout [UInt8]) throws {
-        let index = column.index
-        let decoded = try SQLDialect.sqlite.decode(
-            SQLValue(sqliteStatement: statement, index: index), as: column.type, column: name)
-        out.append(contentsOf: decoded.json(as: column.type).serializedBytes)
+    /// The general path, for everything else: the value decoded in `dialect`, then formatted.
+    static func convert(_ value: SQLValue, column: Column, name: String, dialect: SQLDialect, to out: inout [UInt8])
+        throws
+    {
+        out.append(
+            contentsOf: try dialect.decode(value, as: column.type, column: name).json(as: column.type).serializedBytes)
     }
 
-    /// Copies canonical ASCII text of the expected shape; `false` when the value needs the general path.
+    /// Copies canonical ASCII text of the expected shape; `false`, having written nothing, when the value needs the
+    /// general path.
     static func copyText(_ bytes: UnsafeBufferPointer<UInt8>, as type: EdmPrimitiveType, to out: inout [UInt8]) -> Bool
     {
         switch type {
@@ -184,13 +186,13 @@ final class RowJSONWriter: Sendable {
             guard isPlainJSONNumber(bytes) else { return false }
             out.append(contentsOf: bytes)
         case .guid:
-            guard bytes.count == 36 else { return false }
-            for byte in bytes where !isLowerHexOrDash(byte) { return false }
+            guard has(bytes, shape: guidShape) else { return false }
             quoted(bytes, to: &out)
         case .dateTimeOffset:
             // SQLite's text has 12 fractional digits, PostgreSQL's (microseconds) 6.
-            guard (22...33).contains(bytes.count), bytes[19] == UInt8(ascii: "."),
-                bytes[bytes.count - 1] == UInt8(ascii: "Z"), bytes[..<19].allSatisfy(isDateTimeByte),
+            guard (22...33).contains(bytes.count),
+                has(UnsafeBufferPointer(rebasing: bytes[..<19]), shape: dateTimeShape),
+                bytes[19] == UInt8(ascii: "."), bytes[bytes.count - 1] == UInt8(ascii: "Z"),
                 bytes[20..<(bytes.count - 1)].allSatisfy(isDigit)
             else { return false }
             out.append(UInt8(ascii: "\""))
@@ -199,7 +201,7 @@ final class RowJSONWriter: Sendable {
             out.append(UInt8(ascii: "Z"))
             out.append(UInt8(ascii: "\""))
         case .date:
-            guard bytes.count == 10, bytes.allSatisfy(isDateTimeByte) else { return false }
+            guard has(bytes, shape: dateShape) else { return false }
             quoted(bytes, to: &out)
         default:
             return false
@@ -213,7 +215,7 @@ final class RowJSONWriter: Sendable {
         out.append(UInt8(ascii: "\""))
     }
 
-    /// `.fffffffffff` without trailing zeros, or nothing when the fraction is zero.
+    /// The point and the fraction's digits without trailing zeros, or nothing when they are all zeros.
     static func appendFraction(_ digits: Slice<UnsafeBufferPointer<UInt8>>, to out: inout [UInt8]) {
         var end = digits.endIndex
         while end > digits.startIndex, digits[end - 1] == UInt8(ascii: "0") { end -= 1 }
@@ -266,12 +268,30 @@ final class RowJSONWriter: Sendable {
 
     @inline(__always) static func isDigit(_ byte: UInt8) -> Bool { byte &- UInt8(ascii: "0") < 10 }
 
-    @inline(__always) static func isLowerHexOrDash(_ byte: UInt8) -> Bool {
-        isDigit(byte) || byte &- UInt8(ascii: "a") < 6 || byte == UInt8(ascii: "-")
+    @inline(__always) static func isLowerHex(_ byte: UInt8) -> Bool {
+        isDigit(byte) || byte &- UInt8(ascii: "a") < 6
     }
 
-    @inline(__always) static func isDateTimeByte(_ byte: UInt8) -> Bool {
-        isDigit(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: ":") || byte == UInt8(ascii: "T")
+    /// The canonical shapes the copy takes, spelled for ``has(_:shape:)``: a GUID in lower case, a date, a date and
+    /// time to the second.
+    static let guidShape = Array("ffffffff-ffff-ffff-ffff-ffffffffffff".utf8)
+    static let dateShape = Array("9999-99-99".utf8)
+    static let dateTimeShape = Array("9999-99-99T99:99:99".utf8)
+
+    /// Whether `bytes` have `shape`, byte for byte: `9` stands for a digit, `f` for a lower-case hexadecimal digit,
+    /// any other byte for itself. Text of the right classes in the wrong places (`----------` for a date) is not
+    /// canonical: it goes to the general path, which refuses it as a stored value it cannot read, as it would have
+    /// without the copy.
+    static func has(_ bytes: UnsafeBufferPointer<UInt8>, shape: [UInt8]) -> Bool {
+        guard bytes.count == shape.count else { return false }
+        for (byte, expected) in zip(bytes, shape) {
+            switch expected {
+            case UInt8(ascii: "9"): guard isDigit(byte) else { return false }
+            case UInt8(ascii: "f"): guard isLowerHex(byte) else { return false }
+            default: guard byte == expected else { return false }
+            }
+        }
+        return true
     }
 
     /// Whether `bytes` are a JSON number without exponent: `-?(0|[1-9][0-9]*)(\.[0-9]+)?`.
