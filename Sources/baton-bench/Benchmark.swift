@@ -288,8 +288,8 @@ struct Benchmark: AsyncParsableCommand {
         for (index, (name, url, script, telemetry)) in runs.enumerated()
         where index == 0 || only.map({ name.contains($0) }) ?? true {
             // The token goes in a private script file, never on wrk's command line. A floor receives the request
-            // the rows it bounds receive, token and trace context included (it reads neither): reading them is part
-            // of any server's answer to that request.
+            // the rows it bounds receive — the token, and the key read's trace context — and reads neither: reading
+            // them is part of any server's answer to that request.
             let header = name.hasPrefix("bare") ? "" : #"wrk.headers["Authorization"] = "\#(auth)"; "#
             let file = directory.appendingPathComponent("run-\(index).lua")
             guard
@@ -361,7 +361,7 @@ struct Benchmark: AsyncParsableCommand {
                 + "100-change batch (SQLite ≤ 30 µs; PostgreSQL ≤ 60 µs, twice SQLite's). A floor row is the bare "
                 + "route reading the next rows' columns and rows plainly — "
                 + (onPostgres ? "a plain postgres-nio client, prepared" : "plain GRDB on the server's file, in place")
-                + " — for the request those rows receive (token and trace context included, read by neither), and "
+                + " — for the request those rows receive (their token, and the key read's trace context; read by neither), and "
                 + "sending the bytes the data service answered to it: no token checked, no OData, no JSON written. A "
                 + "target above its floor's share "
                 + "cannot be met on this machine; one below it is Baton's own cost to cut."

@@ -32,7 +32,7 @@ struct SettingsCommand: AsyncParsableCommand {
             try await server.audit.record(
                 AuditEntry(
                     at: Date(), actor: "admin (command line)", action: "settings-changed", subject: key, address: nil,
-                    detail: "value \(value.prefix(64))"))
+                    detail: "value \(value.prefix(scalars: 64))"))
             print("\(key) = \(value)")
         }
     }

@@ -770,9 +770,10 @@ import Testing
     /// Bounds on stored text count Unicode scalars, not only characters (a character may carry any number of
     /// combining marks). Fails before: a display name of one character and 300 marks was valid, and a redirect URI
     /// with a Kelvin sign was taken for the registered one with a `K`.
-    @Test func boundsAndComparisonsOfStoredTextGoByScalarOrByte() {
+    @Test func boundsAndComparisonsOfStoredTextGoByScalarOrByte() throws {
         let heavy = "a" + String(repeating: "\u{301}", count: 300)
-        #expect(heavy.count == 1)
+        // The premise, Swift's own: 301 scalars are one `Character`.
+        try #require(heavy.count == 1)
         #expect(!User.isValidDisplayName(heavy))
         #expect(User.isValidDisplayName("a" + String(repeating: "\u{301}", count: 100)))
         #expect(User.isValidDisplayName(String(repeating: "x", count: 64)))
@@ -783,14 +784,15 @@ import Testing
         #expect("2.4.1".prefix(scalars: 32) == "2.4.1")
         let client = OAuthClient(id: "app", grants: ["authorization_code"], redirectURIs: ["https://app.example/OK"])
         #expect(client.accepts(redirectURI: "https://app.example/OK", issuer: "https://baton.example"))
-        #expect("https://app.example/O\u{212A}" == "https://app.example/OK")
+        // The premise, Swift's own: `==` takes the Kelvin sign for a `K`.
+        try #require("https://app.example/O\u{212A}" == "https://app.example/OK")
         #expect(!client.accepts(redirectURI: "https://app.example/O\u{212A}", issuer: "https://baton.example"))
     }
 
     /// An error names text from outside by its first scalars. Fails before: cut to 64 characters, a claimed author of
     /// one character and 10,000 combining marks came back whole in the refusal's message.
     @Test func anErrorNamesOutsideTextByItsFirstScalars() async throws {
-        try await Self.live { _, client in
+        try await Self.live { server, client in
             let mallory = try await client.signIn("mallory").access
             let heavy = "a" + String(repeating: "\u{301}", count: 10_000)
             let reply = try await client.odata(
@@ -801,6 +803,30 @@ import Testing
             #expect(message.unicodeScalars.count < 400, "\(message.unicodeScalars.count) scalars")
             // The name's first 64 scalars: the letter and 63 of its marks.
             #expect(message.unicodeScalars.filter { $0 == "\u{301}" }.count == 63)
+            // So does an error naming a user or a device the server was handed: a name an administrator typed, a
+            // device a route or a command named.
+            func refusal(_ body: () async throws -> Void) async -> String? {
+                do {
+                    try await body()
+                    return nil
+                } catch let error as ServerError {
+                    return error.message
+                } catch {
+                    return "\(error)"
+                }
+            }
+            let named = [
+                await refusal {
+                    try await server.server.users.add(
+                        name: heavy, displayName: nil, role: .groundStaff, password: "correct-horse-battery-1")
+                },
+                await refusal { _ = try await server.server.devices.revoke(device: heavy) },
+            ]
+            for message in named {
+                let message = try #require(message)
+                #expect(message.unicodeScalars.count < 400, "\(message.unicodeScalars.count) scalars")
+                #expect(message.unicodeScalars.filter { $0 == "\u{301}" }.count < 128)
+            }
         }
     }
 

@@ -247,7 +247,7 @@ public enum MultipartBatch {
             if line.isEmpty { return (headers, Array(bytes[index...])) }
             let text = String(decoding: line, as: UTF8.self)
             guard let colon = text.firstIndex(of: ":") else {
-                throw ODataError(.invalidBatch, "Malformed header line in a batch part: '\(text.prefix(80))'")
+                throw ODataError(.invalidBatch, "Malformed header line in a batch part: '\(text.prefix(scalars: 80))'")
             }
             headers.append(
                 (String(text[..<colon]).trimmingSpaces, String(text[text.index(after: colon)...]).trimmingSpaces))

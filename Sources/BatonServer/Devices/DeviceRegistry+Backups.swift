@@ -42,7 +42,7 @@ extension DeviceRegistry {
         // Only changes of users who were registered on the device: nobody files a backup under another name.
         if try await !wasRegistered(device: device, user: author) {
             throw ServerError.badRequest(
-                "A backup holds only the changes of users who were registered on this device; '\(author.prefix(64))' was not."
+                "A backup holds only the changes of users who were registered on this device; '\(author.prefix(scalars: 64))' was not."
             )
         }
         guard
@@ -72,7 +72,7 @@ extension DeviceRegistry {
             else {
                 throw ServerError(
                     HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "BackupsFull",
-                    "The server keeps \(keptCount) backup(s), \(keptBytes >> 10) KiB, of device '\(device.prefix(128))': the most it keeps (settings backups.max-per-device, backups.max-mib-per-device). The device keeps this backup and sends it again; an administrator makes room."
+                    "The server keeps \(keptCount) backup(s), \(keptBytes >> 10) KiB, of device '\(device.prefix(scalars: 128))': the most it keeps (settings backups.max-per-device, backups.max-mib-per-device). The device keeps this backup and sends it again; an administrator makes room."
                 )
             }
             return try await db.fetchOne(

@@ -115,7 +115,7 @@ extension DeviceRegistry {
             return true
         }
         database.statusChanged()
-        guard let outcome else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+        guard let outcome else { throw ServerError.notFound("There is no device '\(device.prefix(scalars: 128))'.") }
         return outcome
     }
 
@@ -147,7 +147,7 @@ extension DeviceRegistry {
                 WHERE id = ?
                 """, now, device) > 0
         }
-        guard found else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+        guard found else { throw ServerError.notFound("There is no device '\(device.prefix(scalars: 128))'.") }
     }
 
     /// What an admin ordered for a device, and which of the users ever registered on it were disabled or deleted
@@ -208,7 +208,7 @@ extension DeviceRegistry {
             return true
         }
         database.statusChanged()
-        guard let outcome else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+        guard let outcome else { throw ServerError.notFound("There is no device '\(device.prefix(scalars: 128))'.") }
         return outcome
     }
 

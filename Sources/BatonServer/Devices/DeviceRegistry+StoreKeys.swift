@@ -73,7 +73,7 @@ extension DeviceRegistry {
         let sealed = try await database.storage.read { db in
             try await db.fetchOne("SELECT sealedStoreKey FROM devices WHERE id = ?", device)?["sealedStoreKey"].bytes
         }
-        guard let sealed else { throw ServerError.notFound("There is no device '\(device.prefix(128))'.") }
+        guard let sealed else { throw ServerError.notFound("There is no device '\(device.prefix(scalars: 128))'.") }
         let box = try AES.GCM.SealedBox(combined: sealed)
         return SymmetricKey(data: try AES.GCM.open(box, using: masterKey, authenticating: Data(device.utf8)))
     }

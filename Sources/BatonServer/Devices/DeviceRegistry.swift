@@ -205,7 +205,7 @@ public struct DeviceRegistry: Sendable {
                 guard on < limit else {
                     throw ServerError(
                         .conflict, "TooManyDevices",
-                        "'\(user.prefix(64))' is registered on \(on) devices, the most one user may be on (setting devices.max-per-user); leave one first."
+                        "'\(user.prefix(scalars: 64))' is registered on \(on) devices, the most one user may be on (setting devices.max-per-user); leave one first."
                     )
                 }
             }
@@ -267,7 +267,7 @@ public struct DeviceRegistry: Sendable {
                 guard today < Self.keysPerDay else {
                     var error = ServerError(
                         .tooManyRequests, "TooManyRequests",
-                        "'\(user.prefix(64))' registered \(today) signing keys on device '\(device.prefix(128))' in the last 24 hours, the most a day; register again when the oldest of them is a day old."
+                        "'\(user.prefix(scalars: 64))' registered \(today) signing keys on device '\(device.prefix(scalars: 128))' in the last 24 hours, the most a day; register again when the oldest of them is a day old."
                     )
                     error.headers = [(.retryAfter, "3600")]
                     throw error
@@ -354,7 +354,7 @@ public struct DeviceRegistry: Sendable {
     static func departureTooSoon(_ device: String, user: String) -> ServerError {
         ServerError(
             .forbidden, "DepartureWaits",
-            "'\(user.prefix(64))' was on device '\(device.prefix(128))' less than an hour ago: the device's word that they left counts after an hour without them, or an administrator removes them from the device in the cockpit."
+            "'\(user.prefix(scalars: 64))' was on device '\(device.prefix(scalars: 128))' less than an hour ago: the device's word that they left counts after an hour without them, or an administrator removes them from the device in the cockpit."
         )
     }
 
@@ -400,14 +400,14 @@ public struct DeviceRegistry: Sendable {
     static func revoked(_ device: String) -> ServerError {
         ServerError(
             .forbidden, "DeviceRevoked",
-            "Device '\(device.prefix(128))' was taken out of service by an administrator: its store key is no longer released."
+            "Device '\(device.prefix(scalars: 128))' was taken out of service by an administrator: its store key is no longer released."
         )
     }
 
     static func proofRequired(_ device: String) -> ServerError {
         ServerError(
             .forbidden, "DeviceProofRequired",
-            "Registering on device '\(device.prefix(128))' needs the approval of one of its users (a proof signed with the device key).",
+            "Registering on device '\(device.prefix(scalars: 128))' needs the approval of one of its users (a proof signed with the device key).",
             target: "deviceProof")
     }
 }

@@ -181,7 +181,7 @@ extension DeviceRegistry {
         let changed = try await database.storage.write { db in
             try await db.execute("UPDATE devices SET logsRequestedAt = ? WHERE id = ?", now, device)
         }
-        guard changed > 0 else { throw ServerError.notFound("No device '\(device.prefix(128))'.") }
+        guard changed > 0 else { throw ServerError.notFound("No device '\(device.prefix(scalars: 128))'.") }
     }
 
     /// Whether an order for the device's log is pending.

@@ -183,7 +183,7 @@ extension ServiceRoutes {
             guard DeviceRegistry.isValidDeviceID(device) else { throw DeviceRegistry.invalidDeviceID }
             let name = try context.userName()
             guard try await devices.isRegistered(device: device, user: name) else {
-                throw ServerError.notFound("You are not registered on device '\(device.prefix(128))'.")
+                throw ServerError.notFound("You are not registered on device '\(device.prefix(scalars: 128))'.")
             }
             var request = request
             let bytes = Array(buffer: try await request.collectBody(upTo: context.maxUploadSize))
@@ -237,7 +237,7 @@ extension ServiceRoutes {
             if context.provenDevice == device { return "device:\(device)" }
             let name = try context.userName()
             guard try await devices.wasRegistered(device: device, user: name) else {
-                throw ServerError.notFound("You have never been registered on device '\(device.prefix(128))'.")
+                throw ServerError.notFound("You have never been registered on device '\(device.prefix(scalars: 128))'.")
             }
             return name
         }
@@ -272,7 +272,7 @@ extension ServiceRoutes {
             guard DeviceRegistry.isValidDeviceID(device) else { throw DeviceRegistry.invalidDeviceID }
             let name = try await caller(context, device: device)
             if context.provenDevice != device, try await !devices.isRegistered(device: device, user: name) {
-                throw ServerError.notFound("You are not registered on device '\(device.prefix(128))'.")
+                throw ServerError.notFound("You are not registered on device '\(device.prefix(scalars: 128))'.")
             }
             var request = request
             let body = try JSONValue(parsing: Array(buffer: try await request.collectBody(upTo: context.maxUploadSize)))
@@ -298,7 +298,7 @@ extension ServiceRoutes {
             let device = try context.parameters.require("device")
             let name = try await caller(context, device: device)
             guard let status = try await devices.status(device: device) else {
-                throw ServerError.notFound("You have never been registered on device '\(device.prefix(128))'.")
+                throw ServerError.notFound("You have never been registered on device '\(device.prefix(scalars: 128))'.")
             }
             var current = name == "device:\(device)"
             if !current {

@@ -1,3 +1,4 @@
+import BatonOData
 import BatonSQL
 import Crypto
 import Foundation
@@ -54,7 +55,7 @@ public struct IdentityProvider: Sendable, Hashable {
                 let role = User.Role(rawValue: parts[1])
             else {
                 throw ServerError.badRequest(
-                    "The role map takes GROUP=ROLE pairs separated by commas, ROLE one of \(User.Role.allCases.map(\.rawValue).joined(separator: ", ")); '\(String(pair.prefix(80)))' is not one.",
+                    "The role map takes GROUP=ROLE pairs separated by commas, ROLE one of \(User.Role.allCases.map(\.rawValue).joined(separator: ", ")); '\(pair.prefix(scalars: 80))' is not one.",
                     target: "role-map")
             }
             map[parts[0]] = role

@@ -19,7 +19,7 @@ public struct UserDirectory: Sendable {
     public func add(name: String, displayName: String?, role: User.Role, password: String) async throws -> User {
         guard User.isValidName(name) else {
             throw ServerError.badRequest(
-                "User name '\(name.prefix(64))' is not valid: use 1 to 64 letters, digits, '.', '_', '-' or '@'.",
+                "User name '\(name.prefix(scalars: 64))' is not valid: use 1 to 64 letters, digits, '.', '_', '-' or '@'.",
                 target: "name")
         }
         try policy.check(password, for: name)

@@ -1,3 +1,4 @@
+import BatonOData
 import BatonSQLGRDB
 import Foundation
 import GRDB
@@ -219,7 +220,8 @@ public struct ServerDatabase: Sendable {
             if let unknown = applied.subtracting(known).sorted().first {
                 throw StorageError(
                     .newerSchema,
-                    "was migrated by a newer baton-server (migration '\(unknown.prefix(64))'); run that version.")
+                    "was migrated by a newer baton-server (migration '\(unknown.prefix(scalars: 64))'); run that version."
+                )
             }
             for migration in postgresMigrations where !applied.contains(migration.name) {
                 for statement in migration.statements { try await db.execute(statement, []) }
