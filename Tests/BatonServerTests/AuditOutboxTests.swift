@@ -192,4 +192,37 @@ import Testing
         let after = try await restarted.audit.entries(limit: 100).map(\.action)
         #expect(after.filter { $0.hasPrefix("change-") }.sorted() == ["change-1", "change-1b", "change-2"])
     }
+
+    /// The log's recorded keys leave the outbox many to a statement (a 100-change batch deleted them one statement
+    /// each): more than one statement's worth all go with the next change, and an entry the log has not recorded
+    /// stays, whichever statement its neighbours went in.
+    @Test func moreRecordedEntriesThanOneStatementHoldsLeaveTheOutboxTogether() async throws {
+        let test = try await TestServer()
+        defer { test.remove() }
+        let pool = try #require(test.server.data.store.pool)
+        let outbox = test.server.data.outbox
+        let count = AuditLog.rowsPerInsert * 2 + 7
+        let staged = try await pool.write { db in
+            try GRDBConnection.run(db) { connection in
+                var entries = (0..<count).map { Self.entry("recorded-\($0)") }
+                try await outbox.stage(&entries, in: connection)
+                return entries
+            }
+        }
+        // The log takes all but one in the middle of the second statement's share.
+        let missing = AuditLog.rowsPerInsert + 3
+        try await test.server.audit.record(
+            staged: staged.enumerated().filter { $0.offset != missing }.map(\.element), outbox: outbox)
+        #expect(try await outboxCount(test.server) == count)
+        try await pool.write { db in
+            try GRDBConnection.run(db) { connection in
+                var entries = [Self.entry("next-change")]
+                try await outbox.stage(&entries, in: connection)
+            }
+        }
+        let left = try await pool.read { db in
+            try String.fetchAll(db, sql: #"SELECT action FROM "\#(DataStore.auditOutbox)" ORDER BY rowid"#)
+        }
+        #expect(left == ["recorded-\(missing)", "next-change"])
+    }
 }

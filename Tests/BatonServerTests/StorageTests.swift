@@ -275,6 +275,37 @@ import Testing
         }
     }
 
+    /// The audit entries the log has recorded leave the outbox with the next change in one statement, not one a
+    /// key: after a batch of 100 creates, the next change runs a single delete on the outbox, which then holds that
+    /// change's entry alone.
+    @Test func theNextChangeDeletesARecordedBatchsEntriesInOneStatement() async throws {
+        try await Fixtures.world { server, client, alice, _ in
+            let pool = try #require(server.server.data.store.pool)
+            let deletes = Mutex<Int>(0)
+            try await pool.writeWithoutTransaction { db in
+                db.trace { event in
+                    if "\(event)".hasPrefix(#"DELETE FROM "\#(DataStore.auditOutbox)""#) {
+                        deletes.withLock { $0 += 1 }
+                    }
+                }
+            }
+            let requests = (0..<100).map { n in
+                #"{"id":"\#(n)","atomicityGroup":"g","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(1000 + n)))}"#
+            }.joined(separator: ",")
+            let batch = try await client.odata(.post, "$batch", token: alice, body: #"{"requests":[\#(requests)]}"#)
+            #expect(batch.status == .ok, "\(batch.text)")
+            let before = deletes.withLock { $0 }
+            let next = try await client.odata(
+                .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1100)))
+            #expect(next.status == .created)
+            #expect(deletes.withLock { $0 } - before == 1)
+            let left = try await pool.read { db in
+                try Int.fetchOne(db, sql: #"SELECT count(*) FROM "\#(DataStore.auditOutbox)""#)
+            }
+            #expect(left == 1)
+        }
+    }
+
     /// The first value taken inside a savepoint that then rolls back (a failed change of a batch) is taken from
     /// the row again by no one: the values go on in memory and the row ends at the last one handed out.
     @Test func aFirstValueTakenInARolledBackSavepointLeavesTheRowAtTheLastHandedOut() async throws {
