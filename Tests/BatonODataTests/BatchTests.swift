@@ -34,6 +34,36 @@ import Testing
         #expect(partError?.message.contains("PO\u{017F}T") == true)
     }
 
+    /// A batch part's header line is split at its first colon byte and its start line at each space byte, as HTTP
+    /// reads them, and the spaces and tabs around a name or value are trimmed by byte. Fails before: found by
+    /// `Character`, a colon or a space followed by a combining mark (U+0301) was not one, so `If-Match:◌́"x":y` was
+    /// read as a header named `If-Match:◌́"x"` — the precondition gone under a name no lookup matches — and
+    /// `GET ◌́x HTTP/1.1` as two pieces.
+    @Test func aPartIsSplitAtItsColonAndSpaceBytesWhateverMarkFollows() throws {
+        let mark = "\u{301}"
+        func multipart(_ line: String, header: String) -> [UInt8] {
+            Array("--b\r\nContent-Type: application/http\r\n\r\n\(line)\r\n\(header)\r\n\r\n\r\n--b--\r\n".utf8)
+        }
+        let requests = try MultipartBatch.decodeRequests(
+            multipart("GET \(mark)x HTTP/1.1", header: "If-Match:\(mark)\"x\":y"), boundary: "b")
+        let request = try #require(requests.first)
+        #expect(request.method == "GET")
+        #expect(request.url == "\(mark)x")
+        #expect(request.headers.map(\.0) == ["If-Match"])
+        #expect(request.header("If-Match") == "\(mark)\"x\":y")
+        // A space followed by a mark is still trimmed: the value starts at the mark.
+        let spaced = try MultipartBatch.decodeRequests(
+            multipart("GET Aircraft HTTP/1.1", header: "Prefer: \(mark)odata.maxpagesize=1 \t"), boundary: "b")
+        #expect(spaced.first?.header("Prefer") == "\(mark)odata.maxpagesize=1")
+        let response = try MultipartBatch.decodeResponses(
+            Array(
+                "--b\r\nContent-Type: application/http\r\n\r\nHTTP/1.1 204 \(mark)No\r\nETag:\(mark)W/\"1\"\r\n\r\n\r\n--b--\r\n"
+                    .utf8),
+            boundary: "b")
+        #expect(response.first?.status == 204)
+        #expect(response.first?.headers.map(\.0) == ["ETag"])
+    }
+
     @Test func jsonBatchRequestsDecodeAndRoundTrip() throws {
         let requests = try JSONBatch.decodeRequests(Array(Self.jsonBatch.utf8))
         #expect(requests.map(\.id) == ["1", "2", "3"])

@@ -245,12 +245,17 @@ public enum MultipartBatch {
             if line.last == 0x0D { line = line.dropLast() }
             index = newline + 1
             if line.isEmpty { return (headers, Array(bytes[index...])) }
-            let text = String(decoding: line, as: UTF8.self)
-            guard let colon = text.firstIndex(of: ":") else {
+            // The first colon byte ends the name, whatever follows it: found by `Character`, a colon followed by a
+            // combining mark was not one, and the header was read under another name.
+            guard let colon = line.firstIndex(of: UInt8(ascii: ":")) else {
+                let text = String(decoding: line, as: UTF8.self)
                 throw ODataError(.invalidBatch, "Malformed header line in a batch part: '\(text.prefix(scalars: 80))'")
             }
             headers.append(
-                (String(text[..<colon]).trimmingSpaces, String(text[text.index(after: colon)...]).trimmingSpaces))
+                (
+                    String(decoding: line[..<colon], as: UTF8.self).trimmingSpaces,
+                    String(decoding: line[(colon + 1)...], as: UTF8.self).trimmingSpaces
+                ))
         }
     }
 
@@ -291,23 +296,30 @@ public enum MultipartBatch {
         return (String(decoding: line, as: UTF8.self), headers, json)
     }
 
+    /// A start line's pieces between its space bytes (empty pieces dropped), as HTTP splits it: by `Character`, a
+    /// space followed by a combining mark was not one.
+    static func startLinePieces(_ line: String, maxSplits: Int) -> [String] {
+        line.utf8.split(separator: UInt8(ascii: " "), maxSplits: maxSplits).map { String(decoding: $0, as: UTF8.self) }
+    }
+
     static func parseRequest(_ part: Part, id: String) throws(ODataError) -> BatchRequest {
         let (line, headers, body) = try firstLine(part)
-        let pieces = line.split(separator: " ")
-        guard pieces.count == 3, pieces[2].hasPrefix("HTTP/") else {
+        let pieces = startLinePieces(line, maxSplits: .max)
+        guard pieces.count == 3, pieces[2].utf8.starts(with: "HTTP/".utf8) else {
             throw ODataError(
                 .invalidBatch, "Batch request '\(id)' has a malformed request line; expected 'METHOD URL HTTP/1.1'",
                 target: id)
         }
         return BatchRequest(
-            id: id, method: HeaderScanner.asciiUppercased(pieces[0]), url: String(pieces[1]), headers: headers,
+            id: id, method: HeaderScanner.asciiUppercased(pieces[0]), url: pieces[1], headers: headers,
             body: body)
     }
 
     static func parseResponse(_ part: Part, id: String) throws(ODataError) -> BatchResponse {
         let (line, headers, body) = try firstLine(part)
-        let pieces = line.split(separator: " ", maxSplits: 2)
-        guard pieces.count >= 2, pieces[0].hasPrefix("HTTP/"), let status = Int(pieces[1]), (100...599).contains(status)
+        let pieces = startLinePieces(line, maxSplits: 2)
+        guard pieces.count >= 2, pieces[0].utf8.starts(with: "HTTP/".utf8), let status = Int(pieces[1]),
+            (100...599).contains(status)
         else {
             throw ODataError(
                 .invalidBatch, "Batch response '\(id)' has a malformed status line; expected 'HTTP/1.1 200 OK'",

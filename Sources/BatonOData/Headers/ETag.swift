@@ -88,7 +88,8 @@ public enum ETagCondition: Sendable, Hashable {
 extension String {
     /// The string without leading and trailing spaces and tabs.
     var trimmingSpaces: String {
-        var scalars = Substring(self)
+        // By scalar: a space followed by a combining mark is one `Character`, and was kept.
+        var scalars = Substring(self).unicodeScalars
         while scalars.first == " " || scalars.first == "\t" { scalars.removeFirst() }
         while scalars.last == " " || scalars.last == "\t" { scalars.removeLast() }
         return String(scalars)
