@@ -52,6 +52,33 @@ import Testing
         }
     }
 
+    /// A JSON string's bytes are valid UTF-8 or the body is refused with the string's position, whether or not
+    /// the string has escapes, and ASCII and valid UTF-8 read back as sent. (ASCII is made a `String` without the
+    /// generic validation: the byte a string's high bits are judged by must be every byte of it.)
+    @Test func aJSONStringThatIsNotUTF8IsRefusedAtItsPlace() throws {
+        func parse(_ bytes: [UInt8]) throws -> JSONValue { try JSONValue(parsing: bytes) }
+        let open = Array(#"{"k":""#.utf8)
+        let close = Array(#""}"#.utf8)
+        #expect(try parse(open + Array("plain ASCII".utf8) + close) == .object([("k", .string("plain ASCII"))]))
+        #expect(try parse(open + Array("é ✈ 𝄞".utf8) + close) == .object([("k", .string("é ✈ 𝄞"))]))
+        #expect(try parse(open + Array(#"a\"b é"#.utf8) + close) == .object([("k", .string("a\"b é"))]))
+        let invalid: [[UInt8]] = [
+            [0xFF], [0x41, 0x42, 0x80], [0xC3], [0xC3, 0x28], [0xE2, 0x82], [0xED, 0xA0, 0x80], [0xC0, 0xAF],
+            [0x41] + Array(repeating: 0x41, count: 40) + [0xF8, 0x41],
+        ]
+        for bytes in invalid {
+            for escaped in [false, true] {
+                let content = escaped ? Array(#"\n"#.utf8) + bytes : bytes
+                let error = #expect(throws: ODataError.self, "\(bytes) escaped: \(escaped)") {
+                    try parse(open + content + close)
+                }
+                #expect(error?.message.contains("not valid UTF-8") == true, "\(error?.message ?? "")")
+                // Where the unescaped run holding the bytes starts.
+                #expect(error?.position == open.count + (escaped ? 2 : 0))
+            }
+        }
+    }
+
     @Test func validBodyDecodesAndComputedPropertiesAreIgnored() throws {
         let payload = try decode(Self.valid)
         #expect(payload.values["FuelKg"] == .decimal(Decimal(string: "5200.5") ?? 0))
