@@ -88,6 +88,19 @@ import Testing
         #expect(throws: ODataError.self) { try ETagCondition(parsing: "\"a\" \"b\"") }
     }
 
+    /// A malformed `If-Match` is named in its error by its first 80 scalars. Fails before: the whole value came back,
+    /// a letter and 10,000 combining marks included.
+    @Test func aMalformedConditionIsNamedByItsFirstScalars() {
+        for value in [
+            "x" + String(repeating: "\u{301}", count: 10_000), "\"a\" " + String(repeating: "b", count: 10_000),
+        ] {
+            let error = #expect(throws: ODataError.self) { try ETagCondition(parsing: value) }
+            let message = error?.message ?? ""
+            #expect(message.hasPrefix("Malformed If-Match value '"), "\(message.prefix(scalars: 40))")
+            #expect(message.unicodeScalars.count < 200, "\(message.unicodeScalars.count) scalars")
+        }
+    }
+
     /// A preference's value is quoted and escaped by Unicode scalar. Fails before: a `"` followed by a combining mark
     /// is one `Character`, which the search for `"` did not find, so the value ended the quoted string early.
     @Test func aPreferenceValueIsEscapedByScalar() {

@@ -49,9 +49,12 @@ public enum ETagCondition: Sendable, Hashable {
 
     /// Parses the header value.
     ///
-    /// - Throws: ``ODataError`` (`invalidHeader`) quoting the malformed value.
-    public init(parsing text: some StringProtocol, header: String = "If-Match") throws(ODataError) {
-        let trimmed = String(text).trimmingSpaces
+    /// Not generic: a generic initializer across the module boundary ran unspecialized, looking up the runtime's
+    /// metadata, for every change of a batch.
+    ///
+    /// - Throws: ``ODataError`` (`invalidHeader`) quoting the malformed value's first 80 scalars.
+    public init(parsing text: String, header: String = "If-Match") throws(ODataError) {
+        let trimmed = text.trimmingSpaces
         if trimmed == "*" {
             self = .any
             return
@@ -62,14 +65,16 @@ public enum ETagCondition: Sendable, Hashable {
             scanner.skipSpaces()
             guard let tag = scanner.etag() else {
                 throw ODataError(
-                    .invalidHeader, "Malformed \(header) value '\(text)'; expected * or a list of \"…\" / W/\"…\" tags",
+                    .invalidHeader,
+                    "Malformed \(header) value '\(text.prefix(scalars: 80))'; expected * or a list of \"…\" / W/\"…\" tags",
                     target: header)
             }
             tags.append(tag)
             scanner.skipSpaces()
         } while scanner.take(",")
         guard scanner.isAtEnd else {
-            throw ODataError(.invalidHeader, "Malformed \(header) value '\(text)'", target: header)
+            throw ODataError(
+                .invalidHeader, "Malformed \(header) value '\(text.prefix(scalars: 80))'", target: header)
         }
         self = .tags(tags)
     }
