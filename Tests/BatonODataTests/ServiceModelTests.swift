@@ -2,6 +2,30 @@ import BatonOData
 import Testing
 
 @Suite struct ServiceModelTests {
+    /// The model's names are looked up byte for byte: a set, a type or a key property named with a canonically
+    /// equivalent string (a Kelvin sign for `K`, a combined `é` for a precomposed one) is not found, and neither is a
+    /// name one byte shorter or longer. ``String/hasSameBytes(as:)`` compares the two buffers whole.
+    @Test func namesAreFoundByTheirExactBytes() throws {
+        #expect("PreflightChecks".hasSameBytes(as: String("xPreflightChecks".dropFirst())))
+        #expect("".hasSameBytes(as: ""))
+        #expect(!"".hasSameBytes(as: "a"))
+        #expect(!"Caf\u{E9}".hasSameBytes(as: "Cafe\u{301}"))
+        #expect(!"\u{212A}".hasSameBytes(as: "K"))
+        let long = String(repeating: "ab", count: 40)
+        #expect(long.hasSameBytes(as: String(repeating: "ab", count: 40)))
+        #expect(!long.hasSameBytes(as: long + "a"))
+        #expect(!long.hasSameBytes(as: String(long.dropLast()) + "c"))
+        let model = try ServiceModel.aircraftChecks
+        #expect(model.entitySet(named: "PreflightChecks") != nil)
+        #expect(model.entitySet(named: "PreflightCheck") == nil)
+        #expect(model.entitySet(named: "PreflightChecksX") == nil)
+        let type = try #require(model.entityType(named: "PreflightCheck"))
+        #expect(model.entityType(named: "PreflightChec\u{212A}") == nil)
+        #expect(type.property(named: "ID") != nil)
+        #expect(type.property(named: "I\u{0044}\u{307}") == nil)
+        #expect(type.property(named: "IDs") == nil)
+    }
+
     @Test func bundledModelHasTheAircraftChecksSets() throws {
         let model = try ServiceModel.aircraftChecks
         #expect(model.entitySets.map(\.name) == ["Aircraft", "Flights", "PreflightChecks", "CheckPhotos"])

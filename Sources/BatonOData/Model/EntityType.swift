@@ -84,14 +84,14 @@ public struct EntityType: Sendable, Hashable {
 
     /// Whether `name` is one of the ``streamProperties`` (exact match).
     public func isStreamProperty(_ name: String) -> Bool {
-        streamProperties.contains { $0.utf8.elementsEqual(name.utf8) }
+        streamProperties.contains { $0.hasSameBytes(as: name) }
     }
 
     /// The structural property named `name` (exact, case-sensitive match, as OData requires).
     public func property(named name: String) -> Property? {
         guard let index = storage.propertyIndex[name] else { return nil }
         let property = storage.parts.properties[index]
-        return property.name.utf8.elementsEqual(name.utf8) ? property : nil
+        return property.name.hasSameBytes(as: name) ? property : nil
     }
 
     /// Each property's position by name; the first one wins where a (refused) model repeats a name.

@@ -37,7 +37,7 @@ public struct ServiceModel: Sendable, Hashable {
             typeIndex = types
             var streams: [String] = []
             for type in parts.entityTypes {
-                for name in type.streamProperties where !streams.contains(where: { $0.utf8.elementsEqual(name.utf8) }) {
+                for name in type.streamProperties where !streams.contains(where: { $0.hasSameBytes(as: name) }) {
                     streams.append(name)
                 }
             }
@@ -121,12 +121,11 @@ public struct ServiceModel: Sendable, Hashable {
         let storage = storage
         let parts = storage.parts
         func matches(_ type: EntityType) -> Bool {
-            name.utf8.elementsEqual(type.name.utf8) || Self.name(name, qualifies: type.name, in: parts.namespace)
+            name.hasSameBytes(as: type.name) || Self.name(name, qualifies: type.name, in: parts.namespace)
                 || parts.alias.map { Self.name(name, qualifies: type.name, in: $0) } == true
         }
         // The name the index holds is the one asked for, byte for byte: that type is the first that answers to it.
-        if let entry = storage.typeIndex.index(forKey: name), storage.typeIndex[entry].key.utf8.elementsEqual(name.utf8)
-        {
+        if let entry = storage.typeIndex.index(forKey: name), storage.typeIndex[entry].key.hasSameBytes(as: name) {
             return parts.entityTypes[storage.typeIndex[entry].value]
         }
         return parts.entityTypes.first(where: matches)
@@ -145,7 +144,7 @@ public struct ServiceModel: Sendable, Hashable {
     /// equivalent text as equal: a Kelvin sign for a `K`).
     public func entitySet(named name: String) -> EntitySet? {
         // Compared in turn: for the handful of sets a model has, cheaper than hashing the name (measured on a batch).
-        storage.parts.entitySets.first { $0.name.utf8.elementsEqual(name.utf8) }
+        storage.parts.entitySets.first { $0.name.hasSameBytes(as: name) }
     }
 
     /// The entity type of an entity set.

@@ -257,13 +257,13 @@ public struct ODataURL: Sendable, Hashable {
                 }
                 parser.index = parser.wordEnd(from: parser.index)
                 // Compared byte for byte, as every name of the model is: `==` took a Kelvin sign for a `K`.
-                guard let property = keys.first(where: { $0.name.utf8.elementsEqual(name.utf8) }) else {
+                guard let property = keys.first(where: { $0.name.hasSameBytes(as: name) }) else {
                     throw parser.error(
                         .unknownName,
                         "'\(name)' is not a key property of '\(type.name)'; its key is (\(type.key.joined(separator: ",")))",
                         at: start, target: name)
                 }
-                guard !values.contains(where: { $0.name.utf8.elementsEqual(name.utf8) }) else {
+                guard !values.contains(where: { $0.name.hasSameBytes(as: name) }) else {
                     throw parser.error(.syntax, "Key property '\(name)' is given twice", at: start, target: name)
                 }
                 try parser.expect("=", "'=' after '\(name)'")

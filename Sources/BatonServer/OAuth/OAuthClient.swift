@@ -42,8 +42,8 @@ public struct OAuthClient: Sendable, Hashable {
     /// Whether `uri` is a redirect URI this client may use: a registered one byte for byte (`==` takes a Kelvin sign
     /// for a `K`, so another URI than the one registered would get the code).
     func accepts(redirectURI uri: String, issuer: String) -> Bool {
-        if redirectURIs.contains(where: { $0.utf8.elementsEqual(uri.utf8) })
-            || issuerRedirectPaths.contains(where: { (issuer + $0).utf8.elementsEqual(uri.utf8) })
+        if redirectURIs.contains(where: { $0.hasSameBytes(as: uri) })
+            || issuerRedirectPaths.contains(where: { (issuer + $0).hasSameBytes(as: uri) })
         {
             return true
         }
