@@ -35,7 +35,7 @@ import Testing
     }
 
     /// A batch part's header line is split at its first colon byte and its start line at each space byte, as HTTP
-    /// reads them, and the spaces and tabs around a name or value are trimmed by byte. Fails before: found by
+    /// reads them, and the spaces and tabs around a name or value are trimmed by scalar. Fails before: found by
     /// `Character`, a colon or a space followed by a combining mark (U+0301) was not one, so `If-Match:◌́"x":y` was
     /// read as a header named `If-Match:◌́"x"` — the precondition gone under a name no lookup matches — and
     /// `GET ◌́x HTTP/1.1` as two pieces.

@@ -12,8 +12,8 @@ public enum MultipartBatch {
     ///
     /// - Throws: ``ODataError`` (`invalidBatch`) when the content type is not multipart/mixed with such a boundary.
     public static func boundary(fromContentType contentType: String) throws(ODataError) -> String {
-        // Echoed in errors only as far as 64 bytes.
-        let shown = String(decoding: contentType.utf8.prefix(64), as: UTF8.self)
+        // Echoed in errors only as far as 64 scalars (64 bytes could end inside one).
+        let shown = contentType.prefix(scalars: 64)
         var scanner = HeaderScanner(contentType)
         guard scanner.mediaType() == "multipart/mixed" else {
             throw ODataError(
@@ -266,7 +266,9 @@ public enum MultipartBatch {
 
     static func firstLine(_ part: Part) throws(ODataError) -> (String, [(String, String)], JSONValue?) {
         if let type = part.contentType, HeaderScanner.mediaType(of: type) != "application/http" {
-            throw ODataError(.invalidBatch, "A batch part must have Content-Type application/http, not '\(type)'")
+            throw ODataError(
+                .invalidBatch, "A batch part must have Content-Type application/http, not '\(type.prefix(scalars: 80))'"
+            )
         }
         guard let newline = part.body.firstIndex(of: 0x0A) else {
             throw ODataError(.invalidBatch, "A batch part has no HTTP start line")

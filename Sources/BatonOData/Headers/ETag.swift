@@ -13,17 +13,19 @@ public struct ETag: Sendable, Hashable, CustomStringConvertible {
 
     /// Parses one `ETag` header value.
     ///
-    /// - Throws: ``ODataError`` (`invalidHeader`) quoting the malformed value.
+    /// - Throws: ``ODataError`` (`invalidHeader`) quoting the malformed value's first 80 scalars.
     public init(parsing text: some StringProtocol) throws(ODataError) {
         var scanner = HeaderScanner(String(text))
         scanner.skipSpaces()
         guard let tag = scanner.etag() else {
             throw ODataError(
-                .invalidHeader, "Malformed entity tag '\(text)'; expected \"…\" or W/\"…\"", target: "ETag")
+                .invalidHeader, "Malformed entity tag '\(text.prefix(scalars: 80))'; expected \"…\" or W/\"…\"",
+                target: "ETag")
         }
         scanner.skipSpaces()
         guard scanner.isAtEnd else {
-            throw ODataError(.invalidHeader, "Unexpected text after the entity tag in '\(text)'", target: "ETag")
+            throw ODataError(
+                .invalidHeader, "Unexpected text after the entity tag in '\(text.prefix(scalars: 80))'", target: "ETag")
         }
         self = tag
     }

@@ -15,11 +15,13 @@ public enum ODataVersion: String, Sendable, Hashable, Comparable, CaseIterable {
             let parts = value.split(separator: ".")
             guard parts.count == 2, let major = Int(parts[0]), let minor = Int(parts[1]) else {
                 throw ODataError(
-                    .invalidHeader, "\(header) '\(value)' is not a version number like 4.0 or 4.01", target: header)
+                    .invalidHeader, "\(header) '\(value.prefix(scalars: 80))' is not a version number like 4.0 or 4.01",
+                    target: header)
             }
             if major < 4 {
                 throw ODataError(
-                    .invalidHeader, "\(header) \(value) is not supported; this service speaks OData 4.0 and 4.01",
+                    .invalidHeader,
+                    "\(header) \(value.prefix(scalars: 80)) is not supported; this service speaks OData 4.0 and 4.01",
                     target: header)
             }
             // A later minor or major version: answer with the highest we speak.

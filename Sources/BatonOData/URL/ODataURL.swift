@@ -260,11 +260,12 @@ public struct ODataURL: Sendable, Hashable {
                 guard let property = keys.first(where: { $0.name.hasSameBytes(as: name) }) else {
                     throw parser.error(
                         .unknownName,
-                        "'\(name)' is not a key property of '\(type.name)'; its key is (\(type.key.joined(separator: ",")))",
+                        "'\(name.prefix(scalars: 80))' is not a key property of '\(type.name)'; its key is (\(type.key.joined(separator: ",")))",
                         at: start, target: name)
                 }
                 guard !values.contains(where: { $0.name.hasSameBytes(as: name) }) else {
-                    throw parser.error(.syntax, "Key property '\(name)' is given twice", at: start, target: name)
+                    throw parser.error(
+                        .syntax, "Key property '\(name.prefix(scalars: 80))' is given twice", at: start, target: name)
                 }
                 try parser.expect("=", "'=' after '\(name)'")
                 values.append(KeyValue(name: property.name, value: try keyLiteral(&parser, for: property)))
