@@ -245,12 +245,7 @@ import Testing
     @Test func aBatchTakesTheSequenceOnceAndWritesItBackOnce() async throws {
         try await Fixtures.world { server, client, alice, _ in
             let pool = try #require(server.server.data.store.pool)
-            let updates = Mutex<Int>(0)
-            try await pool.writeWithoutTransaction { db in
-                db.trace { event in
-                    if "\(event)".contains(#"UPDATE "$sequence""#) { updates.withLock { $0 += 1 } }
-                }
-            }
+            let updates = try await WriterStatements(pool) { $0.contains(#"UPDATE "$sequence""#) }
             func sequences(of reply: ODataReply) -> [Int64] {
                 (reply.json["responses"] as? [[String: Any]] ?? []).compactMap { response in
                     let headers = (response["headers"] as? [String: Any] ?? [:]).map { ($0.key.lowercased(), $0.value) }
@@ -261,10 +256,10 @@ import Testing
             let requests = (0..<10).map { n in
                 #"{"id":"\#(n)","atomicityGroup":"g","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(900 + n)))}"#
             }.joined(separator: ",")
-            let before = updates.withLock { $0 }
+            let before = updates.seen
             let reply = try await client.odata(.post, "$batch", token: alice, body: #"{"requests":[\#(requests)]}"#)
             #expect(reply.status == .ok, "\(reply.text)")
-            #expect(updates.withLock { $0 } - before == 2)
+            #expect(updates.seen - before == 2)
             let taken = sequences(of: reply)
             #expect(taken.count == 10 && Set(taken).count == 10 && taken == taken.sorted(), "\(taken)")
             let row = try await pool.read { try Int64.fetchOne($0, sql: #"SELECT value FROM "$sequence""#) }
@@ -281,24 +276,19 @@ import Testing
     @Test func theNextChangeDeletesARecordedBatchsEntriesInOneStatement() async throws {
         try await Fixtures.world { server, client, alice, _ in
             let pool = try #require(server.server.data.store.pool)
-            let deletes = Mutex<Int>(0)
-            try await pool.writeWithoutTransaction { db in
-                db.trace { event in
-                    if "\(event)".hasPrefix(#"DELETE FROM "\#(DataStore.auditOutbox)""#) {
-                        deletes.withLock { $0 += 1 }
-                    }
-                }
+            let deletes = try await WriterStatements(pool) {
+                $0.hasPrefix(#"DELETE FROM "\#(DataStore.auditOutbox)""#)
             }
             let requests = (0..<100).map { n in
                 #"{"id":"\#(n)","atomicityGroup":"g","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(1000 + n)))}"#
             }.joined(separator: ",")
             let batch = try await client.odata(.post, "$batch", token: alice, body: #"{"requests":[\#(requests)]}"#)
             #expect(batch.status == .ok, "\(batch.text)")
-            let before = deletes.withLock { $0 }
+            let before = deletes.seen
             let next = try await client.odata(
                 .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(1100)))
             #expect(next.status == .created)
-            #expect(deletes.withLock { $0 } - before == 1)
+            #expect(deletes.seen - before == 1)
             let left = try await pool.read { db in
                 try Int.fetchOne(db, sql: #"SELECT count(*) FROM "\#(DataStore.auditOutbox)""#)
             }
@@ -1532,6 +1522,21 @@ import Testing
         ]
         for (sql, kind) in expected {
             #expect(PostgresSQLConnection.preparedKind(sql) == kind, "\(sql)")
+        }
+    }
+}
+
+/// Counts, from its creation on, the statements a pool's writer runs whose SQL matches.
+final class WriterStatements: Sendable {
+    private let count = Mutex(0)
+
+    var seen: Int { count.withLock { $0 } }
+
+    init(_ pool: DatabasePool, matching matches: @escaping @Sendable (String) -> Bool) async throws {
+        try await pool.writeWithoutTransaction { db in
+            db.trace { [self] event in
+                if matches("\(event)") { count.withLock { $0 += 1 } }
+            }
         }
     }
 }
