@@ -37,6 +37,15 @@ final class InlineReaders: Sendable {
         return try connection.unsafeRead(body)
     }
 
+    /// Runs `body` with an idle connection, in the caller's task, or returns `nil` when ``capacity`` are busy (the
+    /// caller then reads through the pool). `body` has the connection to itself until it returns, and runs each
+    /// statement on the connection's queue (``InlineConnection``).
+    func withConnection<T>(_ body: (DatabaseQueue) async throws -> T) async throws -> T? {
+        guard let connection = try take() else { return nil }
+        defer { give(connection) }
+        return try await body(connection)
+    }
+
     /// Runs a read in one read transaction, so its statements see one snapshot; a read that throws is rolled back.
     ///
     /// Its `BEGIN` and `COMMIT` are the connection's cached statements: `Database.inTransaction` parsed and prepared
