@@ -51,8 +51,8 @@ public struct SQLiteStorage: ServerStorage {
 
     /// `prepared` makes no difference here: GRDB prepares every statement once per connection.
     ///
-    /// The body runs in the caller's task, its statement on an in-place connection's queue (``InlineConnection``):
-    /// run inside the connection's access instead, it needed an immediate task of its own (``synchronously(_:)``),
+    /// The body runs in the caller's task, its statement on an in-place connection's queue (`InlineConnection`):
+    /// run inside the connection's access instead, it needed an immediate task of its own (`synchronously(_:)`),
     /// about 2.6 µs of a key read's 130 under `perf`. With every in-place connection busy, it reads through the pool
     /// as before.
     public func readStatement<T: Sendable>(
