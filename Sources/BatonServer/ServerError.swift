@@ -1,3 +1,4 @@
+import BatonOData
 import HTTPTypes
 
 /// An error the server reports to a client: an HTTP status and an OData error body.
@@ -16,12 +17,13 @@ public struct ServerError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Extra response headers (`WWW-Authenticate`, `Retry-After`).
     public var headers: [(HTTPField.Name, String)] = []
 
-    /// Creates an error.
+    /// Creates an error, its message and target bounded as an `ODataError`'s are (the backstop for a
+    /// site that quotes outside text without cutting it).
     public init(_ status: HTTPResponse.Status, _ code: String, _ message: String, target: String? = nil) {
         self.status = status
         self.code = code
-        self.message = message
-        self.target = target
+        self.message = message.bounded(toScalars: ODataError.maximumMessageScalars)
+        self.target = target?.bounded(toScalars: ODataError.maximumTargetScalars)
     }
 
     public var description: String { "\(status.code) \(code): \(message)" }

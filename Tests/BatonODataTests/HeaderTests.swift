@@ -111,7 +111,23 @@ import Testing
             let message = error?.message ?? ""
             #expect(!message.isEmpty, "\(name)")
             #expect(message.unicodeScalars.count < 300, "\(name): \(message.unicodeScalars.count) scalars")
+            #expect((error?.target?.unicodeScalars.count ?? 0) <= ODataError.maximumTargetScalars + 1, "\(name)")
         }
+    }
+
+    /// Whatever a site quotes, an error keeps at most the first 1,024 scalars of its message and 128 of its target,
+    /// each followed by `…`; shorter ones stay as they are, to the scalar.
+    @Test func anErrorIsBoundedAtItsCreation() {
+        let marks = String(repeating: "\u{301}", count: 10_000)
+        let long = ODataError(.syntax, "Unknown name 'x\(marks)'", target: "x" + marks)
+        #expect(long.message.unicodeScalars.count == ODataError.maximumMessageScalars + 1)
+        #expect(long.message.unicodeScalars.starts(with: "Unknown name 'x".unicodeScalars))
+        #expect(long.message.unicodeScalars.last == "…")
+        #expect(long.target?.unicodeScalars.count == ODataError.maximumTargetScalars + 1)
+        let exact = String(repeating: "a", count: ODataError.maximumTargetScalars)
+        let short = ODataError(.syntax, "Unknown name 'e\u{301}'", target: exact)
+        #expect(short.message.unicodeScalars.elementsEqual("Unknown name 'e\u{301}'".unicodeScalars))
+        #expect(short.target == exact)
     }
 
     /// A preference's value is quoted and escaped by Unicode scalar. Fails before: a `"` followed by a combining mark

@@ -789,6 +789,17 @@ import Testing
         #expect(!client.accepts(redirectURI: "https://app.example/O\u{212A}", issuer: "https://baton.example"))
     }
 
+    /// The server's own errors are bounded where they are made, as ``ODataError``s are: a message past 1,024 scalars and
+    /// a target past 128 keep their first and end in `…`, whatever the site quoted.
+    @Test func aServerErrorIsBoundedAtItsCreation() {
+        let marks = String(repeating: "\u{301}", count: 10_000)
+        let error = ServerError.badRequest("No device 'd\(marks)'.", target: "d" + marks)
+        #expect(error.message.unicodeScalars.count == ODataError.maximumMessageScalars + 1)
+        #expect(error.message.unicodeScalars.starts(with: "No device 'd".unicodeScalars))
+        #expect(error.target?.unicodeScalars.count == ODataError.maximumTargetScalars + 1)
+        #expect(ServerError.badRequest("No device 'd\u{301}'.").message == "No device 'd\u{301}'.")
+    }
+
     /// An error names text from outside by its first scalars. Fails before: cut to 64 characters, a claimed author of
     /// one character and 10,000 combining marks came back whole in the refusal's message.
     @Test func anErrorNamesOutsideTextByItsFirstScalars() async throws {
@@ -812,7 +823,8 @@ import Testing
                 } catch let error as ServerError {
                     return error.message
                 } catch {
-                    return "\(error)"
+                    Issue.record("Not the server's refusal: \(error)")
+                    return nil
                 }
             }
             let named = [
@@ -827,6 +839,14 @@ import Testing
                 #expect(message.unicodeScalars.count < 400, "\(message.unicodeScalars.count) scalars")
                 #expect(message.unicodeScalars.filter { $0 == "\u{301}" }.count < 128)
             }
+            // A device named in a route's path is checked before any lookup names it: unregistering from one came
+            // back with the whole name in its 404.
+            let path = "/devices/a" + String(repeating: "%CC%81", count: 3_000) + "/registration"
+            let (status, body) = try await client.execute(
+                uri: path, method: .delete, headers: [.authorization: "Bearer \(mallory)"]
+            ) { response in (response.status, String(buffer: response.body)) }
+            #expect(status == .badRequest)
+            #expect(body.utf8.count < 600, "\(body.utf8.count) bytes: \(body.prefix(scalars: 120))")
         }
     }
 

@@ -40,13 +40,20 @@ public struct ODataError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The name of the element the error is about (a property, option or header), if any.
     public var target: String?
 
-    /// Creates an error.
+    /// Creates an error. Its message keeps its first ``maximumMessageScalars`` Unicode scalars and its target its
+    /// first ``maximumTargetScalars``: the sites that quote outside text cut it to its first 80 scalars, and this is
+    /// the backstop for a site that does not — an error never echoes a request's whole text.
     public init(_ code: Code, _ message: String, position: Int? = nil, target: String? = nil) {
         self.code = code
-        self.message = message
+        self.message = message.bounded(toScalars: Self.maximumMessageScalars)
         self.position = position
-        self.target = target
+        self.target = target?.bounded(toScalars: Self.maximumTargetScalars)
     }
+
+    /// The most Unicode scalars an error's message keeps (one followed by `…` beyond it).
+    public static let maximumMessageScalars = 1_024
+    /// The most Unicode scalars an error's target keeps: a name, an option, a header or a request id.
+    public static let maximumTargetScalars = 128
 
     public var description: String {
         if let position { return "\(message) (at position \(position))" }

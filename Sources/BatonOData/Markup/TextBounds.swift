@@ -5,6 +5,16 @@ extension StringProtocol {
     package func prefix(scalars count: Int) -> String {
         String(String.UnicodeScalarView(unicodeScalars.prefix(count)))
     }
+
+    /// The text itself if it has at most `count` Unicode scalars, else its first `count` and `…`: a bound on what an
+    /// error echoes (``ODataError``, the server's errors).
+    package func bounded(toScalars count: Int) -> String {
+        var end = unicodeScalars.startIndex
+        guard unicodeScalars.formIndex(&end, offsetBy: count, limitedBy: unicodeScalars.endIndex),
+            end != unicodeScalars.endIndex
+        else { return String(self) }
+        return String(String.UnicodeScalarView(unicodeScalars[..<end])) + "…"
+    }
 }
 
 extension String {
@@ -13,7 +23,7 @@ extension String {
     /// `é`) for one.
     ///
     /// The two byte buffers are compared at once: `utf8.elementsEqual(_:)` read each byte through a protocol
-    /// witness, a microsecond and a half of every key read in the model's lookups.
+    /// witness, about 0.7 µs of a key read in the model's lookups (the witness's own samples under `perf`).
     package func hasSameBytes(as other: String) -> Bool {
         var first = self
         var second = other

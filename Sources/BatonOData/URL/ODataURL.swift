@@ -267,7 +267,7 @@ public struct ODataURL: Sendable, Hashable {
                     throw parser.error(
                         .syntax, "Key property '\(name.prefix(scalars: 80))' is given twice", at: start, target: name)
                 }
-                try parser.expect("=", "'=' after '\(name)'")
+                try parser.expect("=", "'=' after '\(name.prefix(scalars: 80))'")
                 values.append(KeyValue(name: property.name, value: try keyLiteral(&parser, for: property)))
             } while parser.take(",")
             guard values.count == keys.count else {

@@ -11,7 +11,9 @@ import Synchronization
 /// copied into the response after a strict shape check, without making Swift strings, decoding them into
 /// `PrimitiveValue`s and formatting them again. Anything that does not match the expected shape (non-ASCII
 /// text, text that needs escaping, an unexpected storage class) takes the general path — decode, then
-/// ``BatonOData/PrimitiveValue/json(as:)`` — so the output is the same either way.
+/// ``BatonOData/PrimitiveValue/json(as:)`` — so the output is the same either way for every value the server stored.
+/// The shape check reads a date's and a time's digits, not their ranges: a hand-edited row holding `2026-13-45` is
+/// copied as it stands, where the general path would refuse it as a value it cannot read.
 ///
 /// A class: one writer serves every row of a statement, and a reference is retained once where a struct of three
 /// arrays retained each of them (twelve atomic operations a row, on arrays both event loops share).
@@ -281,7 +283,7 @@ final class RowJSONWriter: Sendable {
     /// Whether `bytes` have `shape`, byte for byte: `9` stands for a digit, `f` for a lower-case hexadecimal digit,
     /// any other byte for itself. Text of the right classes in the wrong places (`----------` for a date) is not
     /// canonical: it goes to the general path, which refuses it as a stored value it cannot read, as it would have
-    /// without the copy.
+    /// without the copy. Digits out of their range (a 13th month) are not looked at: see the type's comment.
     static func has(_ bytes: UnsafeBufferPointer<UInt8>, shape: [UInt8]) -> Bool {
         guard bytes.count == shape.count else { return false }
         for (byte, expected) in zip(bytes, shape) {

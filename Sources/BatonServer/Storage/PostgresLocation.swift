@@ -90,16 +90,16 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
     /// `text` with anything between `://user:` and `@` replaced, so a password never reaches a message.
     static func redacted(_ text: String) -> String {
         // The user information ends at the last `@` before the path: a password may itself hold a raw `@`.
-        guard let scheme = text.range(of: "://") else { return String(text.prefix(200)) }
+        guard let scheme = text.range(of: "://") else { return text.prefix(scalars: 200) }
         let authority = text[scheme.upperBound...].prefix { $0 != "/" && $0 != "?" }
         // A raw `/`, `?` or `#` in the password ends the authority early: then the last `@` anywhere (hiding too
         // much is harmless).
         guard let at = authority.lastIndex(of: "@") ?? text[scheme.upperBound...].lastIndex(of: "@") else {
-            return String(text.prefix(200))
+            return text.prefix(scalars: 200)
         }
         let userInfo = text[scheme.upperBound..<at]
-        guard let colon = userInfo.firstIndex(of: ":") else { return String(text.prefix(200)) }
-        return String((text[..<colon] + ":***" + text[at...]).prefix(200))
+        guard let colon = userInfo.firstIndex(of: ":") else { return text.prefix(scalars: 200) }
+        return (text[..<colon] + ":***" + text[at...]).prefix(scalars: 200)
     }
 }
 
