@@ -296,6 +296,60 @@ import Testing
         }
     }
 
+    /// A run of changes reads the entities they change in one statement, not one each: 100 `PATCH`es of
+    /// `PreflightChecks` run one `SELECT` of it before their updates, and none by key (SQLite's writer, traced).
+    @Test func aRunsChangesReadTheirEntitiesInOneStatement() async throws {
+        try await Fixtures.world { server, client, alice, _ in
+            let creates = (0..<100).map { n in
+                #"{"id":"\#(n)","atomicityGroup":"g","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(n)))}"#
+            }.joined(separator: ",")
+            #expect(
+                try await ServerBatchTests.jsonBatch(client, token: alice, creates).allSatisfy {
+                    $0["status"] as? Int == 201
+                })
+            let pool = try #require(server.server.data.store.pool)
+            let reads = try await WriterStatements(pool) {
+                $0.hasPrefix("SELECT") && $0.contains(#"FROM "PreflightChecks""#)
+            }
+            let patches = (0..<100).map { n in
+                #"{"id":"\#(n)","method":"PATCH","url":"PreflightChecks(\#(Fixtures.id(n)))","headers":{"If-Match":"*"},"body":{"Remarks":"r\#(n)"}}"#
+            }.joined(separator: ",")
+            let answers = try await ServerBatchTests.jsonBatch(client, token: alice, patches)
+            #expect(answers.count == 100)
+            #expect(answers.allSatisfy { $0["status"] as? Int == 204 })
+            #expect(reads.seen == 1)
+            let last = try await client.odata(.get, "PreflightChecks(\(Fixtures.id(99)))", token: alice)
+            #expect(last.json["Remarks"] as? String == "r99")
+        }
+    }
+
+    /// A stored row the read ahead cannot read (a file changed by hand) fails only the change of that entity: the
+    /// run's other changes read their own and apply.
+    @Test func aRowTheReadAheadCannotReadFailsOnlyItsOwnChange() async throws {
+        try await Fixtures.world { server, client, alice, _ in
+            for n in 1...3 {
+                let created = try await client.odata(
+                    .post, "PreflightChecks", token: alice, body: Fixtures.check(Fixtures.id(n)))
+                #expect(created.status == .created)
+            }
+            let pool = try #require(server.server.data.store.pool)
+            try await pool.write { db in
+                try db.execute(
+                    sql: #"UPDATE "PreflightChecks" SET "Status" = X'00' WHERE "ID" = ?"#, arguments: [Fixtures.id(2)])
+            }
+            let patches = (1...3).map { n in
+                #"{"id":"\#(n)","method":"PATCH","url":"PreflightChecks(\#(Fixtures.id(n)))","headers":{"If-Match":"*"},"body":{"Remarks":"r\#(n)"}}"#
+            }.joined(separator: ",")
+            let answers = try await ServerBatchTests.jsonBatch(client, token: alice, patches)
+            let statuses = answers.map { $0["status"] as? Int ?? 0 }
+            #expect(statuses.count == 3)
+            #expect(statuses.first == 204 && statuses.last == 204, "\(statuses)")
+            #expect(statuses.dropFirst().first.map { $0 >= 400 } == true, "\(statuses)")
+            let third = try await client.odata(.get, "PreflightChecks(\(Fixtures.id(3)))", token: alice)
+            #expect(third.json["Remarks"] as? String == "r3")
+        }
+    }
+
     /// The first value taken inside a savepoint that then rolls back (a failed change of a batch) is taken from
     /// the row again by no one: the values go on in memory and the row ends at the last one handed out.
     @Test func aFirstValueTakenInARolledBackSavepointLeavesTheRowAtTheLastHandedOut() async throws {

@@ -26,7 +26,9 @@ extension DataService {
     }
 
     /// The request's URL relative to the service root, its `$n` resolved.
-    func relativeURL(_ request: BatchRequest, locations: [String: String], context: Context) throws -> String {
+    func relativeURL(_ request: BatchRequest, locations: [String: String], context: Context) throws(ODataError)
+        -> String
+    {
         var url = try request.resolvedURL(locations: locations)
         if url.hasPrefix(context.serviceRoot) { url = String(url.dropFirst(context.serviceRoot.count)) }
         if url.hasPrefix("/odata/") { url = String(url.dropFirst("/odata/".count)) }

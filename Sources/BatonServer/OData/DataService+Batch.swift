@@ -101,9 +101,14 @@ extension DataService {
                     var results: [(BatchRequest, DataResponse)] = []
                     var entries: [AuditEntry] = []
                     var unitLocations = known
+                    let (rows, urls) = try await self.readPreconditions(
+                        members, locations: known, in: db, context: context)
+                    var context = context
+                    context.preconditions = rows
                     for (position, request) in members.enumerated() {
                         let response = try await self.run(
-                            request, locations: unitLocations, in: db, context: context, audit: &entries)
+                            request, locations: unitLocations, in: db, context: context, prepared: urls[position],
+                            audit: &entries)
                         if group != nil, response.status >= 400 {
                             throw GroupFailure(index: position, response: response)
                         }
@@ -165,12 +170,18 @@ extension DataService {
             typealias Outcome = (
                 responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>
             )
-            let body: @Sendable (any SQLConnection, Bool) async throws -> Outcome = { db, savepoints in
+            // The changes' entities are read ahead once for both passes of a transaction (``PreconditionRows``):
+            // rolling back to the first pass's savepoint leaves the ones not taken as they were read. A transaction
+            // run again from its start reads them again.
+            typealias Ahead = (rows: PreconditionRows?, urls: [BatchURL?])
+            let body: @Sendable (any SQLConnection, Bool, Ahead) async throws -> Outcome = { db, savepoints, ahead in
                 var responses: [BatchResponse] = []
                 var audit: [AuditEntry] = []
                 var locations = locations
                 var failed = failed
-                for request in requests {
+                var context = context
+                context.preconditions = ahead.rows
+                for (position, request) in requests.enumerated() {
                     if let dependency = request.dependsOn.first(where: failed.contains) {
                         responses.append(
                             Self.failedDependency(request, "Not run: '\(dependency)', which it depends on, failed."))
@@ -182,12 +193,14 @@ extension DataService {
                     if savepoints {
                         try await db.inSavepoint {
                             response = try await self.run(
-                                request, locations: locations, in: db, context: context, audit: &entries)
+                                request, locations: locations, in: db, context: context, prepared: ahead.urls[position],
+                                audit: &entries)
                             return response.status < 400
                         }
                     } else {
                         response = try await self.run(
-                            request, locations: locations, in: db, context: context, audit: &entries)
+                            request, locations: locations, in: db, context: context, prepared: ahead.urls[position],
+                            audit: &entries)
                         if response.status >= 400 { throw NeedsSavepoints() }
                     }
                     if response.status >= 400 {
@@ -203,18 +216,22 @@ extension DataService {
                 if !reads { try await self.outbox.stage(&audit, in: db) }
                 return (responses, audit, locations, failed)
             }
-            if reads { return try await store.storage.read { try await body($0, true) } }
+            if reads {
+                let none = Ahead(nil, Array(repeating: nil, count: requests.count))
+                return try await store.storage.read { try await body($0, true, none) }
+            }
             return try await store.write { db in
                 var outcome:
                     (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>)?
+                let ahead = try await self.readPreconditions(requests, locations: locations, in: db, context: context)
                 do {
                     try await db.inSavepoint {
-                        outcome = try await body(db, false)
+                        outcome = try await body(db, false, ahead)
                         return true
                     }
                 } catch is NeedsSavepoints {}
                 if let outcome { return outcome }
-                return try await body(db, true)
+                return try await body(db, true, ahead)
             }
         } catch {
             // The connection may have gone after the commit: the batch's audit entries may wait in the outbox
@@ -236,15 +253,15 @@ extension DataService {
     /// Runs one request of a batch inside the caller's transaction; errors become error responses, except a
     /// conflict with another transaction or a database gone away, which end the whole transaction (the storage
     /// runs it again after a conflict, on PostgreSQL).
+    ///
+    /// `prepared` is the request's URL as ``readPreconditions(_:locations:in:context:)`` made and parsed it.
     func run(
         _ request: BatchRequest, locations: [String: String], in db: any SQLConnection, context: Context,
-        audit: inout [AuditEntry]
+        prepared: BatchURL? = nil, audit: inout [AuditEntry]
     ) async throws -> DataResponse {
         do {
-            var url = try request.resolvedURL(locations: locations)
-            if url.hasPrefix(context.serviceRoot) { url = String(url.dropFirst(context.serviceRoot.count)) }
-            if url.hasPrefix("/odata/") { url = String(url.dropFirst("/odata/".count)) }
-            let parsed = try parse(url)
+            let url = try prepared?.text ?? relativeURL(request, locations: locations, context: context)
+            let parsed = try prepared?.parsed ?? parse(url)
             if case .batch = parsed.path {
                 throw ServerError.badRequest("A batch cannot contain another $batch.")
             }

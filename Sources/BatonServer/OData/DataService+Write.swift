@@ -228,8 +228,12 @@ extension DataService {
     /// Checks `If-Match` against the stored entity: 428 without it, 412 when it does not match, 404 when the
     /// entity does not exist. `columns` are the properties of the entity to read (``changeColumns(_:)``); all of
     /// them when `nil`. Returns the entity as stored, with those properties.
+    ///
+    /// The entity is taken from `prefetched` when it was read ahead there with the same columns (a `$batch`'s run,
+    /// ``PreconditionRows``).
     func checkPrecondition(
-        _ target: Target, request: DataRequest, columns: [String]? = nil, in db: any SQLConnection
+        _ target: Target, request: DataRequest, columns: [String]? = nil, prefetched: PreconditionRows? = nil,
+        in db: any SQLConnection
     ) async throws -> StoredEntity {
         guard let header = request.header("If-Match") else {
             throw ServerError(
@@ -238,11 +242,20 @@ extension DataService {
         }
         let condition: ETagCondition
         do { condition = try ETagCondition(parsing: header) } catch { throw ServerError(error) }
-        var options = QueryOptions()
-        options.select = columns
-        // The server's own `$select`: it does not count against the places clients' `$select` shapes take.
-        guard let current = try await fetch(target, options: options, serversOwn: columns != nil, in: db).first else {
-            throw ServerError.notFound("No entity at \(target.canonical ?? target.set.name).")
+        let current: StoredEntity
+        if let prefetched, let columns, let key = target.key,
+            let entity = prefetched.take(set: target.set.name, key: key, columns: columns)
+        {
+            current = entity
+        } else {
+            var options = QueryOptions()
+            options.select = columns
+            // The server's own `$select`: it does not count against the places clients' `$select` shapes take.
+            guard let entity = try await fetch(target, options: options, serversOwn: columns != nil, in: db).first
+            else {
+                throw ServerError.notFound("No entity at \(target.canonical ?? target.set.name).")
+            }
+            current = entity
         }
         guard condition.matches(current.etag) else {
             throw ServerError(
@@ -274,7 +287,8 @@ extension DataService {
         context: Context, audit: inout [AuditEntry]
     ) async throws -> DataResponse {
         try await checkSignedPrecondition(request, attribution: attribution, in: db)
-        let current = try await checkPrecondition(target, request: request, columns: changeColumns(target), in: db)
+        let current = try await checkPrecondition(
+            target, request: request, columns: changeColumns(target), prefetched: context.preconditions, in: db)
         try checkOwnership(target, current: current, attribution: attribution)
         // A media entity's new bytes (`PUT …/$value`) change only what the server keeps about them.
         let payload =
@@ -336,7 +350,8 @@ extension DataService {
         audit: inout [AuditEntry]
     ) async throws -> DataResponse {
         try await checkSignedPrecondition(request, attribution: attribution, in: db)
-        let current = try await checkPrecondition(target, request: request, columns: changeColumns(target), in: db)
+        let current = try await checkPrecondition(
+            target, request: request, columns: changeColumns(target), prefetched: context.preconditions, in: db)
         try checkOwnership(target, current: current, attribution: attribution)
         let key = target.type.key.map { KeyValue(name: $0, value: current.values[$0] ?? .null) }
         let delete = try translator.delete(from: target.set.name, key: key)

@@ -86,6 +86,8 @@ final class DataService: Sendable {
         var onBehalf = OnBehalfPolicy()
         /// The answer budget of the `$batch` this request belongs to.
         var budget: ResponseBudget?
+        /// The entities the changes of this request's run of a `$batch` check their `If-Match` against, read ahead.
+        var preconditions: PreconditionRows?
     }
 
     /// Runs one request and returns the response and the audit entries its changes produced.
