@@ -78,7 +78,8 @@ extension DataService {
     /// (short of a conflict or the database gone), each change reads its own as before.
     ///
     /// What is read ahead is what ``checkPrecondition(_:request:columns:prefetched:in:)`` reads: the properties of
-    /// ``changeColumns(_:)`` and the sequence, of entity sets without streams, keyed by one property. A request
+    /// ``changeColumns(_:)`` and the sequence, of entity sets without streams, keyed by one property of a type whose
+    /// values each have one literal (a string, a GUID, an integer). A request
     /// whose URL cannot be made yet (a `$n` of an entity this run creates) or parsed is left to ``run`` to answer.
     func readPreconditions(
         _ requests: [BatchRequest], locations: [String: String], in db: any SQLConnection, context: Context
@@ -112,8 +113,12 @@ extension DataService {
                 addressedOtherwise = true
                 continue
             }
-            // A set whose changes read more (streams), or keyed by several properties, is never read ahead.
-            guard type.key.count == 1, changeColumns(Target(set: set, type: type, conditions: [], single: true)) != nil
+            // A set whose changes read more (streams), keyed by several properties, or by a type with more than one
+            // literal for a value (`1.0` and `1.00`; one instant at two offsets), is never read ahead: a change
+            // through one literal would leave the entity read under another to a later change.
+            guard type.key.count == 1, let keyProperty = type.property(named: type.key[0]),
+                keyProperty.type == .string || keyProperty.type == .guid || keyProperty.type.isIntegral,
+                changeColumns(Target(set: set, type: type, conditions: [], single: true)) != nil
             else { continue }
             guard key.count == 1, key[0].name.hasSameBytes(as: type.key[0]), !key[0].value.isNull else {
                 addressedOtherwise = true
