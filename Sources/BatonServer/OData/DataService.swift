@@ -25,6 +25,8 @@ final class DataService: Sendable {
     let reads: UserSlots
     /// Media entities' bytes.
     let media: MediaStore
+    /// ``changeColumns(_:)`` of each entity set's entities.
+    let changeColumnsOfSets: [String: [String]?]
 
     /// `auditLogWithTheData`: the audit log is in the store's own database (PostgreSQL), so a change's entries go
     /// into it in the change's transaction. `databaseConnections`: the instance's pool, which sizes the reads
@@ -43,6 +45,12 @@ final class DataService: Sendable {
         case .postgres(let storage):
             media = MediaStore(backend: .postgres(storage))
         }
+        var changeColumns: [String: [String]?] = [:]
+        for set in store.model.entitySets {
+            guard let type = store.model.entityType(of: set) else { continue }
+            changeColumns[set.name] = Self.changeColumns(set: set.name, type: type, configuration: configuration)
+        }
+        changeColumnsOfSets = changeColumns
         outbox = AuditOutbox(writesTheLog: auditLogWithTheData)
         changes = UserSlots(limit: configuration.maximumConcurrentChangesPerUser, for: "requests that change data")
         reads = UserSlots(
