@@ -156,6 +156,41 @@ import Testing
         #expect(ODataURL.guidKey(try SourceText(raw: "(%30\(id.dropFirst()))"), type: check) == nil)
     }
 
+    /// `Set(GUID)` is read from its bytes without the path's parser (``ODataURL/entityByGUID(_:model:)``): for every
+    /// path it takes, the parser gives the same path and target; what it refuses (escapes, other names and keys,
+    /// anything after the key, a set whose key is not a GUID) is the parser's, with its errors.
+    @Test func theGUIDPathsShortPathAgreesWithTheParser() throws {
+        let id = "0f8fad5b-d9cb-469f-a165-70867728950e"
+        var paths = [
+            "PreflightChecks(\(id))", "PreflightChecks(\(id.uppercased()))", "CheckPhotos(\(id))",
+            "PreflightChecks(\(id))/Aircraft", "PreflightChecks(\(id))/$value", "PreflightChecks(\(id)%29",
+            "PreflightChecks(%30\(id.dropFirst()))", "Preflight%43hecks(\(id))", "Aircraft(\(id))",
+            "Unknown(\(id))", "preflightchecks(\(id))", "PreflightChecks(ID=\(id))", "PreflightChecks(\(id)))",
+            "PreflightChecks((\(id))", "PreflightChecks/\(id)", "$metadata(\(id))", "PreflightChecks(\(id)",
+            "\u{212A}PreflightChecks(\(id))", "PreflightChecks\u{301}(\(id))", "PreflightChecks(\(id))\u{301}",
+            "PreflightChecks(\(id.dropLast()))\u{301}", "(\(id))", "PreflightChecks('\(id.dropFirst(2))')",
+        ]
+        for _ in 0..<200 {
+            var text = Array("PreflightChecks(\(UUID().uuidString))".utf8)
+            // One byte changed, anywhere, to something a path may or may not hold.
+            let position = Int.random(in: 0..<text.count)
+            text[position] = Array("0aF-g+ .x(')%/$_".utf8).randomElement() ?? UInt8(ascii: "0")
+            paths.append(String(decoding: text, as: UTF8.self))
+        }
+        var taken = 0
+        for path in paths {
+            let general = Result { () throws(ODataError) in
+                try ODataURL.parsePath(path[...], baseOffset: 0, model: model)
+            }
+            guard let short = ODataURL.entityByGUID(path[...], model: model) else { continue }
+            taken += 1
+            let parsed = try general.get()
+            #expect(short.0 == parsed.0, "\(path)")
+            #expect(short.1 == parsed.1, "\(path)")
+        }
+        #expect(taken >= 3)
+    }
+
     /// A named key part is the model's key property byte for byte. Compared with `==`, a Kelvin sign (U+212A, which
     /// decomposes to `K`) named the key `K`, and the key kept the name as typed: the read's conditions, which look the
     /// name up byte for byte, then dropped it, and the read had no condition on that part.
