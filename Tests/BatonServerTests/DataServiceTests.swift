@@ -592,12 +592,7 @@ extension TestClientProtocol {
                     "Tone": {"$Type": "N.Shade", "$DefaultValue": "Dark"}},
                   "C": {"$Kind": "EntityContainer", "Notes": {"$Collection": true, "$Type": "N.Note"}}}}
                 """)
-        let server = try await TestServer(backend: backend) { $0.dataService.model = model }
-        defer { server.remove() }
-        try await server.server.users.add(
-            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
-        try await server.test { client in
-            let sam = try await client.signIn("sam").access
+        try await Fixtures.supervisor(on: model, backend: backend) { _, client, sam in
             #expect(
                 try await client.odata(.post, "Notes", token: sam, body: #"{"ID":1,"Tone":"Light"}"#).status == .created
             )
@@ -626,12 +621,7 @@ extension TestClientProtocol {
                   "Note": {"$Kind": "EntityType", "$Key": ["Name"], "Name": {}, "Text": {"$Nullable": true}},
                   "C": {"$Kind": "EntityContainer", "Notes": {"$Collection": true, "$Type": "N.Note"}}}}
                 """)
-        let server = try await TestServer { $0.dataService.model = model }
-        defer { server.remove() }
-        try await server.server.users.add(
-            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
-        try await server.test { client in
-            let alice = try await client.signIn("sam").access
+        try await Fixtures.supervisor(on: model) { _, client, alice in
             let fits = String(repeating: "n", count: 2_000)
             #expect(
                 try await client.odata(.post, "Notes", token: alice, body: #"{"Name":"\#(fits)"}"#).status == .created)

@@ -16,6 +16,20 @@ enum Fixtures {
     }
     static func id(_ n: Int) -> String { String(format: "00000000-0000-4000-8000-%012d", n) }
 
+    /// A server of `model` with sam (supervisor) signed in.
+    static func supervisor(
+        on model: ServiceModel, backend: StorageBackend = .sqlite,
+        _ body: @Sendable (TestServer, any TestClientProtocol, String) async throws -> Void
+    ) async throws {
+        let server = try await TestServer(backend: backend) { $0.dataService.model = model }
+        defer { server.remove() }
+        try await server.server.users.add(
+            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
+        try await server.test { client in
+            try await body(server, client, try await client.signIn("sam").access)
+        }
+    }
+
     /// A server with alice (ground staff) and sam (supervisor) signed in and one aircraft.
     static func world(
         backend: StorageBackend = .sqlite,

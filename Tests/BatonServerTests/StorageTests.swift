@@ -361,12 +361,7 @@ import Testing
                     "Text": {"$Nullable": true}},
                   "C": {"$Kind": "EntityContainer", "Notes": {"$Collection": true, "$Type": "N.Note"}}}}
                 """)
-        let server = try await TestServer { $0.dataService.model = model }
-        defer { server.remove() }
-        try await server.server.users.add(
-            name: "sam", displayName: nil, role: .supervisor, password: "correct-horse-battery")
-        try await server.test { client in
-            let sam = try await client.signIn("sam").access
+        try await Fixtures.supervisor(on: model) { _, client, sam in
             var etag = ""
             for at in ["2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z"] {
                 let created = try await client.odata(.post, "Notes", token: sam, body: #"{"At":"\#(at)"}"#)
