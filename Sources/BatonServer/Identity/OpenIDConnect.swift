@@ -316,10 +316,8 @@ final class OpenIDRelyingParty: Sendable {
         return claims
     }
 
-    /// `text` for a message: printable ASCII only, at most 80 bytes.
-    static func printable(_ text: String) -> String {
-        String(decoding: text.utf8.prefix(80).filter { (0x20...0x7E).contains($0) }, as: UTF8.self)
-    }
+    /// `text` for a message: printable ASCII only, at most 80 bytes (`String.printableASCII`).
+    static func printable(_ text: String) -> String { text.printableASCII }
 
     /// `application/x-www-form-urlencoded` of one value, byte by byte.
     static func formEncoded(_ text: String) -> String {

@@ -70,12 +70,12 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
         for item in components.queryItems ?? [] {
             guard item.name == "sslmode" else {
                 throw PostgresLocationError(
-                    "Unknown database URL option '\(item.name.prefix(scalars: 40))'; the only one is sslmode (disable or verify-full)."
+                    "Unknown database URL option '\(item.name.printableASCII)'; the only one is sslmode (disable or verify-full)."
                 )
             }
             guard let mode = item.value.flatMap(TLSMode.init(rawValue:)) else {
                 throw PostgresLocationError(
-                    "sslmode must be disable or verify-full, not '\((item.value ?? "").prefix(scalars: 40))'.")
+                    "sslmode must be disable or verify-full, not '\((item.value ?? "").printableASCII)'.")
             }
             tls = mode
         }
