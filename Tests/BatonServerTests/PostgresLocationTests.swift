@@ -50,6 +50,12 @@ import Testing
         ("postgres://baton@127.0.0.1/baton?sslmode=maybe", "sslmode must be disable or verify-full, not 'maybe'"),
         ("postgres://baton@127.0.0.1/baton?timeout=5", "Unknown database URL option 'timeout'"),
         ("postgres://baton:pw@host with space/baton", "is not a URL"),
+        // An option arrives percent-decoded: it is named by its printable ASCII bytes, so an escaped line end or
+        // escape sequence never reaches the terminal of whoever typed the URL (nor a log that keeps the error).
+        ("postgres://baton@127.0.0.1/baton?time%0Aout=5", "Unknown database URL option 'timeout'"),
+        ("postgres://baton@127.0.0.1/baton?%1B%5B2Jx=1", "Unknown database URL option '[2Jx'"),
+        ("postgres://baton@127.0.0.1/baton?sslmode=may%0D%0Abe", "sslmode must be disable or verify-full, not 'maybe'"),
+        ("postgres://baton@127.0.0.1/baton?sslmode=d%C3%A9j%C3%A0", "sslmode must be disable or verify-full, not 'dj'"),
     ])
     func eachMistakeIsNamed(_ text: String, _ message: String) {
         do {
@@ -58,25 +64,7 @@ import Testing
         } catch {
             #expect(error.description.contains(message), "\(error.description)")
             #expect(!error.description.contains(":pw@"))
-        }
-    }
-
-    /// A query option's name and value are percent-decoded before they are named in the error: what is not
-    /// printable ASCII is left out there, so an escaped line end or escape sequence never reaches the terminal of
-    /// whoever typed the URL (nor a log that keeps the error).
-    @Test(arguments: [
-        ("postgres://baton@127.0.0.1/baton?time%0Aout=5", "Unknown database URL option 'timeout'"),
-        ("postgres://baton@127.0.0.1/baton?%1B%5B2Jx=1", "Unknown database URL option '[2Jx'"),
-        ("postgres://baton@127.0.0.1/baton?sslmode=may%0D%0Abe", "sslmode must be disable or verify-full, not 'maybe'"),
-        ("postgres://baton@127.0.0.1/baton?sslmode=d%C3%A9j%C3%A0", "sslmode must be disable or verify-full, not 'dj'"),
-    ])
-    func anOptionIsNamedByItsPrintableBytes(_ text: String, _ message: String) {
-        do {
-            _ = try PostgresLocation(parsing: text, fromCommandLine: false)
-            Issue.record("'\(text)' was accepted")
-        } catch {
-            #expect(error.description.contains(message), "\(error.description)")
-            #expect(!error.description.utf8.contains { $0 < 0x20 || $0 > 0x7E }, "\(error.description)")
+            #expect(!error.description.utf8.contains { $0 < 0x20 || $0 == 0x7F }, "\(error.description)")
         }
     }
 }
