@@ -64,12 +64,3 @@ public struct ServerError: Error, Sendable, Equatable, CustomStringConvertible {
         return failure
     }
 }
-
-extension String {
-    /// The text for a message naming outside text that no one reads in place (a provider's error code, a database
-    /// URL's option): its printable ASCII bytes among its first 80, nothing else — no line end, escape sequence or
-    /// control byte, whatever escaping brought it.
-    var printableASCII: String {
-        String(decoding: utf8.prefix(80).filter { (0x20...0x7E).contains($0) }, as: UTF8.self)
-    }
-}

@@ -38,6 +38,20 @@ import Testing
             let redacted = PostgresLocation.redacted("postgres://baton:\(secret)@127.0.0.1:5432/baton")
             #expect(!redacted.contains(secret) && !redacted.contains("ss@"), "\(redacted)")
         }
+        // A combining mark after the `:`, the `@` or a `/` makes one `Character` of it, which a search by `Character`
+        // does not find: the delimiters are found by scalar, and without `://` the user information still goes.
+        for text in [
+            "postgres://baton:\u{301}s3cret@127.0.0.1:5432/baton", "postgres://baton:s3cret@\u{301}127.0.0.1/baton",
+            "postgres://baton:s3cret\u{301}@127.0.0.1/baton", "postgres:/\u{301}/baton:s3cret@127.0.0.1/baton",
+        ] {
+            let redacted = PostgresLocation.redacted(text)
+            #expect(!redacted.contains("s3cret"), "\(redacted)")
+            do {
+                _ = try PostgresLocation(parsing: text, fromCommandLine: false)
+            } catch {
+                #expect(!error.description.contains("s3cret"), "\(error.description)")
+            }
+        }
     }
 
     @Test(arguments: [

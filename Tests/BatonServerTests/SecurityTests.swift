@@ -840,13 +840,17 @@ import Testing
                 #expect(message.unicodeScalars.filter { $0 == "\u{301}" }.count < 128)
             }
             // A device named in a route's path is checked before any lookup names it: unregistering from one came
-            // back with the whole name in its 404.
-            let path = "/devices/a" + String(repeating: "%CC%81", count: 3_000) + "/registration"
-            let (status, body) = try await client.execute(
-                uri: path, method: .delete, headers: [.authorization: "Bearer \(mallory)"]
-            ) { response in (response.status, String(buffer: response.body)) }
-            #expect(status == .badRequest)
-            #expect(body.utf8.count < 600, "\(body.utf8.count) bytes: \(body.prefix(scalars: 120))")
+            // back with the whole name in its 404, asking for its store key with it in a 403.
+            let device = "/devices/a" + String(repeating: "%CC%81", count: 3_000)
+            for (path, method) in [
+                (device + "/registration", HTTPRequest.Method.delete), (device + "/store-key", .get),
+            ] {
+                let (status, body) = try await client.execute(
+                    uri: path, method: method, headers: [.authorization: "Bearer \(mallory)"]
+                ) { response in (response.status, String(buffer: response.body)) }
+                #expect(status == .badRequest, "\(path.suffix(12))")
+                #expect(body.utf8.count < 600, "\(body.utf8.count) bytes: \(body.prefix(scalars: 120))")
+            }
         }
     }
 

@@ -18,6 +18,13 @@ extension StringProtocol {
 }
 
 extension String {
+    /// The text for a message naming outside text that no one reads in place (a provider's error code, a database
+    /// URL's option): its printable ASCII bytes among its first 80, nothing else — no line end, escape sequence or
+    /// control byte, whatever escaping brought it.
+    package var printableASCII: String {
+        String(decoding: utf8.prefix(80).filter { (0x20...0x7E).contains($0) }, as: UTF8.self)
+    }
+
     /// Whether the two strings are the same UTF-8 bytes: names of the model, keys and URIs are compared so, never
     /// with `==`, which takes canonically equivalent strings (a Kelvin sign and a `K`, a precomposed and a combined
     /// `é`) for one.

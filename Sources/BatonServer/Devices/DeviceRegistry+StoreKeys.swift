@@ -18,8 +18,10 @@ extension DeviceRegistry {
     /// Removes `user` from `device` and retires their signing key there: changes they signed before still verify,
     /// anything signed later does not.
     ///
-    /// - Throws: ``ServerError`` (404) when the user is not registered there.
+    /// - Throws: ``ServerError`` (400) for a malformed device id, (404) when the user is not registered there.
     public func unregister(device: String, user: String) async throws {
+        // Checked as registering checks it, before a lookup names it in an error.
+        guard Self.isValidDeviceID(device) else { throw Self.invalidDeviceID }
         let now = clock.now()
         let changed = try await database.storage.write { db -> Bool in
             let changed =
@@ -48,9 +50,10 @@ extension DeviceRegistry {
 
     /// The device's store key, for a user registered on it.
     ///
-    /// - Throws: ``ServerError`` (403) when the user is not registered on the device — whether or not the
-    ///   device exists, so the answer does not reveal other devices.
+    /// - Throws: ``ServerError`` (400) for a malformed device id; (403) when the user is not registered on the
+    ///   device — whether or not the device exists, so the answer does not reveal other devices.
     public func storeKey(device: String, user: String) async throws -> SymmetricKey {
+        guard Self.isValidDeviceID(device) else { throw Self.invalidDeviceID }
         let row = try await database.storage.read { db -> SQLRow? in
             try await db.fetchOne(
                 """

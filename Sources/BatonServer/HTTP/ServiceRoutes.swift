@@ -137,8 +137,6 @@ struct ServiceRoutes {
         group.delete("/devices/{device}/registration") { request, context in
             let name = try context.userName()
             let device = try context.parameters.require("device")
-            // Checked as every other device route checks it, before a lookup names it in an error.
-            guard DeviceRegistry.isValidDeviceID(device) else { throw DeviceRegistry.invalidDeviceID }
             // `?user=NAME`: an admin removes someone else from the device (their key is retired with it).
             let target = request.uri.queryParameters["user"].map(String.init) ?? name
             guard target == name || context.role == .admin else {

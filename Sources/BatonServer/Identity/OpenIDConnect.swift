@@ -211,7 +211,7 @@ final class OpenIDRelyingParty: Sendable {
         let (status, data) = try await send(request, what: "token endpoint")
         let answer = try? JSONValue(parsing: Array(data))
         guard status == 200, let idToken = answer?["id_token"]?.stringValue, !idToken.isEmpty else {
-            let error = answer?["error"]?.stringValue.map { " (\(Self.printable($0)))" } ?? ""
+            let error = answer?["error"]?.stringValue.map { " (\($0.printableASCII))" } ?? ""
             throw OpenIDError("\(provider.displayName) did not redeem the sign-in code: HTTP \(status)\(error).")
         }
         return idToken
@@ -227,7 +227,7 @@ final class OpenIDRelyingParty: Sendable {
         let header = try Self.header(of: token)
         guard metadata.acceptedAlgorithms.contains(header.alg) else {
             throw OpenIDError(
-                "The ID token's algorithm \(Self.printable(header.alg)) is not one Baton accepts from \(provider.displayName)."
+                "The ID token's algorithm \(header.alg.printableASCII) is not one Baton accepts from \(provider.displayName)."
             )
         }
         let jwk = try await key(for: provider, kid: header.kid)
@@ -245,7 +245,7 @@ final class OpenIDRelyingParty: Sendable {
         guard ProviderMetadata.verifiable.contains(header.alg), key.keyType == family,
             key.algorithm.map({ $0.rawValue == header.alg }) ?? true
         else {
-            throw OpenIDError("The ID token's algorithm \(printable(header.alg)) does not fit the provider's key.")
+            throw OpenIDError("The ID token's algorithm \(header.alg.printableASCII) does not fit the provider's key.")
         }
         var named = key
         if named.keyIdentifier == nil { named.keyIdentifier = JWKIdentifier(string: "only-key") }
@@ -315,9 +315,6 @@ final class OpenIDRelyingParty: Sendable {
         }
         return claims
     }
-
-    /// `text` for a message: printable ASCII only, at most 80 bytes (`String.printableASCII`).
-    static func printable(_ text: String) -> String { text.printableASCII }
 
     /// `application/x-www-form-urlencoded` of one value, byte by byte.
     static func formEncoded(_ text: String) -> String {

@@ -186,7 +186,7 @@ extension OAuthRoutes {
         guard try await useOnce(state: state, expires: pending.expires) else { return refused }
         if let error = parameters["error"].map(String.init) {
             return try await failed(
-                "\(provider.displayName) did not sign you in (\(OpenIDRelyingParty.printable(error))).",
+                "\(provider.displayName) did not sign you in (\(error.printableASCII)).",
                 status: .forbidden, countedAs: "the provider answered an error")
         }
         let metadata: ProviderMetadata

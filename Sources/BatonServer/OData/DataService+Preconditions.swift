@@ -35,9 +35,6 @@ final class PreconditionRows: Sendable {
 
     init(_ entries: [[UInt8]: Entry]) { self.entries = Mutex(entries) }
 
-    /// How many entities are left to take.
-    var count: Int { entries.withLock { $0.count } }
-
     /// The entity of `set` with `key`, read with `columns`, if it was read ahead and no change has taken it yet.
     func take(set: String, key: [KeyValue], columns: [String]) -> DataService.StoredEntity? {
         let name = Self.name(set: set, key: key)
@@ -88,9 +85,9 @@ extension DataService {
     ) async throws -> (rows: PreconditionRows?, urls: [BatchURL?]) {
         var urls: [BatchURL?] = []
         urls.reserveCapacity(requests.count)
-        // Per entity set, in the order first met: its keys' values, each once.
-        var wanted: [(set: EntitySet, type: EntityType, names: Set<[UInt8]>, values: [PrimitiveValue])] = []
-        var addressedOtherwise = false
+        // Per entity set, in the order first met: what is read of it, and its keys' values, each once.
+        var wanted: [Wanted] = []
+        var addressedOtherwise = db.dialect != .sqlite
         for request in requests {
             guard let text = try? relativeURL(request, locations: locations, context: context),
                 let parsed = try? parse(text)
@@ -98,7 +95,7 @@ extension DataService {
                 urls.append(nil)
                 // `$n` alone is the entity request n creates in this run, which nothing read ahead holds; anything
                 // after it (`$n/Aircraft`) may lead to one that is.
-                if request.method != "GET", request.method != "POST", request.url.hasPrefix("$"),
+                if request.method != "GET", request.method != "POST", request.url.utf8.first == UInt8(ascii: "$"),
                     request.url.utf8.dropFirst().contains(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") })
                 {
                     addressedOtherwise = true
@@ -106,7 +103,7 @@ extension DataService {
                 continue
             }
             urls.append(BatchURL(text: text, parsed: parsed))
-            guard request.method != "GET", request.method != "POST" else { continue }
+            guard !addressedOtherwise, request.method != "GET", request.method != "POST" else { continue }
             guard case .resource(let segments) = parsed.path, segments.count == 2,
                 case .entitySet(let name) = segments[0], case .key(let key) = segments[1],
                 let set = model.entitySet(named: name), let type = model.entityType(of: set)
@@ -120,9 +117,9 @@ extension DataService {
             // through one literal would leave the entity read under another to a later change.
             guard type.key.count == 1, let keyProperty = type.property(named: type.key[0]),
                 keyProperty.type == .string || keyProperty.type == .guid || keyProperty.type.isIntegral,
-                changeColumns(Target(set: set, type: type, conditions: [], single: true)) != nil
+                let columns = changeColumns(of: set)
             else { continue }
-            guard key.count == 1, key[0].name.hasSameBytes(as: type.key[0]), !key[0].value.isNull else {
+            guard key.count == 1, key[0].name.hasSameBytes(as: keyProperty.name), !key[0].value.isNull else {
                 addressedOtherwise = true
                 continue
             }
@@ -130,12 +127,13 @@ extension DataService {
             if let index = wanted.firstIndex(where: { $0.set.name.hasSameBytes(as: set.name) }) {
                 if wanted[index].names.insert(entityName).inserted { wanted[index].values.append(key[0].value) }
             } else {
-                wanted.append((set, type, [entityName], [key[0].value]))
+                wanted.append(
+                    Wanted(
+                        set: set, type: type, keyProperty: keyProperty, columns: columns, names: [entityName],
+                        values: [key[0].value]))
             }
         }
-        guard db.dialect == .sqlite, !addressedOtherwise, wanted.reduce(0, { $0 + $1.values.count }) > 1 else {
-            return (nil, urls)
-        }
+        guard !addressedOtherwise, wanted.reduce(0, { $0 + $1.values.count }) > 1 else { return (nil, urls) }
         do {
             return (PreconditionRows(try await readAhead(wanted, in: db)), urls)
         } catch let error as StorageError where error.kind == .conflict || error.kind == .unavailable {
@@ -146,33 +144,43 @@ extension DataService {
         }
     }
 
+    /// What a run reads ahead of one entity set.
+    struct Wanted {
+        var set: EntitySet
+        var type: EntityType
+        var keyProperty: Property
+        /// ``changeColumns(of:)``.
+        var columns: [String]
+        /// The entities' names (``PreconditionRows/name(set:key:)``), and their keys' values in the same order.
+        var names: Set<[UInt8]>
+        var values: [PrimitiveValue]
+    }
+
     /// The entities of `wanted`'s keys, by ``PreconditionRows/name(set:key:)``.
-    private func readAhead(
-        _ wanted: [(set: EntitySet, type: EntityType, names: Set<[UInt8]>, values: [PrimitiveValue])],
-        in db: any SQLConnection
-    ) async throws -> [[UInt8]: PreconditionRows.Entry] {
+    private func readAhead(_ wanted: [Wanted], in db: any SQLConnection) async throws
+        -> [[UInt8]: PreconditionRows.Entry]
+    {
         var entries: [[UInt8]: PreconditionRows.Entry] = [:]
-        for (set, type, _, values) in wanted {
-            let target = Target(set: set, type: type, conditions: [], single: true)
-            guard let columns = changeColumns(target), let keyProperty = type.property(named: type.key[0]) else {
-                continue
-            }
+        for set in wanted {
             var start = 0
-            while start < values.count {
-                let chunk = values[start..<min(start + Self.preconditionKeysPerRead, values.count)]
+            while start < set.values.count {
+                let chunk = set.values[start..<min(start + Self.preconditionKeysPerRead, set.values.count)]
                 start += chunk.count
                 var options = QueryOptions()
-                options.select = columns
+                options.select = set.columns
                 options.filter = .in(
-                    .property(PropertyPath(property: keyProperty.name, type: keyProperty.type, isNullable: false)),
+                    .property(
+                        PropertyPath(property: set.keyProperty.name, type: set.keyProperty.type, isNullable: false)),
                     chunk.map { .literal($0) })
                 let query = try translator.select(
-                    from: set.name, options: options, extraColumns: [DataStore.sequenceColumn])
+                    from: set.set.name, options: options, extraColumns: [DataStore.sequenceColumn])
                 let rows = try await db.fetchAll(query.sql, query.arguments)
-                for entity in try Self.entities(from: rows, type: type, dialect: db.dialect) {
-                    let key = [KeyValue(name: keyProperty.name, value: entity.values[keyProperty.name] ?? .null)]
-                    entries[PreconditionRows.name(set: set.name, key: key)] = PreconditionRows.Entry(
-                        columns: columns, entity: entity)
+                for entity in try Self.entities(from: rows, type: set.type, dialect: db.dialect) {
+                    let key = [
+                        KeyValue(name: set.keyProperty.name, value: entity.values[set.keyProperty.name] ?? .null)
+                    ]
+                    entries[PreconditionRows.name(set: set.set.name, key: key)] = PreconditionRows.Entry(
+                        columns: set.columns, entity: entity)
                 }
             }
         }

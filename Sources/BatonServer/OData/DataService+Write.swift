@@ -273,9 +273,10 @@ extension DataService {
     ///
     /// Made once per entity set, when the service starts (``changeColumnsOfSets``): made per change, it was two
     /// hundredths of a change in a `$batch`.
-    func changeColumns(_ target: Target) -> [String]? {
-        changeColumnsOfSets[target.set.name] ?? nil
-    }
+    func changeColumns(_ target: Target) -> [String]? { changeColumns(of: target.set) }
+
+    /// ``changeColumns(_:)`` of the entities of `set`.
+    func changeColumns(of set: EntitySet) -> [String]? { changeColumnsOfSets[set.name] ?? nil }
 
     /// ``changeColumns(_:)`` of an entity of `set`, of `type`.
     static func changeColumns(set: String, type: EntityType, configuration: DataServiceConfiguration) -> [String]? {

@@ -226,7 +226,7 @@ extension SCIMRoutes {
             default:
                 throw SCIMError(
                     .badRequest, "invalidPath",
-                    "Baton keeps userName, displayName, active and externalId of a user; not \(OpenIDRelyingParty.printable(key))."
+                    "Baton keeps userName, displayName, active and externalId of a user; not \(key.printableASCII)."
                 )
             }
         }

@@ -88,18 +88,26 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// `text` with anything between `://user:` and `@` replaced, so a password never reaches a message.
+    ///
+    /// Read by Unicode scalar: a combining mark after the `:`, the `@` or a `/` makes one `Character` of it, which a
+    /// search by `Character` did not find, and the whole URL, password and all, went into the error.
     static func redacted(_ text: String) -> String {
-        // The user information ends at the last `@` before the path: a password may itself hold a raw `@`.
-        guard let scheme = text.range(of: "://") else { return text.prefix(scalars: 200) }
-        let authority = text[scheme.upperBound...].prefix { $0 != "/" && $0 != "?" }
-        // A raw `/`, `?` or `#` in the password ends the authority early: then the last `@` anywhere (hiding too
-        // much is harmless).
-        guard let at = authority.lastIndex(of: "@") ?? text[scheme.upperBound...].lastIndex(of: "@") else {
-            return text.prefix(scalars: 200)
-        }
-        let userInfo = text[scheme.upperBound..<at]
-        guard let colon = userInfo.firstIndex(of: ":") else { return text.prefix(scalars: 200) }
-        return (text[..<colon] + ":***" + text[at...]).prefix(scalars: 200)
+        let scalars = text.unicodeScalars
+        // Without `://` (a mark between its slashes), the user information is looked for after the scheme's `:`.
+        let start =
+            scalars.firstRange(of: "://".unicodeScalars)?.upperBound
+            ?? scalars.firstIndex(of: ":").map(scalars.index(after:)) ?? scalars.startIndex
+        let rest = scalars[start...]
+        // The user information ends at the last `@` before the path: a password may itself hold a raw `@`. A raw
+        // `/`, `?` or `#` in the password ends the authority early: then the last `@` anywhere (hiding too much is
+        // harmless).
+        let authority = rest.prefix { $0 != "/" && $0 != "?" }
+        guard let at = authority.lastIndex(of: "@") ?? rest.lastIndex(of: "@"),
+            let colon = scalars[start..<at].firstIndex(of: ":")
+        else { return text.prefix(scalars: 200) }
+        return
+            (String(String.UnicodeScalarView(scalars[..<colon])) + ":***"
+            + String(String.UnicodeScalarView(scalars[at...]))).prefix(scalars: 200)
     }
 }
 
