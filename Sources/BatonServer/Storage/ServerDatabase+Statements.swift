@@ -139,6 +139,13 @@ extension ServerDatabase {
         ]
     }
 
+    /// The subject index holds the entries the device filter reads, not the entity changes
+    /// (``AuditFilter/entriesNotOfEntities``).
+    static let auditSubjectOfDevicesStatements = [
+        "DROP INDEX auditSubject",
+        "CREATE INDEX auditSubject ON audit (subject, id) WHERE \(AuditFilter.entriesNotOfEntities)",
+    ]
+
     /// The sign-in throttle's counters, shared by every instance (``LoginThrottle``).
     static func signInThrottleStatements(real: String) -> [String] {
         [

@@ -203,6 +203,7 @@ public struct ServerDatabase: Sendable {
                 """,
             ]
         ),
+        ("auditSubjectOfDevices", auditSubjectOfDevicesStatements),
     ]
 
     /// Runs the PostgreSQL migrations not yet run.
@@ -406,6 +407,9 @@ public struct ServerDatabase: Sendable {
         }
         migrator.registerMigration("identityProviders") { db in
             for statement in identityProvidersStatements(real: "REAL", blob: "BLOB") { try db.execute(sql: statement) }
+        }
+        migrator.registerMigration("auditSubjectOfDevices") { db in
+            for statement in auditSubjectOfDevicesStatements { try db.execute(sql: statement) }
         }
         return migrator
     }
