@@ -44,9 +44,13 @@ final class PreconditionRows: Sendable {
         }
     }
 
-    /// An entity's name, byte for byte: the set's and each key literal's bytes, each after its length.
+    /// An entity's name, byte for byte: the set's and each key part's name, each after its length, then each part's
+    /// value after a tag — a GUID's 16 bytes, an integer's 8, anything else its literal's bytes after their length.
+    /// A GUID's or an integer's value is one however its literal was spelled, as it is for the database; a string's
+    /// is its exact bytes. Built three times a change of a run, the GUID's literal text was a fiftieth of a change.
     static func name(set: String, key: [KeyValue]) -> [UInt8] {
         var bytes: [UInt8] = []
+        bytes.reserveCapacity(set.utf8.count + key.count * 40 + 8)
         func append(_ text: String) {
             withUnsafeBytes(of: UInt64(text.utf8.count).littleEndian) { bytes.append(contentsOf: $0) }
             bytes.append(contentsOf: text.utf8)
@@ -54,7 +58,17 @@ final class PreconditionRows: Sendable {
         append(set)
         for part in key {
             append(part.name)
-            append(part.value.urlLiteral)
+            switch part.value {
+            case .guid(let guid):
+                bytes.append(1)
+                withUnsafeBytes(of: guid.uuid) { bytes.append(contentsOf: $0) }
+            case .integer(let number):
+                bytes.append(2)
+                withUnsafeBytes(of: number.littleEndian) { bytes.append(contentsOf: $0) }
+            default:
+                bytes.append(0)
+                append(part.value.urlLiteral)
+            }
         }
         return bytes
     }
