@@ -84,11 +84,11 @@ import Testing
         let plan = try await storage.read { db in
             try await db.fetchAll("EXPLAIN QUERY PLAN " + sql, arguments).compactMap { $0["detail"].text }
         }
-        #expect(plan.contains { $0.contains("INDEX auditSubject") }, "\(plan)")
+        #expect(plan.contains { $0.contains("INDEX auditSubjectOfDevices") }, "\(plan)")
         // ANALYZE's first figure for an index is how many entries it holds: the two entity changes are not there.
         let stat = try await storage.write { db in
             try await db.execute("ANALYZE audit", [])
-            return try await db.fetchOne("SELECT stat FROM sqlite_stat1 WHERE idx = 'auditSubject'")?[0].text
+            return try await db.fetchOne("SELECT stat FROM sqlite_stat1 WHERE idx = 'auditSubjectOfDevices'")?[0].text
         }
         let all = try await storage.read { db in try await db.fetchOne("SELECT count(*) FROM audit")?[0].integer }
         #expect(stat?.split(separator: " ").first == "\(try #require(all) - 2)", "\(stat ?? "no statistics")")

@@ -23,8 +23,9 @@ import Synchronization
 /// savepoint a change, the entities not yet taken are still the rows as stored (no change addressed them); a
 /// transaction run again from its start reads them again.
 ///
-/// Entities are found by the exact bytes of their key's literals: `String`'s `==` takes a composed and a
-/// decomposed `é` for one key, where the database holds two entities.
+/// Entities are found by their keys' values as bytes (``name(set:key:)``): a string key by its exact bytes — `String`'s
+/// `==` takes a composed and a decomposed `é` for one key, where the database holds two entities — a GUID or an
+/// integer by its value's.
 final class PreconditionRows: Sendable {
     struct Entry: Sendable {
         var columns: [String]

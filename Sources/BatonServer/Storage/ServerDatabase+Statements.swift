@@ -140,10 +140,12 @@ extension ServerDatabase {
     }
 
     /// The subject index holds the entries the device filter reads, not the entity changes
-    /// (``AuditFilter/entriesNotOfEntities``).
+    /// (``AuditFilter/entriesNotOfEntities``). Made under a name of its own before the old one goes: on PostgreSQL,
+    /// dropping an index locks its table out until the commit, so the log's readers wait only for the drop, not for
+    /// the new index's build (its writers wait for the build, as for any index made in a transaction).
     static let auditSubjectOfDevicesStatements = [
-        "DROP INDEX auditSubject",
-        "CREATE INDEX auditSubject ON audit (subject, id) WHERE \(AuditFilter.entriesNotOfEntities)",
+        "CREATE INDEX auditSubjectOfDevices ON audit (subject, id) WHERE \(AuditFilter.entriesNotOfEntities)",
+        "DROP INDEX IF EXISTS auditSubject",
     ]
 
     /// The sign-in throttle's counters, shared by every instance (``LoginThrottle``).
