@@ -1,5 +1,6 @@
 import BatonOData
 import BatonSQL
+import Foundation
 import Synchronization
 
 /// The stored entities the changes of one run of a `$batch` check their `If-Match` against, read together before the
@@ -32,9 +33,29 @@ final class PreconditionRows: Sendable {
         var entity: DataService.StoredEntity
     }
 
-    private let entries: Mutex<[[UInt8]: Entry]>
+    /// An entity's name (``PreconditionRows/name(set:key:)``), hashed and compared as one run of bytes: an array of
+    /// bytes hashes and compares each byte on its own, and three hashes of a 60-byte name were a fiftieth of a change.
+    struct Name: Hashable, Sendable {
+        let bytes: [UInt8]
 
-    init(_ entries: [[UInt8]: Entry]) { self.entries = Mutex(entries) }
+        func hash(into hasher: inout Hasher) {
+            bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+        }
+
+        static func == (left: Name, right: Name) -> Bool {
+            left.bytes.withUnsafeBytes { left in
+                right.bytes.withUnsafeBytes { right in
+                    guard left.count == right.count else { return false }
+                    guard let leftBase = left.baseAddress, let rightBase = right.baseAddress else { return true }
+                    return memcmp(leftBase, rightBase, left.count) == 0
+                }
+            }
+        }
+    }
+
+    private let entries: Mutex<[Name: Entry]>
+
+    init(_ entries: [Name: Entry]) { self.entries = Mutex(entries) }
 
     /// The entity of `set` with `key`, read with `columns`, if it was read ahead and no change has taken it yet.
     func take(set: String, key: [KeyValue], columns: [String]) -> DataService.StoredEntity? {
@@ -49,7 +70,7 @@ final class PreconditionRows: Sendable {
     /// value after a tag — a GUID's 16 bytes, an integer's 8, anything else its literal's bytes after their length.
     /// A GUID's or an integer's value is one however its literal was spelled, as it is for the database; a string's
     /// is its exact bytes. Built three times a change of a run, the GUID's literal text was a fiftieth of a change.
-    static func name(set: String, key: [KeyValue]) -> [UInt8] {
+    static func name(set: String, key: [KeyValue]) -> Name {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(set.utf8.count + key.count * 40 + 8)
         func append(_ text: String) {
@@ -71,7 +92,7 @@ final class PreconditionRows: Sendable {
                 append(part.value.urlLiteral)
             }
         }
-        return bytes
+        return Name(bytes: bytes)
     }
 }
 
@@ -167,15 +188,15 @@ extension DataService {
         /// ``changeColumns(of:)``.
         var columns: [String]
         /// The entities' names (``PreconditionRows/name(set:key:)``), and their keys' values in the same order.
-        var names: Set<[UInt8]>
+        var names: Set<PreconditionRows.Name>
         var values: [PrimitiveValue]
     }
 
     /// The entities of `wanted`'s keys, by ``PreconditionRows/name(set:key:)``.
     private func readAhead(_ wanted: [Wanted], in db: any SQLConnection) async throws
-        -> [[UInt8]: PreconditionRows.Entry]
+        -> [PreconditionRows.Name: PreconditionRows.Entry]
     {
-        var entries: [[UInt8]: PreconditionRows.Entry] = [:]
+        var entries: [PreconditionRows.Name: PreconditionRows.Entry] = [:]
         for set in wanted {
             var start = 0
             while start < set.values.count {
