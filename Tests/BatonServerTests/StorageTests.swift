@@ -353,6 +353,25 @@ import Testing
     /// A set keyed by a type with more than one literal for a value (one instant at two offsets) is never read
     /// ahead: a change through one literal misses the entity read under the other, which a later change would take
     /// as it was before the first — and pass an ETag the first made stale.
+    /// A read-ahead entity's name is equal only to the same bytes: not to a prefix, a longer run or one byte
+    /// changed, and two keys of a set whose literals differ only in Unicode normalisation are two names.
+    @Test func entityNamesAreEqualOnlyForTheSameBytes() {
+        typealias Name = PreconditionRows.Name
+        #expect(Name(bytes: [1, 2, 3]) == Name(bytes: [1, 2, 3]))
+        #expect(Name(bytes: [1, 2, 3]) != Name(bytes: [1, 2, 4]))
+        #expect(Name(bytes: [1, 2, 3]) != Name(bytes: [1, 2]))
+        #expect(Name(bytes: [1, 2]) != Name(bytes: [1, 2, 0]))
+        let composed = PreconditionRows.name(set: "Aircraft", key: [KeyValue(name: "ID", value: .string("\u{E9}"))])
+        let decomposed = PreconditionRows.name(
+            set: "Aircraft", key: [KeyValue(name: "ID", value: .string("e\u{301}"))])
+        #expect(composed != decomposed)
+        #expect(Set([composed, decomposed, composed]).count == 2)
+        let guid = UUID()
+        #expect(
+            PreconditionRows.name(set: "Checks", key: [KeyValue(name: "ID", value: .guid(guid))])
+                == PreconditionRows.name(set: "Checks", key: [KeyValue(name: "ID", value: .guid(guid))]))
+    }
+
     @Test func aKeyWithTwoLiteralsForOneValueIsNotReadAhead() async throws {
         let model = try ServiceModel(
             csdlJSON: """
