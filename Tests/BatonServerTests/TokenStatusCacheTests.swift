@@ -1,6 +1,8 @@
+import BatonFiles
 import BatonTestSupport
 import BatonTesting
 import Foundation
+import GRDB
 import HTTPTypes
 import HummingbirdTesting
 import JWTKit
@@ -74,18 +76,50 @@ import Testing
         }
     }
 
+    /// The command rewrites the epoch's word in place (the file keeps its inode), and the server, which maps the file,
+    /// reads the new word at the next request.
     @Test func anAdminCommandInAnotherProcessStopsACachedTokenAtOnce() async throws {
         try await Self.withAliceCached { server, client, token in
             #expect(try await client.get("/me", token: token).0 == .ok)
+            let epoch = server.directory.appendingPathComponent("status.epoch")
+            let inode = try FileManager.default.attributesOfItem(atPath: epoch.path)[.systemFileNumber] as? Int
+            let word = try Data(contentsOf: epoch).prefix(8)
             // `baton-server user disable` runs as a process of its own on the same data directory.
             // Through the kit's `Program` (swift-subprocess), run to its end: Foundation's `Process` walks
             // `/proc/self/fd` while this test process holds hundreds of descriptors, and corrupted its heap.
             let admin = try await Program.run(
                 builtExecutable("baton-server"), ["user", "disable", "alice", "--data-dir", server.directory.path])
             #expect(admin.status == 0, "\(admin.error)")
+            #expect(try FileManager.default.attributesOfItem(atPath: epoch.path)[.systemFileNumber] as? Int == inode)
+            #expect(try Data(contentsOf: epoch).prefix(8) != word)
             let (status, body, _) = try await client.get("/me", token: token)
             #expect(status == .unauthorized)
             #expect((body["error"] as? [String: Any])?["code"] as? String == "UserWithdrawn")
+        }
+    }
+
+    /// A status changed by another process, which then replaced the epoch file rather than rewrite it (as an admin
+    /// command of an earlier version did, or a hand might) or removed it and wrote a new one: the word the server
+    /// maps never moves, and the server hears of it by comparing the file at the path with its own, at most
+    /// ``TokenStatusCache/pathCheckInterval`` later.
+    @Test(arguments: [false, true]) func aStatusChangeInAReplacedOrRemovedEpochFileIsHeard(removed: Bool) async throws {
+        try await Self.withAliceCached { server, client, token in
+            let epoch = server.directory.appendingPathComponent("status.epoch")
+            // Another process's connection: the server's own transaction observer does not see its commit.
+            let other = try DatabaseQueue(path: server.directory.appendingPathComponent("server.sqlite").path)
+            defer { try? other.close() }
+            try await other.write { db in try db.execute(sql: "UPDATE users SET disabled = 1 WHERE name = 'alice'") }
+            if removed {
+                try FileManager.default.removeItem(at: epoch)
+                try StatusEpoch.advance(path: epoch.path)
+            } else {
+                try AtomicFile.write(Data((0..<16).map { _ in UInt8.random(in: 0...255) }), to: epoch)
+            }
+            try await eventually(within: .seconds(10)) { try await client.get("/me", token: token).0 == .unauthorized }
+            // The server maps the file now at the path: a change written into it in place is heard at the next request.
+            try await other.write { db in try db.execute(sql: "UPDATE users SET disabled = 0 WHERE name = 'alice'") }
+            try StatusEpoch.advance(path: epoch.path)
+            #expect(try await client.get("/me", token: token).0 == .ok)
         }
     }
 
@@ -194,8 +228,8 @@ import Testing
     }
 
     /// An admin command whose status change cannot be told to the other processes (the epoch file cannot be
-    /// replaced) fails, and changes nothing.
-    @Test func aStatusChangeThatCannotReplaceTheEpochFileFailsAndChangesNothing() async throws {
+    /// written: a directory stands at its path) fails, and changes nothing.
+    @Test func aStatusChangeThatCannotWriteTheEpochFileFailsAndChangesNothing() async throws {
         let server = try await TestServer(backend: .sqlite)
         defer { server.remove() }
         try await server.addUser("alice")

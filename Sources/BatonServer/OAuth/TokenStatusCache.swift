@@ -1,4 +1,3 @@
-import BatonFiles
 import BatonSQLGRDB
 import Foundation
 import GRDB
@@ -20,8 +19,10 @@ import Synchronization
 /// a new generation, which drops every entry:
 /// - in this process, at once, after the change commits (SQLite: a GRDB transaction observer; PostgreSQL: the
 ///   same instance hears its own `NOTIFY`, and its revocation paths also invalidate directly);
-/// - from another process on the same SQLite file (an admin command): it replaces the data directory's
-///   `status.epoch` file after its commit, and every request compares that file's identity (one `stat`);
+/// - from another process on the same SQLite file (an admin command): it rewrites the word in the data directory's
+///   `status.epoch` before and after its commit, and every request compares the word, which this process maps
+///   (``StatusEpoch``: no system call). A file replaced or removed rather than rewritten is noticed within
+///   ``pathCheckInterval``, and the cache is not used while no file is mapped;
 /// - from another instance on PostgreSQL: triggers `NOTIFY baton_status` in the changing transaction, delivered at
 ///   its commit, and each instance `LISTEN`s. While the listening connection is down the cache is not used at all
 ///   — every request asks the database — and when it is back the cache starts empty.
@@ -40,11 +41,12 @@ final class TokenStatusCache: Sendable {
         var live: Bool
         /// Status by token (`nil`: no such user), with the generation it was read under.
         var entries: [String: (status: Status?, generation: UInt64)] = [:]
-        /// The identity of the epoch file when last looked at.
-        var epoch: FileIdentity?
-        /// That file, held open: while it is, its inode cannot be given to the next one, so a replacement always
-        /// looks different.
-        var epochHandle: Int32 = -1
+        /// SQLite: the epoch file mapped (`nil` while it cannot be: the cache is then not used), the word last
+        /// seen in it, and when the file at its path was last compared with the one mapped. The mapping keeps the
+        /// file's inode from being given to another file, so a replacement always looks different.
+        var epoch: StatusEpoch?
+        var epochWord: UInt64 = 0
+        var epochCheckedAt: ContinuousClock.Instant
         /// How many times a change emptied the cache (not counting the listener's ups and downs).
         var invalidations = 0
         /// PostgreSQL: whether the listening connection is up, and when it last heard this instance's heartbeat.
@@ -58,45 +60,55 @@ final class TokenStatusCache: Sendable {
     let heartbeatDeadline: Duration?
 
     let state: Mutex<State>
-    /// SQLite: the data directory's `status.epoch`, which admin commands in other processes replace (its path, kept
-    /// as text: every request looks at the file, and `URL.path` costs more than the `stat`).
+    /// SQLite: the data directory's `status.epoch`, which admin commands in other processes rewrite.
     let epochPath: String?
     static let capacity = 10_000
+    /// How often, at most, a request compares the file at the epoch's path with the one mapped (one `stat`): how
+    /// long a status change written into a replaced or removed epoch file may go unheard.
+    static let pathCheckInterval: Duration = .seconds(1)
 
     init(live: Bool, epochURL: URL?, heartbeatDeadline: Duration? = nil) {
         self.heartbeatDeadline = heartbeatDeadline
-        var initial = State(live: live)
         let epochPath = epochURL?.path
+        var initial = State(live: live, epochCheckedAt: .now)
         if let epochPath {
-            initial.epochHandle = open(epochPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-            initial.epoch = FileIdentity(path: epochPath)
+            initial.epoch = try? StatusEpoch(path: epochPath)
+            initial.epochWord = initial.epoch?.current ?? 0
         }
         state = Mutex(initial)
         self.epochPath = epochPath
     }
 
-    deinit {
-        state.withLock { state in
-            if state.epochHandle >= 0 { close(state.epochHandle) }
-        }
-    }
-
     /// The generation a status read now belongs to, or `nil` when the cache must not be used (changes are not
-    /// being heard). Looks at the epoch file first.
+    /// being heard). On SQLite it reads the epoch's word first: a new word empties the cache.
     func generation() -> UInt64? {
-        // Looked at only where there is an epoch file to look at (SQLite); a file that went missing counts as a change.
-        let epoch = epochPath.map(FileIdentity.init(path:))
-        return state.withLock { state in
-            if let epoch, let epochPath, epoch != state.epoch {
-                state.epoch = epoch
-                state.generation &+= 1
-                state.entries.removeAll(keepingCapacity: true)
-                if state.epochHandle >= 0 { close(state.epochHandle) }
-                state.epochHandle = open(epochPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-            }
+        state.withLock { state in
+            if let epochPath { Self.look(at: epochPath, &state) }
             if let heartbeatDeadline { Self.judge(&state, deadline: heartbeatDeadline) }
             return state.live ? state.generation : nil
         }
+    }
+
+    /// Compares the epoch's word with the one last seen, and at most once a ``pathCheckInterval`` the file at its
+    /// path with the one mapped: a file replaced or removed is mapped again (created if missing), and every entry
+    /// goes, as what another process changed meanwhile may not have been heard. Without a mapped file the cache is
+    /// not used: `live` is false until a later look maps one.
+    static func look(at path: String, _ state: inout State) {
+        let now = ContinuousClock.now
+        if state.epoch == nil || now - state.epochCheckedAt >= pathCheckInterval {
+            state.epochCheckedAt = now
+            if state.epoch?.isStillAtPath() != true {
+                state.epoch = try? StatusEpoch(path: path)
+                state.epochWord = state.epoch?.current ?? 0
+                state.generation &+= 1
+                state.entries.removeAll(keepingCapacity: true)
+            }
+            state.live = state.epoch != nil
+        }
+        guard let word = state.epoch?.current, word != state.epochWord else { return }
+        state.epochWord = word
+        state.generation &+= 1
+        state.entries.removeAll(keepingCapacity: true)
     }
 
     /// The remembered status of `key` if it was read under `generation` (the current one).
@@ -155,34 +167,8 @@ final class TokenStatusCache: Sendable {
     }
 }
 
-/// A file's device, inode, size and modification time (nanoseconds): what tells a replaced file from the one looked
-/// at before.
-struct FileIdentity: Equatable {
-    var device: Int
-    var inode: Int
-    var size: Int
-    var modifiedSeconds: Int
-    var modifiedNanoseconds: Int
-
-    /// `nil` when the file does not exist.
-    init?(path: String) {
-        var status = stat()
-        guard stat(path, &status) == 0 else { return nil }
-        device = Int(status.st_dev)
-        inode = Int(status.st_ino)
-        size = Int(status.st_size)
-        #if canImport(Darwin)
-            modifiedSeconds = Int(status.st_mtimespec.tv_sec)
-            modifiedNanoseconds = Int(status.st_mtimespec.tv_nsec)
-        #else
-            modifiedSeconds = Int(status.st_mtim.tv_sec)
-            modifiedNanoseconds = Int(status.st_mtim.tv_nsec)
-        #endif
-    }
-}
-
 /// Tells the token-status caches of every process on one SQLite file that a status changed: this process's at
-/// once, the others through the epoch file, which is replaced (a new inode) after each such commit.
+/// once, the others through the epoch file, whose word is rewritten in place before and after each such commit.
 final class StatusChangeSignal: Sendable {
     let epochURL: URL?
     let listeners = Mutex<[@Sendable () -> Void]>([])
@@ -191,19 +177,19 @@ final class StatusChangeSignal: Sendable {
 
     func subscribe(_ listener: @escaping @Sendable () -> Void) { listeners.withLock { $0.append(listener) } }
 
-    /// A status change committed (SQLite's observer): this process's caches drop their entries, and the epoch file
-    /// is replaced for the other processes on the file.
+    /// A status change committed (SQLite's observer): this process's caches drop their entries, and the epoch's word
+    /// is rewritten for the other processes on the file.
     func changed() {
         notifyListeners()
-        try? replaceEpoch()
+        try? advanceEpoch()
     }
 
-    /// Replaces the epoch file with a new one (new content, new inode).
+    /// Rewrites the epoch file's word in place (``StatusEpoch/advance(path:)``).
     ///
-    /// - Throws: when it cannot be written.
-    func replaceEpoch() throws {
+    /// - Throws: ``StatusEpochError`` when it cannot be written.
+    func advanceEpoch() throws {
         guard let epochURL else { return }
-        try AtomicFile.write(Data((0..<16).map { _ in UInt8.random(in: 0...255) }), to: epochURL)
+        try StatusEpoch.advance(path: epochURL.path)
     }
 
     /// This process committed a status change through one of its own paths: its caches drop their entries at once
@@ -244,15 +230,15 @@ final class StatusTablesObserver: TransactionObserver, Sendable {
         changedInTransaction.withLock { $0 = true }
     }
 
-    /// Before the commit, the epoch file is replaced first: if it cannot be, the transaction is rolled back and the
+    /// Before the commit, the epoch's word is rewritten first: if it cannot be, the transaction is rolled back and the
     /// change fails loudly, rather than commit a change the other processes would never hear of.
     func databaseWillCommit() throws {
         guard changedInTransaction.withLock({ $0 }) else { return }
-        try signal.replaceEpoch()
+        try signal.advanceEpoch()
     }
 
-    /// After the commit it is replaced again (a process that read the old status between the two replacements must
-    /// not keep it), and this process's caches empty.
+    /// After the commit it is rewritten again (a process that read the old status between the two writes must not
+    /// keep it), and this process's caches empty.
     func databaseDidCommit(_ db: Database) {
         let changed = changedInTransaction.withLock { flag in
             defer { flag = false }
