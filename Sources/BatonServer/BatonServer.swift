@@ -209,8 +209,8 @@ public struct BatonServer: Sendable {
         data = DataService(
             store: store, configuration: configuration.dataService, clock: clock, auditLogWithTheData: postgres != nil,
             databaseConnections: configuration.databaseConnections)
-        // The token-status cache: on SQLite it hears this process's commits and sees the epoch file other processes
-        // replace; on PostgreSQL it is used only while the listener hears the other instances' changes.
+        // The token-status cache: on SQLite it hears this process's commits and reads the epoch's word other processes
+        // rewrite; on PostgreSQL it is used only while the listener hears the other instances' changes.
         let statusCache = TokenStatusCache(
             live: postgres == nil, epochURL: postgres == nil ? directory.statusEpochURL : nil,
             heartbeatDeadline: postgres == nil ? nil : StatusListenerHealth.deadline)

@@ -111,15 +111,56 @@ import Testing
             try await other.write { db in try db.execute(sql: "UPDATE users SET disabled = 1 WHERE name = 'alice'") }
             if removed {
                 try FileManager.default.removeItem(at: epoch)
-                try StatusEpoch.advance(path: epoch.path)
+                try StatusEpoch.advance(path: epoch.path, changing: false)
             } else {
                 try AtomicFile.write(Data((0..<16).map { _ in UInt8.random(in: 0...255) }), to: epoch)
             }
             try await eventually(within: .seconds(10)) { try await client.get("/me", token: token).0 == .unauthorized }
             // The server maps the file now at the path: a change written into it in place is heard at the next request.
             try await other.write { db in try db.execute(sql: "UPDATE users SET disabled = 0 WHERE name = 'alice'") }
-            try StatusEpoch.advance(path: epoch.path)
+            try StatusEpoch.advance(path: epoch.path, changing: false)
             #expect(try await client.get("/me", token: token).0 == .ok)
+            #expect(Self.entries(server) == 1)
+        }
+    }
+
+    /// Between a writer's two writes the word is odd, and no server reads or fills its cache: a writer killed after
+    /// its commit, before its second write, leaves the caches unused, never holding what it changed.
+    @Test func whileTheEpochsWordIsOddTheCacheIsNotUsed() async throws {
+        try await Self.withAliceCached { server, client, token in
+            let epoch = server.directory.appendingPathComponent("status.epoch").path
+            try StatusEpoch.advance(path: epoch, changing: true)
+            #expect(!Self.live(server))
+            #expect(try await client.get("/me", token: token).0 == .ok)
+            #expect(Self.entries(server) == 0)
+            try StatusEpoch.advance(path: epoch, changing: false)
+            #expect(Self.live(server))
+            #expect(try await client.get("/me", token: token).0 == .ok)
+            #expect(Self.entries(server) == 1)
+        }
+    }
+
+    /// An epoch file that cannot be trusted — a second name of another file of the directory, or one others may
+    /// write — is never written through: a writer removes it and makes a new one, the other file keeps its bytes,
+    /// and the server hears the change through the new file.
+    @Test(arguments: [false, true]) func anEpochFileUnfitToBeTrustedIsReplacedNotWritten(linked: Bool) async throws {
+        try await Self.withAliceCached { server, client, token in
+            let epoch = server.directory.appendingPathComponent("status.epoch")
+            let victim = server.directory.appendingPathComponent("victim")
+            let bytes = Data(repeating: 0xAB, count: 5_000)
+            if linked {
+                try bytes.write(to: victim)
+                try FileManager.default.removeItem(at: epoch)
+                try FileManager.default.linkItem(at: victim, to: epoch)
+            } else {
+                try FileManager.default.setAttributes([.posixPermissions: 0o666], ofItemAtPath: epoch.path)
+            }
+            try await server.server.users.disable("alice")
+            if linked { #expect(try Data(contentsOf: victim) == bytes) }
+            let attributes = try FileManager.default.attributesOfItem(atPath: epoch.path)
+            #expect(attributes[.referenceCount] as? Int == 1)
+            #expect((attributes[.posixPermissions] as? Int).map { $0 & 0o077 } == 0)
+            #expect(try await client.get("/me", token: token).0 == .unauthorized)
         }
     }
 

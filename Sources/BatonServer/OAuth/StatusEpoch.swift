@@ -7,48 +7,59 @@ import Synchronization
     import Darwin
 #endif
 
-/// The data directory's `status.epoch` on SQLite: the word every process on the file rewrites after a token status
-/// changes, so that the other processes' token-status caches drop what they hold.
+/// The data directory's `status.epoch` on SQLite: the word every process on the file rewrites before and after a
+/// commit that changes a token's status, so that the other processes' token-status caches drop what they hold.
 ///
 /// Each server maps the file into memory and reads the word on every request: no system call (a `stat` of the
 /// file's path cost 2.3 µs a request on this project's machine, about a fiftieth of a key read). A writer rewrites
 /// the word in place, in the page the servers have mapped, so the next request of every server sees it as soon as
 /// the write returns.
 ///
+/// The word is odd from the write before a commit until the write after it (``isChanging(_:)``): a server does not
+/// remember a status read while it is, so a writer that never made its second write (killed between its commit and
+/// it) leaves the caches unused rather than holding what it changed.
+///
 /// A file replaced or removed rather than rewritten — by hand, or by an admin command of a version that replaced it —
 /// is not the one mapped: ``isStillAtPath()`` tells, and ``TokenStatusCache`` asks it at most once a
 /// ``TokenStatusCache/pathCheckInterval``.
+///
+/// Only a file fit to be trusted is mapped or written: a regular file (not a link, a directory or a FIFO), with one
+/// name, of the data directory's owner, that neither its group nor others may write. Anyone who could write it
+/// could hide a change (by writing back the word last seen) or stop the server (a file cut shorter than the mapped
+/// page faults the next request that reads it); a file with a second name could be another file of the directory,
+/// whose first bytes a writer would overwrite.
 final class StatusEpoch: Sendable {
     /// The mapped length, one page: a file at least this long is never read past its end. Writers never shorten it.
     static let length = 4096
 
     let path: String
     /// The mapped page, read-only; only its first 8 bytes are read.
-    private nonisolated(unsafe) let word: UnsafeMutablePointer<Atomic<UInt64>>
+    private nonisolated(unsafe) let word: UnsafePointer<Atomic<UInt64>>
     /// The device and inode of the file mapped.
     let identity: (device: UInt64, inode: UInt64)
 
     /// Maps the file at `path`, creating it (owner only) or lengthening it to ``length`` as needed.
     ///
-    /// - Throws: ``StatusEpochError`` when it is not a regular file or cannot be opened, lengthened or mapped.
+    /// - Throws: ``StatusEpochError`` when it is not a file fit to be trusted or cannot be opened, lengthened or mapped.
     init(path: String) throws(StatusEpochError) {
-        let descriptor = try Self.openFile(path, flags: O_RDWR)
+        let (descriptor, status) = try Self.openFile(path, flags: O_RDWR)
         defer { close(descriptor) }
-        var status = stat()
-        guard fstat(descriptor, &status) == 0 else { throw StatusEpochError(path: path, operation: "read") }
         let mapping = mmap(nil, Self.length, PROT_READ, MAP_SHARED, descriptor, 0)
         guard let mapping, mapping != MAP_FAILED else { throw StatusEpochError(path: path, operation: "map") }
         self.path = path
-        word = mapping.bindMemory(to: Atomic<UInt64>.self, capacity: 1)
+        word = UnsafePointer(mapping.bindMemory(to: Atomic<UInt64>.self, capacity: 1))
         identity = (UInt64(status.st_dev), UInt64(status.st_ino))
     }
 
-    deinit { munmap(UnsafeMutableRawPointer(word), Self.length) }
+    deinit { munmap(UnsafeMutableRawPointer(mutating: word), Self.length) }
 
     /// The word now: any change from one request to the next means a status changed.
     var current: UInt64 { word.pointee.load(ordering: .acquiring) }
 
-    /// Whether the file at ``path`` is still the one mapped (one `stat`).
+    /// Whether `word` was written before a commit whose write after it has not come (yet).
+    static func isChanging(_ word: UInt64) -> Bool { word & 1 == 1 }
+
+    /// Whether the file at ``path`` is still the one mapped (one `lstat`).
     func isStillAtPath() -> Bool {
         var status = stat()
         guard lstat(path, &status) == 0 else { return false }
@@ -56,51 +67,97 @@ final class StatusEpoch: Sendable {
     }
 
     /// Writes a new random word in place into the file at `path` (created if missing), seen at once by every process
-    /// that maps it.
+    /// that maps it: odd when `changing` (before a commit), even after it.
     ///
-    /// - Throws: ``StatusEpochError`` when it is not a regular file or cannot be written.
-    static func advance(path: String) throws(StatusEpochError) {
-        let descriptor = try openFile(path, flags: O_WRONLY)
+    /// - Throws: ``StatusEpochError`` when it is not a file fit to be trusted or cannot be written.
+    static func advance(path: String, changing: Bool) throws(StatusEpochError) {
+        let (descriptor, _) = try openFile(path, flags: O_WRONLY)
         defer { close(descriptor) }
         var value = UInt64.random(in: 1...UInt64.max)
-        // 8 bytes at offset 0: one aligned word, which a reader's load takes whole or not at all.
-        guard pwrite(descriptor, &value, 8, 0) == 8 else { throw StatusEpochError(path: path, operation: "write") }
+        value = changing ? value | 1 : value & ~1
+        // The kernel may copy the 8 bytes in pieces, so a reader can see a mix of the old and the new word for a
+        // moment: it differs from the old one (a change heard, which it is), and the whole word is there when the
+        // write returns, before the writer commits or answers.
+        guard pwrite(descriptor, &value, 8, 0) == 8 else {
+            throw StatusEpochError(path: path, operation: "write 8 bytes to")
+        }
     }
 
-    /// Opens the file at `path` (created, owner only, if missing; never through a symbolic link) and lengthens it to
-    /// ``length`` if shorter.
-    private static func openFile(_ path: String, flags: Int32) throws(StatusEpochError) -> Int32 {
-        let descriptor = open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw StatusEpochError(path: path, operation: "open") }
+    /// Opens the file at `path` — created (owner only) if missing, never through a symbolic link, never blocking on a
+    /// FIFO — that is fit to be trusted (see the type), lengthened to ``length`` if shorter. One that is not (or a
+    /// link, or a FIFO) is removed and made again, by a process that may change the directory: a file an earlier
+    /// version's admin command left to root, say. A process of another user (an admin command run as root) that
+    /// creates it gives it to the data directory's owner, as SQLite does with its `-wal` and `-shm` files.
+    private static func openFile(_ path: String, flags: Int32) throws(StatusEpochError) -> Opened {
+        var directory = stat()
+        guard stat((path as NSString).deletingLastPathComponent, &directory) == 0 else {
+            throw StatusEpochError(path: path, operation: "find the directory of")
+        }
+        if let opened = try openFit(path, flags: flags, directory: directory) { return opened }
+        guard unlink(path) == 0 || errno == ENOENT else {
+            throw StatusEpochError(path: path, operation: "remove an untrusted")
+        }
+        guard let opened = try openFit(path, flags: flags | O_EXCL, directory: directory) else {
+            throw StatusEpochError(
+                path: path,
+                operation:
+                    "trust (not a regular file of one name, of the data directory's owner, writable by it alone)",
+                code: nil)
+        }
+        return opened
+    }
+
+    /// An open descriptor of the file, and what `fstat` said of it.
+    typealias Opened = (descriptor: Int32, status: stat)
+
+    /// The file at `path` opened and lengthened, or `nil` when it is not fit to be trusted (a link or a FIFO: the
+    /// open fails with `ELOOP` or `ENXIO`).
+    private static func openFit(_ path: String, flags: Int32, directory: stat) throws(StatusEpochError) -> Opened? {
+        let descriptor = open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0o600)
+        guard descriptor >= 0 else {
+            if errno == ELOOP || errno == ENXIO { return nil }
+            throw StatusEpochError(path: path, operation: "open")
+        }
         var status = stat()
-        guard fstat(descriptor, &status) == 0, (status.st_mode & S_IFMT) == S_IFREG else {
-            let error = StatusEpochError(path: path, operation: "open a regular file")
+        var fit = false
+        if fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG, status.st_nlink == 1,
+            status.st_mode & 0o022 == 0
+        {
+            if status.st_uid != directory.st_uid, status.st_size == 0,
+                fchown(descriptor, directory.st_uid, directory.st_gid) == 0
+            {
+                status.st_uid = directory.st_uid
+            }
+            fit = status.st_uid == directory.st_uid
+        }
+        guard fit else {
             close(descriptor)
-            throw error
+            return nil
         }
         if status.st_size < length, ftruncate(descriptor, off_t(length)) != 0 {
             let error = StatusEpochError(path: path, operation: "lengthen")
             close(descriptor)
             throw error
         }
-        return descriptor
+        return (descriptor, status)
     }
 }
 
-/// The epoch file could not be used; `errno` says why.
+/// The epoch file could not be used; `errno` says why, where there is one.
 struct StatusEpochError: Error, CustomStringConvertible {
     let path: String
     let operation: String
-    /// `errno` when the error was made.
-    let code: Int32
+    /// `errno` when the error was made; `nil` when no system call failed.
+    let code: Int32?
 
-    init(path: String, operation: String) {
+    init(path: String, operation: String, code: Int32? = errno) {
         self.path = path
         self.operation = operation
-        code = errno
+        self.code = code
     }
 
     var description: String {
-        "Cannot \(operation) the token-status epoch file \(path): \(String(cString: strerror(code)))"
+        "Cannot \(operation) the token-status epoch file \(path)"
+            + (code.map { ": " + String(cString: strerror($0)) } ?? "")
     }
 }

@@ -74,6 +74,7 @@ final class TokenStatusCache: Sendable {
         if let epochPath {
             initial.epoch = try? StatusEpoch(path: epochPath)
             initial.epochWord = initial.epoch?.current ?? 0
+            initial.live = live && initial.epoch != nil
         }
         state = Mutex(initial)
         self.epochPath = epochPath
@@ -83,19 +84,24 @@ final class TokenStatusCache: Sendable {
     /// being heard). On SQLite it reads the epoch's word first: a new word empties the cache.
     func generation() -> UInt64? {
         state.withLock { state in
-            if let epochPath { Self.look(at: epochPath, &state) }
+            var settled = true
+            if let epochPath { settled = Self.look(at: epochPath, &state) }
             if let heartbeatDeadline { Self.judge(&state, deadline: heartbeatDeadline) }
-            return state.live ? state.generation : nil
+            return state.live && settled ? state.generation : nil
         }
     }
 
     /// Compares the epoch's word with the one last seen, and at most once a ``pathCheckInterval`` the file at its
     /// path with the one mapped: a file replaced or removed is mapped again (created if missing), and every entry
     /// goes, as what another process changed meanwhile may not have been heard. Without a mapped file the cache is
-    /// not used: `live` is false until a later look maps one.
-    static func look(at path: String, _ state: inout State) {
+    /// not used: `live` is false until a later look (a ``pathCheckInterval`` later) maps one. The look runs under the
+    /// cache's lock; its file work (an `lstat`, and a new mapping when the file changed) at most once an interval.
+    ///
+    /// - Returns: `false` while the word is odd — a commit between a writer's two writes, or a writer that never made
+    ///   its second — when the cache must be neither read nor filled.
+    static func look(at path: String, _ state: inout State) -> Bool {
         let now = ContinuousClock.now
-        if state.epoch == nil || now - state.epochCheckedAt >= pathCheckInterval {
+        if now - state.epochCheckedAt >= pathCheckInterval {
             state.epochCheckedAt = now
             if state.epoch?.isStillAtPath() != true {
                 state.epoch = try? StatusEpoch(path: path)
@@ -105,10 +111,13 @@ final class TokenStatusCache: Sendable {
             }
             state.live = state.epoch != nil
         }
-        guard let word = state.epoch?.current, word != state.epochWord else { return }
-        state.epochWord = word
-        state.generation &+= 1
-        state.entries.removeAll(keepingCapacity: true)
+        guard let word = state.epoch?.current else { return true }
+        if word != state.epochWord {
+            state.epochWord = word
+            state.generation &+= 1
+            state.entries.removeAll(keepingCapacity: true)
+        }
+        return !StatusEpoch.isChanging(word)
     }
 
     /// The remembered status of `key` if it was read under `generation` (the current one).
@@ -178,18 +187,20 @@ final class StatusChangeSignal: Sendable {
     func subscribe(_ listener: @escaping @Sendable () -> Void) { listeners.withLock { $0.append(listener) } }
 
     /// A status change committed (SQLite's observer): this process's caches drop their entries, and the epoch's word
-    /// is rewritten for the other processes on the file.
+    /// is rewritten for the other processes on the file, even now (``StatusEpoch``). If that write fails, the word
+    /// stays odd and the other processes use no cache until a later change writes it.
     func changed() {
         notifyListeners()
-        try? advanceEpoch()
+        try? advanceEpoch(changing: false)
     }
 
-    /// Rewrites the epoch file's word in place (``StatusEpoch/advance(path:)``).
+    /// Rewrites the epoch file's word in place (``StatusEpoch/advance(path:changing:)``): odd before a commit
+    /// (`changing`), even after it.
     ///
     /// - Throws: ``StatusEpochError`` when it cannot be written.
-    func advanceEpoch() throws {
+    func advanceEpoch(changing: Bool) throws {
         guard let epochURL else { return }
-        try StatusEpoch.advance(path: epochURL.path)
+        try StatusEpoch.advance(path: epochURL.path, changing: changing)
     }
 
     /// This process committed a status change through one of its own paths: its caches drop their entries at once
@@ -234,11 +245,11 @@ final class StatusTablesObserver: TransactionObserver, Sendable {
     /// change fails loudly, rather than commit a change the other processes would never hear of.
     func databaseWillCommit() throws {
         guard changedInTransaction.withLock({ $0 }) else { return }
-        try signal.advanceEpoch()
+        try signal.advanceEpoch(changing: true)
     }
 
-    /// After the commit it is rewritten again (a process that read the old status between the two writes must not
-    /// keep it), and this process's caches empty.
+    /// After the commit it is rewritten again, even (a process that read the old status between the two writes must
+    /// not keep it, and none remembers a status while the word is odd), and this process's caches empty.
     func databaseDidCommit(_ db: Database) {
         let changed = changedInTransaction.withLock { flag in
             defer { flag = false }
@@ -247,8 +258,14 @@ final class StatusTablesObserver: TransactionObserver, Sendable {
         if changed { signal.changed() }
     }
 
+    /// A transaction rolled back after its odd word was written (its commit failed) changed nothing: the word is made
+    /// even again, so the other processes use their caches again.
     func databaseDidRollback(_ db: Database) {
-        changedInTransaction.withLock { $0 = false }
+        let changed = changedInTransaction.withLock { flag in
+            defer { flag = false }
+            return flag
+        }
+        if changed { try? signal.advanceEpoch(changing: false) }
     }
 }
 

@@ -32,7 +32,8 @@ public struct DataDirectory: Sendable {
 
     /// The SQLite database file.
     public var databaseURL: URL { url.appendingPathComponent("server.sqlite") }
-    /// Replaced after every commit that changes a user's, token's or device's status (``TokenStatusCache``).
+    /// Its word is rewritten before and after every commit that changes a user's, token's or device's status
+    /// (``StatusEpoch``, ``TokenStatusCache``).
     var statusEpochURL: URL { url.appendingPathComponent("status.epoch") }
 
     var keysURL: URL { url.appendingPathComponent("keys") }
