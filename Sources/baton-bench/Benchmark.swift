@@ -349,35 +349,31 @@ struct Benchmark: AsyncParsableCommand {
         metrics.readsTraceContext = true
         if !onPostgres, only.map({ "100-change JSON batch".contains($0) }) ?? true {
             let data = directory.appendingPathComponent("data.sqlite")
-            let floor = try databaseFloor(data, ids: sample)
-            print(
-                "plain GRDB, the batch's statements".padding(toLength: 28, withPad: " ", startingAt: 0)
-                    + String(
-                        format: "%.1f µs a change of CPU (100 × read by key + update of 5 columns, one transaction, "
-                            + "synchronous FULL): the database's share of a change, below which no batch goes",
-                        floor))
+            // Each floor's CPU a change, then what it measured.
+            func report(_ name: String, _ microseconds: Double, _ what: String) {
+                print(
+                    name.padding(toLength: 28, withPad: " ", startingAt: 0)
+                        + String(format: "%.1f µs a change of CPU (", microseconds) + what)
+            }
+            report(
+                "plain GRDB, the batch's statements", try databaseFloor(data, ids: sample),
+                "100 × read by key + update of 5 columns, one transaction, synchronous FULL): the database's share of "
+                    + "a change, below which no batch goes")
             let log = directory.appendingPathComponent("server.sqlite")
-            let audited = try databaseFloor(data, audit: .outbox(log: log), ids: sample)
-            print(
-                "…and their audit entries".padding(toLength: 28, withPad: " ", startingAt: 0)
-                    + String(
-                        format: "%.1f µs a change of CPU (the same, and each change's audit entry as the server keeps "
-                            + "it: into the outbox in the change's transaction, into the log in one of its own, out "
-                            + "of the outbox with the next; 100 rows a statement): what the database must do for a "
-                            + "change, below which no batch goes",
-                        audited))
+            report(
+                "…and their audit entries", try databaseFloor(data, audit: .outbox(log: log), ids: sample),
+                "the same, and each change's audit entry as the server keeps it: into the outbox in the change's "
+                    + "transaction, into the log in one of its own, out of the outbox with the next; 100 rows a "
+                    + "statement): what the database must do for a change, below which no batch goes")
             let together = try databaseFloor(data, audit: .sameTransaction(schemaFrom: log), ids: sample)
-            print(
-                "…entries in the same file".padding(toLength: 28, withPad: " ", startingAt: 0)
-                    + String(
-                        format: "%.1f µs a change of CPU (the plain statements, and each change's audit entry in "
-                            + "the change's own transaction, into a table of the log's schema and indexes in the data "
-                            + "file; 100 rows a statement): the least a change with its entry can cost the database, "
-                            + "however the log is kept — %@",
-                        together,
-                        together > 30
-                            ? "above the 30 µs target, which this run cannot show"
-                            : "below the 30 µs target: the rest is Baton's own cost"))
+            report(
+                "…entries in the same file", together,
+                "the plain statements, and each change's audit entry in the change's own transaction, into a table "
+                    + "of the log's schema and indexes in the data file; 100 rows a statement): the least a change "
+                    + "with its entry can cost the database, however the log is kept — "
+                    + (together > 30
+                        ? "above the 30 µs target, which this run cannot show"
+                        : "below the 30 µs target: the rest is Baton's own cost"))
         }
         print(
             "\nTargets (issue 37), each row's after it: shares of the bare route, and server CPU per change of a "
