@@ -140,26 +140,33 @@ import Testing
         }
     }
 
-    /// An epoch file that cannot be trusted — a second name of another file of the directory, or one others may
-    /// write — is never written through: a writer removes it and makes a new one, the other file keeps its bytes,
-    /// and the server hears the change through the new file.
-    @Test(arguments: [false, true]) func anEpochFileUnfitToBeTrustedIsReplacedNotWritten(linked: Bool) async throws {
+    /// An epoch file that cannot be trusted — a second name of another file of the directory, one others may write,
+    /// one of another user (when the tests run as root, as CI does: only root can give a file away) — is never written
+    /// through: a writer removes it and makes a new one of its own, the other file keeps its bytes, and the server
+    /// hears the change through the new file.
+    @Test(arguments: ["linked", "writable by others", "another user's"])
+    func anEpochFileUnfitToBeTrustedIsReplacedNotWritten(unfit: String) async throws {
         try await Self.withAliceCached { server, client, token in
             let epoch = server.directory.appendingPathComponent("status.epoch")
             let victim = server.directory.appendingPathComponent("victim")
             let bytes = Data(repeating: 0xAB, count: 5_000)
-            if linked {
+            switch unfit {
+            case "linked":
                 try bytes.write(to: victim)
                 try FileManager.default.removeItem(at: epoch)
                 try FileManager.default.linkItem(at: victim, to: epoch)
-            } else {
+            case "writable by others":
                 try FileManager.default.setAttributes([.posixPermissions: 0o666], ofItemAtPath: epoch.path)
+            default:
+                guard geteuid() == 0 else { return }
+                #expect(chown(epoch.path, 65_534, 65_534) == 0)
             }
             try await server.server.users.disable("alice")
-            if linked { #expect(try Data(contentsOf: victim) == bytes) }
+            if unfit == "linked" { #expect(try Data(contentsOf: victim) == bytes) }
             let attributes = try FileManager.default.attributesOfItem(atPath: epoch.path)
             #expect(attributes[.referenceCount] as? Int == 1)
             #expect((attributes[.posixPermissions] as? Int).map { $0 & 0o077 } == 0)
+            #expect((attributes[.ownerAccountID] as? NSNumber)?.uint32Value == geteuid())
             #expect(try await client.get("/me", token: token).0 == .unauthorized)
         }
     }

@@ -24,7 +24,7 @@ import Synchronization
 /// ``TokenStatusCache/pathCheckInterval``.
 ///
 /// Only a file fit to be trusted is mapped or written: a regular file (not a link, a directory or a FIFO), with one
-/// name, of the data directory's owner, that neither its group nor others may write. Anyone who could write it
+/// name, of this process's user or the owner of the server's database, that neither its group nor others may write. Anyone who could write it
 /// could hide a change (by writing back the word last seen) or stop the server (a file cut shorter than the mapped
 /// page faults the next request that reads it); a file with a second name could be another file of the directory,
 /// whose first bytes a writer would overwrite.
@@ -84,24 +84,31 @@ final class StatusEpoch: Sendable {
     }
 
     /// Opens the file at `path` — created (owner only) if missing, never through a symbolic link, never blocking on a
-    /// FIFO — that is fit to be trusted (see the type), lengthened to ``length`` if shorter. One that is not (or a
-    /// link, or a FIFO) is removed and made again, by a process that may change the directory: a file an earlier
-    /// version's admin command left to root, say. A process of another user (an admin command run as root) that
-    /// creates it gives it to the data directory's owner, as SQLite does with its `-wal` and `-shm` files.
+    /// FIFO — that is fit to be trusted (see the type), lengthened to ``length`` if shorter. One that is not, or that
+    /// this process may not open (a link, a FIFO, a file an earlier version's admin command left to root), is removed
+    /// and made again by a process that may change the directory. The owner it must have is this process's user or
+    /// the owner of the server's database beside it (`server.sqlite`), and an admin command run as root that creates
+    /// it gives it to that owner, as SQLite gives its `-wal` and `-shm` files to its database's.
     private static func openFile(_ path: String, flags: Int32) throws(StatusEpochError) -> Opened {
-        var directory = stat()
-        guard stat((path as NSString).deletingLastPathComponent, &directory) == 0 else {
+        let directory = (path as NSString).deletingLastPathComponent
+        var database = stat()
+        guard
+            stat((directory as NSString).appendingPathComponent("server.sqlite"), &database) == 0
+                || stat(directory, &database) == 0
+        else {
             throw StatusEpochError(path: path, operation: "find the directory of")
         }
-        if let opened = try openFit(path, flags: flags, directory: directory) { return opened }
+        let owner = (uid: database.st_uid, gid: database.st_gid)
+        if let opened = try openFit(path, flags: flags, owner: owner) { return opened }
         guard unlink(path) == 0 || errno == ENOENT else {
             throw StatusEpochError(path: path, operation: "remove an untrusted")
         }
-        guard let opened = try openFit(path, flags: flags | O_EXCL, directory: directory) else {
+        // Made again, or opened as another process made it again meanwhile (then it must be fit in turn).
+        guard let opened = try openFit(path, flags: flags, owner: owner) else {
             throw StatusEpochError(
                 path: path,
                 operation:
-                    "trust (not a regular file of one name, of the data directory's owner, writable by it alone)",
+                    "trust (not a regular file of one name, of this user or the database's owner, writable by it alone)",
                 code: nil)
         }
         return opened
@@ -110,12 +117,14 @@ final class StatusEpoch: Sendable {
     /// An open descriptor of the file, and what `fstat` said of it.
     typealias Opened = (descriptor: Int32, status: stat)
 
-    /// The file at `path` opened and lengthened, or `nil` when it is not fit to be trusted (a link or a FIFO: the
-    /// open fails with `ELOOP` or `ENXIO`).
-    private static func openFit(_ path: String, flags: Int32, directory: stat) throws(StatusEpochError) -> Opened? {
+    /// The file at `path` opened and lengthened, or `nil` when it is not fit to be trusted or this process may not open
+    /// it (a link or a FIFO: `ELOOP`, `ENXIO`; another user's file: `EACCES`, `EPERM`).
+    private static func openFit(_ path: String, flags: Int32, owner: (uid: uid_t, gid: gid_t)) throws(StatusEpochError)
+        -> Opened?
+    {
         let descriptor = open(path, flags | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0o600)
         guard descriptor >= 0 else {
-            if errno == ELOOP || errno == ENXIO { return nil }
+            if [ELOOP, ENXIO, EACCES, EPERM].contains(errno) { return nil }
             throw StatusEpochError(path: path, operation: "open")
         }
         var status = stat()
@@ -123,12 +132,13 @@ final class StatusEpoch: Sendable {
         if fstat(descriptor, &status) == 0, status.st_mode & S_IFMT == S_IFREG, status.st_nlink == 1,
             status.st_mode & 0o022 == 0
         {
-            if status.st_uid != directory.st_uid, status.st_size == 0,
-                fchown(descriptor, directory.st_uid, directory.st_gid) == 0
+            // Made just now by root for the database's owner.
+            if status.st_uid != owner.uid, status.st_size == 0, geteuid() == 0,
+                fchown(descriptor, owner.uid, owner.gid) == 0
             {
-                status.st_uid = directory.st_uid
+                status.st_uid = owner.uid
             }
-            fit = status.st_uid == directory.st_uid
+            fit = status.st_uid == geteuid() || status.st_uid == owner.uid
         }
         guard fit else {
             close(descriptor)

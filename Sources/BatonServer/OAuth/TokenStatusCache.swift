@@ -214,6 +214,8 @@ final class StatusChangeSignal: Sendable {
 final class StatusTablesObserver: TransactionObserver, Sendable {
     let signal: StatusChangeSignal
     let changedInTransaction = Mutex(false)
+    /// Whether this transaction's odd word was written (``databaseWillCommit()``).
+    let wroteOdd = Mutex(false)
 
     init(signal: StatusChangeSignal) { self.signal = signal }
 
@@ -246,6 +248,7 @@ final class StatusTablesObserver: TransactionObserver, Sendable {
     func databaseWillCommit() throws {
         guard changedInTransaction.withLock({ $0 }) else { return }
         try signal.advanceEpoch(changing: true)
+        wroteOdd.withLock { $0 = true }
     }
 
     /// After the commit it is rewritten again, even (a process that read the old status between the two writes must
@@ -255,17 +258,20 @@ final class StatusTablesObserver: TransactionObserver, Sendable {
             defer { flag = false }
             return flag
         }
+        wroteOdd.withLock { $0 = false }
         if changed { signal.changed() }
     }
 
     /// A transaction rolled back after its odd word was written (its commit failed) changed nothing: the word is made
-    /// even again, so the other processes use their caches again.
+    /// even again, so the other processes use their caches again. One rolled back before it came to commit wrote
+    /// nothing, and writes nothing.
     func databaseDidRollback(_ db: Database) {
-        let changed = changedInTransaction.withLock { flag in
+        changedInTransaction.withLock { $0 = false }
+        let odd = wroteOdd.withLock { flag in
             defer { flag = false }
             return flag
         }
-        if changed { try? signal.advanceEpoch(changing: false) }
+        if odd { try? signal.advanceEpoch(changing: false) }
     }
 }
 
