@@ -350,9 +350,6 @@ import Testing
         }
     }
 
-    /// A set keyed by a type with more than one literal for a value (one instant at two offsets) is never read
-    /// ahead: a change through one literal misses the entity read under the other, which a later change would take
-    /// as it was before the first — and pass an ETag the first made stale.
     /// A read-ahead entity's name is equal only to the same bytes: not to a prefix, a longer run or one byte
     /// changed, and two keys of a set whose literals differ only in Unicode normalisation are two names.
     @Test func entityNamesAreEqualOnlyForTheSameBytes() {
@@ -372,6 +369,9 @@ import Testing
                 == PreconditionRows.name(set: "Checks", key: [KeyValue(name: "ID", value: .guid(guid))]))
     }
 
+    /// A set keyed by a type with more than one literal for a value (one instant at two offsets) is never read
+    /// ahead: a change through one literal misses the entity read under the other, which a later change would take
+    /// as it was before the first — and pass an ETag the first made stale.
     @Test func aKeyWithTwoLiteralsForOneValueIsNotReadAhead() async throws {
         let model = try ServiceModel(
             csdlJSON: """

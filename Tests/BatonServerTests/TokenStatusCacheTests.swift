@@ -142,8 +142,8 @@ import Testing
 
     /// An epoch file that cannot be trusted — a second name of another file of the directory, one others may write,
     /// one of another user (when the tests run as root, as CI does: only root can give a file away) — is never written
-    /// through: a writer removes it and makes a new one of its own, the other file keeps its bytes, and the server
-    /// hears the change through the new file.
+    /// through: a writer (here the server's own commit) removes it and makes a new one of its own, the other file
+    /// keeps its bytes, and the server maps the new file: another process's change written into it is heard.
     @Test(arguments: ["linked", "writable by others", "another user's"])
     func anEpochFileUnfitToBeTrustedIsReplacedNotWritten(unfit: String) async throws {
         try await Self.withAliceCached { server, client, token in
@@ -168,6 +168,16 @@ import Testing
             #expect((attributes[.posixPermissions] as? Int).map { $0 & 0o077 } == 0)
             #expect((attributes[.ownerAccountID] as? NSNumber)?.uint32Value == geteuid())
             #expect(try await client.get("/me", token: token).0 == .unauthorized)
+            // The server's own commit emptied its cache directly; another process's is heard only through the new
+            // file, once the server has mapped it (within the path check's interval).
+            try await server.addUser("bob")
+            let bob = try await client.signIn("bob").access
+            #expect(try await client.get("/me", token: bob).0 == .ok)
+            let other = try DatabaseQueue(path: server.directory.appendingPathComponent("server.sqlite").path)
+            defer { try? other.close() }
+            try await other.write { db in try db.execute(sql: "UPDATE users SET disabled = 1 WHERE name = 'bob'") }
+            try StatusEpoch.advance(path: epoch.path, changing: false)
+            try await eventually(within: .seconds(10)) { try await client.get("/me", token: bob).0 == .unauthorized }
         }
     }
 
