@@ -374,6 +374,23 @@ struct Benchmark: AsyncParsableCommand {
                     + (together > 30
                         ? "above the 30 µs target, which this run cannot show"
                         : "below the 30 µs target: the rest is Baton's own cost"))
+        } else if let location = try databaseLocation(), only.map({ "100-change JSON batch".contains($0) }) ?? true {
+            let floor = try await PostgresBatchFloor(location: location, ids: sample).run()
+            func report(_ name: String, _ cost: PostgresBatchFloor.Cost, _ what: String) {
+                print(
+                    name.padding(toLength: 28, withPad: " ", startingAt: 0)
+                        + String(format: "%.1f µs a change of CPU, PostgreSQL %.1f µs (", cost.client, cost.postgres)
+                        + what + " — " + (cost.client > 60 ? "above" : "below") + " the 60 µs target")
+            }
+            report(
+                "plain postgres-nio, batch", floor.perChange,
+                "the batch's checks read in one statement, one UPDATE a change, the audit entries in one statement, "
+                    + "one SERIALIZABLE transaction of 100, prepared): the least a change costs with a statement "
+                    + "of its own")
+            report(
+                "…updates merged", floor.merged,
+                "the same with the 100 updates in one UPDATE … FROM unnest(…): what merging a batch's changes "
+                    + "into one statement would leave")
         }
         print(
             "\nTargets (issue 37), each row's after it: shares of the bare route, and server CPU per change of a "
