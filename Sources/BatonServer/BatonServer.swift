@@ -115,6 +115,14 @@ public struct BatonServer: Sendable {
     }
     let database: ServerDatabase
 
+    /// How many times a write to the data ran again because PostgreSQL refused it for a conflict with another
+    /// transaction (a serialization failure or a deadlock), since the start; 0 on SQLite, whose one writer never
+    /// conflicts.
+    public var writesRetried: Int {
+        guard case .postgres(let storage) = data.store.storage else { return 0 }
+        return storage.conflictsRetried
+    }
+
     /// Opens (creating on first use) the data directory, database and keys.
     ///
     /// - Throws: ``ServerSetupError`` when the data directory, database or key files cannot be used.

@@ -177,7 +177,8 @@ struct Benchmark: AsyncParsableCommand {
             let barePort = serverPort == found[0] ? found[1] : found[0]
             let baseline = try await measure(
                 server: "http://127.0.0.1:\(serverPort)", bare: "http://127.0.0.1:\(barePort)", directory: directory,
-                metrics: server.metrics, floorAnswers: floorAnswers)
+                metrics: server.metrics, floorAnswers: floorAnswers,
+                writesRetried: { server.writesRetried })
             if let location, only.map({ "key read".contains($0) }) ?? true {
                 try await StatementCost(location: location).run()
             }
@@ -198,7 +199,8 @@ struct Benchmark: AsyncParsableCommand {
     /// Runs the measurements and returns the bare route's rate.
     @discardableResult
     func measure(
-        server: String, bare: String, directory: URL, metrics: ServerMetrics, floorAnswers: FloorAnswers
+        server: String, bare: String, directory: URL, metrics: ServerMetrics, floorAnswers: FloorAnswers,
+        writesRetried: () -> Int = { 0 }
     ) async throws -> Double {
         let auth = try await signIn(server)
         func answer(_ address: String, prefer: String? = nil) async throws -> Data {
@@ -309,6 +311,7 @@ struct Benchmark: AsyncParsableCommand {
             var bareRequests = 0.0
             var used = CPUTime.zero
             var postgresUsed = 0.0
+            let retriedBefore = writesRetried()
             for _ in 0..<parts {
                 if !reference {
                     let bareRate = try await NIOThreadPool.singleton.runIfActive {
@@ -344,6 +347,15 @@ struct Benchmark: AsyncParsableCommand {
                         name, share: rowBaseline > 0 ? rate / rowBaseline * 100 : 0,
                         cpuPerRequest: used.server / requests * 1e6, postgres: onPostgres, floor: floorShare,
                         answerBytes: Self.floorRead(name).flatMap { sizes[$0] }))
+            if onPostgres, name.hasPrefix("100-change") {
+                // Each batch that PostgreSQL refused for a serialization failure ran again, all its statements anew.
+                let retried = writesRetried() - retriedBefore
+                print(
+                    "".padding(toLength: 28, withPad: " ", startingAt: 0)
+                        + String(
+                            format: "%d writes run again after a conflict with another transaction (%.2f a batch "
+                                + "answered)", retried, requests > 0 ? Double(retried) / requests : 0))
+            }
         }
         metrics.isEnabled = true
         metrics.readsTraceContext = true

@@ -30,7 +30,7 @@ public final class PostgresStorage: ServerStorage {
 
     /// How many times a write ran again because PostgreSQL refused it for a conflict with another transaction
     /// (SQLSTATE 40001 or 40P01), since the start.
-    var conflictsRetried: Int { retried.load(ordering: .relaxed) }
+    public var conflictsRetried: Int { retried.load(ordering: .relaxed) }
 
     public var dialect: SQLDialect { .postgres }
 
