@@ -115,9 +115,9 @@ public struct BatonServer: Sendable {
     }
     let database: ServerDatabase
 
-    /// How many times a write to the data ran again because PostgreSQL refused it for a conflict with another
-    /// transaction (a serialization failure or a deadlock), since the start; 0 on SQLite, whose one writer never
-    /// conflicts.
+    /// How many times a write ran again because PostgreSQL refused it for a conflict with another transaction (a
+    /// serialization failure or a deadlock), since the start: every write of this server's, its records' and the
+    /// data's (one database holds both); 0 on SQLite, whose one writer never conflicts.
     public var writesRetried: Int {
         guard case .postgres(let storage) = data.store.storage else { return 0 }
         return storage.conflictsRetried
