@@ -178,10 +178,7 @@ struct FloorUpdate: PostgresPreparedStatement {
 
     func makeBindings() throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 6)
-        bindings.append(remarks)
-        bindings.append(at)
-        bindings.append("bench")
-        bindings.append("bench")
+        bindings.appendChange(remarks: remarks, at: at)
         bindings.append(sequence)
         bindings.append(id)
         return bindings
@@ -204,16 +201,23 @@ struct FloorMergedUpdate: PostgresPreparedStatement {
 
     func makeBindings() throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 6)
-        bindings.append(remarks)
-        bindings.append(at)
-        bindings.append("bench")
-        bindings.append("bench")
+        bindings.appendChange(remarks: remarks, at: at)
         bindings.append(ids)
         bindings.append(ids.indices.map { first + Int64($0) })
         return bindings
     }
 
     func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
+}
+
+extension PostgresBindings {
+    /// What a PATCH of `Remarks` sets besides the sequence (`$1` to `$4`): the text, when, who checked, who uploaded.
+    mutating func appendChange(remarks: String, at: Date) {
+        append(remarks)
+        append(at)
+        append("bench")
+        append("bench")
+    }
 }
 
 /// The changes' audit entries, one statement for the batch, as the server inserts them on PostgreSQL (no outbox key:
