@@ -1,6 +1,7 @@
 import BatonSQLGRDB
 import Foundation
 import GRDB
+import GRDBSQLite
 import Hummingbird
 import PostgresNIO
 import Synchronization
@@ -30,6 +31,33 @@ struct FloorRoutes: Sendable {
         }
         router.get("/floor/page") { _, _ in try answer(try await page(), .page) }
         router.get("/floor/delta") { _, _ in try answer(try await delta(), .delta) }
+        // The same rows written as JSON, the least a writer can do (SQLite only).
+        guard case .sqlite(let readers) = source else { return }
+        router.get("/floor/page-json") { _, _ in
+            json(try readers.json(Self.pageSQL, [50_000, "final", 50], numbers: Self.decimalColumns))
+        }
+        router.get("/floor/delta-json") { _, _ in
+            json(try readers.json(Self.deltaSQL, [100], numbers: [1]))
+        }
+    }
+
+    /// The filtered page's statement, as the server's translator writes it (for SQLite).
+    static let pageSQL =
+        #"SELECT \#(columns) FROM "PreflightChecks" WHERE CAST("FuelKg" AS REAL) > ? AND "Status" = ? ORDER BY "ID" LIMIT ?"#
+    /// The delta page's rows: the 100 checks the benchmark's first batch changed, the last changes there are, found
+    /// as any delta page must find changes, through the index of the change sequence (here from its end), with the
+    /// two columns the page's delta link selects (`$select=ID,FuelKg`). Until the JSON floors came, this floor read
+    /// all twelve columns of the first 100 checks in key order: more columns than the page reads, and rows in an
+    /// order no delta page can read them in.
+    static let deltaColumns = #""ID", "FuelKg""#
+    static let deltaSQL = #"SELECT \#(deltaColumns) FROM "PreflightChecks" ORDER BY "$seq" DESC LIMIT ?"#
+    /// The positions in ``columns`` of the decimals, which SQLite keeps as text and JSON writes as numbers.
+    static let decimalColumns: Set<Int32> = [3, 4, 5, 6]
+
+    func json(_ body: ByteBuffer) -> Response {
+        Response(
+            status: .ok, headers: [.contentType: "application/json; odata.metadata=minimal"],
+            body: .init(byteBuffer: body))
     }
 
     /// The data service's answer to the same request, with its media type, for N rows read; 404 for none.
@@ -53,20 +81,17 @@ struct FloorRoutes: Sendable {
     func page() async throws -> Int {
         switch source {
         case .sqlite(let readers):
-            return try readers.count(
-                #"SELECT \#(Self.columns) FROM "PreflightChecks" WHERE CAST("FuelKg" AS REAL) > ? AND "Status" = ? ORDER BY "ID" LIMIT ?"#,
-                [50_000, "final", 50])
+            return try readers.count(Self.pageSQL, [50_000, "final", 50])
         case .postgres(let client):
             return try await count(try await client.execute(FloorPage()))
         }
     }
 
-    /// The delta page's rows: the first 100 checks in key order, which the benchmark's first batch changed, read in
-    /// one range of the key's index.
+    /// The delta page's rows (``deltaSQL``).
     func delta() async throws -> Int {
         switch source {
         case .sqlite(let readers):
-            return try readers.count(#"SELECT \#(Self.columns) FROM "PreflightChecks" ORDER BY "ID" LIMIT ?"#, [100])
+            return try readers.count(Self.deltaSQL, [100])
         case .postgres(let client):
             return try await count(try await client.execute(FloorRows()))
         }
@@ -111,6 +136,49 @@ final class SQLiteReaders: Sendable {
         connections = try (0..<count).map { _ in try DatabaseQueue(path: path, configuration: configuration) }
     }
 
+    /// The rows `sql` reads, written as a page of OData JSON the least way a writer can: each column's bytes copied
+    /// as SQLite holds them after its name, quoted unless it is a number (an integer, or a decimal at one of
+    /// `numbers`), `null` for none — nothing checked, escaped or formatted, no ETag. Any server answering the read
+    /// with these rows as JSON does at least this.
+    func json(_ sql: String, _ arguments: StatementArguments, numbers: Set<Int32>) throws -> ByteBuffer {
+        let index = next.wrappingAdd(1, ordering: .relaxed).newValue
+        return try connections[Int(index % UInt(connections.count))].unsafeRead { db in
+            let statement = try db.cachedStatement(sql: sql)
+            let names = statement.columnNames.map { Array("\"\($0)\":".utf8) }
+            var out: [UInt8] = []
+            out.reserveCapacity(16_384)
+            out.append(contentsOf: #"{"@odata.context":"$metadata#PreflightChecks","value":["#.utf8)
+            let rows = try Row.fetchCursor(statement, arguments: arguments)
+            var first = true
+            while try rows.next() != nil {
+                let row = statement.sqliteStatement
+                out.append(contentsOf: first ? "{".utf8 : ",{".utf8)
+                first = false
+                for (column, name) in names.enumerated() {
+                    let position = Int32(column)
+                    if column > 0 { out.append(UInt8(ascii: ",")) }
+                    out.append(contentsOf: name)
+                    switch sqlite3_column_type(row, position) {
+                    case SQLITE_NULL:
+                        out.append(contentsOf: "null".utf8)
+                    case SQLITE_INTEGER:
+                        out.append(contentsOf: String(sqlite3_column_int64(row, position)).utf8)
+                    default:
+                        let text = sqlite3_column_text(row, position)
+                        let bytes = UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(row, position)))
+                        let quoted = !numbers.contains(position)
+                        if quoted { out.append(UInt8(ascii: "\"")) }
+                        out.append(contentsOf: bytes)
+                        if quoted { out.append(UInt8(ascii: "\"")) }
+                    }
+                }
+                out.append(UInt8(ascii: "}"))
+            }
+            out.append(contentsOf: "]}".utf8)
+            return ByteBuffer(bytes: out)
+        }
+    }
+
     /// How many rows `sql` reads, each fetched with its columns (as GRDB hands rows to an app).
     func count(_ sql: String, _ arguments: StatementArguments) throws -> Int {
         let index = next.wrappingAdd(1, ordering: .relaxed).newValue
@@ -152,9 +220,10 @@ struct FloorPage: PostgresPreparedStatement {
     func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
 }
 
-/// The delta page's 100 changed checks, in key order.
+/// The delta page's 100 changed checks, as ``FloorRoutes/deltaSQL`` reads them.
 struct FloorRows: PostgresPreparedStatement {
-    static let sql = #"SELECT \#(FloorRoutes.columns) FROM "PreflightChecks" ORDER BY "ID" LIMIT $1::bigint"#
+    static let sql =
+        #"SELECT \#(FloorRoutes.deltaColumns) FROM "PreflightChecks" ORDER BY "$seq" DESC LIMIT $1::bigint"#
     typealias Row = PostgresRow
 
     func makeBindings() throws -> PostgresBindings {
