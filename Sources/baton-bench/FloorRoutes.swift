@@ -34,10 +34,10 @@ struct FloorRoutes: Sendable {
         // The same rows written as JSON, the least a writer can do (SQLite only).
         guard case .sqlite(let readers) = source else { return }
         router.get("/floor/page-json") { _, _ in
-            json(try readers.json(Self.pageSQL, [50_000, "final", 50], numbers: Self.decimalColumns))
+            json(try readers.json(Self.pageSQL, [50_000, "final", 50], numbers: Self.decimals))
         }
         router.get("/floor/delta-json") { _, _ in
-            json(try readers.json(Self.deltaSQL, [100], numbers: [1]))
+            json(try readers.json(Self.deltaSQL, [100], numbers: Self.decimals))
         }
     }
 
@@ -51,8 +51,8 @@ struct FloorRoutes: Sendable {
     /// order no delta page can read them in.
     static let deltaColumns = #""ID", "FuelKg""#
     static let deltaSQL = #"SELECT \#(deltaColumns) FROM "PreflightChecks" ORDER BY "$seq" DESC LIMIT ?"#
-    /// The positions in ``columns`` of the decimals, which SQLite keeps as text and JSON writes as numbers.
-    static let decimalColumns: Set<Int32> = [3, 4, 5, 6]
+    /// The checks' decimals, which SQLite keeps as text and JSON writes as numbers.
+    static let decimals: Set<String> = ["FuelKg", "TyrePressureMainPsi", "TyrePressureNosePsi", "OilQuarts"]
 
     func json(_ body: ByteBuffer) -> Response {
         Response(
@@ -137,14 +137,15 @@ final class SQLiteReaders: Sendable {
     }
 
     /// The rows `sql` reads, written as a page of OData JSON the least way a writer can: each column's bytes copied
-    /// as SQLite holds them after its name, quoted unless it is a number (an integer, or a decimal at one of
+    /// as SQLite holds them after its name, quoted unless it is a number (an integer, or a decimal: a column named in
     /// `numbers`), `null` for none — nothing checked, escaped or formatted, no ETag. Any server answering the read
     /// with these rows as JSON does at least this.
-    func json(_ sql: String, _ arguments: StatementArguments, numbers: Set<Int32>) throws -> ByteBuffer {
+    func json(_ sql: String, _ arguments: StatementArguments, numbers: Set<String>) throws -> ByteBuffer {
         let index = next.wrappingAdd(1, ordering: .relaxed).newValue
         return try connections[Int(index % UInt(connections.count))].unsafeRead { db in
             let statement = try db.cachedStatement(sql: sql)
             let names = statement.columnNames.map { Array("\"\($0)\":".utf8) }
+            let quoted = statement.columnNames.map { !numbers.contains($0) }
             var out: [UInt8] = []
             out.reserveCapacity(16_384)
             out.append(contentsOf: #"{"@odata.context":"$metadata#PreflightChecks","value":["#.utf8)
@@ -166,10 +167,9 @@ final class SQLiteReaders: Sendable {
                     default:
                         let text = sqlite3_column_text(row, position)
                         let bytes = UnsafeBufferPointer(start: text, count: Int(sqlite3_column_bytes(row, position)))
-                        let quoted = !numbers.contains(position)
-                        if quoted { out.append(UInt8(ascii: "\"")) }
+                        if quoted[column] { out.append(UInt8(ascii: "\"")) }
                         out.append(contentsOf: bytes)
-                        if quoted { out.append(UInt8(ascii: "\"")) }
+                        if quoted[column] { out.append(UInt8(ascii: "\"")) }
                     }
                 }
                 out.append(UInt8(ascii: "}"))

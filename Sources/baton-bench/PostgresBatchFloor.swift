@@ -138,7 +138,8 @@ struct PostgresBatchFloor {
     }
 
     /// Waits, up to 30 seconds, until no other session of the database is running a statement: the batch row's
-    /// last batches, still running again after conflicts when wrk stopped, would otherwise be counted here.
+    /// last batches, still running again after conflicts when wrk stopped, would otherwise be counted here. Says so
+    /// when they have not settled by then (the floor is measured anyway, and its conflicts are reported).
     func settle(_ client: PostgresClient, logger: Logger) async throws {
         for _ in 0..<300 {
             let busy = try await client.query(
@@ -148,6 +149,7 @@ struct PostgresBatchFloor {
             if busy == 0 { return }
             try await Task.sleep(for: .milliseconds(100))
         }
+        print("  (other sessions were still busy on the database after 30 s: the floor below shares it with them)")
     }
 }
 

@@ -24,10 +24,11 @@ import Synchronization
 /// ``TokenStatusCache/pathCheckInterval``.
 ///
 /// Only a file fit to be trusted is mapped or written: a regular file (not a link, a directory or a FIFO), with one
-/// name, of this process's user or the owner of the server's database, that neither its group nor others may write. Anyone who could write it
-/// could hide a change (by writing back the word last seen) or stop the server (a file cut shorter than the mapped
-/// page faults the next request that reads it); a file with a second name could be another file of the directory,
-/// whose first bytes a writer would overwrite.
+/// name, of this process's user or the owner of the server's database (of the directory, before the database
+/// exists), that neither its group nor others may write. Anyone who could write it could hide a change (by writing
+/// back the word last seen) or stop the server (a file cut shorter than the mapped page faults the next request that
+/// reads it); a file with a second name could be another file of the directory, whose first bytes a writer would
+/// overwrite.
 final class StatusEpoch: Sendable {
     /// The mapped length, one page: a file at least this long is never read past its end. Writers never shorten it.
     static let length = 4096

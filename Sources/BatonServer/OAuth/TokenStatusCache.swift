@@ -213,11 +213,19 @@ final class StatusChangeSignal: Sendable {
 /// Hears, on a SQLite pool, the commits that change what a token's status read returns.
 final class StatusTablesObserver: TransactionObserver, Sendable {
     let signal: StatusChangeSignal
-    let changedInTransaction = Mutex(false)
-    /// Whether this transaction's odd word was written (``databaseWillCommit()``).
-    let wroteOdd = Mutex(false)
+    /// The transaction under way (GRDB calls an observer serially, one transaction at a time): whether it changed a
+    /// status, and whether its odd word was written (``databaseWillCommit()``). Both are cleared when it ends.
+    let transaction = Mutex((changed: false, wroteOdd: false))
 
     init(signal: StatusChangeSignal) { self.signal = signal }
+
+    /// What the transaction that just ended did, forgotten for the next.
+    private func endTransaction() -> (changed: Bool, wroteOdd: Bool) {
+        transaction.withLock { state in
+            defer { state = (false, false) }
+            return state
+        }
+    }
 
     /// The columns whose update can change a status (`nil`: any). Keys and names that never change (`devices.id`,
     /// which a backup sets to itself) are not watched, so such an update empties no cache.
@@ -240,38 +248,30 @@ final class StatusTablesObserver: TransactionObserver, Sendable {
     }
 
     func databaseDidChange(with event: DatabaseEvent) {
-        changedInTransaction.withLock { $0 = true }
+        transaction.withLock { $0.changed = true }
     }
 
     /// Before the commit, the epoch's word is rewritten first: if it cannot be, the transaction is rolled back and the
     /// change fails loudly, rather than commit a change the other processes would never hear of.
     func databaseWillCommit() throws {
-        guard changedInTransaction.withLock({ $0 }) else { return }
+        guard transaction.withLock({ $0.changed }) else { return }
         try signal.advanceEpoch(changing: true)
-        wroteOdd.withLock { $0 = true }
+        transaction.withLock { $0.wroteOdd = true }
     }
 
     /// After the commit it is rewritten again, even (a process that read the old status between the two writes must
     /// not keep it, and none remembers a status while the word is odd), and this process's caches empty.
     func databaseDidCommit(_ db: Database) {
-        let changed = changedInTransaction.withLock { flag in
-            defer { flag = false }
-            return flag
-        }
-        wroteOdd.withLock { $0 = false }
-        if changed { signal.changed() }
+        let ended = endTransaction()
+        if ended.changed { signal.changed() }
     }
 
     /// A transaction rolled back after its odd word was written (its commit failed) changed nothing: the word is made
     /// even again, so the other processes use their caches again. One rolled back before it came to commit wrote
     /// nothing, and writes nothing.
     func databaseDidRollback(_ db: Database) {
-        changedInTransaction.withLock { $0 = false }
-        let odd = wroteOdd.withLock { flag in
-            defer { flag = false }
-            return flag
-        }
-        if odd { try? signal.advanceEpoch(changing: false) }
+        let ended = endTransaction()
+        if ended.wroteOdd { try? signal.advanceEpoch(changing: false) }
     }
 }
 
