@@ -96,13 +96,14 @@ extension DataService {
             }
             let known = locations
             let members = unit
+            let urls = batchURLs(members, locations: known, context: context)
+            let isolation = isolation(of: members, urls: urls)
             do {
-                let outcome = try await store.write { db in
+                let outcome = try await store.write(isolation: isolation) { db in
                     var results: [(BatchRequest, DataResponse)] = []
                     var entries: [AuditEntry] = []
                     var unitLocations = known
-                    let (rows, urls) = try await self.readPreconditions(
-                        members, locations: known, in: db, context: context)
+                    let rows = try await self.readPreconditions(members, urls: urls, isolation: isolation, in: db)
                     var context = context
                     context.preconditions = rows
                     for (position, request) in members.enumerated() {
@@ -220,10 +221,13 @@ extension DataService {
                 let none = Ahead(nil, Array(repeating: nil, count: requests.count))
                 return try await store.storage.read { try await body($0, true, none) }
             }
-            return try await store.write { db in
+            let urls = batchURLs(requests, locations: locations, context: context)
+            let isolation = isolation(of: requests, urls: urls)
+            return try await store.write(isolation: isolation) { db in
                 var outcome:
                     (responses: [BatchResponse], audit: [AuditEntry], locations: [String: String], failed: Set<String>)?
-                let ahead = try await self.readPreconditions(requests, locations: locations, in: db, context: context)
+                let ahead = Ahead(
+                    try await self.readPreconditions(requests, urls: urls, isolation: isolation, in: db), urls)
                 do {
                     try await db.inSavepoint {
                         outcome = try await body(db, false, ahead)
@@ -254,7 +258,7 @@ extension DataService {
     /// conflict with another transaction or a database gone away, which end the whole transaction (the storage
     /// runs it again after a conflict, on PostgreSQL).
     ///
-    /// `prepared` is the request's URL as ``readPreconditions(_:locations:in:context:)`` made and parsed it.
+    /// `prepared` is the request's URL as ``batchURLs(_:locations:context:)`` made and parsed it.
     func run(
         _ request: BatchRequest, locations: [String: String], in db: any SQLConnection, context: Context,
         prepared: BatchURL? = nil, audit: inout [AuditEntry]

@@ -4,10 +4,11 @@ import Foundation
 import Synchronization
 
 /// The stored entities the changes of one run of a `$batch` check their `If-Match` against, read together before the
-/// run, on SQLite: one `SELECT … WHERE key IN (…)` an entity set for up to ``DataService/preconditionKeysPerRead``
-/// changes, where each change read its entity alone.
+/// run: one `SELECT … WHERE key IN (…)` an entity set for up to ``DataService/preconditionKeysPerRead`` changes,
+/// where each change read its entity alone.
 ///
-/// Not on PostgreSQL: there writes run at `SERIALIZABLE`, and with the read ahead, writers of disjoint checks failed
+/// On PostgreSQL only in a ``WriteIsolation/rowChecked`` transaction (`REPEATABLE READ`), whose reads lock nothing.
+/// At `SERIALIZABLE`, with the read ahead, writers of disjoint checks failed
 /// each other's serialization (`could not serialize access … as a pivot`) and ran their batches again: 1,040–1,560 µs
 /// of the server's CPU a change against 358–378 µs without it (`baton-bench --instances 0 --disjoint --only
 /// "100-change"`, alternating). A hundred rows read at once put a read lock on the whole table for all of the
@@ -96,8 +97,8 @@ final class PreconditionRows: Sendable {
     }
 }
 
-/// A `$batch` request's URL, relative to the service root, and as parsed: made once for a run whose preconditions
-/// are read ahead (``DataService/readPreconditions(_:locations:in:context:)``), so the run does not parse it again.
+/// A `$batch` request's URL, relative to the service root, and as parsed: made once for a run, before its transaction
+/// (``DataService/batchURLs(_:locations:context:)``), so the run does not parse it again.
 struct BatchURL: Sendable {
     var text: String
     var parsed: ODataURL
@@ -107,28 +108,66 @@ extension DataService {
     /// The most keys one read of a run's preconditions names.
     static let preconditionKeysPerRead = 100
 
-    /// Reads the entities the changes of a run will check their `If-Match` against (``PreconditionRows``), on
-    /// SQLite, and parses the run's URLs once. No entity is read ahead when a change of the run addresses an entity
-    /// other than by `Set(key)` or `$n` alone, or when fewer than two changes would take one; when the read fails
-    /// (short of a conflict or the database gone), each change reads its own as before.
+    /// The run's URLs, relative to the service root and parsed, made once before its transaction (the run does not
+    /// parse them again): `nil` for one that cannot be made yet (a `$n` of an entity this run creates) or parsed,
+    /// which ``run`` answers for.
+    func batchURLs(_ requests: [BatchRequest], locations: [String: String], context: Context) -> [BatchURL?] {
+        requests.map { request in
+            guard let text = try? relativeURL(request, locations: locations, context: context),
+                let parsed = try? parse(text)
+            else { return nil }
+            return BatchURL(text: text, parsed: parsed)
+        }
+    }
+
+    /// How the transaction of changes at `urls` may be isolated (``WriteIsolation``): ``WriteIsolation/rowChecked``
+    /// when each is a creation in an entity set, or an update or delete of one entity addressed by `Set(key)`, of
+    /// a set without streams and whose type is not a media entity's — changes whose every check is about the row
+    /// they then change (its ETag, its owner) or kept by the database (a key already taken); ``serializable``
+    /// when any is anything else: a read, a navigation, a property, a photo (whose quota is a count of other rows),
+    /// a `$n` not made yet.
+    func isolation(of requests: [BatchRequest], urls: [BatchURL?]) -> WriteIsolation {
+        for (request, url) in zip(requests, urls) {
+            guard let url, Self.isRowChecked(method: request.method, url: url.parsed, model: model) else {
+                return .serializable
+            }
+        }
+        return .rowChecked
+    }
+
+    /// Whether a change of `method` at `url` checks only the row it changes (``isolation(of:urls:)``).
+    static func isRowChecked(method: String, url: ODataURL, model: ServiceModel) -> Bool {
+        guard case .resource(let segments) = url.path, case .entitySet(let name)? = segments.first,
+            let set = model.entitySet(named: name), let type = model.entityType(of: set),
+            !type.hasStream, type.streamProperties.isEmpty
+        else { return false }
+        switch (method, segments.count) {
+        case ("POST", 1): return true
+        case ("PATCH", 2), ("PUT", 2), ("DELETE", 2):
+            if case .key = segments[1] { return true }
+            return false
+        default: return false
+        }
+    }
+
+    /// Reads the entities the changes of a run will check their `If-Match` against (``PreconditionRows``): on
+    /// SQLite, and on PostgreSQL when the run's transaction is ``WriteIsolation/rowChecked`` (at `SERIALIZABLE`
+    /// a hundred rows read at once became a lock on the whole table, see ``PreconditionRows``). No entity is read
+    /// ahead when a change of the run addresses an entity other than by `Set(key)` or `$n` alone, or when fewer
+    /// than two changes would take one; when the read fails (short of a conflict or the database gone), each
+    /// change reads its own as before.
     ///
     /// What is read ahead is what ``checkPrecondition(_:request:columns:prefetched:in:)`` reads: the properties of
     /// ``changeColumns(_:)`` and the sequence, of entity sets without streams, keyed by one property of a type whose
-    /// values each have one literal (a string, a GUID, an integer). A request
-    /// whose URL cannot be made yet (a `$n` of an entity this run creates) or parsed is left to ``run`` to answer.
+    /// values each have one literal (a string, a GUID, an integer). `urls` are ``batchURLs(_:locations:context:)``.
     func readPreconditions(
-        _ requests: [BatchRequest], locations: [String: String], in db: any SQLConnection, context: Context
-    ) async throws -> (rows: PreconditionRows?, urls: [BatchURL?]) {
-        var urls: [BatchURL?] = []
-        urls.reserveCapacity(requests.count)
+        _ requests: [BatchRequest], urls: [BatchURL?], isolation: WriteIsolation, in db: any SQLConnection
+    ) async throws -> PreconditionRows? {
         // Per entity set, in the order first met: what is read of it, and its keys' values, each once.
         var wanted: [Wanted] = []
-        var addressedOtherwise = db.dialect != .sqlite
-        for request in requests {
-            guard let text = try? relativeURL(request, locations: locations, context: context),
-                let parsed = try? parse(text)
-            else {
-                urls.append(nil)
+        var addressedOtherwise = db.dialect != .sqlite && isolation != .rowChecked
+        for (request, url) in zip(requests, urls) {
+            guard let parsed = url?.parsed else {
                 // `$n` alone is the entity request n creates in this run, which nothing read ahead holds; anything
                 // after it (`$n/Aircraft`) may lead to one that is.
                 if request.method != "GET", request.method != "POST", request.url.utf8.first == UInt8(ascii: "$"),
@@ -138,7 +177,6 @@ extension DataService {
                 }
                 continue
             }
-            urls.append(BatchURL(text: text, parsed: parsed))
             guard !addressedOtherwise, request.method != "GET", request.method != "POST" else { continue }
             guard case .resource(let segments) = parsed.path, segments.count == 2,
                 case .entitySet(let name) = segments[0], case .key(let key) = segments[1],
@@ -169,14 +207,14 @@ extension DataService {
                         values: [key[0].value]))
             }
         }
-        guard !addressedOtherwise, wanted.reduce(0, { $0 + $1.values.count }) > 1 else { return (nil, urls) }
+        guard !addressedOtherwise, wanted.reduce(0, { $0 + $1.values.count }) > 1 else { return nil }
         do {
-            return (PreconditionRows(try await readAhead(wanted, in: db)), urls)
+            return PreconditionRows(try await readAhead(wanted, in: db))
         } catch let error as StorageError where error.kind == .conflict || error.kind == .unavailable {
             throw error
         } catch {
             // Each change reads its own entity, and answers for what it finds (a row it cannot read fails it alone).
-            return (nil, urls)
+            return nil
         }
     }
 

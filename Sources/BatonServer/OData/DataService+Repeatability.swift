@@ -12,8 +12,9 @@ extension DataService {
     /// for a signed change, the signed-in user otherwise — so nobody reads another author's stored answer or
     /// takes their request id first.
     ///
-    /// The result is stored in the same transaction as the change, so a crash can never leave a change applied
-    /// without its record, or recorded without being applied. A replay with the same id and the same request
+    /// The id is claimed, and the result stored, in the same transaction as the change, so a crash can never leave a
+    /// change applied without its record, or recorded without being applied; the same request sent twice at once is
+    /// applied once, and both get its answer. A replay with the same id and the same request
     /// returns the stored response with `Repeatability-Result: accepted`; the same id with a different request
     /// gets 409 with `Repeatability-Result: rejected`; a first-sent time older than the retention window gets
     /// 412. After the retention window the stored answer is dropped but the id, the request's fingerprint and
@@ -50,10 +51,25 @@ extension DataService {
         }
         let scope = attribution.device.map { "\(attribution.author)\n\($0)" } ?? context.user
         let fingerprint = Self.fingerprint(request)
-        if let row = try await db.fetchOne(
-            #"SELECT fingerprint, status, etag, headers, body FROM "$repeatability" WHERE scope = ? AND requestID = ?"#,
-            scope, repeatability.requestID)
-        {
+        // The id is claimed before the change is applied, and its answer written into the claim after. The same
+        // request sent again at once (to this instance or another) waits for the claim's transaction; when that
+        // commits after the waiting one's snapshot, PostgreSQL refuses the waiting one (SQLSTATE 40001, at
+        // `REPEATABLE READ` as at `SERIALIZABLE`) and the storage runs it again, when it finds the answer. Looked up
+        // first and recorded after, both could look before either recorded: the second's creation then met the
+        // first's entity (409) instead of getting the first's answer. A claim whose change fails rolls back with it.
+        let claimed = try await db.execute(
+            #"""
+            INSERT INTO "$repeatability" (scope, requestID, device, fingerprint, status, createdAt)
+            VALUES (?, ?, ?, ?, 0, ?) ON CONFLICT (scope, requestID) DO NOTHING
+            """#, scope, repeatability.requestID, attribution.device, fingerprint, now)
+        if claimed == 0 {
+            guard
+                let row = try await db.fetchOne(
+                    #"SELECT fingerprint, status, etag, headers, body FROM "$repeatability" WHERE scope = ? AND requestID = ?"#,
+                    scope, repeatability.requestID)
+            else {
+                throw StorageError(.conflict, "A repeatability claim was neither taken nor found.")
+            }
             guard row["fingerprint"].text == fingerprint else {
                 var error = ServerError(
                     .conflict, "RepeatabilityConflict",
@@ -77,11 +93,8 @@ extension DataService {
             }
         let etag = response.headers.first { $0.0 == "ETag" }?.1
         try await db.execute(
-            #"""
-            INSERT INTO "$repeatability" (scope, requestID, device, fingerprint, status, etag, headers, body, createdAt)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """#, scope, repeatability.requestID, attribution.device, fingerprint, response.status, etag, headers,
-            body, now)
+            #"UPDATE "$repeatability" SET status = ?, etag = ?, headers = ?, body = ? WHERE scope = ? AND requestID = ?"#,
+            response.status, etag, headers, body, scope, repeatability.requestID)
         // Past the retention window only the answer goes; the record that the request was applied stays.
         try await db.execute(
             #"UPDATE "$repeatability" SET headers = NULL, body = NULL WHERE createdAt < ? AND headers IS NOT NULL"#,

@@ -147,7 +147,9 @@ final class DataService: Sendable {
                     : try await store.storage.read(body)
                 return (response, [])
             }
-            return try await store.write { db in
+            let isolation: WriteIsolation =
+                Self.isRowChecked(method: request.method, url: url, model: model) ? .rowChecked : .serializable
+            return try await store.write(isolation: isolation) { db in
                 var audit: [AuditEntry] = []
                 let response = try await self.change(url, request: request, in: db, context: context, audit: &audit)
                 try await self.outbox.stage(&audit, in: db)

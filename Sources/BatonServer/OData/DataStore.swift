@@ -129,8 +129,13 @@ struct DataStore: Sendable {
     /// transactions that made the changes with snapshots (``Watermark``) instead of the values' order. (Before,
     /// every writer of every instance took the sequence row in turn, `LOCK TABLE "$sequence"`, so the fleet
     /// wrote in a single line: two instances did 0.88 times the batches of one.)
-    func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T {
-        try await storage.write { db in
+    ///
+    /// `isolation`: ``WriteIsolation``; ``WriteIsolation/rowChecked`` only for changes whose every check is about the
+    /// rows they change (``DataService/isolation(of:urls:)``).
+    func write<T: Sendable>(
+        isolation: WriteIsolation = .serializable, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
+    ) async throws -> T {
+        try await storage.write(isolation: isolation) { db in
             let connection = SequencedConnection(db)
             let result = try await body(connection)
             try await connection.writeBack()

@@ -13,8 +13,10 @@ import Synchronization
 /// Each access is handed a connection of the pool of the event loop it runs on (held by a task of `LoopPool`)
 /// and runs the logic's closure with it: each statement is sent and its answer awaited, with no thread pool and no
 /// thread blocked on a future (before, a closure ran on a thread of its own pool that waited on each
-/// statement: a thread hop and a wake-up per statement). Reads run at `REPEATABLE READ` (one snapshot), writes at `SERIALIZABLE`, retried when PostgreSQL
-/// refuses a commit that conflicts with another transaction (SQLSTATE 40001) or breaks a deadlock (40P01).
+/// statement: a thread hop and a wake-up per statement). Reads run at `REPEATABLE READ` (one snapshot), writes at
+/// `SERIALIZABLE` or, when the write asks for ``WriteIsolation/rowChecked``, `REPEATABLE READ`; a write is run
+/// again when PostgreSQL refuses it for a conflict with another transaction (SQLSTATE 40001) or breaks a deadlock
+/// (40P01).
 public final class PostgresStorage: ServerStorage {
     /// Where the database is (its password redacted in ``PostgresLocation/description``).
     public let location: PostgresLocation
@@ -156,10 +158,25 @@ public final class PostgresStorage: ServerStorage {
     @discardableResult
     public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
     {
+        try await write(isolation: .serializable, body)
+    }
+
+    /// ``WriteIsolation/serializable`` runs at `SERIALIZABLE`, ``WriteIsolation/rowChecked`` at `REPEATABLE READ`;
+    /// either is run again when PostgreSQL refuses it for a conflict (at `REPEATABLE READ`: a row it changes was
+    /// changed since its snapshot).
+    @discardableResult
+    public func write<T: Sendable>(
+        isolation: WriteIsolation, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
+    ) async throws -> T {
+        let begin =
+            switch isolation {
+            case .serializable: "BEGIN ISOLATION LEVEL SERIALIZABLE"
+            case .rowChecked: "BEGIN ISOLATION LEVEL REPEATABLE READ"
+            }
         var attempt = 0
         while true {
             do {
-                return try await transaction("BEGIN ISOLATION LEVEL SERIALIZABLE", prepared: true, inWrite: true, body)
+                return try await transaction(begin, prepared: true, inWrite: true, body)
             } catch let error as StorageError where error.kind == .conflict && attempt < 100 {
                 attempt += 1
                 retried.add(1, ordering: .relaxed)

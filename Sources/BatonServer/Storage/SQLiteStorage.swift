@@ -49,6 +49,14 @@ public struct SQLiteStorage: ServerStorage {
         }
     }
 
+    /// The one writer makes every write serial: `isolation` makes no difference here.
+    @discardableResult
+    public func write<T: Sendable>(
+        isolation: WriteIsolation, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
+    ) async throws -> T {
+        try await write(body)
+    }
+
     /// `prepared` makes no difference here: GRDB prepares every statement once per connection.
     ///
     /// The body runs in the caller's task, its statement on an in-place connection's queue (`InlineConnection`):

@@ -10,7 +10,8 @@ import Foundation
 /// one snapshot, a ``write(_:)`` is one transaction that commits or leaves nothing behind. Writes are
 /// *serializable* on both engines — SQLite has one writer; PostgreSQL runs them at `SERIALIZABLE` and runs the
 /// closure again when the engine refuses a commit that could not have happened in some serial order — so a
-/// check-then-change (a used refresh token, a repeated request id) means the same on one instance or many.
+/// check-then-change (a used refresh token, a repeated request id) means the same on one instance or many. A
+/// write whose every check is about the rows it then changes may ask for less (``WriteIsolation/rowChecked``).
 /// A write closure may therefore run more than once: it must change nothing but the database.
 ///
 /// A closure awaits only its connection's statements: on PostgreSQL they are sent on the connection's event loop
@@ -27,6 +28,13 @@ public protocol ServerStorage: Sendable {
     @discardableResult
     func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
 
+    /// Runs `body` in a write transaction isolated as `isolation` says (``WriteIsolation``): ``write(_:)`` is
+    /// this with ``WriteIsolation/serializable``.
+    @discardableResult
+    func write<T: Sendable>(
+        isolation: WriteIsolation, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
+    ) async throws -> T
+
     /// Runs a read of one statement, which is atomic on its own, with no transaction around it; on SQLite in
     /// place, on the calling thread (the hot reads of every request: the token check).
     ///
@@ -39,6 +47,25 @@ public protocol ServerStorage: Sendable {
 
     /// Closes every connection (PostgreSQL: in the background). Later calls fail.
     func close()
+}
+
+/// How a write is kept apart from the writes running beside it. SQLite has one writer, so there every write is
+/// serial whatever is asked; the two differ on PostgreSQL.
+public enum WriteIsolation: Sendable, Equatable {
+    /// `SERIALIZABLE`: the write commits only if it could have run alone, whatever it read. Any check-then-change
+    /// is safe in it, including a check of rows it does not change (a count, an absence).
+    case serializable
+    /// `REPEATABLE READ`: the write sees one snapshot, and fails (and runs again) when a row it changes was changed
+    /// by a transaction that committed after that snapshot; its reads lock nothing. Only for a write whose every
+    /// check decides about the rows that same write then changes (an entity's ETag and owner before its update or
+    /// delete), or that the database itself keeps (a unique key): a check of anything else (a count, a row it
+    /// does not change) could pass in two writes at once.
+    ///
+    /// Why it exists: under `SERIALIZABLE` a read through a B-tree locks the index page it reads, a hundred of a
+    /// transaction's locks on one table become one on the table, and every update of an entity inserts into its
+    /// key's index (its change marks are indexed, so no update is HOT): writers of disjoint entities refused each
+    /// other's commits and ran their batches again, 1.4 to 2.7 times a batch (docs/BENCHMARKS.md).
+    case rowChecked
 }
 
 /// A connection inside one ``ServerStorage`` access. Statements use `?` placeholders in both dialects.
@@ -310,6 +337,16 @@ public enum StorageEngine: ServerStorage {
         switch self {
         case .sqlite(let storage): try await storage.write(body)
         case .postgres(let storage): try await storage.write(body)
+        }
+    }
+
+    @discardableResult
+    public func write<T: Sendable>(
+        isolation: WriteIsolation, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
+    ) async throws -> T {
+        switch self {
+        case .sqlite(let storage): try await storage.write(body)
+        case .postgres(let storage): try await storage.write(isolation: isolation, body)
         }
     }
 
