@@ -1608,6 +1608,142 @@ private final class Tally: Sendable {
         }
     }
 
+    /// The interleaving `REPEATABLE READ` must get right: another writer commits a new version of a check after a
+    /// change read its ETag (read ahead, in a `$batch`; alone, for a single request) and before the change writes
+    /// it. The change's update waits for the other writer's row, PostgreSQL refuses it once that commits (the row
+    /// changed since its snapshot), and the storage runs it again: it reads the new ETag and answers 412. At
+    /// `READ COMMITTED` the update would have gone through on the stale ETag and lost the other writer's change.
+    @Test func aVersionCommittedBetweenAChangesReadAndItsWriteFailsTheChange() async throws {
+        try await Fixtures.world(backend: .postgres) { server, client, alice, _ in
+            let store = server.server.data.store
+            let first = try await client.createCheck(1, token: alice)
+            let second = try await client.createCheck(2, token: alice)
+            /// Holds a new version of `id` uncommitted until `send` is waiting for its row, then commits it.
+            func interleave(_ id: String, _ send: @escaping @Sendable () async throws -> [Int]) async throws -> [Int] {
+                let gate = Gate()
+                defer { gate.open() }
+                let holder = Task {
+                    try await store.write { db in
+                        let sequence = try await DataStore.nextSequence(db)
+                        try await db.execute(
+                            #"UPDATE "PreflightChecks" SET "Remarks" = 'changed meanwhile', "$seq" = ? WHERE "ID" = ?::uuid"#,
+                            sequence, id)
+                        try await gate.hold(pausing: { try await db.execute("SELECT pg_sleep(0.02)") })
+                    }
+                }
+                try await gate.entered()
+                let sent = Task { try await send() }
+                try await eventually {
+                    try await store.storage.read { db in
+                        try await db.fetchOne("SELECT count(*) FROM pg_locks WHERE NOT granted")?[0].integer ?? 0
+                    } > 0
+                }
+                gate.open()
+                try await holder.value
+                return try await sent.value
+            }
+            var read: [String] = []
+            for id in [first, second] {
+                read.append(
+                    try #require(try await client.odata(.get, "PreflightChecks(\(id))", token: alice).headers[.eTag]))
+            }
+            let etags = read
+            let before = server.server.writesRetried
+            let batch = try await interleave(first) {
+                try await ServerBatchTests.jsonBatch(
+                    client, token: alice,
+                    #"""
+                    {"id":"1","method":"PATCH","url":"PreflightChecks(\#(first))","headers":{"If-Match":\#(JSONValue.string(etags[0]).serialized)},"body":{"Remarks":"stale"}},
+                    {"id":"2","method":"PATCH","url":"PreflightChecks(\#(second))","headers":{"If-Match":\#(JSONValue.string(etags[1]).serialized)},"body":{"Remarks":"current"}}
+                    """#
+                ).map { $0["status"] as? Int ?? 0 }
+            }
+            #expect(batch == [412, 204])
+            let single = try await interleave(second) {
+                let current = try #require(
+                    try await client.odata(.get, "PreflightChecks(\(second))", token: alice).headers[.eTag])
+                return [
+                    try await client.odata(
+                        .patch, "PreflightChecks(\(second))", token: alice, headers: [("If-Match", current)],
+                        body: #"{"Remarks":"stale"}"#
+                    ).status.code
+                ]
+            }
+            #expect(single == [412])
+            #expect(server.server.writesRetried - before >= 2, "the changes were not refused and run again")
+            for id in [first, second] {
+                let read = try await client.odata(.get, "PreflightChecks(\(id))", token: alice)
+                #expect(read.json["Remarks"] as? String == "changed meanwhile")
+            }
+        }
+    }
+
+    /// Stored answers past their window are dropped by one change of an instance, not by each (``Chores``): two
+    /// users' batches of repeatable changes sent at once, each time the day after older answers expired, do not
+    /// both drop the same answers and refuse each other (before, each change dropped them: the second batch to
+    /// reach them waited for the first's and ran again).
+    @Test func batchesAtOnceDoNotBothDropTheExpiredAnswers() async throws {
+        try await Fixtures.world(backend: .postgres) { server, client, _, _ in
+            _ = try await server.addUser("bob")
+            let users = ["alice", "bob"]
+            let perBatch = 10
+            var numbers: [String: ClosedRange<Int>] = [:]
+            for (index, user) in users.enumerated() {
+                numbers[user] = (index * perBatch + 1)...((index + 1) * perBatch)
+                let token = try await client.signIn(user).access
+                let created = try await ServerBatchTests.jsonBatch(
+                    client, token: token,
+                    numbers[user, default: 0...0].map { n in
+                        #"{"id":"\#(n)","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(n)))}"#
+                    }.joined(separator: ","))
+                #expect(created.allSatisfy { $0["status"] as? Int == 201 })
+            }
+            let before = server.server.writesRetried
+            for round in 1...4 {
+                // The answers of the round before are past the window now.
+                server.clock.advance(by: 8 * 86_400)
+                let firstSent = Repeatability.formatIMFFixdate(server.clock.current.withLock { $0 })
+                func patches(_ user: String) -> String {
+                    numbers[user, default: 0...0].map { n in
+                        #"{"id":"\#(n)","method":"PATCH","url":"PreflightChecks(\#(Fixtures.id(n)))","headers":{"If-Match":"*","Repeatability-Request-ID":"\#(user)-\#(round)-\#(n)","Repeatability-First-Sent":"\#(firstSent)"},"body":{"Remarks":"round \#(round)"}}"#
+                    }.joined(separator: ",")
+                }
+                let alice = try await client.signIn("alice").access
+                let bob = try await client.signIn("bob").access
+                let (aliceBody, bobBody) = (patches("alice"), patches("bob"))
+                async let first = ServerBatchTests.jsonBatch(client, token: alice, aliceBody)
+                async let second = ServerBatchTests.jsonBatch(client, token: bob, bobBody)
+                let answers = try await first + second
+                #expect(answers.count == users.count * perBatch)
+                #expect(answers.allSatisfy { $0["status"] as? Int == 204 }, "\(answers.map { $0["status"] ?? "" })")
+            }
+            #expect(server.server.writesRetried == before, "writes ran again: \(server.server.writesRetried - before)")
+            // The answers of all rounds but the last were dropped; the requests are still known.
+            let kept = try await server.server.data.store.storage.read { db in
+                try await db.fetchOne(
+                    #"SELECT count(*) FILTER (WHERE headers IS NOT NULL), count(*) FROM "$repeatability""#)
+            }
+            #expect(kept?[0].integer == Int64(users.count * perBatch))
+            #expect(kept?[1].integer == Int64(4 * users.count * perBatch))
+        }
+    }
+
+    /// A clean-up is due on an instance once per tenth of its window, at most a minute apart, and again whenever
+    /// the clock went back.
+    @Test func aChoreIsDueOncePerTenthOfItsWindow() {
+        let chores = Chores()
+        let start = Date(timeIntervalSince1970: 1_000_000)
+        #expect(chores.isDue(.answers, window: 7 * 86_400, at: start))
+        #expect(!chores.isDue(.answers, window: 7 * 86_400, at: start.addingTimeInterval(59)))
+        #expect(chores.isDue(.tombstones, window: 7 * 86_400, at: start.addingTimeInterval(59)))
+        #expect(chores.isDue(.answers, window: 7 * 86_400, at: start.addingTimeInterval(60)))
+        #expect(chores.isDue(.answers, window: 7 * 86_400, at: start))
+        // A window of a second: due every tenth of it.
+        #expect(chores.isDue(.tombstones, window: 1, at: start.addingTimeInterval(59.1)))
+        #expect(!chores.isDue(.tombstones, window: 1, at: start.addingTimeInterval(59.15)))
+        #expect(chores.isDue(.tombstones, window: 1, at: start.addingTimeInterval(59.2)))
+    }
+
     /// Which changes may run at `REPEATABLE READ` (``WriteIsolation/rowChecked``): creations in an entity set and
     /// updates or deletes of one entity by key, of sets without media or streams; anything else — a read, a
     /// navigation, a property, a photo, a stream, a `$n` not made yet — keeps the whole run `SERIALIZABLE`.

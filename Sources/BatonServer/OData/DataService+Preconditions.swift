@@ -209,7 +209,15 @@ extension DataService {
         }
         guard !addressedOtherwise, wanted.reduce(0, { $0 + $1.values.count }) > 1 else { return nil }
         do {
-            return PreconditionRows(try await readAhead(wanted, in: db))
+            guard db.dialect == .postgres else { return PreconditionRows(try await readAhead(wanted, in: db)) }
+            // On PostgreSQL a failed statement fails its transaction: the read goes in a savepoint, so that when it
+            // fails the changes can still each read their own.
+            var entries: [PreconditionRows.Name: PreconditionRows.Entry] = [:]
+            try await db.inSavepoint {
+                entries = try await readAhead(wanted, in: db)
+                return true
+            }
+            return PreconditionRows(entries)
         } catch let error as StorageError where error.kind == .conflict || error.kind == .unavailable {
             throw error
         } catch {

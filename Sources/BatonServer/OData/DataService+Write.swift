@@ -373,7 +373,10 @@ extension DataService {
         try await db.execute(
             #"INSERT INTO "$removed" (seq, entitySet, keyJSON, removedAt) VALUES (?, ?, ?, ?)"#, sequence,
             target.set.name, canonical, clock.now())
-        try await DataStore.purgeTombstones(db, before: clock.now().addingTimeInterval(-configuration.deltaRetention))
+        if chores.isDue(.tombstones, window: configuration.deltaRetention, at: clock.now()) {
+            try await DataStore.purgeTombstones(
+                db, before: clock.now().addingTimeInterval(-configuration.deltaRetention))
+        }
         audit.append(auditEntry("entity-deleted", canonical, attribution: attribution, context: context))
         return DataResponse(status: 204)
     }

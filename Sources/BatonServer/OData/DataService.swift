@@ -27,6 +27,8 @@ final class DataService: Sendable {
     let media: MediaStore
     /// ``changeColumns(_:)`` of each entity set's entities.
     let changeColumnsOfSets: [String: [String]?]
+    /// When this instance last did the service-wide clean-ups changes do on the way.
+    let chores = Chores()
 
     /// `auditLogWithTheData`: the audit log is in the store's own database (PostgreSQL), so a change's entries go
     /// into it in the change's transaction. `databaseConnections`: the instance's pool, which sizes the reads

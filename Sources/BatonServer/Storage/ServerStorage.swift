@@ -58,8 +58,9 @@ public enum WriteIsolation: Sendable, Equatable {
     /// `REPEATABLE READ`: the write sees one snapshot, and fails (and runs again) when a row it changes was changed
     /// by a transaction that committed after that snapshot; its reads lock nothing. Only for a write whose every
     /// check decides about the rows that same write then changes (an entity's ETag and owner before its update or
-    /// delete), or that the database itself keeps (a unique key): a check of anything else (a count, a row it
-    /// does not change) could pass in two writes at once.
+    /// delete), about rows that are only ever added and never changed once committed (a request id's answer, an
+    /// ETag a device made), or that the database itself keeps (a unique key): a check of anything else (a count,
+    /// a row it does not change) could pass in two writes at once.
     ///
     /// Why it exists: under `SERIALIZABLE` a read through a B-tree locks the index page it reads, a hundred of a
     /// transaction's locks on one table become one on the table, and every update of an entity inserts into its
