@@ -57,6 +57,85 @@ extension SQLTranslator {
             arguments: builder.arguments)
     }
 
+    /// One change of an entity in ``update(_:rows:)``: its key, the properties it sets, and the system columns.
+    public struct RowUpdate: Sendable {
+        public var key: [KeyValue]
+        public var values: [String: PrimitiveValue]
+        public var systemValues: [(String, SQLValue)]
+
+        public init(key: [KeyValue], values: [String: PrimitiveValue], systemValues: [(String, SQLValue)]) {
+            self.key = key
+            self.values = values
+            self.systemValues = systemValues
+        }
+    }
+
+    /// One `UPDATE` of several entities of `entitySet` on PostgreSQL, each setting the same properties and system
+    /// columns to values of its own — `UPDATE "Set" AS t SET "P" = v."P", … FROM (VALUES ($1::uuid, $2::text, …), …)
+    /// AS v("ID", "P", …) WHERE t."ID" = v."ID"` — where ``update(_:key:values:systemValues:)`` made a statement
+    /// each. Its count of changed rows is the number of entities found (an entity named twice is changed once).
+    ///
+    /// - Throws: ``BatonSQLError`` as ``update(_:key:values:systemValues:)``; `.unsupported` on SQLite, for no rows,
+    ///   for rows that set different properties or system columns, or for a system value that is not an integer.
+    public func update(_ entitySet: String, rows: [RowUpdate]) throws(BatonSQLError) -> SQLQuery {
+        guard dialect == .postgres, let first = rows.first else {
+            throw BatonSQLError(.unsupported, "Updates of many entities in one statement are for PostgreSQL")
+        }
+        let (set, type) = try resolve(entitySet)
+        let properties = type.properties.filter { first.values[$0.name] != nil }
+        let systemColumns = first.systemValues.map(\.0)
+        let keyProperties = type.keyProperties
+        guard !properties.isEmpty || !systemColumns.isEmpty else {
+            throw BatonSQLError(.unsupported, "An update needs at least one property value")
+        }
+        var builder = SQLBuilder(dialect: dialect)
+        var tuples: [String] = []
+        tuples.reserveCapacity(rows.count)
+        for row in rows {
+            try checkNames(row.values.keys, in: type)
+            guard row.values.count == properties.count, row.systemValues.map(\.0) == systemColumns,
+                row.key.count == keyProperties.count
+            else {
+                throw BatonSQLError(.unsupported, "The rows of one update set the same properties and system columns")
+            }
+            var items: [String] = []
+            items.reserveCapacity(keyProperties.count + properties.count + systemColumns.count)
+            for property in keyProperties {
+                guard let part = row.key.first(where: { $0.name == property.name }) else {
+                    throw BatonSQLError(
+                        .unknownName, "A key of '\(type.name)' names exactly (\(type.key.joined(separator: ", ")))")
+                }
+                items.append(
+                    builder.bind(
+                        dialect.encode(part.value, as: property.type), cast: dialect.columnType(for: property.type)))
+            }
+            for property in properties {
+                guard let value = row.values[property.name] else {
+                    throw BatonSQLError(
+                        .unsupported, "The rows of one update set the same properties and system columns")
+                }
+                items.append(
+                    builder.bind(dialect.encode(value, as: property.type), cast: dialect.columnType(for: property.type)))
+            }
+            for (_, value) in row.systemValues {
+                guard case .integer = value else {
+                    throw BatonSQLError(.unsupported, "A system column of a many-entity update takes an integer")
+                }
+                items.append(builder.bind(value, cast: "bigint"))
+            }
+            tuples.append("(" + items.joined(separator: ", ") + ")")
+        }
+        let assigned = properties.map(\.name) + systemColumns
+        let names = keyProperties.map(\.name) + assigned
+        let assignments = assigned.map { "\(dialect.quote($0)) = v.\(dialect.quote($0))" }
+        let condition = keyProperties.map { "t.\(dialect.quote($0.name)) = v.\(dialect.quote($0.name))" }
+        return SQLQuery(
+            sql: "UPDATE \(dialect.quote(set.name)) AS t SET \(assignments.joined(separator: ", ")) FROM (VALUES "
+                + tuples.joined(separator: ", ") + ") AS v(\(names.map(dialect.quote).joined(separator: ", "))) WHERE "
+                + condition.joined(separator: " AND "),
+            arguments: builder.arguments)
+    }
+
     /// `DELETE` the entity with `key`.
     ///
     /// - Throws: ``BatonSQLError`` for an unknown entity set or an incomplete key.

@@ -125,6 +125,39 @@ import Testing
         #expect(rows.map { $0["TailNumber"] } == [.string("D-AINA")])
     }
 
+    /// Several entities' updates of one shape in one PostgreSQL statement: each row's key and values bound with their
+    /// columns' types, matched on the key; refused on SQLite, for no rows, and for rows of different shapes.
+    @Test func updatesOfOneShapeGoInOneStatementOnPostgres() throws {
+        let translator = SQLTranslator(model: model, dialect: .postgres)
+        func row(_ tail: String, _ status: String, sequence: Int64) -> SQLTranslator.RowUpdate {
+            SQLTranslator.RowUpdate(
+                key: [KeyValue(name: "TailNumber", value: .string(tail))], values: ["Status": .string(status)],
+                systemValues: [("$seq", .integer(sequence))])
+        }
+        let update = try translator.update(
+            "Aircraft", rows: [row("D-AIBL", "maintenance", sequence: 7), row("D-AINA", "ready", sequence: 8)])
+        #expect(
+            update.sql
+                == #"UPDATE "Aircraft" AS t SET "Status" = v."Status", "$seq" = v."$seq" FROM (VALUES ($1::text, $2::text, $3::bigint), ($4::text, $5::text, $6::bigint)) AS v("TailNumber", "Status", "$seq") WHERE t."TailNumber" = v."TailNumber""#
+        )
+        #expect(
+            update.arguments == [
+                .text("D-AIBL"), .text("maintenance"), .integer(7), .text("D-AINA"), .text("ready"), .integer(8),
+            ])
+        #expect(throws: BatonSQLError.self) {
+            try SQLTranslator(model: model, dialect: .sqlite).update("Aircraft", rows: [row("D-AIBL", "x", sequence: 1)])
+        }
+        #expect(throws: BatonSQLError.self) { try translator.update("Aircraft", rows: []) }
+        var other = row("D-AINA", "ready", sequence: 9)
+        other.values["Station"] = .string("MUC")
+        #expect(throws: BatonSQLError.self) {
+            try translator.update("Aircraft", rows: [row("D-AIBL", "x", sequence: 1), other])
+        }
+        var text = row("D-AINA", "ready", sequence: 9)
+        text.systemValues = [("$seq", .text("9"))]
+        #expect(throws: BatonSQLError.self) { try translator.update("Aircraft", rows: [text]) }
+    }
+
     @Test func aKeyPositionContinuesAfterTheLastKeyServed() throws {
         let database = try TestDatabase(model: model)
         defer { database.remove() }

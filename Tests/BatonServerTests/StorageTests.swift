@@ -1744,6 +1744,91 @@ private final class Tally: Sendable {
         #expect(chores.isDue(.tombstones, window: 1, at: start.addingTimeInterval(59.2)))
     }
 
+    /// On PostgreSQL a `$batch` run sends its updates of entities together, one statement a set and shape
+    /// (``SequencedConnection/deferUpdate(_:_:translator:)``): each change still answers the ETag its entity then has,
+    /// and when the database refuses one row (a trigger here refuses one value) the run goes again with each update
+    /// on its own, so that change alone fails and the others apply.
+    @Test func updatesSentTogetherAnswerTheirOwnETagsAndFailAlone() async throws {
+        try await Fixtures.world(backend: .postgres) { server, client, alice, _ in
+            var ids: [String] = []
+            for n in 1...4 { ids.append(try await client.createCheck(n, token: alice)) }
+            func patches(_ remarks: [String], group: Bool = false) -> String {
+                zip(ids, remarks).enumerated().map { index, pair in
+                    #"{"id":"\#(index + 1)",\#(group ? #""atomicityGroup":"g","# : "")"method":"PATCH","url":"PreflightChecks(\#(pair.0))","headers":{"If-Match":"*"},"body":{"Remarks":"\#(pair.1)"}}"#
+                }.joined(separator: ",")
+            }
+            func etag(_ response: [String: Any]) -> String? {
+                Dictionary(
+                    (response["headers"] as? [String: Any] ?? [:]).map { ($0.key.lowercased(), $0.value) }
+                ) { first, _ in first }["etag"] as? String
+            }
+            // Each UPDATE statement on the checks leaves a row here.
+            let storage = server.server.data.store.storage
+            try await storage.write { db in
+                try await db.execute("CREATE TABLE update_statements (at timestamptz NOT NULL)")
+                try await db.execute(
+                    #"""
+                    CREATE FUNCTION count_update() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                        INSERT INTO update_statements VALUES (now()); RETURN NULL; END $$
+                    """#)
+                try await db.execute(
+                    #"CREATE TRIGGER count_update AFTER UPDATE ON "PreflightChecks" FOR EACH STATEMENT EXECUTE FUNCTION count_update()"#
+                )
+            }
+            let together = try await ServerBatchTests.jsonBatch(
+                client, token: alice, patches(["one", "two", "three", "four"]))
+            #expect(together.map { $0["status"] as? Int } == [204, 204, 204, 204])
+            let statements = try await storage.read { db in
+                try await db.fetchOne("SELECT count(*) FROM update_statements")?[0].integer
+            }
+            #expect(statements == 1, "the four updates went out in \(statements ?? 0) statements")
+            for (id, response) in zip(ids, together) {
+                let read = try await client.odata(.get, "PreflightChecks(\(id))", token: alice)
+                #expect(read.headers[.eTag] == etag(response), "\(id)")
+            }
+            try await storage.write { db in
+                try await db.execute(
+                    #"""
+                    CREATE FUNCTION refuse_remarks() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+                        IF NEW."Remarks" = 'refuse me' THEN RAISE EXCEPTION 'refused' USING ERRCODE = 'check_violation';
+                        END IF; RETURN NEW; END $$
+                    """#)
+                try await db.execute(
+                    #"CREATE TRIGGER refuse_remarks BEFORE UPDATE ON "PreflightChecks" FOR EACH ROW EXECUTE FUNCTION refuse_remarks()"#
+                )
+            }
+            let refused = try await ServerBatchTests.jsonBatch(
+                client, token: alice, patches(["first", "refuse me", "third", "fourth"]))
+            #expect(refused.map { $0["status"] as? Int } == [204, 400, 204, 204])
+            var remarks: [String] = []
+            for id in ids {
+                let read = try await client.odata(.get, "PreflightChecks(\(id))", token: alice)
+                remarks.append(read.json["Remarks"] as? String ?? "")
+            }
+            #expect(remarks == ["first", "two", "third", "fourth"])
+            // An atomicity group's updates go out together too; a row refused fails the group, naming the change
+            // whose row it was, and changes nothing.
+            let grouped = try await ServerBatchTests.jsonBatch(
+                client, token: alice, patches(["g1", "g2", "g3", "g4"], group: true))
+            #expect(grouped.map { $0["status"] as? Int } == [204, 204, 204, 204])
+            let afterGroup = try await storage.read { db in
+                try await db.fetchOne("SELECT count(*) FROM update_statements")?[0].integer
+            }
+            // Since the first run: the refused run's three changes applied, each by itself, and the group's one.
+            let grew: Int64 = (afterGroup ?? 0) - (statements ?? 0)
+            #expect(grew == 3 + 1)
+            let refusedGroup = try await ServerBatchTests.jsonBatch(
+                client, token: alice, patches(["h1", "refuse me", "h3", "h4"], group: true))
+            #expect(refusedGroup.map { $0["status"] as? Int } == [424, 400, 424, 424])
+            remarks = []
+            for id in ids {
+                let read = try await client.odata(.get, "PreflightChecks(\(id))", token: alice)
+                remarks.append(read.json["Remarks"] as? String ?? "")
+            }
+            #expect(remarks == ["g1", "g2", "g3", "g4"])
+        }
+    }
+
     /// Which changes may run at `REPEATABLE READ` (``WriteIsolation/rowChecked``): creations in an entity set and
     /// updates or deletes of one entity by key, of sets without media or streams; anything else — a read, a
     /// navigation, a property, a photo, a stream, a `$n` not made yet — keeps the whole run `SERIALIZABLE`.

@@ -99,27 +99,50 @@ extension DataService {
             let urls = batchURLs(members, locations: known, context: context)
             let isolation = isolation(of: members, urls: urls)
             do {
-                let outcome = try await store.write(isolation: isolation) { db in
-                    var results: [(BatchRequest, DataResponse)] = []
-                    var entries: [AuditEntry] = []
-                    var unitLocations = known
+                typealias Outcome = ([(BatchRequest, DataResponse)], [AuditEntry], [String: String])
+                let outcome = try await store.write(isolation: isolation) { db -> Outcome in
                     let rows = try await self.readPreconditions(members, urls: urls, isolation: isolation, in: db)
                     var context = context
                     context.preconditions = rows
-                    for (position, request) in members.enumerated() {
-                        let response = try await self.run(
-                            request, locations: unitLocations, in: db, context: context, prepared: urls[position],
-                            audit: &entries)
-                        if group != nil, response.status >= 400 {
-                            throw GroupFailure(index: position, response: response)
+                    let sequenced = db as? SequencedConnection
+                    // `merging`: the group's updates of entities go out together (``SequencedConnection``).
+                    let attempt: (Bool) async throws -> Outcome = { [context] merging in
+                        sequenced?.mergesUpdates = merging
+                        defer { sequenced?.mergesUpdates = false }
+                        var results: [(BatchRequest, DataResponse)] = []
+                        var entries: [AuditEntry] = []
+                        var unitLocations = known
+                        for (position, request) in members.enumerated() {
+                            let response = try await self.run(
+                                request, locations: unitLocations, in: db, context: context,
+                                prepared: urls[position], audit: &entries)
+                            if group != nil, response.status >= 400 {
+                                throw GroupFailure(index: position, response: response)
+                            }
+                            if let location = response.headers.first(where: { $0.0 == "Location" })?.1 {
+                                unitLocations[request.id] = String(location.dropFirst(context.serviceRoot.count))
+                            }
+                            results.append((request, response))
                         }
-                        if let location = response.headers.first(where: { $0.0 == "Location" })?.1 {
-                            unitLocations[request.id] = String(location.dropFirst(context.serviceRoot.count))
-                        }
-                        results.append((request, response))
+                        if merging { try await sequenced?.sendWaitingUpdates() }
+                        try await self.outbox.stage(&entries, in: db)
+                        return (results, entries, unitLocations)
                     }
-                    try await self.outbox.stage(&entries, in: db)
-                    return (results, entries, unitLocations)
+                    guard db.dialect == .postgres, members.count > 1 else { return try await attempt(false) }
+                    var merged: Outcome?
+                    do {
+                        try await db.inSavepoint {
+                            merged = try await attempt(true)
+                            return true
+                        }
+                    } catch let error as StorageError where error.kind == .conflict || error.kind == .unavailable {
+                        throw error
+                    } catch {
+                        // A change failed, or the updates sent together did (which one, their statement does not
+                        // say): the group goes again with each update sent by itself, which says which failed.
+                    }
+                    if let merged { return merged }
+                    return try await attempt(false)
                 }
                 for (request, response) in outcome.0 {
                     responses.append(Self.batchResponse(request, response))
@@ -182,6 +205,9 @@ extension DataService {
                 var failed = failed
                 var context = context
                 context.preconditions = ahead.rows
+                // On PostgreSQL the first pass sends its updates of entities together (``SequencedConnection``).
+                let sequenced = db as? SequencedConnection
+                sequenced?.mergesUpdates = !savepoints && !reads && db.dialect == .postgres
                 for (position, request) in requests.enumerated() {
                     if let dependency = request.dependsOn.first(where: failed.contains) {
                         responses.append(
@@ -213,6 +239,17 @@ extension DataService {
                         }
                     }
                     responses.append(Self.batchResponse(request, response))
+                }
+                if let sequenced, sequenced.mergesUpdates {
+                    sequenced.mergesUpdates = false
+                    do {
+                        try await sequenced.sendWaitingUpdates()
+                    } catch let error as StorageError where error.kind == .conflict || error.kind == .unavailable {
+                        throw error
+                    } catch {
+                        // A change's update failed with the others': each goes again by itself, in a savepoint.
+                        throw NeedsSavepoints()
+                    }
                 }
                 if !reads { try await self.outbox.stage(&audit, in: db) }
                 return (responses, audit, locations, failed)

@@ -328,13 +328,24 @@ extension DataService {
             try await checkMediaQuota(target, adding: media, author: owner, replacing: current, in: db)
         }
         let sequence = try await DataStore.nextSequence(db)
-        let update = try translator.update(
-            target.set.name, key: key, values: values, systemValues: [(DataStore.sequenceColumn, .integer(sequence))],
-            cache: updates)
-        do {
-            try await db.perform(update.sql, update.arguments)
-        } catch let error as StorageError where error.kind == .constraintViolation || error.kind == .uniqueViolation {
-            throw ServerError.badRequest("The change leaves a required property empty.")
+        let systemValues: [(String, SQLValue)] = [(DataStore.sequenceColumn, .integer(sequence))]
+        if let sequenced = db as? SequencedConnection, sequenced.mergesUpdates, !target.type.hasStream,
+            target.type.streamProperties.isEmpty, preferences.returnPreference != "representation"
+        {
+            // Sent with the run's next updates of this set, in one statement; a failure fails the run's first pass.
+            sequenced.deferUpdate(
+                target.set.name, SQLTranslator.RowUpdate(key: key, values: values, systemValues: systemValues),
+                translator: translator)
+        } else {
+            let update = try translator.update(
+                target.set.name, key: key, values: values, systemValues: systemValues, cache: updates)
+            do {
+                try await db.perform(update.sql, update.arguments)
+            } catch let error as StorageError
+                where error.kind == .constraintViolation || error.kind == .uniqueViolation
+            {
+                throw ServerError.badRequest("The change leaves a required property empty.")
+            }
         }
         // The representation is read back (as stored); a minimal answer needs only the new ETag (the sequence).
         let entity: StoredEntity

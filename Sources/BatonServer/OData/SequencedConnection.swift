@@ -17,6 +17,11 @@ final class SequencedConnection: SQLConnection {
     private var stored: Int64?
     /// On PostgreSQL, the last value of the block taken.
     private var blockEnd: Int64 = 0
+    /// Whether updates of entities wait here to go out together (``deferUpdate(_:_:translator:)``).
+    var mergesUpdates = false
+    /// The updates waiting, in their order: per run of one entity set and shape, the rows.
+    private var waiting: [(set: String, rows: [SQLTranslator.RowUpdate])] = []
+    private var waitingTranslator: SQLTranslator?
 
     init(_ base: any SQLConnection) { self.base = base }
 
@@ -24,37 +29,99 @@ final class SequencedConnection: SQLConnection {
 
     @discardableResult
     func execute(_ sql: String, _ arguments: [SQLValue]) async throws -> Int {
-        try await base.execute(sql, arguments)
+        try await sendWaitingUpdates()
+        return try await base.execute(sql, arguments)
     }
 
     func perform(_ sql: String, _ arguments: [SQLValue]) async throws {
+        try await sendWaitingUpdates()
         try await base.perform(sql, arguments)
     }
 
     func fetchAll(_ sql: String, _ arguments: [SQLValue]) async throws -> [SQLRow] {
-        try await base.fetchAll(sql, arguments)
+        try await sendWaitingUpdates()
+        return try await base.fetchAll(sql, arguments)
     }
 
     func forEachRow(
         _ sql: String, _ arguments: [SQLValue], _ body: (any SQLCursor) throws -> Bool
     ) async throws {
+        try await sendWaitingUpdates()
         try await base.forEachRow(sql, arguments, body)
     }
 
-    /// A write-back inside a savepoint that rolls back is undone with it: the value is then written again.
+    /// Keeps an update of one entity to send with the next ones of its entity set and shape in one statement
+    /// (``SQLTranslator/update(_:rows:)``), when ``mergesUpdates`` (on PostgreSQL, in a `$batch` run's first pass,
+    /// where each statement is a round trip: a hundred updates, one statement). Any other statement of the
+    /// connection, a savepoint, or ``sendWaitingUpdates()`` sends them first, so every statement sees the updates
+    /// before it as if each had gone out at once. The caller answers the change before its row is written: a
+    /// statement that then fails fails the run's first pass, which goes again with a savepoint a change and each
+    /// update sent by itself (``DataService/runIndependently(_:reads:locations:failed:context:)``).
+    func deferUpdate(_ set: String, _ row: SQLTranslator.RowUpdate, translator: SQLTranslator) {
+        waitingTranslator = translator
+        if let last = waiting.last, last.set == set, let first = last.rows.first,
+            Self.sameShape(first, row)
+        {
+            waiting[waiting.count - 1].rows.append(row)
+        } else {
+            waiting.append((set, [row]))
+        }
+    }
+
+    /// Sends the updates waiting (``deferUpdate(_:_:translator:)``), a statement per entity set and shape; each must
+    /// change as many rows as it names entities.
+    func sendWaitingUpdates() async throws {
+        guard !waiting.isEmpty, let translator = waitingTranslator else { return }
+        let runs = waiting
+        waiting = []
+        for (set, rows) in runs {
+            // PostgreSQL binds at most 65,535 values a statement: a run of more goes in several.
+            let perRow = max(1, rows[0].key.count + rows[0].values.count + rows[0].systemValues.count)
+            let rowsPerStatement = max(1, min(Self.rowsPerStatement, Self.valuesPerStatement / perRow))
+            for start in stride(from: 0, to: rows.count, by: rowsPerStatement) {
+                let chunk = Array(rows[start..<min(rows.count, start + rowsPerStatement)])
+                let query = try translator.update(set, rows: chunk)
+                let changed = try await base.execute(query.sql, query.arguments)
+                guard changed == chunk.count else {
+                    throw StorageError(
+                        .other, "An update of \(chunk.count) entities of \(set) changed \(changed) rows.")
+                }
+            }
+        }
+    }
+
+    /// The most entities one statement of ``sendWaitingUpdates()`` updates, and the most values it binds.
+    static let rowsPerStatement = 1_000
+    static let valuesPerStatement = 30_000
+
+    static func sameShape(_ left: SQLTranslator.RowUpdate, _ right: SQLTranslator.RowUpdate) -> Bool {
+        left.values.count == right.values.count && left.values.keys.allSatisfy { right.values[$0] != nil }
+            && left.systemValues.map(\.0) == right.systemValues.map(\.0)
+            && left.key.map(\.name) == right.key.map(\.name)
+    }
+
+    /// A write-back inside a savepoint that rolls back is undone with it: the value is then written again. Updates
+    /// waiting from before go out before the savepoint; those kept inside it go out before it is released, and are
+    /// dropped when it rolls back.
     func inSavepoint(_ body: () async throws -> Bool) async throws {
+        try await sendWaitingUpdates()
         let storedBefore = stored
         var kept = false
         do {
             try await base.inSavepoint {
                 kept = try await body()
+                if kept { try await sendWaitingUpdates() }
                 return kept
             }
         } catch {
             stored = storedBefore
+            waiting = []
             throw error
         }
-        if !kept { stored = storedBefore }
+        if !kept {
+            stored = storedBefore
+            waiting = []
+        }
     }
 
     /// The next value of the sequence: on SQLite from the row once, then in memory; on PostgreSQL from the block
@@ -73,6 +140,7 @@ final class SequencedConnection: SQLConnection {
     /// On SQLite, writes the last value handed out to the row, when it is ahead of it (PostgreSQL's sequence
     /// object keeps its own).
     func writeBack() async throws {
+        try await sendWaitingUpdates()
         guard base.dialect == .sqlite, let last, last != stored else { return }
         try await base.execute(#"UPDATE "$sequence" SET value = ? WHERE id = 1"#, [.integer(last)])
         stored = last
