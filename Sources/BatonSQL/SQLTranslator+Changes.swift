@@ -115,7 +115,8 @@ extension SQLTranslator {
                         .unsupported, "The rows of one update set the same properties and system columns")
                 }
                 items.append(
-                    builder.bind(dialect.encode(value, as: property.type), cast: dialect.columnType(for: property.type)))
+                    builder.bind(dialect.encode(value, as: property.type), cast: dialect.columnType(for: property.type))
+                )
             }
             for (_, value) in row.systemValues {
                 guard case .integer = value else {

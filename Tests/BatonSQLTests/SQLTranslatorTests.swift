@@ -144,9 +144,8 @@ import Testing
             update.arguments == [
                 .text("D-AIBL"), .text("maintenance"), .integer(7), .text("D-AINA"), .text("ready"), .integer(8),
             ])
-        #expect(throws: BatonSQLError.self) {
-            try SQLTranslator(model: model, dialect: .sqlite).update("Aircraft", rows: [row("D-AIBL", "x", sequence: 1)])
-        }
+        let sqlite = SQLTranslator(model: model, dialect: .sqlite)
+        #expect(throws: BatonSQLError.self) { try sqlite.update("Aircraft", rows: [row("D-AIBL", "x", sequence: 1)]) }
         #expect(throws: BatonSQLError.self) { try translator.update("Aircraft", rows: []) }
         var other = row("D-AINA", "ready", sequence: 9)
         other.values["Station"] = .string("MUC")
