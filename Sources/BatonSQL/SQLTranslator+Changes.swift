@@ -59,8 +59,11 @@ extension SQLTranslator {
 
     /// One change of an entity in ``update(_:rows:)``: its key, the properties it sets, and the system columns.
     public struct RowUpdate: Sendable {
+        /// The entity's key.
         public var key: [KeyValue]
+        /// The properties set, by name.
         public var values: [String: PrimitiveValue]
+        /// The system columns set (the sequence), in order.
         public var systemValues: [(String, SQLValue)]
 
         public init(key: [KeyValue], values: [String: PrimitiveValue], systemValues: [(String, SQLValue)]) {
