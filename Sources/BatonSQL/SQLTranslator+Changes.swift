@@ -79,7 +79,8 @@ extension SQLTranslator {
     /// each. Its count of changed rows is the number of entities found (an entity named twice is changed once).
     ///
     /// - Throws: ``BatonSQLError`` as ``update(_:key:values:systemValues:)``; `.unsupported` on SQLite, for no rows,
-    ///   for rows that set different properties or system columns, or for a system value that is not an integer.
+    ///   for rows that set different properties or system columns or a key property, or for a system value that is
+    ///   not an integer.
     public func update(_ entitySet: String, rows: [RowUpdate]) throws(BatonSQLError) -> SQLQuery {
         guard dialect == .postgres, let first = rows.first else {
             throw BatonSQLError(.unsupported, "Updates of many entities in one statement are for PostgreSQL")
@@ -88,6 +89,9 @@ extension SQLTranslator {
         let properties = type.properties.filter { first.values[$0.name] != nil }
         let systemColumns = first.systemValues.map(\.0)
         let keyProperties = type.keyProperties
+        guard !properties.contains(where: { type.key.contains($0.name) }) else {
+            throw BatonSQLError(.unsupported, "An update of many entities matches them by key and cannot change it")
+        }
         guard !properties.isEmpty || !systemColumns.isEmpty else {
             throw BatonSQLError(.unsupported, "An update needs at least one property value")
         }

@@ -152,6 +152,9 @@ import Testing
         #expect(throws: BatonSQLError.self) {
             try translator.update("Aircraft", rows: [row("D-AIBL", "x", sequence: 1), other])
         }
+        var rekeyed = row("D-AINA", "ready", sequence: 9)
+        rekeyed.values["TailNumber"] = .string("D-AINB")
+        #expect(throws: BatonSQLError.self) { try translator.update("Aircraft", rows: [rekeyed]) }
         var text = row("D-AINA", "ready", sequence: 9)
         text.systemValues = [("$seq", .text("9"))]
         #expect(throws: BatonSQLError.self) { try translator.update("Aircraft", rows: [text]) }

@@ -137,9 +137,12 @@ extension DataService {
                         }
                     } catch let error as StorageError where error.kind == .conflict || error.kind == .unavailable {
                         throw error
+                    } catch let failure as GroupFailure where sequenced?.sendFailed != true {
+                        // A change failed on its own: the group fails as it would have without merging.
+                        throw failure
                     } catch {
-                        // A change failed, or the updates sent together did (which one, their statement does not
-                        // say): the group goes again with each update sent by itself, which says which failed.
+                        // The updates sent together failed (which one, their statement does not say): the group goes
+                        // again with each update sent by itself, which says which failed.
                     }
                     if let merged { return merged }
                     return try await attempt(false)

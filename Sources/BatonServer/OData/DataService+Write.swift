@@ -332,10 +332,11 @@ extension DataService {
         if let sequenced = db as? SequencedConnection, sequenced.mergesUpdates, !target.type.hasStream,
             target.type.streamProperties.isEmpty, preferences.returnPreference != "representation"
         {
-            // Sent with the run's next updates of this set, in one statement; a failure fails the run's first pass.
+            // Sent with the run's next updates of this set, in one statement; a failure sends the run (or the group)
+            // again, each update by itself.
             sequenced.deferUpdate(
                 target.set.name, SQLTranslator.RowUpdate(key: key, values: values, systemValues: systemValues),
-                translator: translator)
+                translator: translator, cache: updates)
         } else {
             let update = try translator.update(
                 target.set.name, key: key, values: values, systemValues: systemValues, cache: updates)

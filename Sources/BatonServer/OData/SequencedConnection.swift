@@ -17,11 +17,14 @@ final class SequencedConnection: SQLConnection {
     private var stored: Int64?
     /// On PostgreSQL, the last value of the block taken.
     private var blockEnd: Int64 = 0
-    /// Whether updates of entities wait here to go out together (``deferUpdate(_:_:translator:)``).
+    /// Whether updates of entities wait here to go out together (``deferUpdate(_:_:translator:cache:)``).
     var mergesUpdates = false
+    /// Whether a statement of updates sent together failed (its transaction must then go again without them).
+    private(set) var sendFailed = false
     /// The updates waiting, in their order: per run of one entity set and shape, the rows.
     private var waiting: [(set: String, rows: [SQLTranslator.RowUpdate])] = []
     private var waitingTranslator: SQLTranslator?
+    private var waitingCache: SQLTextCache?
 
     init(_ base: any SQLConnection) { self.base = base }
 
@@ -51,14 +54,17 @@ final class SequencedConnection: SQLConnection {
     }
 
     /// Keeps an update of one entity to send with the next ones of its entity set and shape in one statement
-    /// (``SQLTranslator/update(_:rows:)``), when ``mergesUpdates`` (on PostgreSQL, in a `$batch` run's first pass,
-    /// where each statement is a round trip: a hundred updates, one statement). Any other statement of the
-    /// connection, a savepoint, or ``sendWaitingUpdates()`` sends them first, so every statement sees the updates
-    /// before it as if each had gone out at once. The caller answers the change before its row is written: a
-    /// statement that then fails fails the run's first pass, which goes again with a savepoint a change and each
-    /// update sent by itself (``DataService/runIndependently(_:reads:locations:failed:context:)``).
-    func deferUpdate(_ set: String, _ row: SQLTranslator.RowUpdate, translator: SQLTranslator) {
+    /// (``SQLTranslator/update(_:rows:)``), when ``mergesUpdates`` (on PostgreSQL, in a `$batch` run's first pass and
+    /// in an atomicity group, where each statement is a round trip: a hundred updates, one statement). Any other
+    /// statement of the connection, a savepoint, or ``sendWaitingUpdates()`` sends them first, so every statement
+    /// sees the updates before it as if each had gone out at once; one update alone goes out as it did before
+    /// merging, prepared (`cache`: its text's). The caller answers the change before its row is written: a statement
+    /// that then fails fails the run's first pass, which goes again with a savepoint a change and each update sent by
+    /// itself (``DataService/runIndependently(_:reads:locations:failed:context:)``), or the group, which goes again
+    /// with each update sent by itself.
+    func deferUpdate(_ set: String, _ row: SQLTranslator.RowUpdate, translator: SQLTranslator, cache: SQLTextCache) {
         waitingTranslator = translator
+        waitingCache = cache
         if let last = waiting.last, last.set == set, let first = last.rows.first,
             Self.sameShape(first, row)
         {
@@ -68,13 +74,31 @@ final class SequencedConnection: SQLConnection {
         }
     }
 
-    /// Sends the updates waiting (``deferUpdate(_:_:translator:)``), a statement per entity set and shape; each must
-    /// change as many rows as it names entities.
+    /// Sends the updates waiting (``deferUpdate(_:_:translator:cache:)``), a statement per entity set and shape; each
+    /// must change as many rows as it names entities.
     func sendWaitingUpdates() async throws {
         guard !waiting.isEmpty, let translator = waitingTranslator else { return }
         let runs = waiting
         waiting = []
+        do {
+            try await send(runs, translator: translator)
+        } catch {
+            sendFailed = true
+            throw error
+        }
+    }
+
+    private func send(_ runs: [(set: String, rows: [SQLTranslator.RowUpdate])], translator: SQLTranslator)
+        async throws
+    {
         for (set, rows) in runs {
+            if rows.count == 1, let row = rows.first, let cache = waitingCache {
+                // A repeatable change's answer, written after its update, sends each update alone: as before merging.
+                let update = try translator.update(
+                    set, key: row.key, values: row.values, systemValues: row.systemValues, cache: cache)
+                try await base.perform(update.sql, update.arguments)
+                continue
+            }
             // PostgreSQL binds at most 65,535 values a statement: a run of more goes in several.
             let perRow = max(1, rows[0].key.count + rows[0].values.count + rows[0].systemValues.count)
             let rowsPerStatement = max(1, min(Self.rowsPerStatement, Self.valuesPerStatement / perRow))
