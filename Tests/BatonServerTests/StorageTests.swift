@@ -1826,6 +1826,32 @@ private final class Tally: Sendable {
                 remarks.append(read.json["Remarks"] as? String ?? "")
             }
             #expect(remarks == ["g1", "g2", "g3", "g4"])
+            // A creation between updates sends the updates before it first, so that each statement sees the ones
+            // before it: the first two together, then the creation, then the last alone.
+            let mixed = try await ServerBatchTests.jsonBatch(
+                client, token: alice,
+                #"""
+                {"id":"1","method":"PATCH","url":"PreflightChecks(\#(ids[0]))","headers":{"If-Match":"*"},"body":{"Remarks":"m1"}},
+                {"id":"2","method":"PATCH","url":"PreflightChecks(\#(ids[1]))","headers":{"If-Match":"*"},"body":{"Remarks":"m2"}},
+                {"id":"3","method":"POST","url":"PreflightChecks","body":\#(Fixtures.check(Fixtures.id(9)))},
+                {"id":"4","method":"PATCH","url":"PreflightChecks(\#(ids[2]))","headers":{"If-Match":"*"},"body":{"Remarks":"m3"}}
+                """#)
+            #expect(mixed.map { $0["status"] as? Int } == [204, 204, 201, 204])
+            let afterMixed = try await storage.read { db in
+                try await db.fetchOne("SELECT count(*) FROM update_statements")?[0].integer
+            }
+            let grewMixed: Int64 = (afterMixed ?? 0) - (afterGroup ?? 0)
+            #expect(grewMixed == 2)
+            for (id, response) in zip(ids.prefix(2) + [ids[2]], [mixed[0], mixed[1], mixed[3]]) {
+                let read = try await client.odata(.get, "PreflightChecks(\(id))", token: alice)
+                #expect(read.headers[.eTag] == etag(response), "\(id)")
+            }
+            remarks = []
+            for id in ids {
+                let read = try await client.odata(.get, "PreflightChecks(\(id))", token: alice)
+                remarks.append(read.json["Remarks"] as? String ?? "")
+            }
+            #expect(remarks == ["m1", "m2", "m3", "g4"])
         }
     }
 
