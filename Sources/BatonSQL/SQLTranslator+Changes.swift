@@ -46,10 +46,7 @@ extension SQLTranslator {
         var builder = SQLBuilder(dialect: dialect)
         let assignments =
             type.properties.filter { values[$0.name] != nil }.map { property in
-                "\(dialect.quote(property.name)) = "
-                    + builder.bind(
-                        dialect.encode(values[property.name] ?? .null, as: property.type),
-                        cast: dialect.columnType(for: property.type))
+                "\(dialect.quote(property.name)) = " + bind(values[property.name] ?? .null, as: property, &builder)
             } + systemValues.map { "\(dialect.quote($0.0)) = " + builder.bind($0.1, cast: "") }
         let condition = try keyCondition(key, type: type, builder: &builder)
         return SQLQuery(
@@ -112,18 +109,14 @@ extension SQLTranslator {
                     throw BatonSQLError(
                         .unknownName, "A key of '\(type.name)' names exactly (\(type.key.joined(separator: ", ")))")
                 }
-                items.append(
-                    builder.bind(
-                        dialect.encode(part.value, as: property.type), cast: dialect.columnType(for: property.type)))
+                items.append(bind(part.value, as: property, &builder))
             }
             for property in properties {
                 guard let value = row.values[property.name] else {
                     throw BatonSQLError(
                         .unsupported, "The rows of one update set the same properties and system columns")
                 }
-                items.append(
-                    builder.bind(dialect.encode(value, as: property.type), cast: dialect.columnType(for: property.type))
-                )
+                items.append(bind(value, as: property, &builder))
             }
             for (_, value) in row.systemValues {
                 guard case .integer = value else {
@@ -154,6 +147,11 @@ extension SQLTranslator {
         return SQLQuery(sql: "DELETE FROM \(dialect.quote(set.name)) WHERE \(condition)", arguments: builder.arguments)
     }
 
+    /// `value` bound as a value of `property`'s column: encoded for it, and cast to its type on PostgreSQL.
+    func bind(_ value: PrimitiveValue, as property: Property, _ builder: inout SQLBuilder) -> String {
+        builder.bind(dialect.encode(value, as: property.type), cast: dialect.columnType(for: property.type))
+    }
+
     func checkNames(_ names: some Sequence<String>, in type: EntityType) throws(BatonSQLError) {
         for name in names where type.property(named: name) == nil {
             throw BatonSQLError(.unknownName, "'\(type.name)' has no property '\(name)'")
@@ -167,9 +165,7 @@ extension SQLTranslator {
         }
         return type.keyProperties.compactMap { property in
             key.first { $0.name == property.name }.map { part in
-                "\(dialect.quote(property.name)) = "
-                    + builder.bind(
-                        dialect.encode(part.value, as: property.type), cast: dialect.columnType(for: property.type))
+                "\(dialect.quote(property.name)) = " + bind(part.value, as: property, &builder)
             }
         }.joined(separator: " AND ")
     }

@@ -54,9 +54,7 @@ public struct SQLTranslator: Sendable {
                     throw BatonSQLError(.unsupported, "A key position needs a value for every key property")
                 }
                 columns.append("t0.\(dialect.quote(name))")
-                values.append(
-                    builder.bind(dialect.encode(value, as: property.type), cast: dialect.columnType(for: property.type))
-                )
+                values.append(bind(value, as: property, &builder))
             }
             position =
                 columns.count == 1

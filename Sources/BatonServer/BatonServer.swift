@@ -199,6 +199,12 @@ public struct BatonServer: Sendable {
         } catch {
             throw ServerSetupError("The bundled model cannot be loaded: \(error)")
         }
+        // A model built in Swift may have been changed through its properties after it was checked.
+        do {
+            try model.validate()
+        } catch {
+            throw ServerSetupError("The data service's model is not valid: \(error.message)")
+        }
         let store =
             if let postgres {
                 try await DataStore(postgres: postgres, model: model)

@@ -1855,6 +1855,33 @@ private final class Tally: Sendable {
         }
     }
 
+    /// Two entity sets whose names are one name to Swift's `String` (`Café` composed, and `Cafe` with a combining
+    /// acute) but two to the database, which compares names byte for byte: the server keys its caches of SQL text by
+    /// name, and took one set's for the other's (a creation in the second set went into the first set's table, and
+    /// answered 409 for a key taken there), and a run's updates of both would have gone out as one statement. A
+    /// model file cannot declare both (its JSON refuses the second member as a duplicate), nor the model's
+    /// initialiser; a model built in Swift could add the second set afterwards: the server refuses it as it starts.
+    @Test func aModelChangedToHoldTwoSetsOfOneNameIsRefused() async throws {
+        var model = try ServiceModel(
+            csdlJSON: #"""
+                {"$Version": "4.01", "$EntityContainer": "Uni.Container",
+                 "Uni": {
+                  "Note": {"$Kind": "EntityType", "$Key": ["ID"], "ID": {"$Type": "Edm.Int32"},
+                    "Text": {"$Nullable": true}},
+                  "Container": {"$Kind": "EntityContainer",
+                    "Caf\u00e9": {"$Collection": true, "$Type": "Uni.Note"}}}}
+                """#)
+        model.entitySets.append(EntitySet(name: "Cafe\u{301}", entityType: "Uni.Note"))
+        #expect(model.entitySets.count == 2)
+        for backend in StorageBackend.allCases {
+            let error = await #expect(throws: ServerSetupError.self) {
+                let server = try await TestServer(backend: backend) { $0.dataService.model = model }
+                server.remove()
+            }
+            #expect(error?.description.contains("declared twice") == true, "\(String(describing: error))")
+        }
+    }
+
     /// Which changes may run at `REPEATABLE READ` (``WriteIsolation/rowChecked``): creations in an entity set and
     /// updates or deletes of one entity by key, of sets without media or streams; anything else — a read, a
     /// navigation, a property, a photo, a stream, a `$n` not made yet — keeps the whole run `SERIALIZABLE`.

@@ -1,6 +1,12 @@
 extension ServiceModel {
-    /// Checks that every reference in the model resolves.
-    func validate() throws(ODataError) {
+    /// Checks that every name is declared once and every reference in the model resolves. Names are told apart as
+    /// Swift's `String` tells them apart, so two that are canonically equivalent (`Café` composed and decomposed)
+    /// count as one: the server keys its caches of SQL text and columns by name, and would take one for the other.
+    /// The model's initialisers run it; a model changed through its properties afterwards is checked again by calling
+    /// it (the server does, as it starts).
+    ///
+    /// - Throws: ``ODataError`` with code `invalidModel`, naming what to fix.
+    public func validate() throws(ODataError) {
         func fail(_ message: String, _ target: String) -> ODataError {
             ODataError(.invalidModel, message, target: target)
         }

@@ -107,8 +107,8 @@ extension DataService {
                     let sequenced = db as? SequencedConnection
                     // `merging`: the group's updates of entities go out together (``SequencedConnection``).
                     let attempt: (Bool) async throws -> Outcome = { [context] merging in
-                        sequenced?.mergesUpdates = merging
-                        defer { sequenced?.mergesUpdates = false }
+                        sequenced?.merging = merging ? self.merging : nil
+                        defer { sequenced?.merging = nil }
                         var results: [(BatchRequest, DataResponse)] = []
                         var entries: [AuditEntry] = []
                         var unitLocations = known
@@ -128,7 +128,10 @@ extension DataService {
                         try await self.outbox.stage(&entries, in: db)
                         return (results, entries, unitLocations)
                     }
-                    guard db.dialect == .postgres, members.count > 1 else { return try await attempt(false) }
+                    // Worth a savepoint (two round trips) only for two updates or more.
+                    guard db.dialect == .postgres,
+                        members.lazy.filter({ $0.method == "PATCH" || $0.method == "PUT" }).count > 1
+                    else { return try await attempt(false) }
                     var merged: Outcome?
                     do {
                         try await db.inSavepoint {
@@ -210,7 +213,7 @@ extension DataService {
                 context.preconditions = ahead.rows
                 // On PostgreSQL the first pass sends its updates of entities together (``SequencedConnection``).
                 let sequenced = db as? SequencedConnection
-                sequenced?.mergesUpdates = !savepoints && !reads && db.dialect == .postgres
+                sequenced?.merging = !savepoints && !reads && db.dialect == .postgres ? self.merging : nil
                 for (position, request) in requests.enumerated() {
                     if let dependency = request.dependsOn.first(where: failed.contains) {
                         responses.append(
@@ -243,8 +246,8 @@ extension DataService {
                     }
                     responses.append(Self.batchResponse(request, response))
                 }
-                if let sequenced, sequenced.mergesUpdates {
-                    sequenced.mergesUpdates = false
+                if let sequenced, sequenced.merging != nil {
+                    sequenced.merging = nil
                     do {
                         try await sequenced.sendWaitingUpdates()
                     } catch let error as StorageError where error.kind == .conflict || error.kind == .unavailable {

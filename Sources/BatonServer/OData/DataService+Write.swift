@@ -329,15 +329,14 @@ extension DataService {
         }
         let sequence = try await DataStore.nextSequence(db)
         let systemValues: [(String, SQLValue)] = [(DataStore.sequenceColumn, .integer(sequence))]
-        if let sequenced = db as? SequencedConnection, sequenced.mergesUpdates, !target.type.hasStream,
-            target.type.streamProperties.isEmpty, preferences.returnPreference != "representation"
-        {
-            // Sent with the run's next updates of this set, in one statement; a failure sends the run (or the group)
-            // again, each update by itself.
-            sequenced.deferUpdate(
-                target.set.name, SQLTranslator.RowUpdate(key: key, values: values, systemValues: systemValues),
-                translator: translator, cache: updates)
-        } else {
+        // Sent with the run's next updates of this set, in one statement, when the run merges them; a failure sends the
+        // run (or the group) again, each update by itself.
+        let deferred =
+            !target.type.hasStream && target.type.streamProperties.isEmpty
+            && preferences.returnPreference != "representation"
+            && (db as? SequencedConnection)?.deferUpdate(
+                target.set.name, SQLTranslator.RowUpdate(key: key, values: values, systemValues: systemValues)) == true
+        if !deferred {
             let update = try translator.update(
                 target.set.name, key: key, values: values, systemValues: systemValues, cache: updates)
             do {

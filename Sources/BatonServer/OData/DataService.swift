@@ -30,6 +30,9 @@ final class DataService: Sendable {
     /// When this instance last did the service-wide clean-ups changes do on the way.
     let chores = Chores()
 
+    /// What writes a run's updates sent together (``SequencedConnection/merging``).
+    var merging: SequencedConnection.Merging { SequencedConnection.Merging(translator: translator, cache: updates) }
+
     /// `auditLogWithTheData`: the audit log is in the store's own database (PostgreSQL), so a change's entries go
     /// into it in the change's transaction. `databaseConnections`: the instance's pool, which sizes the reads
     /// one user may have running when the configuration names no limit (``readsPerUser(databaseConnections:)``).

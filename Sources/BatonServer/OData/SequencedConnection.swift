@@ -17,14 +17,20 @@ final class SequencedConnection: SQLConnection {
     private var stored: Int64?
     /// On PostgreSQL, the last value of the block taken.
     private var blockEnd: Int64 = 0
-    /// Whether updates of entities wait here to go out together (``deferUpdate(_:_:translator:cache:)``).
-    var mergesUpdates = false
+    /// How updates of entities wait here to go out together (``deferUpdate(_:_:)``); `nil`: they do not.
+    var merging: Merging?
     /// Whether a statement of updates sent together failed (its transaction must then go again without them).
     private(set) var sendFailed = false
-    /// The updates waiting, in their order: per run of one entity set and shape, the rows.
+    /// The updates waiting, in their order: per run of one entity set and shape, the rows, and what writes them.
     private var waiting: [(set: String, rows: [SQLTranslator.RowUpdate])] = []
-    private var waitingTranslator: SQLTranslator?
-    private var waitingCache: SQLTextCache?
+    private var waitingWith: Merging?
+
+    /// What writes the updates sent together: the service's translator, and the text cache of its updates (a lone
+    /// update goes out as it did before merging, prepared, its text from the cache).
+    struct Merging {
+        let translator: SQLTranslator
+        let cache: SQLTextCache
+    }
 
     init(_ base: any SQLConnection) { self.base = base }
 
@@ -54,48 +60,49 @@ final class SequencedConnection: SQLConnection {
     }
 
     /// Keeps an update of one entity to send with the next ones of its entity set and shape in one statement
-    /// (``SQLTranslator/update(_:rows:)``), when ``mergesUpdates`` (on PostgreSQL, in a `$batch` run's first pass and
-    /// in an atomicity group, where each statement is a round trip: a hundred updates, one statement). Any other
-    /// statement of the connection, a savepoint, or ``sendWaitingUpdates()`` sends them first, so every statement
-    /// sees the updates before it as if each had gone out at once; one update alone goes out as it did before
-    /// merging, prepared (`cache`: its text's). The caller answers the change before its row is written: a statement
-    /// that then fails fails the run's first pass, which goes again with a savepoint a change and each update sent by
-    /// itself (``DataService/runIndependently(_:reads:locations:failed:context:)``), or the group, which goes again
-    /// with each update sent by itself.
-    func deferUpdate(_ set: String, _ row: SQLTranslator.RowUpdate, translator: SQLTranslator, cache: SQLTextCache) {
-        waitingTranslator = translator
-        waitingCache = cache
-        if let last = waiting.last, last.set == set, let first = last.rows.first,
+    /// (``SQLTranslator/update(_:rows:)``), when ``merging`` (on PostgreSQL, in a `$batch` run's first pass and in an
+    /// atomicity group, where each statement is a round trip: a hundred updates, one statement), and says whether
+    /// it did. Any other statement of the connection, a savepoint, or ``sendWaitingUpdates()`` sends them first, so
+    /// every statement sees the updates before it as if each had gone out at once; one update alone goes out as it
+    /// did before merging, prepared. The caller answers the change before its row is written: a statement that then
+    /// fails fails the run's first pass, which goes again with a savepoint a change and each update sent by itself
+    /// (``DataService/runIndependently(_:reads:locations:failed:context:)``), or the group, which goes again with each
+    /// update sent by itself.
+    func deferUpdate(_ set: String, _ row: SQLTranslator.RowUpdate) -> Bool {
+        guard let merging else { return false }
+        waitingWith = merging
+        // Set names by their bytes, as the model tells sets apart.
+        if let last = waiting.last, last.set.hasSameBytes(as: set), let first = last.rows.first,
             Self.sameShape(first, row)
         {
             waiting[waiting.count - 1].rows.append(row)
         } else {
             waiting.append((set, [row]))
         }
+        return true
     }
 
-    /// Sends the updates waiting (``deferUpdate(_:_:translator:cache:)``), a statement per entity set and shape; each
-    /// must change as many rows as it names entities.
+    /// Sends the updates waiting (``deferUpdate(_:_:)``), a statement per entity set and shape; each must change as
+    /// many rows as it names entities.
     func sendWaitingUpdates() async throws {
-        guard !waiting.isEmpty, let translator = waitingTranslator else { return }
+        guard !waiting.isEmpty, let with = waitingWith else { return }
         let runs = waiting
         waiting = []
         do {
-            try await send(runs, translator: translator)
+            try await send(runs, with: with)
         } catch {
             sendFailed = true
             throw error
         }
     }
 
-    private func send(_ runs: [(set: String, rows: [SQLTranslator.RowUpdate])], translator: SQLTranslator)
-        async throws
-    {
+    private func send(_ runs: [(set: String, rows: [SQLTranslator.RowUpdate])], with merging: Merging) async throws {
+        let translator = merging.translator
         for (set, rows) in runs {
-            if rows.count == 1, let row = rows.first, let cache = waitingCache {
+            if rows.count == 1, let row = rows.first {
                 // A repeatable change's answer, written after its update, sends each update alone: as before merging.
                 let update = try translator.update(
-                    set, key: row.key, values: row.values, systemValues: row.systemValues, cache: cache)
+                    set, key: row.key, values: row.values, systemValues: row.systemValues, cache: merging.cache)
                 try await base.perform(update.sql, update.arguments)
                 continue
             }
@@ -118,10 +125,11 @@ final class SequencedConnection: SQLConnection {
     static let rowsPerStatement = 1_000
     static let valuesPerStatement = 30_000
 
+    /// Whether two rows set the same properties and system columns, and name their keys alike.
     static func sameShape(_ left: SQLTranslator.RowUpdate, _ right: SQLTranslator.RowUpdate) -> Bool {
         left.values.count == right.values.count && left.values.keys.allSatisfy { right.values[$0] != nil }
-            && left.systemValues.map(\.0) == right.systemValues.map(\.0)
-            && left.key.map(\.name) == right.key.map(\.name)
+            && left.systemValues.elementsEqual(right.systemValues) { $0.0.hasSameBytes(as: $1.0) }
+            && left.key.elementsEqual(right.key) { $0.name.hasSameBytes(as: $1.name) }
     }
 
     /// A write-back inside a savepoint that rolls back is undone with it: the value is then written again. Updates

@@ -155,12 +155,6 @@ public final class PostgresStorage: ServerStorage {
         try await transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", body)
     }
 
-    @discardableResult
-    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
-    {
-        try await write(isolation: .serializable, body)
-    }
-
     /// ``WriteIsolation/serializable`` runs at `SERIALIZABLE`, ``WriteIsolation/rowChecked`` at `REPEATABLE READ`;
     /// either is run again when PostgreSQL refuses it for a conflict (at `REPEATABLE READ`: a row it changes was
     /// changed since its snapshot).

@@ -39,22 +39,16 @@ public struct SQLiteStorage: ServerStorage {
         }
     }
 
-    @discardableResult
-    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
-    {
-        do {
-            return try await pool.write { db in try GRDBConnection.run(db, body) }
-        } catch let error as DatabaseError {
-            throw StorageError(sqlite: error)
-        }
-    }
-
     /// The one writer makes every write serial: `isolation` makes no difference here.
     @discardableResult
     public func write<T: Sendable>(
         isolation: WriteIsolation, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
     ) async throws -> T {
-        try await write(body)
+        do {
+            return try await pool.write { db in try GRDBConnection.run(db, body) }
+        } catch let error as DatabaseError {
+            throw StorageError(sqlite: error)
+        }
     }
 
     /// `prepared` makes no difference here: GRDB prepares every statement once per connection.

@@ -24,12 +24,8 @@ public protocol ServerStorage: Sendable {
     /// Runs `body` in a read-only transaction: its statements see one snapshot.
     func read<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
 
-    /// Runs `body` in a write transaction: committed when it returns, rolled back when it throws.
-    @discardableResult
-    func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
-
-    /// Runs `body` in a write transaction isolated as `isolation` says (``WriteIsolation``): ``write(_:)`` is
-    /// this with ``WriteIsolation/serializable``.
+    /// Runs `body` in a write transaction isolated as `isolation` says (``WriteIsolation``): committed when it
+    /// returns, rolled back when it throws. ``write(_:)`` is this with ``WriteIsolation/serializable``.
     @discardableResult
     func write<T: Sendable>(
         isolation: WriteIsolation, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
@@ -110,6 +106,14 @@ extension SQLCursor {
 }
 
 extension ServerStorage {
+    /// Runs `body` in a write transaction at ``WriteIsolation/serializable``: committed when it returns, rolled back
+    /// when it throws.
+    @discardableResult
+    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
+    {
+        try await write(isolation: .serializable, body)
+    }
+
     /// Runs a read of one statement of the server's own shape, prepared (``readStatement(prepared:_:)``).
     public func readStatement<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T)
         async throws
@@ -333,20 +337,11 @@ public enum StorageEngine: ServerStorage {
     }
 
     @discardableResult
-    public func write<T: Sendable>(_ body: @escaping @Sendable (any SQLConnection) async throws -> T) async throws -> T
-    {
-        switch self {
-        case .sqlite(let storage): try await storage.write(body)
-        case .postgres(let storage): try await storage.write(body)
-        }
-    }
-
-    @discardableResult
     public func write<T: Sendable>(
         isolation: WriteIsolation, _ body: @escaping @Sendable (any SQLConnection) async throws -> T
     ) async throws -> T {
         switch self {
-        case .sqlite(let storage): try await storage.write(body)
+        case .sqlite(let storage): try await storage.write(isolation: isolation, body)
         case .postgres(let storage): try await storage.write(isolation: isolation, body)
         }
     }
